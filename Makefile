@@ -1,0 +1,53 @@
+# kperfdiff: every set-up step is idempotent and keyed on what it depends on,
+# so a second `make demo` or `make test` skips straight to the work.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMPS := .build
+# Debian packages the project needs on a fresh machine.
+APT_PACKAGES := linux-perf gcc libc6-dev make gcc-aarch64-linux-gnu libc6-dev-arm64-cross \
+                iproute2 procps util-linux
+PY_REQUIREMENTS := requirements-dev.txt
+NATIVE_SOURCES := $(shell find native/src -name '*.rs' 2>/dev/null) native/Cargo.toml $(wildcard native/Cargo.lock)
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test test-slow bench-harness clean
+
+setup: $(STAMPS)/apt $(STAMPS)/venv $(STAMPS)/native
+
+$(STAMPS)/apt: Makefile
+	@mkdir -p $(STAMPS)
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:" $$missing; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	@command -v cargo >/dev/null || { echo "cargo is missing: install Rust with rustup (https://rustup.rs) and rerun make" >&2; exit 1; }
+	@touch $@
+
+$(STAMPS)/venv: $(PY_REQUIREMENTS) $(STAMPS)/apt
+	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/pip install -q --disable-pip-version-check -r $(PY_REQUIREMENTS)
+	@touch $@
+
+$(STAMPS)/native: $(STAMPS)/venv $(NATIVE_SOURCES) pyproject.toml
+	@echo "building kperfdiff (native core, release)"
+	@cd native && ../$(BIN)/maturin develop --release -q -m Cargo.toml 2>&1 | grep -v '^\s*$$' | tail -3
+	@touch $@
+
+demo: setup
+	$(BIN)/kperfdiff bench --suite quick
+
+test: setup
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+test-slow: setup
+	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
+
+bench-harness: setup
+	$(BIN)/python benchmarks/bench_stability.py
+
+clean:
+	rm -rf $(STAMPS) native/target

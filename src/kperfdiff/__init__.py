@@ -1,0 +1,2 @@
+"""kperfdiff: kernel performance workbench."""
+__version__ = "0.1.0"

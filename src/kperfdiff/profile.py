@@ -1,0 +1,115 @@
+"""The Profile model: what every input format becomes and every analysis reads.
+
+A Profile is one event's samples of one recording, aggregated per symbol:
+
+* ``symbols[i]`` names symbol *i* (function name as recorded, its DSO, and
+  whether it is kernel code);
+* ``self_weight[i]`` is the weight of samples whose leaf frame is symbol *i*;
+* ``children_weight[i]`` is the weight of samples with symbol *i* anywhere on
+  the stack, counted once per sample (perf's "Children", inclusive time);
+* ``stacks`` maps root-first tuples of symbol indices to weight (folded
+  stacks, from which flame graphs and call edges are made);
+* ``edges`` maps (caller, callee) symbol index pairs to the weight of samples
+  whose stack contains that call (counted once per sample and pair).
+
+Weight is the sample period where the input carries it (for ``cpu-clock``
+that is nanoseconds, so shares equal perf report's) and the sample count
+otherwise; ``weight_unit`` says which. ``total_weight`` includes samples
+that could not be symbolised. Inputs: perf.data (native reader, in
+:mod:`kperfdiff.ingest.perfdata`), ``perf script`` text, ``perf report
+--stdio`` text and folded stacks (:mod:`kperfdiff.ingest.text`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InputError
+
+PROFILE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Symbol:
+    name: str
+    dso: str = ""
+    kernel: bool = False
+
+
+@dataclass
+class Profile:
+    source: str
+    event: str
+    symbols: list[Symbol]
+    self_weight: np.ndarray
+    children_weight: np.ndarray
+    total_weight: float
+    samples: int
+    stacks: dict[tuple[int, ...], float] = field(default_factory=dict)
+    edges: dict[tuple[int, int], float] = field(default_factory=dict)
+    weight_unit: str = "samples"
+    label: str = ""
+    arch: str | None = None
+    # Facts carried with the recording: hostname, kernel release, nr_cpus,
+    # perf version, cpu_time_ns and ops (for per-op cost), emulated, warnings.
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.self_weight = np.asarray(self.self_weight, dtype=np.float64)
+        self.children_weight = np.asarray(self.children_weight, dtype=np.float64)
+        n = len(self.symbols)
+        if self.self_weight.shape != (n,) or self.children_weight.shape != (n,):
+            raise ValueError("profile arrays do not match the symbol table")
+
+    @property
+    def has_callchains(self) -> bool:
+        return any(len(s) > 1 for s in self.stacks)
+
+    def index(self) -> dict[Symbol, int]:
+        return {s: i for i, s in enumerate(self.symbols)}
+
+    def folded(self) -> list[tuple[str, float]]:
+        """Folded stacks (``a;b;c weight``), root first, as FlameGraph reads them."""
+        names = [s.name for s in self.symbols]
+        return [(";".join(names[i] for i in stack), w) for stack, w in self.stacks.items()]
+
+
+def sniff(path: Path) -> str:
+    """Name the format of a profile file: perf.data, perf-script, perf-report or folded."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(65536)
+    except IsADirectoryError:
+        raise InputError(f"{path} is a directory, not a profile; name the perf.data inside it") from None
+    except OSError as e:
+        raise InputError(f"cannot read {path}: {e.strerror}") from None
+    if not head:
+        raise InputError(f"{path} is empty; it holds no profile")
+    if head.startswith(b"PERFILE2") or head.startswith(b"2ELIFREP"):
+        return "perf.data"
+    if head.startswith(b"PERFFILE"):
+        raise InputError(f"{path} is a perf.data in the old version-1 format; convert it with a newer perf (perf inject)")
+    if b"\0" in head:
+        raise InputError(f"{path} is not a profile kperfdiff can read (perf.data, perf script, perf report --stdio or folded stacks)")
+    from .ingest import text
+    return text.sniff_text(path, head.decode("utf-8", "replace"))
+
+
+def load(path: str | Path, *, kallsyms: str | Path | None = None, symfs: list[str] | None = None,
+         event: str | None = None, label: str = "") -> Profile:
+    """Read one profile file of any supported format (one event of it)."""
+    path = Path(path)
+    fmt = sniff(path)
+    if fmt == "perf.data":
+        from .ingest import perfdata
+        prof = perfdata.load(path, kallsyms=kallsyms, symfs=symfs, event=event)
+    else:
+        from .ingest import text
+        prof = text.load(path, fmt, event=event)
+    if label:
+        prof.label = label
+    elif not prof.label:
+        prof.label = prof.arch or path.stem
+    return prof
