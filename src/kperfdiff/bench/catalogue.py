@@ -1,0 +1,121 @@
+"""The benchmark catalogue: one TOML file per family beside its C source.
+
+Each ``families/<family>.toml`` declares the family's benchmarks; this
+module reads and checks them, so the CLI, the runner and the docs all list
+the same names, units and directions.
+"""
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from ..errors import UsageError
+
+FAMILIES_DIR = Path(__file__).with_name("families")
+UNITS = {"ns/op", "us/op", "ms/op", "GUP/s", "ops/s", "MB/s", "ns/page", "ns/loop", "s"}
+REQUIREMENTS = {"swap", "thp", "loopback", "root", "smp"}
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    family: str
+    exercises: str
+    unit: str
+    better: str
+    suites: tuple[str, ...]
+    timeout: float = 120.0
+    params: dict = field(default_factory=dict)
+    tiny_params: dict = field(default_factory=dict)
+    requires: tuple[str, ...] = ()
+    intervals: int | None = None
+    lmbench: str = ""
+    differences: str = ""
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    source: Path
+    ldflags: tuple[str, ...] = ()
+    cflags: tuple[str, ...] = ()
+    static: bool = False
+
+
+def _check(cond: bool, path: Path, msg: str) -> None:
+    if not cond:
+        raise ValueError(f"{path.name}: {msg}")
+
+
+@lru_cache(maxsize=None)
+def load_families(directory: Path = FAMILIES_DIR) -> tuple[dict[str, Family], tuple[Benchmark, ...]]:
+    families: dict[str, Family] = {}
+    benches: list[Benchmark] = []
+    seen: set[str] = set()
+    for toml_path in sorted(directory.glob("*.toml")):
+        data = tomllib.loads(toml_path.read_text())
+        fam = data.get("family", toml_path.stem)
+        src = toml_path.with_suffix(".c")
+        _check(src.exists(), toml_path, f"no C source {src.name}")
+        families[fam] = Family(fam, src, tuple(data.get("ldflags", ())), tuple(data.get("cflags", ())),
+                               bool(data.get("static", False)))
+        for b in data.get("bench", []):
+            name = b.get("name", "")
+            _check(name.startswith(fam + "."), toml_path, f"benchmark {name!r} must start with {fam}.")
+            _check(name not in seen, toml_path, f"benchmark {name} declared twice")
+            seen.add(name)
+            _check(b.get("better") in ("lower", "higher"), toml_path, f"{name}: better must be lower or higher")
+            _check(bool(b.get("exercises")), toml_path, f"{name}: says nothing of what it exercises")
+            _check(bool(b.get("unit")), toml_path, f"{name}: no unit")
+            req = tuple(b.get("requires", ()))
+            _check(set(req) <= REQUIREMENTS, toml_path, f"{name}: unknown requirement in {req}")
+            suites = tuple(b.get("suites", ("full",)))
+            _check(set(suites) <= {"quick", "full"}, toml_path, f"{name}: unknown suite in {suites}")
+            benches.append(Benchmark(
+                name=name, family=fam, exercises=b["exercises"], unit=b["unit"], better=b["better"],
+                suites=suites, timeout=float(b.get("timeout", 120)),
+                params={k: str(v) for k, v in b.get("params", {}).items()},
+                tiny_params={k: str(v) for k, v in b.get("tiny_params", {}).items()},
+                requires=req, intervals=b.get("intervals"), lmbench=b.get("lmbench", ""),
+                differences=b.get("differences", "")))
+    return families, tuple(benches)
+
+
+def load_catalogue() -> tuple[Benchmark, ...]:
+    return load_families()[1]
+
+
+def families() -> dict[str, Family]:
+    return load_families()[0]
+
+
+def get(name: str) -> Benchmark:
+    for b in load_catalogue():
+        if b.name == name:
+            return b
+    raise UsageError(f"no benchmark is named {name!r}; see kperfdiff bench --list")
+
+
+def select(suite: str = "quick", only: str | None = None) -> list[Benchmark]:
+    """Benchmarks of a suite, or those matching comma-separated names/patterns.
+
+    A pattern is a shell glob (``fault.*``) or a family name (``fault``) or
+    an exact name; each must match something, so a typo is an error.
+    """
+    cat = load_catalogue()
+    if not only:
+        return [b for b in cat if suite in b.suites]
+    chosen: list[Benchmark] = []
+    for pat in (p.strip() for p in only.split(",")):
+        if not pat:
+            continue
+        hits = [b for b in cat if fnmatch.fnmatchcase(b.name, pat) or b.family == pat]
+        if not hits:
+            raise UsageError(f"no benchmark matches {pat!r}; see kperfdiff bench --list")
+        chosen.extend(h for h in hits if h not in chosen)
+    if not chosen:
+        raise UsageError("--only names no benchmark")
+    return chosen

@@ -1,0 +1,204 @@
+"""One `kperfdiff bench` session: choose, build, run, measure, store.
+
+For every chosen benchmark and copy count (-P), runs ``reps`` fresh worker
+processes, reads /proc/vmstat and /proc/interrupts around each, pools every
+interval, summarises them and stores the result with its raw values at
+once. A benchmark that fails, hangs or cannot run here is stored as failed
+or skipped with the reason and the suite goes on. Ctrl-C marks the run
+interrupted and keeps what was measured.
+"""
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import os
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+
+from .. import machine, monitors, stats
+from ..errors import UsageError
+from ..progress import Progress
+from ..store import Result, Run, Store
+from . import build, catalogue, worker
+from .catalogue import Benchmark
+
+
+@dataclass
+class BenchOptions:
+    suite: str = "quick"
+    only: str | None = None
+    parallel: list[int] = field(default_factory=lambda: [1])
+    reps: int = 1
+    intervals: int | None = None
+    min_batch_ns: int | None = None
+    label: str = ""
+    variant: str = ""
+    params: list[str] = field(default_factory=list)   # BENCH:KEY=VALUE
+    allow_swap_setup: bool = False
+    timeout: float | None = None
+    progress: bool = True
+    tiny: bool = False          # use each benchmark's tiny_params (tests)
+    command: str = ""
+
+    @classmethod
+    def from_args(cls, args) -> "BenchOptions":
+        return cls(suite=args.suite, only=args.only, parallel=args.parallel, reps=args.reps,
+                   intervals=args.intervals,
+                   min_batch_ns=int(args.min_batch_ms * 1e6) if args.min_batch_ms else None,
+                   label=args.label, params=args.param, allow_swap_setup=args.allow_swap_setup,
+                   timeout=args.timeout, progress=not args.no_progress,
+                   command=shlex.join(["kperfdiff", *sys.argv[1:]]))
+
+
+@dataclass
+class Outcome:
+    run: Run
+    results: list[Result]
+    exit_status: int
+
+
+def parse_param_overrides(items: list[str], benches: list[Benchmark]) -> dict[str, dict[str, str]]:
+    """``BENCH:KEY=VALUE`` (BENCH may be a pattern; ``*`` for all) -> per-benchmark overrides.
+
+    A pattern override applies to the benchmarks that declare the key; an
+    override that applies to no chosen benchmark is an error (a typo).
+    """
+    out: dict[str, dict[str, str]] = {}
+    for item in items:
+        pat, colon, kv = item.partition(":")
+        key, eq, value = kv.partition("=")
+        if not colon or not eq or not key:
+            raise UsageError(f"--param {item!r} is not of the form BENCH:KEY=VALUE")
+        hit = False
+        for b in benches:
+            exact = b.name == pat
+            if exact or (fnmatch.fnmatchcase(b.name, pat) and key in b.params):
+                out.setdefault(b.name, {})[key] = value
+                hit = True
+        if not hit:
+            raise UsageError(f"--param {item!r} applies to no chosen benchmark")
+    return out
+
+
+def unmet_requirement(b: Benchmark, facts: dict, swap_ready: bool) -> str | None:
+    """Why a benchmark cannot run here, or None."""
+    for req in b.requires:
+        if req == "swap" and not swap_ready:
+            return ("needs active swap and none is configured; rerun with --allow-swap-setup to let "
+                    "kperfdiff create a temporary zram device or swap file")
+        if req == "thp" and facts.get("thp_enabled") not in ("always", "madvise"):
+            return f"needs transparent huge pages (mode is {facts.get('thp_enabled')})"
+        if req == "root" and os.geteuid() != 0:
+            return "needs root"
+        if req == "smp" and (facts.get("cpus") or 1) < 2:
+            return "needs at least 2 CPUs"
+    return None
+
+
+def measure(b: Benchmark, binary, params: dict[str, str], copies: int, reps: int, opts: BenchOptions,
+            prefix_for_rep=None) -> dict:
+    """Run one benchmark ``reps`` times with ``copies`` copies; pool and summarise."""
+    intervals = opts.intervals or b.intervals
+    argv = worker.worker_argv(binary, b.name, params, intervals=intervals, min_batch_ns=opts.min_batch_ns)
+    timeout = opts.timeout or b.timeout
+    raw: list[tuple] = []
+    infos: list[dict] = []
+    mon_total: dict[str, int] = {}
+    ops = cpu = 0
+    overheads = []
+    unit, better = b.unit, b.better
+    started = time.time()
+    wall = 0.0
+    for rep in range(reps):
+        prefix = prefix_for_rep(rep) if prefix_for_rep else None
+        before = monitors.snapshot()
+        outs = worker.run_copies(argv, copies, timeout, prefix=prefix)
+        after = monitors.snapshot()
+        monitors.add(mon_total, monitors.delta(before, after))
+        for copy, o in enumerate(outs):
+            if o.status != "ok":
+                return {"status": o.status, "reason": o.error or o.skip, "raw": raw, "info": infos,
+                        "monitors": mon_total, "started_at": started, "outputs": outs}
+            if o.unit != b.unit or o.better != b.better:
+                return {"status": "failed", "started_at": started, "raw": raw, "info": infos, "monitors": mon_total,
+                        "reason": f"the worker reported {o.unit} ({o.better} is better) but the catalogue says "
+                                  f"{b.unit} ({b.better})", "outputs": outs}
+            raw.extend((rep, copy, seq, v, n, ns) for seq, (v, n, ns) in enumerate(o.intervals))
+            infos.append({"rep": rep, "copy": copy, **o.info})
+            ops += o.ops
+            cpu += o.cpu_user_ns + o.cpu_sys_ns
+            if o.overhead is not None:
+                overheads.append(o.overhead)
+        wall += outs[0].wall_s if outs else 0.0
+    summary = stats.summarize([r[3] for r in raw]).as_dict()
+    return {"status": "ok", "reason": None, "raw": raw, "info": infos, "monitors": mon_total, "summary": summary,
+            "unit": unit, "better": better, "ops": ops, "cpu_ns": cpu, "wall_s": wall, "started_at": started,
+            "overhead": (sorted(overheads)[len(overheads) // 2] if overheads else None)}
+
+
+def run_bench(store: Store, opts: BenchOptions, *, profiler=None) -> Outcome:
+    """Run the chosen benchmarks into a new run of ``store``."""
+    benches = catalogue.select(opts.suite, opts.only)
+    overrides = parse_param_overrides(opts.params, benches)
+    facts = machine.facts()
+    binaries = build.build_all(sorted({b.family for b in benches}))
+    mid = store.add_machine(facts)
+    run = store.start_run(label=opts.label, variant=opts.variant, machine_id=mid, command=opts.command,
+                          options={"suite": opts.suite, "only": opts.only, "parallel": opts.parallel,
+                                   "reps": opts.reps, "intervals": opts.intervals, "params": opts.params,
+                                   "min_batch_ns": opts.min_batch_ns})
+    cells = [(b, p) for b in benches for p in opts.parallel]
+    progress = Progress(len(cells), enabled=opts.progress)
+    failed = False
+    swap = contextlib.ExitStack()
+    swap_ready = facts.get("swap_active", False)
+    state = "failed"
+    try:
+        for b, copies in cells:
+            params = dict(b.params)
+            if opts.tiny:
+                params.update(b.tiny_params)
+            params.update(overrides.get(b.name, {}))
+            if b.family == "proc" and "hello" in binaries:
+                params.setdefault("hello", str(binaries["hello"]))
+            what = f"{b.name} -P {copies}"
+            progress.step(what)
+            if "swap" in b.requires and not swap_ready and opts.allow_swap_setup:
+                from .swap import temporary_swap
+                swap.enter_context(temporary_swap())
+                swap_ready = True
+            reason = unmet_requirement(b, facts, swap_ready)
+            if reason:
+                m = {"status": "skipped", "reason": reason, "raw": [], "info": [], "monitors": {},
+                     "started_at": time.time()}
+            else:
+                prefix_for_rep = profiler.prefix_for(run, b, copies) if profiler else None
+                m = measure(b, binaries[b.family], params, copies, opts.reps, opts, prefix_for_rep)
+            rid = store.add_result(run.id, benchmark=b.name, params=params, copies=copies, status=m["status"],
+                                   reason=m.get("reason"), unit=m.get("unit", b.unit),
+                                   better=m.get("better", b.better), summary=m.get("summary"), raw=m["raw"],
+                                   overhead=m.get("overhead"), ops=m.get("ops"), cpu_ns=m.get("cpu_ns"),
+                                   wall_s=m.get("wall_s"), monitors=m["monitors"], info=m["info"],
+                                   started_at=m["started_at"])
+            if profiler and m["status"] == "ok":
+                profiler.collect(store, run, rid, b, copies, m)
+            if m["status"] == "failed":
+                failed = True
+                progress.note(f"kperfdiff: {b.name} failed: {m['reason']}")
+            elif m["status"] == "skipped":
+                progress.note(f"kperfdiff: {b.name} skipped: {m['reason']}")
+            progress.advance()
+        state = "complete"
+    except KeyboardInterrupt:
+        state = "interrupted"
+        raise
+    finally:
+        progress.close()
+        try:
+            swap.close()
+        finally:
+            store.finish_run(run.id, state)
+    run = store.get_run(run.id)
+    return Outcome(run, store.results(run.id), 1 if failed else 0)

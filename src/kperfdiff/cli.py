@@ -1,0 +1,190 @@
+"""The command line: one sub-command per stage, each parsing its options and
+calling one library function. Machine output goes to stdout, progress and
+logs to stderr. Errors become one sentence and a non-zero exit status
+(a traceback only with --debug)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from . import __version__
+from .errors import KperfdiffError, UsageError
+
+FORMATS = ["text", "json", "csv", "markdown"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one sentence and exit 2."""
+
+    def error(self, message):  # noqa: D401 - argparse API
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def _positive_int_list(text: str) -> list[int]:
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if "-" in part:
+            lo, _, hi = part.partition("-")
+            if not (lo.isdigit() and hi.isdigit()):
+                raise argparse.ArgumentTypeError(f"{text!r} is not a list of core counts like 1,2 or 1-4")
+            vals = range(int(lo), int(hi) + 1)
+        elif part.isdigit():
+            vals = [int(part)]
+        else:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a list of core counts like 1,2 or 1-4")
+        for v in vals:
+            if v < 1:
+                raise argparse.ArgumentTypeError(f"core counts must be 1 or more, not {v}")
+            out.append(v)
+    if not out:
+        raise argparse.ArgumentTypeError("an empty list of core counts")
+    return out
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 1 or more")
+    return int(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="kperfdiff",
+                description="Kernel performance workbench: benchmark kernels, profile them, "
+                            "and rank the kernel functions where one spends more time than another.")
+    p.add_argument("--version", action="version", version=f"kperfdiff {__version__}")
+    p.add_argument("--store", metavar="PATH",
+                   help="results store (SQLite file); default $KPERFDIFF_HOME/kperfdiff.db "
+                        "or $XDG_DATA_HOME/kperfdiff/kperfdiff.db")
+    p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    b = sub.add_parser("bench", help="run OS micro-benchmarks and store the results",
+                       description="Run OS micro-benchmarks (lmbench-class latencies, page faults, "
+                                   "GUPS, TLB shootdown, page-out) with kernel counters captured around "
+                                   "each, store every raw interval, and print the result table.")
+    b.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    b.add_argument("--suite", choices=["quick", "full"], default="quick",
+                   help="which benchmarks to run (default: quick)")
+    b.add_argument("--only", metavar="PATTERNS",
+                   help="comma-separated names or shell patterns (syscall.*,fault.anon.*); "
+                        "overrides --suite")
+    b.add_argument("-P", dest="parallel", metavar="LIST", type=_positive_int_list, default=[1],
+                   help="run N copies in parallel processes and report the per-copy figure; "
+                        "a list like 1,2 or 1-4 runs each (default: 1)")
+    b.add_argument("--reps", type=_positive_int, default=1,
+                   help="repeat each benchmark in N fresh processes (default: 1)")
+    b.add_argument("--intervals", type=_positive_int, default=None,
+                   help="timed intervals per process (default: 11, or the benchmark's own)")
+    b.add_argument("--min-batch-ms", type=float, default=10.0,
+                   help="minimum length of one timed batch in ms (default: 10)")
+    b.add_argument("--label", default="", help="a label for this run (e.g. the kernel or patch)")
+    b.add_argument("--param", action="append", default=[], metavar="BENCH:KEY=VALUE",
+                   help="override a benchmark parameter (e.g. gups.4k:log2_words=20); "
+                        "'*:dir=/mnt/x' applies to every benchmark that takes it")
+    b.add_argument("--allow-swap-setup", action="store_true",
+                   help="create a temporary zram device or swap file for benchmarks that need swap, "
+                        "and remove it afterwards")
+    b.add_argument("--timeout", type=float, default=None,
+                   help="per-process timeout in seconds (default: the benchmark's own)")
+    b.add_argument("--format", choices=["text", "json"], default="text")
+    b.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+    r = sub.add_parser("runs", help="list the runs in the store")
+    r.add_argument("--format", choices=["text", "json"], default="text")
+
+    s = sub.add_parser("show", help="show one run: machine facts, results, monitors")
+    s.add_argument("run", help="run id (or a unique prefix of its label)")
+    s.add_argument("--format", choices=["text", "json"], default="text")
+    s.add_argument("--raw", action="store_true", help="also print every raw interval")
+
+    _add_diff_parser(sub)
+    return p
+
+
+def _add_diff_parser(sub) -> None:
+    d = sub.add_parser("diff", help="rank the kernel functions whose share of time differs between two profiles")
+    d.add_argument("a", help="profile A: perf.data, perf script text, perf report text, folded stacks, "
+                             "or a store reference RUN[:benchmark] (several as R1,R2,R3)")
+    d.add_argument("b", help="profile B, in any of the same forms")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    try:
+        args = parser.parse_args(argv)
+        if not args.command:
+            parser.print_help(sys.stderr)
+            return 2
+        return COMMANDS[args.command](args)
+    except KperfdiffError as e:
+        if debug:
+            raise
+        print(f"kperfdiff: {e}", file=sys.stderr)
+        return e.exit_status
+    except KeyboardInterrupt:
+        print("kperfdiff: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # stdout closed early (| head): not an error worth a message.
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
+
+
+def _open_store(args):
+    from .store import Store
+    return Store.open(args.store)
+
+
+def _cmd_bench(args) -> int:
+    from .bench import session
+    if args.list:
+        from .bench.catalogue import load_catalogue
+        from .render import bench as rb
+        sys.stdout.write(rb.catalogue(load_catalogue(), args.format))
+        return 0
+    opts = session.BenchOptions.from_args(args)
+    store = _open_store(args)
+    outcome = session.run_bench(store, opts)
+    from .render import bench as rb
+    sys.stdout.write(rb.results(outcome.run, outcome.results, args.format))
+    return outcome.exit_status
+
+
+def _cmd_runs(args) -> int:
+    from .render import bench as rb
+    store = _open_store(args)
+    sys.stdout.write(rb.run_list(store.list_runs(), args.format))
+    return 0
+
+
+def _cmd_show(args) -> int:
+    from .render import bench as rb
+    store = _open_store(args)
+    run = store.find_run(args.run)
+    sys.stdout.write(rb.show(run, store.machine(run.machine_id), store.results(run.id), args.format,
+                             raw=args.raw))
+    return 0
+
+
+def _cmd_diff(args) -> int:
+    from . import diff
+    return diff.run_cli(args)
+
+
+COMMANDS = {
+    "bench": _cmd_bench,
+    "runs": _cmd_runs,
+    "show": _cmd_show,
+    "diff": _cmd_diff,
+}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

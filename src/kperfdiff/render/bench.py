@@ -1,0 +1,129 @@
+"""Benchmark results as text (aligned columns), JSON, and the catalogue."""
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+from .. import monitors
+from ..bench.catalogue import Benchmark
+from ..store import Result, Run
+from .table import Table, to_json, to_text
+
+JSON_VERSION = 1
+
+
+def _num(v: float | None) -> str:
+    """A measured value with 4 significant digits, as lmbench prints them."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    a = abs(v)
+    if a >= 1e5:
+        return f"{v:.0f}"
+    if a >= 1:
+        return f"{v:#.4g}" if a < 1000 else f"{v:.1f}"
+    return f"{v:#.4g}"
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v * 100:.1f}%"
+
+
+def catalogue(benches: tuple[Benchmark, ...] | list[Benchmark], fmt: str = "text") -> str:
+    if fmt == "json":
+        return to_json({"version": JSON_VERSION, "benchmarks": [
+            {"name": b.name, "family": b.family, "exercises": b.exercises, "unit": b.unit, "better": b.better,
+             "suites": list(b.suites), "params": b.params, "requires": list(b.requires), "lmbench": b.lmbench,
+             "differences": b.differences} for b in benches]})
+    t = Table(["benchmark", "unit", "better", "suite", "exercises"], align=["l", "l", "l", "l", "l"])
+    for b in benches:
+        suite = "quick" if "quick" in b.suites else "full"
+        req = f" (needs {', '.join(b.requires)})" if b.requires else ""
+        t.rows.append([b.name, b.unit, b.better, suite, b.exercises + req])
+    return to_text(t)
+
+
+def _result_json(r: Result) -> dict:
+    return {"benchmark": r.benchmark, "params": r.params, "copies": r.copies, "status": r.status,
+            "reason": r.reason, "unit": r.unit, "better": r.better,
+            "summary": {k: getattr(r, k) for k in ("n", "median", "min", "max", "q1", "q3", "mean", "stdev", "cv")},
+            "overhead": r.overhead, "ops": r.ops, "cpu_ns": r.cpu_ns, "wall_s": r.wall_s,
+            "monitors": r.monitors, "info": r.info,
+            "intervals": [{"rep": x[0], "copy": x[1], "value": x[3], "ops": x[4], "ns": x[5]} for x in r.raw]}
+
+
+def _run_json(run: Run) -> dict:
+    return {"id": run.id, "label": run.label, "variant": run.variant, "target": run.target, "state": run.state,
+            "started_at": run.started_at, "ended_at": run.ended_at, "tool_version": run.tool_version,
+            "command": run.command, "artefact_dir": run.artefact_dir}
+
+
+def results_table(results: list[Result]) -> Table:
+    t = Table(["benchmark", "P", "median", "unit", "min", "q1", "q3", "CV", "n", "note"],
+              align=["l", "r", "r", "l", "r", "r", "r", "r", "r", "l"])
+    for r in results:
+        if r.status != "ok":
+            t.rows.append([r.benchmark, r.copies, "-", r.unit or "", "-", "-", "-", "-", "-",
+                           f"{r.status}: {r.reason}"])
+            continue
+        note = "higher is better" if r.better == "higher" else ""
+        thp = [i.get("anon_huge_kb") for i in r.info if i.get("anon_huge_kb") is not None]
+        if thp:
+            note = (note + "; " if note else "") + f"AnonHugePages {thp[0]} kB"
+        t.rows.append([r.benchmark, r.copies, _num(r.median), r.unit, _num(r.min), _num(r.q1), _num(r.q3),
+                       _pct(r.cv), r.n, note])
+    return t
+
+
+def results(run: Run, results: list[Result], fmt: str = "text", machine: dict | None = None) -> str:
+    if fmt == "json":
+        return to_json({"version": JSON_VERSION, "run": _run_json(run), "machine": machine or {},
+                        "results": [_result_json(r) for r in results]})
+    head = f"run {run.id}" + (f" ({run.label})" if run.label else "") + f": {run.state}"
+    return head + "\n" + to_text(results_table(results))
+
+
+def run_list(runs: list[Run], fmt: str = "text") -> str:
+    if fmt == "json":
+        return to_json({"version": JSON_VERSION, "runs": [_run_json(r) for r in runs]})
+    t = Table(["run", "label", "state", "target", "started", "command"], align=["r", "l", "l", "l", "l", "l"])
+    for r in runs:
+        when = dt.datetime.fromtimestamp(r.started_at).strftime("%Y-%m-%d %H:%M")
+        t.rows.append([r.id, r.label or "-", r.state, r.target, when, r.command])
+    return to_text(t)
+
+
+FACT_ORDER = ["arch", "cpu_model", "cpus", "kernel_release", "cmdline", "page_size", "mem_total_kb", "thp_enabled",
+              "thp_defrag", "clocksource", "virtualisation", "emulated", "swap_active", "hostname"]
+
+
+def show(run: Run, facts: dict, results: list[Result], fmt: str = "text", raw: bool = False) -> str:
+    if fmt == "json":
+        return to_json({"version": JSON_VERSION, "run": _run_json(run), "machine": facts,
+                        "results": [_result_json(r) for r in results]})
+    out = [f"run {run.id}" + (f" ({run.label})" if run.label else "") + f": {run.state}, kperfdiff "
+           f"{run.tool_version}", f"command: {run.command}", "", "machine:"]
+    for k in FACT_ORDER:
+        if k in facts:
+            out.append(f"  {k:15} {facts[k]}")
+    ev = facts.get("perf_events") or {}
+    if ev:
+        ok = [e for e, v in ev.items() if v]
+        no = [e for e, v in ev.items() if not v]
+        out.append(f"  {'perf events':15} {', '.join(ok) or 'none'}" + (f" (not supported: {', '.join(no)})"
+                                                                        if no else ""))
+    out.append("")
+    out.append(to_text(results_table(results)).rstrip("\n"))
+    mon = [(r, monitors.relevant(r.monitors)) for r in results]
+    if any(m for _, m in mon):
+        out += ["", "kernel counters (delta over the benchmark, all processes):"]
+        for r, m in mon:
+            if m:
+                items = ", ".join(f"{k.split('.', 1)[1]}{' (' + monitors.IRQ_NAMES[k] + ')' if k in monitors.IRQ_NAMES else ''}"
+                                  f" {v}" for k, v in m)
+                out.append(f"  {r.benchmark} -P {r.copies}: {items}")
+    if raw:
+        out += ["", "raw intervals:"]
+        for r in results:
+            if r.values:
+                out.append(f"  {r.benchmark} -P {r.copies} ({r.unit}): " + " ".join(_num(v) for v in r.values))
+    return "\n".join(out) + "\n"

@@ -1,0 +1,108 @@
+"""One table model and its text, Markdown, CSV and JSON forms.
+
+Two text styles: ``aligned`` (columns padded, as perf and hyperfine print)
+and ``study`` (``a | b | c`` rows under a ``>>`` title and a ``-----`` rule,
+the layout of the original kperfdiff tables).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Table:
+    columns: list[str]
+    rows: list[list] = field(default_factory=list)
+    title: str = ""
+    # Per column: "l" or "r" alignment in aligned text and Markdown.
+    align: list[str] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def aligns(self) -> list[str]:
+        return self.align or ["l"] + ["r"] * (len(self.columns) - 1)
+
+
+def cell(v, digits: int = 2) -> str:
+    """Format one value: floats with fixed digits, None/nan as '-'."""
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "-"
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def to_text(table: Table, style: str = "aligned") -> str:
+    cells = [[cell(v) for v in row] for row in table.rows]
+    out: list[str] = []
+    if style == "study":
+        if table.title:
+            out.append(f">> {table.title}")
+        out.append(" | ".join(table.columns))
+        out.append("-----")
+        out.extend(" | ".join(r) for r in cells)
+    else:
+        widths = [len(c) for c in table.columns]
+        for r in cells:
+            widths = [max(w, len(c)) for w, c in zip(widths, r)]
+        al = table.aligns()
+
+        def fmt(r):
+            return "  ".join(c.rjust(w) if a == "r" else c.ljust(w)
+                             for c, w, a in zip(r, widths, al)).rstrip()
+        if table.title:
+            out.append(table.title)
+        out.append(fmt(table.columns))
+        out.append("  ".join("-" * w for w in widths))
+        out.extend(fmt(r) for r in cells)
+    out.extend(table.notes)
+    return "\n".join(out) + "\n"
+
+
+def _md_escape(s: str) -> str:
+    return s.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def to_markdown(table: Table) -> str:
+    out = []
+    if table.title:
+        out.append(f"### {_md_escape(table.title)}\n")
+    out.append("| " + " | ".join(_md_escape(c) for c in table.columns) + " |")
+    out.append("|" + "|".join("---:" if a == "r" else ":---" for a in table.aligns()) + "|")
+    for r in table.rows:
+        out.append("| " + " | ".join(_md_escape(cell(v)) for v in r) + " |")
+    for n in table.notes:
+        out.append("")
+        out.append(_md_escape(n))
+    return "\n".join(out) + "\n"
+
+
+def to_csv(table: Table) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(table.columns)
+    for r in table.rows:
+        w.writerow(["" if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in r])
+    return buf.getvalue()
+
+
+def json_clean(obj):
+    """Make a structure JSON-safe: NaN and infinities become null."""
+    if isinstance(obj, float):
+        return None if math.isnan(obj) or math.isinf(obj) else obj
+    if isinstance(obj, dict):
+        return {str(k): json_clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_clean(v) for v in obj]
+    if hasattr(obj, "item") and callable(obj.item):  # numpy scalar
+        return json_clean(obj.item())
+    return obj
+
+
+def to_json(obj) -> str:
+    return json.dumps(json_clean(obj), indent=2, sort_keys=False) + "\n"

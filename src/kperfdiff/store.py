@@ -1,0 +1,450 @@
+"""The results store: one SQLite file (WAL mode) and an artefact folder per run.
+
+Tables (schema version in ``meta``):
+
+* ``machine``: facts of one machine configuration (JSON) and its fingerprint;
+* ``run``: label, variant, target, machine, tool version, start/end, state
+  (running / complete / interrupted / failed), the command line;
+* ``result``: one benchmark at one parameter set and copy count in a run:
+  status (ok / failed / skipped) and reason, unit, direction, the summary
+  (median, min, max, quartiles, mean, stdev, CV), monitor deltas, the
+  workers' info, total operations and CPU time;
+* ``interval``: every raw interval value of a result (rep, copy, seq, value,
+  ops, ns), so every statistic can be recomputed;
+* ``profile``: perf recordings of a result: artefact paths, event, samples,
+  CPU time and operations of the profiled interval.
+
+Every finished result is committed at once, so a run stopped by Ctrl-C or a
+crash keeps what it measured; a run left ``running`` by a process that no
+longer exists is marked ``interrupted`` the next time the store is opened.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import __version__
+from .errors import InputError, StoreError
+
+SCHEMA_VERSION = 1
+RUN_STATES = ("running", "complete", "interrupted", "failed")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS machine (
+    id INTEGER PRIMARY KEY,
+    fingerprint TEXT NOT NULL UNIQUE,
+    arch TEXT, cpu_model TEXT, cpus INTEGER, kernel_release TEXT,
+    emulated INTEGER NOT NULL DEFAULT 0,
+    facts TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS run (
+    id INTEGER PRIMARY KEY,
+    label TEXT NOT NULL DEFAULT '',
+    variant TEXT NOT NULL DEFAULT '',
+    target TEXT NOT NULL DEFAULT 'local',
+    machine_id INTEGER REFERENCES machine(id),
+    tool_version TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    ended_at REAL,
+    state TEXT NOT NULL CHECK (state IN ('running','complete','interrupted','failed')),
+    experiment_hash TEXT,
+    command TEXT NOT NULL DEFAULT '',
+    options TEXT NOT NULL DEFAULT '{}',
+    pid INTEGER,
+    boot_id TEXT,
+    artefact_dir TEXT
+);
+CREATE TABLE IF NOT EXISTS result (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES run(id) ON DELETE CASCADE,
+    benchmark TEXT NOT NULL,
+    params TEXT NOT NULL DEFAULT '{}',
+    copies INTEGER NOT NULL DEFAULT 1,
+    status TEXT NOT NULL CHECK (status IN ('ok','failed','skipped')),
+    reason TEXT,
+    unit TEXT, better TEXT,
+    n INTEGER, median REAL, min REAL, max REAL, q1 REAL, q3 REAL, mean REAL, stdev REAL, cv REAL,
+    overhead REAL,
+    ops INTEGER, cpu_ns INTEGER, wall_s REAL,
+    monitors TEXT NOT NULL DEFAULT '{}',
+    info TEXT NOT NULL DEFAULT '[]',
+    started_at REAL, ended_at REAL
+);
+CREATE INDEX IF NOT EXISTS result_run ON result(run_id, benchmark);
+CREATE TABLE IF NOT EXISTS interval (
+    result_id INTEGER NOT NULL REFERENCES result(id) ON DELETE CASCADE,
+    rep INTEGER NOT NULL, copy INTEGER NOT NULL, seq INTEGER NOT NULL,
+    value REAL NOT NULL, ops INTEGER, ns INTEGER,
+    PRIMARY KEY (result_id, rep, copy, seq)
+);
+CREATE TABLE IF NOT EXISTS profile (
+    id INTEGER PRIMARY KEY,
+    result_id INTEGER REFERENCES result(id) ON DELETE CASCADE,
+    run_id INTEGER NOT NULL REFERENCES run(id) ON DELETE CASCADE,
+    benchmark TEXT NOT NULL,
+    rep INTEGER NOT NULL DEFAULT 0,
+    path TEXT NOT NULL,
+    kallsyms TEXT,
+    event TEXT,
+    samples INTEGER,
+    cpu_time_ns INTEGER,
+    ops INTEGER,
+    meta TEXT NOT NULL DEFAULT '{}'
+);
+"""
+
+# Migrations from version N to N+1, applied in order inside one transaction.
+MIGRATIONS: dict[int, str] = {}
+
+
+@dataclass
+class Run:
+    id: int
+    label: str
+    variant: str
+    target: str
+    machine_id: int | None
+    tool_version: str
+    started_at: float
+    ended_at: float | None
+    state: str
+    command: str
+    options: dict = field(default_factory=dict)
+    artefact_dir: str | None = None
+    experiment_hash: str | None = None
+
+
+@dataclass
+class Result:
+    id: int
+    run_id: int
+    benchmark: str
+    params: dict
+    copies: int
+    status: str
+    reason: str | None
+    unit: str | None
+    better: str | None
+    n: int | None
+    median: float | None
+    min: float | None
+    max: float | None
+    q1: float | None
+    q3: float | None
+    mean: float | None
+    stdev: float | None
+    cv: float | None
+    overhead: float | None
+    ops: int | None
+    cpu_ns: int | None
+    wall_s: float | None
+    monitors: dict
+    info: list
+    values: list[float] = field(default_factory=list)
+    # (rep, copy, seq, value, ops, ns) for every interval
+    raw: list[tuple] = field(default_factory=list)
+
+
+def default_path() -> Path:
+    if os.environ.get("KPERFDIFF_HOME"):
+        return Path(os.environ["KPERFDIFF_HOME"]) / "kperfdiff.db"
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "kperfdiff" / "kperfdiff.db"
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+class Store:
+    def __init__(self, path: Path, conn: sqlite3.Connection):
+        self.path = path
+        self.conn = conn
+
+    # -- opening ------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str | Path | None = None) -> "Store":
+        p = Path(path) if path else default_path()
+        if p.exists() and p.is_dir():
+            raise StoreError(f"the store {p} is a directory; give the path of a file with --store")
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"cannot create the store's folder {p.parent}: {e.strerror}; "
+                             f"choose another place with --store") from None
+        if p.exists() and p.stat().st_size > 0:
+            with open(p, "rb") as f:
+                if f.read(16) != b"SQLite format 3\x00":
+                    raise StoreError(f"{p} is not a kperfdiff store (not an SQLite file)")
+        try:
+            conn = sqlite3.connect(p, timeout=30, isolation_level=None)
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot open the store {p}: {e}; choose another with --store") from None
+        store = cls(p, conn)
+        store._init_schema()
+        store._mark_dead_runs()
+        return store
+
+    def _init_schema(self) -> None:
+        try:
+            tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if "meta" not in tables:
+                if tables:
+                    raise StoreError(f"{self.path} is an SQLite file but not a kperfdiff store")
+                with self.tx():
+                    for stmt in SCHEMA.split(";"):
+                        if stmt.strip():
+                            self.conn.execute(stmt)
+                    self.conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                    self.conn.execute("INSERT INTO meta VALUES ('created_by', ?)", (__version__,))
+                return
+            row = self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            version = int(row[0]) if row else 0
+            if version > SCHEMA_VERSION:
+                raise StoreError(f"the store {self.path} was written by a newer kperfdiff (schema {version}, "
+                                 f"this one reads up to {SCHEMA_VERSION}); upgrade kperfdiff or use another --store")
+            if version < SCHEMA_VERSION:
+                self._migrate(version)
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"cannot read the store {self.path}: {e}") from None
+        except OSError as e:
+            raise StoreError(f"cannot write the store {self.path}: {e.strerror}; choose another with --store") from None
+
+    def _migrate(self, version: int) -> None:
+        with self.tx():
+            for v in range(version, SCHEMA_VERSION):
+                if v not in MIGRATIONS:
+                    raise StoreError(f"the store {self.path} has schema {version}, which this kperfdiff "
+                                     f"cannot upgrade; start a new store with --store")
+                for stmt in MIGRATIONS[v].split(";"):
+                    if stmt.strip():
+                        self.conn.execute(stmt)
+            self.conn.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
+
+    def _mark_dead_runs(self) -> None:
+        boot = _boot_id()
+        rows = self.conn.execute("SELECT id, pid, boot_id FROM run WHERE state='running'").fetchall()
+        for r in rows:
+            if r["boot_id"] != boot or not _pid_alive(r["pid"]) or r["pid"] == os.getpid():
+                self.finish_run(r["id"], "interrupted")
+
+    class _Tx:
+        def __init__(self, conn):
+            self.conn = conn
+
+        def __enter__(self):
+            self.conn.execute("BEGIN IMMEDIATE")
+
+        def __exit__(self, et, ev, tb):
+            self.conn.execute("ROLLBACK" if et else "COMMIT")
+            return False
+
+    def tx(self):
+        """A write transaction: committed whole, or rolled back whole."""
+        return Store._Tx(self.conn)
+
+    def _write(self, fn):
+        try:
+            with self.tx():
+                return fn()
+        except sqlite3.OperationalError as e:
+            raise StoreError(f"cannot write the store {self.path}: {e}") from None
+
+    # -- machines and runs ---------------------------------------------------
+    def add_machine(self, facts: dict) -> int:
+        from .machine import fingerprint
+        fp = fingerprint(facts)
+
+        def w():
+            row = self.conn.execute("SELECT id FROM machine WHERE fingerprint=?", (fp,)).fetchone()
+            if row:
+                return row[0]
+            cur = self.conn.execute(
+                "INSERT INTO machine (fingerprint, arch, cpu_model, cpus, kernel_release, emulated, facts) "
+                "VALUES (?,?,?,?,?,?,?)",
+                (fp, facts.get("arch"), facts.get("cpu_model"), facts.get("cpus"), facts.get("kernel_release"),
+                 int(bool(facts.get("emulated"))), json.dumps(facts, sort_keys=True)))
+            return cur.lastrowid
+        return self._write(w)
+
+    def machine(self, machine_id: int | None) -> dict:
+        if machine_id is None:
+            return {}
+        row = self.conn.execute("SELECT facts FROM machine WHERE id=?", (machine_id,)).fetchone()
+        return json.loads(row[0]) if row else {}
+
+    def artefact_root(self) -> Path:
+        return self.path.parent / (self.path.stem + ".artefacts")
+
+    def start_run(self, *, label: str = "", variant: str = "", target: str = "local", machine_id: int | None,
+                  command: str = "", options: dict | None = None, experiment_hash: str | None = None) -> Run:
+        now = time.time()
+
+        def w():
+            cur = self.conn.execute(
+                "INSERT INTO run (label, variant, target, machine_id, tool_version, started_at, state, command, "
+                "options, pid, boot_id, experiment_hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (label, variant, target, machine_id, __version__, now, "running", command,
+                 json.dumps(options or {}), os.getpid(), _boot_id(), experiment_hash))
+            rid = cur.lastrowid
+            adir = self.artefact_root() / f"run-{rid}"
+            self.conn.execute("UPDATE run SET artefact_dir=? WHERE id=?", (str(adir), rid))
+            return rid
+        rid = self._write(w)
+        return self.get_run(rid)
+
+    def finish_run(self, run_id: int, state: str) -> None:
+        if state not in RUN_STATES:
+            raise ValueError(state)
+        self._write(lambda: self.conn.execute("UPDATE run SET state=?, ended_at=? WHERE id=?",
+                                              (state, time.time(), run_id)))
+
+    @staticmethod
+    def _run(row) -> Run:
+        return Run(id=row["id"], label=row["label"], variant=row["variant"], target=row["target"],
+                   machine_id=row["machine_id"], tool_version=row["tool_version"], started_at=row["started_at"],
+                   ended_at=row["ended_at"], state=row["state"], command=row["command"],
+                   options=json.loads(row["options"] or "{}"), artefact_dir=row["artefact_dir"],
+                   experiment_hash=row["experiment_hash"])
+
+    def get_run(self, run_id: int) -> Run:
+        row = self.conn.execute("SELECT * FROM run WHERE id=?", (run_id,)).fetchone()
+        if not row:
+            raise InputError(f"there is no run {run_id} in the store {self.path}")
+        return self._run(row)
+
+    def list_runs(self) -> list[Run]:
+        return [self._run(r) for r in self.conn.execute("SELECT * FROM run ORDER BY id")]
+
+    def find_run(self, ref: str) -> Run:
+        """A run by id, or by a label that names exactly one run."""
+        ref = ref.strip()
+        if ref.isdigit():
+            return self.get_run(int(ref))
+        rows = self.conn.execute("SELECT * FROM run WHERE label=? ORDER BY id", (ref,)).fetchall()
+        if len(rows) == 1:
+            return self._run(rows[0])
+        if len(rows) > 1:
+            ids = ", ".join(str(r["id"]) for r in rows)
+            raise InputError(f"the label {ref!r} names several runs ({ids}); give a run id")
+        raise InputError(f"there is no run {ref!r} in the store {self.path}; see kperfdiff runs")
+
+    # -- results -------------------------------------------------------------
+    def add_result(self, run_id: int, *, benchmark: str, params: dict, copies: int, status: str,
+                   reason: str | None, unit: str | None, better: str | None, summary: dict | None,
+                   raw: list[tuple], overhead: float | None = None, ops: int | None = None,
+                   cpu_ns: int | None = None, wall_s: float | None = None, monitors: dict | None = None,
+                   info: list | None = None, started_at: float | None = None) -> int:
+        """Store one result and its raw intervals in one transaction."""
+        s = summary or {}
+
+        def w():
+            cur = self.conn.execute(
+                "INSERT INTO result (run_id, benchmark, params, copies, status, reason, unit, better, n, median, "
+                "min, max, q1, q3, mean, stdev, cv, overhead, ops, cpu_ns, wall_s, monitors, info, started_at, "
+                "ended_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (run_id, benchmark, json.dumps(params, sort_keys=True), copies, status, reason, unit, better,
+                 s.get("n"), s.get("median"), s.get("min"), s.get("max"), s.get("q1"), s.get("q3"),
+                 s.get("mean"), _nan_none(s.get("stdev")), _nan_none(s.get("cv")), overhead, ops, cpu_ns, wall_s,
+                 json.dumps(monitors or {}, sort_keys=True), json.dumps(info or []), started_at, time.time()))
+            rid = cur.lastrowid
+            self.conn.executemany("INSERT INTO interval VALUES (?,?,?,?,?,?,?)",
+                                  [(rid, *r) for r in raw])
+            return rid
+        return self._write(w)
+
+    def results(self, run_id: int, with_raw: bool = True) -> list[Result]:
+        out = []
+        for r in self.conn.execute("SELECT * FROM result WHERE run_id=? ORDER BY id", (run_id,)):
+            res = Result(id=r["id"], run_id=r["run_id"], benchmark=r["benchmark"], params=json.loads(r["params"]),
+                         copies=r["copies"], status=r["status"], reason=r["reason"], unit=r["unit"],
+                         better=r["better"], n=r["n"], median=r["median"], min=r["min"], max=r["max"], q1=r["q1"],
+                         q3=r["q3"], mean=r["mean"], stdev=r["stdev"], cv=r["cv"], overhead=r["overhead"],
+                         ops=r["ops"], cpu_ns=r["cpu_ns"], wall_s=r["wall_s"], monitors=json.loads(r["monitors"]),
+                         info=json.loads(r["info"]))
+            if with_raw:
+                res.raw = [tuple(x) for x in self.conn.execute(
+                    "SELECT rep, copy, seq, value, ops, ns FROM interval WHERE result_id=? ORDER BY rep, copy, seq",
+                    (res.id,))]
+                res.values = [x[3] for x in res.raw]
+            out.append(res)
+        return out
+
+    # -- profiles ------------------------------------------------------------
+    def add_profile(self, *, run_id: int, result_id: int | None, benchmark: str, rep: int, path: str,
+                    kallsyms: str | None, event: str | None, samples: int | None, cpu_time_ns: int | None,
+                    ops: int | None, meta: dict | None = None) -> int:
+        def w():
+            return self.conn.execute(
+                "INSERT INTO profile (result_id, run_id, benchmark, rep, path, kallsyms, event, samples, "
+                "cpu_time_ns, ops, meta) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (result_id, run_id, benchmark, rep, path, kallsyms, event, samples, cpu_time_ns, ops,
+                 json.dumps(meta or {}))).lastrowid
+        return self._write(w)
+
+    def profiles(self, run_id: int, benchmark: str | None = None) -> list[dict]:
+        q = "SELECT * FROM profile WHERE run_id=?"
+        args: list = [run_id]
+        if benchmark:
+            q += " AND benchmark=?"
+            args.append(benchmark)
+        return [dict(r) | {"meta": json.loads(r["meta"])} for r in self.conn.execute(q + " ORDER BY id", args)]
+
+    def profile_refs(self, spec: str) -> list[tuple[Path, dict]]:
+        """Resolve ``RUN``, ``RUN:benchmark`` or ``R1,R2:benchmark`` to profile files and their facts.
+
+        A run with profiles of several benchmarks needs the benchmark named.
+        """
+        out: list[tuple[Path, dict]] = []
+        for part in spec.split(","):
+            ref, _, bench = part.strip().partition(":")
+            run = self.find_run(ref)
+            profs = self.profiles(run.id, bench or None)
+            if not profs:
+                what = f"of {bench} " if bench else ""
+                raise InputError(f"run {run.id} has no profile {what}in the store; record one with "
+                                 f"kperfdiff bench --profile")
+            benches = sorted({p["benchmark"] for p in profs})
+            if len(benches) > 1:
+                raise InputError(f"run {run.id} has profiles of several benchmarks ({', '.join(benches)}); "
+                                 f"name one as {run.id}:BENCHMARK")
+            facts = self.machine(run.machine_id)
+            for p in profs:
+                out.append((Path(p["path"]), {
+                    "label": run.label or f"run {run.id}", "arch": facts.get("arch"), "ops": p["ops"],
+                    "cpu_time_ns": p["cpu_time_ns"], "kallsyms": p["kallsyms"], "run_id": run.id,
+                    "benchmark": p["benchmark"], "emulated": bool(facts.get("emulated"))}))
+        return out
+
+
+def _nan_none(v):
+    if v is None:
+        return None
+    try:
+        return None if v != v else v
+    except TypeError:
+        return v

@@ -1,0 +1,42 @@
+"""Shared fixtures: a private store per test, the installed CLI, tiny runs."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+KPERFDIFF = Path(sys.executable).with_name("kperfdiff")
+DATA = ROOT / "tests" / "data"
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A fresh KPERFDIFF_HOME so each test has its own store."""
+    h = tmp_path / "home"
+    h.mkdir()
+    monkeypatch.setenv("KPERFDIFF_HOME", str(h))
+    return h
+
+
+def run_cli(*args, env=None, check=None, timeout=600, **kw) -> subprocess.CompletedProcess:
+    """Run the installed `kperfdiff` with the given arguments."""
+    e = dict(os.environ)
+    if env:
+        e.update(env)
+    p = subprocess.run([str(KPERFDIFF), *map(str, args)], capture_output=True, text=True, env=e,
+                       timeout=timeout, stdin=subprocess.DEVNULL, **kw)
+    if check is not None:
+        assert p.returncode == check, f"exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    return p
+
+
+def assert_one_sentence_error(p: subprocess.CompletedProcess) -> None:
+    """A user error: non-zero exit, no traceback, one line on stderr starting kperfdiff:."""
+    assert p.returncode != 0
+    assert "Traceback" not in p.stderr, p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert lines and lines[-1].startswith("kperfdiff: "), p.stderr

@@ -1,0 +1,49 @@
+"""Every benchmark in the catalogue runs with tiny settings and yields
+positive finite values in its declared unit (or a stated skip)."""
+import math
+import os
+
+import pytest
+
+from kperfdiff import machine
+from kperfdiff.bench import build, catalogue, worker
+from kperfdiff.bench.session import unmet_requirement
+
+FACTS = machine.facts(probe_perf=False)
+BENCHES = catalogue.load_catalogue()
+
+
+@pytest.fixture(scope="module")
+def binaries():
+    return build.build_all()
+
+
+@pytest.mark.parametrize("bench", BENCHES, ids=[b.name for b in BENCHES])
+def test_benchmark_tiny(bench, binaries):
+    reason = unmet_requirement(bench, FACTS, FACTS["swap_active"])
+    if reason:
+        pytest.skip(reason)
+    params = dict(bench.params)
+    params.update(bench.tiny_params)
+    if bench.family == "proc":
+        params.setdefault("hello", str(binaries["hello"]))
+    argv = worker.worker_argv(binaries[bench.family], bench.name, params, intervals=3, min_batch_ns=1_000_000,
+                              warmup=1)
+    out = worker.run_copies(argv, 1, timeout=bench.timeout)[0]
+    if out.status == "skipped":
+        pytest.skip(f"{bench.name}: {out.skip}")
+    assert out.status == "ok", f"{bench.name}: {out.error}\n{out.stderr}"
+    assert out.unit == bench.unit and out.better == bench.better
+    assert len(out.intervals) == 3
+    for v in out.values:
+        assert math.isfinite(v) and v > 0, (bench.name, out.values)
+    assert out.ops > 0
+
+
+def test_catalogue_is_complete():
+    names = {b.name for b in BENCHES}
+    families = {b.family for b in BENCHES}
+    assert {"syscall", "signal", "select", "proc", "ctx", "ipc", "fs", "mmap", "fault", "gups", "tlb",
+            "pageout"} <= families
+    assert len([b for b in BENCHES if "quick" in b.suites]) >= 20
+    assert "syscall.null" in names

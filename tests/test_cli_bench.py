@@ -1,0 +1,96 @@
+"""`kperfdiff bench`, `runs`, `show` as a user runs them."""
+import json
+import subprocess
+
+import pytest
+
+from conftest import assert_one_sentence_error, run_cli
+from kperfdiff.bench import build, catalogue
+
+TINY = ["--intervals", "3", "--min-batch-ms", "1", "--no-progress"]
+
+
+def test_list_text_and_json():
+    p = run_cli("bench", "--list", check=0)
+    for b in catalogue.load_catalogue():
+        assert b.name in p.stdout
+    j = json.loads(run_cli("bench", "--list", "--format", "json", check=0).stdout)
+    names = [b["name"] for b in j["benchmarks"]]
+    assert len(names) == len(set(names)) == len(catalogue.load_catalogue())
+    assert all(b["better"] in ("lower", "higher") and b["unit"] for b in j["benchmarks"])
+
+
+def test_only_patterns_and_json(home):
+    p = run_cli("bench", "--only", "syscall.n*,syscall.stat", "--format", "json", *TINY, check=0)
+    j = json.loads(p.stdout)
+    assert j["version"] == 1 and j["run"]["state"] == "complete"
+    assert [r["benchmark"] for r in j["results"]] == ["syscall.null", "syscall.stat"]
+    for r in j["results"]:
+        assert r["status"] == "ok" and r["unit"] == "ns/op" and r["better"] == "lower"
+        assert len(r["intervals"]) == 3 and r["summary"]["median"] > 0
+        assert "vmstat.pgfault" in r["monitors"] or r["monitors"] is not None
+    runs = json.loads(run_cli("runs", "--format", "json", check=0).stdout)["runs"]
+    assert runs[-1]["id"] == j["run"]["id"]
+    shown = run_cli("show", str(j["run"]["id"]), "--raw", check=0).stdout
+    assert "syscall.stat" in shown and "machine:" in shown and "raw intervals" in shown
+
+
+def test_parallel_copies_pool_intervals(home):
+    p = run_cli("bench", "--only", "syscall.null", "-P", "1-2", "--reps", "2", "--format", "json", *TINY, check=0)
+    res = json.loads(p.stdout)["results"]
+    assert [(r["copies"], len(r["intervals"])) for r in res] == [(1, 6), (2, 12)]
+    assert {(i["rep"], i["copy"]) for i in res[1]["intervals"]} == {(0, 0), (0, 1), (1, 0), (1, 1)}
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["bench", "--only", "nosuch.bench"], "no benchmark matches"),
+    (["bench", "-P", "0"], "core counts must be 1 or more"),
+    (["bench", "-P", "x"], "not a list of core counts"),
+    (["bench", "--reps", "0"], "whole number"),
+    (["bench", "--only", "syscall.null", "--param", "syscall.null"], "BENCH:KEY=VALUE"),
+    (["bench", "--only", "syscall.null", "--param", "fault.*:nokey=1"], "applies to no chosen benchmark"),
+    (["show", "424242"], "no run 424242"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_bad_arguments_one_sentence(home, args, needle):
+    p = run_cli(*args)
+    assert_one_sentence_error(p)
+    assert needle in p.stderr
+
+
+def test_unwritable_store(tmp_path):
+    p = run_cli("--store", "/proc/kperfdiff.db", "bench", "--only", "syscall.null", *TINY)
+    assert_one_sentence_error(p)
+
+
+def test_failed_benchmark_recorded_and_exit_status(home):
+    # a bad parameter makes the worker fail: recorded as failed, suite goes on, exit 1
+    p = run_cli("bench", "--only", "syscall.null,syscall.stat", "--param", "syscall.stat:path=/no/such/file",
+                "--format", "json", *TINY)
+    assert p.returncode == 1
+    res = {r["benchmark"]: r for r in json.loads(p.stdout)["results"]}
+    assert res["syscall.null"]["status"] == "ok"
+    assert res["syscall.stat"]["status"] == "failed" and "stat" in res["syscall.stat"]["reason"]
+
+
+def _elf_machine(path):
+    with open(path, "rb") as f:
+        head = f.read(20)
+    assert head[:4] == b"\x7fELF"
+    return int.from_bytes(head[18:20], "little")
+
+
+def test_aarch64_cross_build_static():
+    out = build.build_all(arch="aarch64")
+    assert set(out) >= set(catalogue.families())
+    for path in out.values():
+        assert _elf_machine(path) == 183  # EM_AARCH64
+        info = subprocess.run(["file", "-b", str(path)], capture_output=True, text=True).stdout
+        if info:
+            assert "statically linked" in info
+
+
+def test_build_cache_is_keyed_by_source():
+    a = build.build_family("syscall")
+    b = build.build_family("syscall")
+    assert a == b and a.exists()

@@ -1,0 +1,89 @@
+import math
+
+import numpy as np
+import pytest
+
+from kperfdiff import stats
+
+
+def test_summarize_hand_computed():
+    s = stats.summarize([4, 1, 3, 2])
+    assert s.n == 4
+    assert s.median == 2.5
+    assert (s.min, s.max) == (1, 4)
+    # type 7 quartiles of 1,2,3,4: 1 + 0.75*(2-1) and 3 + 0.25*(4-3)
+    assert s.q1 == pytest.approx(1.75)
+    assert s.q3 == pytest.approx(3.25)
+    assert s.mean == 2.5
+    # sample sd: sqrt(((1.5^2+0.5^2)*2)/3) = sqrt(5/3)
+    assert s.stdev == pytest.approx(math.sqrt(5 / 3))
+    assert s.cv == pytest.approx(math.sqrt(5 / 3) / 2.5)
+
+
+def test_summarize_single_and_bad():
+    s = stats.summarize([7.0])
+    assert s.median == 7.0 and math.isnan(s.cv)
+    with pytest.raises(ValueError):
+        stats.summarize([])
+    with pytest.raises(ValueError):
+        stats.summarize([1.0, float("nan")])
+
+
+def test_signed_change_direction():
+    assert stats.signed_change(100, 80, "lower") == pytest.approx(20.0)
+    assert stats.signed_change(100, 120, "lower") == pytest.approx(-20.0)
+    assert stats.signed_change(100, 150, "higher") == pytest.approx(50.0)
+    assert math.isnan(stats.signed_change(0, 1, "lower"))
+    with pytest.raises(ValueError):
+        stats.signed_change(1, 2, "sideways")
+
+
+def test_bootstrap_detects_real_change_and_not_noise():
+    rng = np.random.default_rng(1)
+    a = 100 + rng.normal(0, 1, 30)
+    b = 90 + rng.normal(0, 1, 30)
+    ch = stats.bootstrap_median_change(a, b, "lower")
+    assert ch.significant
+    assert ch.low < ch.change < ch.high
+    assert 8 < ch.change < 12
+    same = stats.bootstrap_median_change(a, a + rng.normal(0, 1, 30) * 0.01, "lower")
+    assert same.low <= 0 <= same.high or not same.significant
+    # deterministic: same inputs, same interval
+    again = stats.bootstrap_median_change(a, b, "lower")
+    assert (again.low, again.high) == (ch.low, ch.high)
+
+
+def test_bootstrap_single_values_not_significant():
+    ch = stats.bootstrap_median_change([1.0], [2.0], "lower")
+    assert not ch.significant and math.isnan(ch.low)
+    assert ch.change == pytest.approx(-100.0)
+
+
+def test_welch_against_hand_computation():
+    a = [1.0, 2.0, 3.0, 4.0]
+    b = [2.0, 4.0, 6.0, 8.0]
+    d, lo, hi, p = stats.welch_interval(a, b)
+    assert d == pytest.approx(2.5)
+    # var a = 5/3, var b = 20/3; se = sqrt(5/12 + 20/12) = sqrt(25/12)
+    se = math.sqrt(25 / 12)
+    df = (25 / 12) ** 2 / ((5 / 12) ** 2 / 3 + (20 / 12) ** 2 / 3)
+    from scipy import stats as sst
+    t = sst.t.ppf(0.975, df)
+    assert lo == pytest.approx(2.5 - t * se)
+    assert hi == pytest.approx(2.5 + t * se)
+    assert p == pytest.approx(2 * sst.t.sf(2.5 / se, df))
+
+
+def test_benjamini_hochberg_hand_computed():
+    p = [0.01, 0.04, 0.03, 0.20]
+    # sorted 0.01,0.03,0.04,0.20 -> *4/rank = 0.04,0.06,0.0533,0.20 -> monotone 0.04,0.0533,0.0533,0.20
+    q = stats.benjamini_hochberg(p)
+    assert q == pytest.approx([0.04, 0.16 / 3, 0.16 / 3, 0.20])
+    q2 = stats.benjamini_hochberg([0.5, float("nan")])
+    assert q2[0] == pytest.approx(0.5) and math.isnan(q2[1])
+
+
+def test_geometric_mean_change():
+    # ratios 1.1 and 0.9 -> sqrt(0.99) - 1
+    assert stats.geometric_mean_change([10, -10]) == pytest.approx((math.sqrt(0.99) - 1) * 100)
+    assert math.isnan(stats.geometric_mean_change([]))
