@@ -89,8 +89,25 @@ def build_parser() -> argparse.ArgumentParser:
                         "and remove it afterwards")
     b.add_argument("--timeout", type=float, default=None,
                    help="per-process timeout in seconds (default: the benchmark's own)")
+    b.add_argument("--profile", action="store_true",
+                   help="record every benchmark process with perf record -g (kernel and user) into the run's "
+                        "artefact folder, with kallsyms, build ids and hardware counts where available")
+    b.add_argument("--profile-freq", type=_positive_int, default=None, metavar="HZ",
+                   help="sampling frequency for --profile (default: perf's, 4000 Hz)")
     b.add_argument("--format", choices=["text", "json"], default="text")
     b.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+    rc = sub.add_parser("record", help="profile any command with perf, keeping kallsyms and build ids beside it",
+                        description="Profile a command with perf record -g (kernel and user) into DIR, with a "
+                                    "kallsyms snapshot, build ids, hardware-event counts where the machine has "
+                                    "them, and a meta file, so kperfdiff diff can read it anywhere.")
+    rc.add_argument("-o", "--output", default="kperfdiff-record", metavar="DIR",
+                    help="folder to write into (default: kperfdiff-record)")
+    rc.add_argument("-e", "--event", default=None,
+                    help="sampling event (default: cycles where the PMU counts it, else cpu-clock)")
+    rc.add_argument("-F", "--freq", type=_positive_int, default=None, help="sampling frequency in Hz")
+    rc.add_argument("--name", default="perf", help="file name stem (default: perf -> perf.perf.data)")
+    rc.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND [ARG...]")
 
     r = sub.add_parser("runs", help="list the runs in the store")
     r.add_argument("--format", choices=["text", "json"], default="text")
@@ -173,6 +190,13 @@ def _cmd_show(args) -> int:
     return 0
 
 
+def _cmd_record(args) -> int:
+    from .record import record_command
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    rc, _ = record_command(Path(args.output), cmd, event=args.event, freq=args.freq, name=args.name)
+    return rc
+
+
 def _cmd_diff(args) -> int:
     from . import diff
     return diff.run_cli(args)
@@ -182,6 +206,7 @@ COMMANDS = {
     "bench": _cmd_bench,
     "runs": _cmd_runs,
     "show": _cmd_show,
+    "record": _cmd_record,
     "diff": _cmd_diff,
 }
 

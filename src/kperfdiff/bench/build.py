@@ -20,7 +20,7 @@ from .catalogue import FAMILIES_DIR, Family, families
 
 HEADER = FAMILIES_DIR / "kpd.h"
 HELLO = FAMILIES_DIR / "hello.c"
-CFLAGS = ("-O2", "-Wall", "-Wextra", "-std=gnu11")
+CFLAGS = ("-O2", "-g", "-fno-omit-frame-pointer", "-Wall", "-Wextra", "-std=gnu11")
 COMPILERS = {"x86_64": "x86_64-linux-gnu-gcc", "aarch64": "aarch64-linux-gnu-gcc"}
 
 

@@ -40,6 +40,8 @@ class BenchOptions:
     timeout: float | None = None
     progress: bool = True
     tiny: bool = False          # use each benchmark's tiny_params (tests)
+    profile: bool = False
+    profile_freq: int | None = None
     command: str = ""
 
     @classmethod
@@ -49,6 +51,7 @@ class BenchOptions:
                    min_batch_ns=int(args.min_batch_ms * 1e6) if args.min_batch_ms else None,
                    label=args.label, params=args.param, allow_swap_setup=args.allow_swap_setup,
                    timeout=args.timeout, progress=not args.no_progress,
+                   profile=args.profile, profile_freq=args.profile_freq,
                    command=shlex.join(["kperfdiff", *sys.argv[1:]]))
 
 
@@ -104,6 +107,7 @@ def measure(b: Benchmark, binary, params: dict[str, str], copies: int, reps: int
     argv = worker.worker_argv(binary, b.name, params, intervals=intervals, min_batch_ns=opts.min_batch_ns)
     timeout = opts.timeout or b.timeout
     raw: list[tuple] = []
+    procs: list[tuple[int, int, int, int]] = []  # rep, copy, ops, cpu ns
     infos: list[dict] = []
     mon_total: dict[str, int] = {}
     ops = cpu = 0
@@ -129,26 +133,31 @@ def measure(b: Benchmark, binary, params: dict[str, str], copies: int, reps: int
             infos.append({"rep": rep, "copy": copy, **o.info})
             ops += o.ops
             cpu += o.cpu_user_ns + o.cpu_sys_ns
+            procs.append((rep, copy, o.ops, o.cpu_user_ns + o.cpu_sys_ns))
             if o.overhead is not None:
                 overheads.append(o.overhead)
         wall += outs[0].wall_s if outs else 0.0
     summary = stats.summarize([r[3] for r in raw]).as_dict()
     return {"status": "ok", "reason": None, "raw": raw, "info": infos, "monitors": mon_total, "summary": summary,
-            "unit": unit, "better": better, "ops": ops, "cpu_ns": cpu, "wall_s": wall, "started_at": started,
+            "unit": unit, "better": better, "ops": ops, "procs": procs, "cpu_ns": cpu, "wall_s": wall, "started_at": started,
             "overhead": (sorted(overheads)[len(overheads) // 2] if overheads else None)}
 
 
-def run_bench(store: Store, opts: BenchOptions, *, profiler=None) -> Outcome:
+def run_bench(store: Store, opts: BenchOptions) -> Outcome:
     """Run the chosen benchmarks into a new run of ``store``."""
     benches = catalogue.select(opts.suite, opts.only)
     overrides = parse_param_overrides(opts.params, benches)
     facts = machine.facts()
+    profiler = None
+    if opts.profile:
+        from ..record import BenchProfiler
+        profiler = BenchProfiler(facts, freq=opts.profile_freq)
     binaries = build.build_all(sorted({b.family for b in benches}))
     mid = store.add_machine(facts)
     run = store.start_run(label=opts.label, variant=opts.variant, machine_id=mid, command=opts.command,
                           options={"suite": opts.suite, "only": opts.only, "parallel": opts.parallel,
                                    "reps": opts.reps, "intervals": opts.intervals, "params": opts.params,
-                                   "min_batch_ns": opts.min_batch_ns})
+                                   "min_batch_ns": opts.min_batch_ns, "profile": opts.profile})
     cells = [(b, p) for b in benches for p in opts.parallel]
     progress = Progress(len(cells), enabled=opts.progress)
     failed = False

@@ -141,19 +141,19 @@ def _kill(procs: list[subprocess.Popen]) -> None:
 
 
 def run_copies(argv: list[str], copies: int, timeout: float, *, env: dict | None = None,
-               prefix: list[str] | None = None) -> list[WorkerOutput]:
+               prefix=None) -> list[WorkerOutput]:
     """Run ``copies`` workers at once and return their parsed outputs.
 
     With more than one copy each worker gets ``--sync``: it prints ``ready``
     after its set-up, and all are released together by one byte on stdin,
     so they measure concurrently (lmbench's -P). Each worker runs in its own
     process group, killed whole on timeout or Ctrl-C. ``prefix`` wraps the
-    command (for example ``perf record ... --``).
+    command (for example ``perf record ... --``): a list of words, or a
+    function of the copy index returning one (one perf.data per copy).
     """
     bench = argv[1]
     sync = copies > 1
     cmd = list(argv) + (["--sync"] if sync and "--sync" not in argv else [])
-    cmd = (prefix or []) + cmd
     procs: list[subprocess.Popen] = []
     t0 = time.monotonic()
     deadline = t0 + timeout
@@ -161,8 +161,9 @@ def run_copies(argv: list[str], copies: int, timeout: float, *, env: dict | None
     errs: dict[int, list[bytes]] = {}
     timed_out = False
     try:
-        for _ in range(copies):
-            p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        for copy in range(copies):
+            words = (prefix(copy) if callable(prefix) else prefix or []) + cmd
+            p = subprocess.Popen(words, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, start_new_session=True, env=env)
             procs.append(p)
             bufs[p.pid] = []
