@@ -34,7 +34,8 @@ $(STAMPS)/venv: $(PY_REQUIREMENTS) $(STAMPS)/apt
 
 $(STAMPS)/native: $(STAMPS)/venv $(NATIVE_SOURCES) pyproject.toml
 	@echo "building kperfdiff (native core, release)"
-	@cd native && ../$(BIN)/maturin develop --release -q -m Cargo.toml 2>&1 | grep -v '^\s*$$' | tail -3
+	@VIRTUAL_ENV=$(CURDIR)/$(VENV) $(BIN)/maturin develop --release -q 2>&1 | grep -v '^\s*$$' | tail -3
+	@$(BIN)/python -c "import kperfdiff._native" || { echo "the native module did not build" >&2; exit 1; }
 	@touch $@
 
 demo: setup

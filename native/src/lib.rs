@@ -1,5 +1,17 @@
 //! kperfdiff's native core: reads perf.data and aggregates samples.
+//!
+//! `read_perf_data(path, kallsyms=None, symfs=None, debug_dirs=None)` returns a
+//! dict of compact data (strings for the symbol table, `bytes` in native byte
+//! order for numeric arrays); see `reader::Output`.
 use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+use std::path::PathBuf;
+
+mod elfsyms;
+mod kallsyms;
+pub mod reader;
+
+pyo3::create_exception!(_native, PerfDataError, pyo3::exceptions::PyException, "A perf.data file cannot be read.");
 
 /// Version of the native module, so Python can tell a stale build.
 #[pyfunction]
@@ -7,8 +19,120 @@ fn native_version() -> &'static str {
     env!("CARGO_PKG_VERSION")
 }
 
+fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
+    // SAFETY: T is a plain numeric type (u8/u32/u64/f64) with no padding.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+}
+
+fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".into()
+    }
+}
+
+/// Whether linux-perf-event-reader still mis-parses group read values (see reader.rs).
+#[pyfunction]
+fn crate_sample_read_defect() -> bool {
+    reader::crate_sample_read_defect()
+}
+
+/// Read a perf.data file and aggregate it per event. Raises PerfDataError
+/// with one sentence when the file cannot be read.
+#[pyfunction]
+#[pyo3(signature = (path, kallsyms=None, symfs=None, debug_dirs=None))]
+fn read_perf_data<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    kallsyms: Option<PathBuf>,
+    symfs: Option<Vec<PathBuf>>,
+    debug_dirs: Option<Vec<PathBuf>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let opts = reader::Options {
+        kallsyms,
+        symfs: symfs.unwrap_or_default(),
+        debug_dirs: debug_dirs.unwrap_or_default(),
+    };
+    let display = path.display().to_string();
+    let result = py.allow_threads(|| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| reader::read(&path, &opts)))
+    });
+    let out = match result {
+        Ok(Ok(out)) => out,
+        Ok(Err(msg)) => return Err(PerfDataError::new_err(msg)),
+        Err(p) => {
+            return Err(PerfDataError::new_err(format!(
+                "internal error while reading {display} ({}); please report it with the file",
+                panic_message(&p)
+            )))
+        }
+    };
+    to_python(py, out)
+}
+
+fn to_python(py: Python<'_>, out: reader::Output) -> PyResult<Bound<'_, PyDict>> {
+    let d = PyDict::new(py);
+    let facts = PyDict::new(py);
+    for (k, v) in &out.facts {
+        match v {
+            reader::Fact::Str(s) => facts.set_item(k, s)?,
+            reader::Fact::Int(i) => facts.set_item(k, i)?,
+            reader::Fact::Bool(b) => facts.set_item(k, b)?,
+            reader::Fact::List(l) => facts.set_item(k, l)?,
+            reader::Fact::Pairs(p) => facts.set_item(k, p.clone())?,
+        }
+    }
+    d.set_item("header", facts)?;
+    d.set_item("warnings", &out.warnings)?;
+    let stats = PyDict::new(py);
+    for (k, v) in &out.stats {
+        stats.set_item(k, v)?;
+    }
+    d.set_item("record_counts", stats)?;
+    d.set_item("sym_names", &out.sym_names)?;
+    d.set_item("sym_dso", PyBytes::new(py, as_bytes(&out.sym_dso)))?;
+    d.set_item("sym_kernel", PyBytes::new(py, as_bytes(&out.sym_kernel)))?;
+    d.set_item("dso_names", &out.dso_names)?;
+    d.set_item("dso_paths", &out.dso_paths)?;
+    d.set_item("stack_frames", PyBytes::new(py, as_bytes(&out.stack_frames)))?;
+    d.set_item("stack_offsets", PyBytes::new(py, as_bytes(&out.stack_offsets)))?;
+    let events = PyList::empty(py);
+    for e in &out.events {
+        let ed = PyDict::new(py);
+        ed.set_item("name", &e.name)?;
+        ed.set_item("type", e.type_)?;
+        ed.set_item("config", e.config)?;
+        ed.set_item("sample_type", e.sample_type)?;
+        ed.set_item("read_format", e.read_format)?;
+        ed.set_item("freq", e.freq)?;
+        ed.set_item("period_or_freq", e.period_or_freq)?;
+        ed.set_item("has_period", e.has_period)?;
+        ed.set_item("samples", e.samples)?;
+        ed.set_item("total_weight", e.total_weight)?;
+        ed.set_item("stack_ids", PyBytes::new(py, as_bytes(&e.stack_ids)))?;
+        ed.set_item("stack_weight", PyBytes::new(py, as_bytes(&e.stack_weight)))?;
+        ed.set_item("stack_count", PyBytes::new(py, as_bytes(&e.stack_count)))?;
+        ed.set_item("self_weight", PyBytes::new(py, as_bytes(&e.self_weight)))?;
+        ed.set_item("children_weight", PyBytes::new(py, as_bytes(&e.children_weight)))?;
+        ed.set_item("self_count", PyBytes::new(py, as_bytes(&e.self_count)))?;
+        ed.set_item("children_count", PyBytes::new(py, as_bytes(&e.children_count)))?;
+        ed.set_item("edges", PyBytes::new(py, as_bytes(&e.edges)))?;
+        ed.set_item("edge_weight", PyBytes::new(py, as_bytes(&e.edge_weight)))?;
+        ed.set_item("edge_count", PyBytes::new(py, as_bytes(&e.edge_count)))?;
+        events.append(ed)?;
+    }
+    d.set_item("events", events)?;
+    Ok(d)
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(native_version, m)?)?;
+    m.add_function(wrap_pyfunction!(read_perf_data, m)?)?;
+    m.add_function(wrap_pyfunction!(crate_sample_read_defect, m)?)?;
+    m.add("PerfDataError", m.py().get_type::<PerfDataError>())?;
     Ok(())
 }

@@ -1,0 +1,135 @@
+"""Harness (not a test): how fast kperfdiff reads a large perf.data, against perf.
+
+Records once (cached in a temp folder) a system-wide profile with call chains
+and at least ~1M samples, then times in one run:
+
+* kperfdiff's native ingest (``_native.read_perf_data``) and the full
+  ``ingest.perfdata.load`` (native + building the Profile);
+* ``perf report --stdio --sort sym`` with the call graph and with ``-g none
+  --no-children``;
+* ``perf script > /dev/null``;
+* reading the file at page-cache speed (``cat > /dev/null``), the floor.
+
+Prints samples per second, ratios against kperfdiff and peak memory (max RSS
+of each child process; kperfdiff runs in a child too, so the numbers compare).
+
+    python benchmarks/bench_ingest.py [--seconds 30] [--freq 20000] [--dir DIR] [--rerecord]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def record(folder: Path, seconds: int, freq: int) -> Path:
+    data = folder / "big.perf.data"
+    if data.exists():
+        return data
+    ncpu = os.cpu_count() or 2
+    # One busy syscall loop per CPU: enters the kernel, deep-ish call chains.
+    work = " & ".join([f"timeout {seconds} dd if=/dev/zero of=/dev/null bs=4k"] * ncpu) + " & wait"
+    print(f"recording {seconds}s system-wide at {freq} Hz on {ncpu} CPUs into {data} ...", file=sys.stderr)
+    subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-F", str(freq), "-g", "-a", "-o", str(data),
+                    "--", "sh", "-c", work], check=True, stdout=subprocess.DEVNULL)
+    shutil.copy("/proc/kallsyms", folder / "kallsyms")
+    return data
+
+
+def timed(argv: list[str], stdout=subprocess.DEVNULL) -> tuple[float, float]:
+    """Wall seconds and max RSS (MiB) of one child process."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(argv, stdout=stdout, stderr=subprocess.DEVNULL)
+    _, status, ru = os.wait4(p.pid, 0)
+    dt = time.perf_counter() - t0
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"failed: {' '.join(argv)}")
+    return dt, ru.ru_maxrss / 1024.0
+
+
+CHILD = r"""
+import json, sys, time
+sys.path.insert(0, %r)
+from kperfdiff import _native
+from kperfdiff.ingest import perfdata
+path, ks, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+t = time.perf_counter()
+if mode == "native":
+    d = _native.read_perf_data(path, kallsyms=ks)
+    n = sum(e["samples"] for e in d["events"])
+    extra = {"stacks": len(d["stack_offsets"]) // 8 - 1, "symbols": len(d["sym_names"])}
+else:
+    p = perfdata.load(path, kallsyms=ks)
+    n = p.samples
+    extra = {"stacks": len(p.stacks), "symbols": len(p.symbols)}
+print(json.dumps({"seconds": time.perf_counter() - t, "samples": n, **extra}))
+""" % str(ROOT / "src")
+
+
+def kperfdiff_run(data: Path, ks: Path, mode: str) -> dict:
+    """Time kperfdiff's ingest inside a fresh child (its own timer, without interpreter start-up)."""
+    p = subprocess.run([sys.executable, "-c", CHILD, str(data), str(ks), mode], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"kperfdiff ingest failed: {p.stderr}")
+    return json.loads(p.stdout)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=int, default=30)
+    ap.add_argument("--freq", type=int, default=20000)
+    ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "kperfdiff-bench-ingest")
+    ap.add_argument("--rerecord", action="store_true")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of kperfdiff ingest (best is reported)")
+    args = ap.parse_args()
+    if shutil.which("perf") is None:
+        raise SystemExit("perf is not installed")
+    args.dir.mkdir(parents=True, exist_ok=True)
+    if args.rerecord:
+        (args.dir / "big.perf.data").unlink(missing_ok=True)
+    data = record(args.dir, args.seconds, args.freq)
+    ks = args.dir / "kallsyms"
+    size_mb = data.stat().st_size / 1e6
+
+    cat_s, _ = timed(["cat", str(data)])  # warms the page cache too
+    cat_s, _ = timed(["cat", str(data)])
+
+    rows = []
+    best = min((kperfdiff_run(data, ks, "native") for _ in range(args.repeat)), key=lambda i: i["seconds"])
+    samples = best["samples"]
+    t_native = best["seconds"]
+    # Peak memory of the whole child (interpreter + numpy + ingest), from wait4.
+    _, rss_native = timed([sys.executable, "-c", CHILD, str(data), str(ks), "native"])
+    info_load = kperfdiff_run(data, ks, "load")
+    _, rss_load = timed([sys.executable, "-c", CHILD, str(data), str(ks), "load"])
+    rows.append(("kperfdiff native ingest", t_native, rss_native))
+    rows.append(("kperfdiff ingest.perfdata.load", info_load["seconds"], rss_load))
+    perf_g, rss_g = timed(["perf", "report", "-i", str(data), "--kallsyms", str(ks), "--stdio", "--sort", "sym"])
+    rows.append(("perf report --stdio --sort sym (call graph)", perf_g, rss_g))
+    perf_ng, rss_ng = timed(["perf", "report", "-i", str(data), "--kallsyms", str(ks), "--stdio", "--sort", "sym",
+                             "-g", "none", "--no-children"])
+    rows.append(("perf report --stdio --sort sym -g none --no-children", perf_ng, rss_ng))
+    perf_s, rss_s = timed(["perf", "script", "-i", str(data), "--kallsyms", str(ks)])
+    rows.append(("perf script > /dev/null", perf_s, rss_s))
+    rows.append(("cat perf.data > /dev/null (page cache)", cat_s, 0.0))
+
+    print(f"file: {data} ({size_mb:.1f} MB, {samples} samples, {best['stacks']} unique stacks, "
+          f"{best['symbols']} symbols)")
+    print(f"{'what':55s} {'seconds':>9s} {'Msamples/s':>11s} {'x kperfdiff':>12s} {'max RSS MiB':>12s}")
+    for name, sec, rss in rows:
+        print(f"{name:55s} {sec:9.3f} {samples / sec / 1e6:11.2f} {sec / t_native:12.1f} {rss:12.1f}")
+    print(f"target: >= 4 Msamples/s with call chains; native ingest reads {samples / t_native / 1e6:.2f} Msamples/s, "
+          f"{size_mb / t_native:.0f} MB/s vs page cache {size_mb / cat_s:.0f} MB/s "
+          f"({t_native / cat_s:.1f}x the time of cat)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+//! User-space symbols: function symbols of an ELF file, found by build id or path.
+use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+use std::path::{Path, PathBuf};
+
+pub struct ElfSyms {
+    /// (file offset start, file offset end, virtual address) of each loadable segment.
+    segments: Vec<(u64, u64, u64)>,
+    /// Sorted function symbols: start address, end address, name.
+    starts: Vec<u64>,
+    ends: Vec<u64>,
+    pub names: Vec<String>,
+}
+
+impl ElfSyms {
+    /// Symbols of `data`; with `image`, the segments (file offset -> address)
+    /// are taken from it instead (for a separate debug file, whose program
+    /// headers may not keep the original file offsets).
+    pub fn parse(data: &[u8], image: Option<&[u8]>, want_build_id: Option<&[u8]>) -> Result<Self, String> {
+        let file = object::File::parse(data).map_err(|e| e.to_string())?;
+        let image_file = match image {
+            Some(b) => Some(object::File::parse(b).map_err(|e| e.to_string())?),
+            None => None,
+        };
+        let seg_file = image_file.as_ref().unwrap_or(&file);
+        if let Some(want) = want_build_id {
+            if let Ok(Some(have)) = file.build_id() {
+                // perf pads build ids to 20 bytes; compare the common prefix.
+                let n = have.len().min(want.len());
+                if n == 0 || have[..n] != want[..n] {
+                    return Err("build id differs from the recorded one".into());
+                }
+            }
+        }
+        let mut segments: Vec<(u64, u64, u64)> = seg_file
+            .segments()
+            .filter_map(|s| {
+                // Memory size, not file size: separate debug files keep the
+                // program headers but not the bytes.
+                let (off, _) = s.file_range();
+                (s.size() > 0).then_some((off, off + s.size(), s.address()))
+            })
+            .collect();
+        segments.sort_unstable();
+        fn collect<'d: 'f, 'f>(syms: &mut Vec<(u64, u64, String)>, it: impl Iterator<Item = object::Symbol<'d, 'f>>) {
+            for s in it {
+                if s.kind() != SymbolKind::Text || !s.is_definition() || s.address() == 0 {
+                    continue;
+                }
+                if let Ok(name) = s.name() {
+                    if !name.is_empty() {
+                        syms.push((s.address(), s.size(), name.to_string()));
+                    }
+                }
+            }
+        }
+        let mut syms: Vec<(u64, u64, String)> = Vec::new();
+        collect(&mut syms, file.symbols());
+        if syms.is_empty() {
+            collect(&mut syms, file.dynamic_symbols());
+        }
+        // Prefer sized, global-looking names at one address: sort by address, then longest size.
+        syms.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(a.2.len().cmp(&b.2.len())));
+        syms.dedup_by(|later, first| later.0 == first.0);
+        let n = syms.len();
+        let mut starts = Vec::with_capacity(n);
+        let mut ends = Vec::with_capacity(n);
+        let mut names = Vec::with_capacity(n);
+        for i in 0..n {
+            let (a, size, _) = &syms[i];
+            let next = if i + 1 < n { syms[i + 1].0 } else { u64::MAX };
+            // Zero-sized symbols extend to the next symbol, as perf does.
+            let end = if *size > 0 { a + size } else { next.min(a.saturating_add(4096)) };
+            starts.push(*a);
+            ends.push(end);
+        }
+        for (_, _, name) in syms {
+            names.push(name);
+        }
+        Ok(ElfSyms { segments, starts, ends, names })
+    }
+
+    /// The virtual address of a file offset (the loadable segment that holds it).
+    pub fn offset_to_vaddr(&self, off: u64) -> Option<u64> {
+        let i = self.segments.partition_point(|s| s.0 <= off);
+        // Several segments can start at or before `off`; check the nearest ones.
+        for j in (0..i).rev().take(4) {
+            let (start, end, vaddr) = self.segments[j];
+            if off >= start && off < end {
+                return Some(vaddr + (off - start));
+            }
+        }
+        None
+    }
+
+    pub fn lookup(&self, vaddr: u64) -> Option<usize> {
+        let i = self.starts.partition_point(|&a| a <= vaddr);
+        if i == 0 {
+            return None;
+        }
+        let i = i - 1;
+        (vaddr < self.ends[i]).then_some(i)
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// perf stores build ids in a 20-byte (or 24-byte) field; GNU build ids are 20 bytes.
+pub fn trim_build_id(id: &[u8]) -> &[u8] {
+    &id[..id.len().min(20)]
+}
+
+pub fn build_id_hex(id: &[u8]) -> String {
+    hex(trim_build_id(id))
+}
+
+/// Candidate files for a DSO recorded at `path` with an optional build id,
+/// in the order perf would try them: `--symfs` dirs (path appended), then the
+/// build-id caches (`~/.debug`), then the path itself when no symfs is given.
+/// Returns (separate debug files, images).
+pub fn candidates(path: &str, build_id: Option<&[u8]>, symfs: &[PathBuf], debug_dirs: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let mut dbgs = Vec::new();
+    let mut out = Vec::new();
+    let rel = path.trim_start_matches('/');
+    // Separate debug files first: they carry the full symbol table.
+    let roots: Vec<PathBuf> = if symfs.is_empty() { vec![PathBuf::from("/")] } else { symfs.to_vec() };
+    for r in &roots {
+        let dbg = r.join("usr/lib/debug");
+        if let Some(id) = build_id {
+            let h = build_id_hex(id);
+            if h.len() > 2 {
+                dbgs.push(dbg.join(".build-id").join(&h[..2]).join(format!("{}.debug", &h[2..])));
+            }
+        }
+        if path.starts_with('/') {
+            dbgs.push(dbg.join(format!("{rel}.debug")));
+            dbgs.push(dbg.join(rel));
+        }
+    }
+    for s in symfs {
+        out.push(s.join(rel));
+        if let Some(name) = Path::new(path).file_name() {
+            out.push(s.join(name));
+        }
+    }
+    if let Some(id) = build_id {
+        let h = build_id_hex(id);
+        if h.len() > 2 {
+            for d in debug_dirs {
+                let link = d.join(".build-id").join(&h[..2]).join(&h[2..]);
+                out.push(link.join("elf"));
+                out.push(link.clone());
+                out.push(d.join(rel).join(&h).join("elf"));
+            }
+        }
+    }
+    if symfs.is_empty() && path.starts_with('/') {
+        out.push(PathBuf::from(path));
+    }
+    (dbgs, out)
+}

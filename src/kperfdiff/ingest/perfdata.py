@@ -1,0 +1,225 @@
+"""perf.data -> Profile, through the native reader (``kperfdiff._native``).
+
+The Rust side reads the file, symbolises kernel addresses against a kallsyms
+file and user addresses against ELF symbols, and aggregates samples per event
+(self, children, call edges, unique stacks). It hands back compact data
+(strings for the symbol table, ``bytes`` for numeric arrays) that this module
+turns into :class:`kperfdiff.profile.Profile` objects with numpy arrays.
+
+Symbol sources, per input:
+
+* ``kallsyms``: a kallsyms file (plain or gzip'd). When not given, the first
+  existing of ``<file>.kallsyms``, ``<stem>.kallsyms`` (``x.perf.data`` ->
+  ``x.kallsyms``), ``kallsyms`` in the same folder (each also as ``.gz``) is
+  used, else perf's build-id cache entry for the recorded kernel
+  (``~/.debug/[kernel.kallsyms]/<build id>/kallsyms``). The host's
+  ``/proc/kallsyms`` is read only when named explicitly, since a profile may
+  come from another machine or architecture.
+* ``symfs``: folders prepended to recorded user paths, as ``perf report
+  --symfs``; user files are otherwise found by build id in ``~/.debug`` (and
+  ``$PERF_BUILDID_DIR``) or at their recorded path.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import InputError
+from ..profile import Profile, Symbol
+
+_NS_EVENTS = {"cpu-clock", "task-clock"}
+
+
+def _native():
+    try:
+        from .. import _native as n
+    except ImportError as e:  # pragma: no cover - a broken install
+        raise InputError(f"the native perf.data reader is not built ({e}); run `make setup`") from None
+    if not hasattr(n, "read_perf_data"):
+        raise InputError("the native perf.data reader is out of date; run `make setup` to rebuild it")
+    return n
+
+
+def _arch(name: str | None) -> str | None:
+    try:
+        from ..machine import normalise_arch
+    except ImportError:  # pragma: no cover
+        return name
+    return normalise_arch(name)
+
+
+def _debug_dirs() -> list[str]:
+    dirs = []
+    env = os.environ.get("PERF_BUILDID_DIR")
+    if env:
+        dirs.append(env)
+    home = Path.home() / ".debug"
+    dirs.append(str(home))
+    return dirs
+
+
+def find_kallsyms(path: Path, build_ids: list | None = None) -> Path | None:
+    """The kallsyms file recorded with ``path``, found beside it (see module doc)."""
+    name = path.name
+    stem = name[:-len(".perf.data")] if name.endswith(".perf.data") else path.stem
+    folder = path.parent
+    bases = [folder / f"{name}.kallsyms", folder / f"{stem}.kallsyms", folder / "kallsyms"]
+    for b in bases:
+        for c in (b, b.with_name(b.name + ".gz")):
+            if c.is_file():
+                return c
+    for file, bid in build_ids or []:
+        if file == "[kernel.kallsyms]":
+            for d in _debug_dirs():
+                c = Path(d) / "[kernel.kallsyms]" / bid / "kallsyms"
+                if c.is_file():
+                    return c
+    return None
+
+
+def _read(path: Path, kallsyms, symfs) -> tuple[dict, Path | None]:
+    n = _native()
+    ks = Path(kallsyms) if kallsyms is not None else find_kallsyms(path)
+    if ks is not None and not Path(ks).is_file():
+        raise InputError(f"kallsyms file {ks} does not exist")
+    if isinstance(symfs, (str, os.PathLike)):
+        symfs = [symfs]
+    try:
+        raw = n.read_perf_data(str(path), kallsyms=str(ks) if ks is not None else None,
+                               symfs=[str(s) for s in symfs or []], debug_dirs=_debug_dirs())
+    except n.PerfDataError as e:
+        msg = str(e)
+        if str(path) not in msg:
+            msg = f"{path}: {msg}"
+        raise InputError(msg) from None
+    except OSError as e:
+        raise InputError(f"cannot read {path}: {e.strerror or e}") from None
+    if ks is None:
+        # Nothing beside the file: try perf's build-id cache for the recorded kernel.
+        cached = find_kallsyms(Path("/nonexistent/x"), raw["header"].get("build_ids"))
+        if cached is not None and any("no kallsyms" in w for w in raw["warnings"]):
+            try:
+                raw = n.read_perf_data(str(path), kallsyms=str(cached), symfs=[str(s) for s in symfs or []],
+                                       debug_dirs=_debug_dirs())
+                ks = cached
+            except n.PerfDataError:
+                pass
+    return raw, ks
+
+
+def _meta(raw: dict, path: Path, ks: Path | None) -> dict:
+    h = raw["header"]
+    meta: dict = {
+        "format": "perf.data",
+        "hostname": h.get("hostname"),
+        "kernel_release": h.get("os_release"),
+        "release": h.get("os_release"),
+        "nr_cpus": h.get("nr_cpus_online"),
+        "nr_cpus_avail": h.get("nr_cpus_available"),
+        "perf_version": h.get("perf_version"),
+        "arch": _arch(h.get("arch")),
+        "arch_raw": h.get("arch"),
+        "cpu_desc": h.get("cpu_desc"),
+        "cmdline": h.get("cmdline"),
+        "build_ids": dict(h.get("build_ids") or []),
+        "lost_events": h.get("lost_events", 0),
+        "lost_samples": h.get("lost_samples", 0),
+        "truncated": h.get("truncated", False),
+        "kallsyms": str(ks) if ks is not None else None,
+        "record_counts": raw["record_counts"],
+        "events": [e["name"] for e in raw["events"]],
+        "warnings": list(raw["warnings"]),
+    }
+    if h.get("first_sample_time") is not None and h.get("last_sample_time") is not None:
+        meta["duration_ns"] = h["last_sample_time"] - h["first_sample_time"]
+    try:  # the meta file `kperfdiff record` writes beside its perf.data (cpu time, ops)
+        from ..record import read_meta
+        extra = read_meta(path)
+    except Exception:  # noqa: BLE001 - optional
+        extra = {}
+    for k, v in extra.items():
+        if k not in meta or meta[k] is None:
+            meta[k] = v
+    return meta
+
+
+def _profiles(raw: dict, path: Path, meta: dict, wanted: list[int]) -> list[Profile]:
+    names = raw["sym_names"]
+    sym_dso = np.frombuffer(raw["sym_dso"], dtype=np.uint32)
+    sym_kernel = np.frombuffer(raw["sym_kernel"], dtype=np.uint8)
+    dso_names = raw["dso_names"]
+    frames = np.frombuffer(raw["stack_frames"], dtype=np.uint32)
+    offsets = np.frombuffer(raw["stack_offsets"], dtype=np.uint64).astype(np.int64)
+    out = []
+    for i in wanted:
+        ev = raw["events"][i]
+        self_w = np.frombuffer(ev["self_weight"], dtype=np.float64)
+        child_w = np.frombuffer(ev["children_weight"], dtype=np.float64)
+        child_c = np.frombuffer(ev["children_count"], dtype=np.uint64)
+        # Keep only the symbols this event's samples touch, renumbered densely.
+        used = np.nonzero(child_c > 0)[0]
+        remap = np.full(len(names), -1, dtype=np.int64)
+        remap[used] = np.arange(len(used))
+        symbols = [Symbol(names[j], dso_names[sym_dso[j]], bool(sym_kernel[j])) for j in used.tolist()]
+        stack_ids = np.frombuffer(ev["stack_ids"], dtype=np.uint32)
+        stack_w = np.frombuffer(ev["stack_weight"], dtype=np.float64)
+        stacks: dict[tuple[int, ...], float] = {}
+        for s, w in zip(stack_ids.tolist(), stack_w.tolist()):
+            fr = remap[frames[offsets[s]:offsets[s + 1]]]
+            key = tuple(fr.tolist())
+            stacks[key] = stacks.get(key, 0.0) + w
+        e = np.frombuffer(ev["edges"], dtype=np.uint32).reshape(-1, 2)
+        ew = np.frombuffer(ev["edge_weight"], dtype=np.float64)
+        er = remap[e]
+        edges = {(int(a), int(b)): float(w) for (a, b), w in zip(er.tolist(), ew.tolist())}
+        name = ev["name"]
+        if ev["has_period"]:
+            unit = "ns" if name.split(":")[0] in _NS_EVENTS else "period"
+        else:
+            unit = "samples"
+        m = dict(meta)
+        m["event_attr"] = {k: ev[k] for k in ("type", "config", "sample_type", "read_format", "freq",
+                                              "period_or_freq")}
+        m["self_count"] = np.frombuffer(ev["self_count"], dtype=np.uint64)[used]
+        m["children_count"] = child_c[used]
+        m["warnings"] = list(meta["warnings"])
+        out.append(Profile(source=str(path), event=name, symbols=symbols, self_weight=self_w[used].copy(),
+                           children_weight=child_w[used].copy(), total_weight=float(ev["total_weight"]),
+                           samples=int(ev["samples"]), stacks=stacks, edges=edges, weight_unit=unit,
+                           arch=meta.get("arch"), meta=m))
+    return out
+
+
+def _event_index(raw: dict, path: Path, event: str) -> int:
+    names = [e["name"] for e in raw["events"]]
+    if event in names:
+        return names.index(event)
+    base = [i for i, n in enumerate(names) if n.split(":")[0] == event.split(":")[0]]
+    if len(base) == 1:
+        return base[0]
+    raise InputError(f"{path} has no event {event!r}; it has {', '.join(names)}")
+
+
+def load_all(path: str | Path, *, kallsyms: str | Path | None = None,
+             symfs: list[str] | str | None = None) -> list[Profile]:
+    """Every event of a perf.data file, one Profile each, in the file's order."""
+    path = Path(path)
+    raw, ks = _read(path, kallsyms, symfs)
+    meta = _meta(raw, path, ks)
+    return _profiles(raw, path, meta, list(range(len(raw["events"]))))
+
+
+def load(path: str | Path, *, kallsyms: str | Path | None = None, symfs: list[str] | str | None = None,
+         event: str | None = None) -> Profile:
+    """One event of a perf.data file (``event``, else the first event with samples)."""
+    path = Path(path)
+    raw, ks = _read(path, kallsyms, symfs)
+    meta = _meta(raw, path, ks)
+    if event is not None:
+        i = _event_index(raw, path, event)
+    else:
+        with_samples = [i for i, e in enumerate(raw["events"]) if e["samples"]]
+        i = with_samples[0] if with_samples else 0
+    return _profiles(raw, path, meta, [i])[0]
