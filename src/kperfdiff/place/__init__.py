@@ -1,0 +1,12 @@
+"""Placement planner: which kernel functions belong in a small fast memory.
+
+One module per concern:
+
+* :mod:`.inputs`   function sizes (System.map, kallsyms, vmlinux), the hardware
+  model (TOML), exclusions and named groups;
+* :mod:`.model`    the thesis's cost equations and the whole-profile predictor;
+* :mod:`.optimise` the group method, greedy by density, the exact MILP, sweeps;
+* :mod:`.simulate` a trace-driven instruction-cache + fast-memory simulator;
+* :mod:`.emit`     linker-script fragment, annotations, ordering file, reports;
+* :mod:`.cli`      the ``kperfdiff place`` sub-commands (thin).
+"""

@@ -1,0 +1,334 @@
+"""``kperfdiff place``: plan, sweep, model and simulate placements (thin layer)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ..errors import InputError
+from ..render.table import Table
+
+EPILOG = """\
+sub-commands:
+  plan      choose functions for the fast memory and write what the build needs
+  sweep     predicted gain of each method over fast-memory sizes (4K..64K)
+  model     evaluate a placement written by hand (--placement FILE, one function a line)
+  simulate  run the profile's reconstructed trace through an I-cache + fast-memory
+            simulator and set the simulation beside the model's prediction
+
+inputs common to all: PROFILE (perf.data, perf script, perf report or folded
+stacks), --sizes (System.map, kallsyms or vmlinux; map and kallsyms sizes are
+address gaps, approximate), --hw (hardware model TOML, see
+examples/place/arm926-tcm.toml). Groups: the shipped thesis groups plus
+--groups FILE; --atomic GROUP makes a group all-or-none.
+"""
+
+
+def _common(p, *, capacity=True, method=True):
+    p.add_argument("profile", help="profile: perf.data, perf script, perf report --stdio or folded stacks")
+    p.add_argument("--sizes", required=True, metavar="FILE",
+                   help="function sizes: vmlinux (exact ELF sizes), System.map or kallsyms (address gaps, approximate)")
+    p.add_argument("--hw", required=True, metavar="MODEL.toml", help="hardware model (examples/place/*.toml)")
+    if capacity:
+        p.add_argument("--capacity", metavar="BYTES", default=None,
+                       help="fast-memory size, e.g. 16K (default: the model's fast_memory.size)")
+    if method:
+        p.add_argument("--method", choices=["exact", "greedy", "groups", "all"], default="all",
+                       help="optimiser (default: all three)")
+    p.add_argument("--exclude", nargs="+", action="extend", default=[], metavar="PATTERN",
+                   help="more functions that must not move (shell patterns)")
+    p.add_argument("--no-default-excludes", action="store_true",
+                   help="do not apply the shipped exclusion patterns (address-range exclusions still apply)")
+    p.add_argument("--groups", action="append", default=[], metavar="FILE",
+                   help="a TOML file of more named groups ([groups.NAME] functions = [...])")
+    p.add_argument("--atomic", action="append", default=[], metavar="GROUP",
+                   help="place this group all or none (exact and greedy)")
+    p.add_argument("--time-limit", type=float, default=60.0, metavar="S",
+                   help="stop the exact solver after S seconds with its best placement and the gap (default 60)")
+    p.add_argument("--cycles-per-unit", type=float, default=None, metavar="C",
+                   help="cycles one unit of profile weight stands for (default: from the event and the model)")
+    p.add_argument("--calibrate", action="store_true",
+                   help="take the model's fills per instruction from a simulation of the profile with no placement")
+    p.add_argument("--format", choices=["text", "json", "markdown"], default="text")
+
+
+def add_parser(sub) -> None:
+    import argparse
+    pl = sub.add_parser("place", help="choose kernel functions for a small fast memory (TCM) from a profile",
+                        description="Choose kernel functions for a small fast memory (a TCM, or a hot-text region) "
+                                    "from a profile, predict the gain with the TCM study's cost model, check it "
+                                    "with a cache simulator, and write a linker-script fragment, annotations and "
+                                    "a symbol ordering file.",
+                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ps = pl.add_subparsers(dest="place_command", metavar="SUBCOMMAND", parser_class=type(pl))
+
+    p = ps.add_parser("plan", help="choose the functions and write what the build needs")
+    _common(p)
+    p.add_argument("--linker-script", metavar="OUT", help="write the .text_itcm linker-script fragment here")
+    p.add_argument("--annotations", metavar="OUT", help="write the __tcmfunc/__tcmlocalfunc list here")
+    p.add_argument("--ordering", metavar="OUT",
+                   help="write a --symbol-ordering-file for the functions left in main memory")
+    p.add_argument("--simulate", action="store_true", help="add the simulator's figures beside the prediction")
+    p.add_argument("--top", type=int, default=30, help="placed functions to list (default 30)")
+
+    p = ps.add_parser("sweep", help="predicted gain per method over fast-memory sizes")
+    _common(p, capacity=False)
+    p.add_argument("--capacities", default="4K,8K,16K,32K,64K", metavar="LIST",
+                   help="comma-separated sizes (default 4K,8K,16K,32K,64K)")
+
+    p = ps.add_parser("model", help="evaluate a hand-written placement")
+    _common(p, method=False)
+    p.add_argument("--placement", required=True, metavar="FILE", help="functions to place, one a line ('#' comments)")
+
+    p = ps.add_parser("simulate", help="simulate placements and compare with the model")
+    _common(p)
+    p.add_argument("--placement", metavar="FILE", help="also simulate this hand-written placement")
+    p.add_argument("--events", type=int, default=20000, help="body executions in the reconstructed trace (default 20000)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--no-relink", action="store_true",
+                   help="leave main-memory functions at their old addresses instead of packing them again")
+    p.add_argument("--no-groups", action="store_true", help="do not simulate each thesis group")
+
+
+class _Ctx:
+    pass
+
+
+def _load(args) -> _Ctx:
+    from ..profile import load
+    from .inputs import load_groups, load_hw, load_sizes, parse_bytes
+    from .model import build_problem
+    c = _Ctx()
+    c.hw = load_hw(args.hw)
+    c.sizes = load_sizes(args.sizes)
+    c.profile = load(args.profile)
+    groups, ex = load_groups(args.groups)
+    c.groups = groups
+    c.excludes = ([] if args.no_default_excludes else ex) + list(args.exclude)
+    cap = getattr(args, "capacity", None)
+    c.capacity = parse_bytes(cap) if cap is not None else c.hw.fast_size
+    if c.capacity <= 0:
+        raise InputError(f"the fast-memory capacity must be above zero bytes, not {cap}")
+    c.problem = build_problem(c.profile, c.sizes, c.hw, groups=groups, excludes=c.excludes, atomic=args.atomic,
+                              cycles_per_unit=args.cycles_per_unit)
+    if args.calibrate:
+        from . import simulate as sim
+        tr = sim.reconstruct(c.profile, c.sizes, c.hw, events=getattr(args, "events", 20000))
+        base = sim.simulate_placements(tr, c.sizes, c.hw, [])[0]
+        if base.cached_instr:
+            c.hw.fills_per_kinstr = 1000.0 * base.fills / base.cached_instr
+            c.problem = build_problem(c.profile, c.sizes, c.hw, groups=groups, excludes=c.excludes,
+                                      atomic=args.atomic, cycles_per_unit=args.cycles_per_unit)
+            c.problem.notes.append(f"calibrated: {c.hw.fills_per_kinstr:.2f} line fills per 1000 instructions "
+                                   f"(simulation with no placement)")
+    return c
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise InputError(f"cannot write {path}: {e.strerror}") from None
+    print(f"kperfdiff: wrote {path}", file=sys.stderr)
+
+
+def _kb(b: int) -> str:
+    return f"{b / 1024:.1f}K" if b % 1024 else f"{b // 1024}K"
+
+
+def _method_table(c, sols) -> Table:
+    t = Table(["method", "functions", "bytes", "predicted gain (cycles)", "gain % of kernel", "crossing calls",
+               "solve s", "gap %", "note"],
+              title=f">> Predicted gain, {c.hw.fast_name} of {c.capacity} bytes ({c.hw.name})")
+    for s in sols:
+        p = s.prediction
+        t.rows.append([s.method, len(p.placed), p.bytes, int(round(p.gain)), p.gain_pct, int(round(p.crossing_calls)),
+                       round(s.seconds, 2), None if s.gap is None else 100 * s.gap,
+                       s.label or ("" if s.status in ("ok", "optimal") else s.status)])
+    return t
+
+
+def _placement_table(c, sol, top: int, ann: dict) -> Table:
+    pr = c.problem
+    t = Table(["function", "bytes", "self % of kernel", "fetch saving (cycles)", "annotation"],
+              title=f">> Placement chosen by {sol.method}" + (f" ({sol.label})" if sol.label else ""))
+    ks = sorted((pr.index[n] for n in sol.prediction.placed), key=lambda k: -pr.self_cycles[k])
+    for k in ks[:top]:
+        t.rows.append([pr.names[k], int(pr.size[k]), 100 * pr.self_cycles[k] / (pr.kernel_cycles or 1),
+                       int(round(pr.node_gain[k])), ann.get(pr.names[k], "")])
+    if len(ks) > top:
+        t.notes.append(f"... and {len(ks) - top} more (--top N, or --format json for all)")
+    return t
+
+
+def _group_table(sol) -> Table:
+    t = Table(["group", "candidates", "bytes", "fits", "predicted gain % of kernel", "excluded members"],
+              title=">> Thesis groups, each placed alone (ranked)")
+    for r in sol.details:
+        t.rows.append([r["group"], r["members"], r["group_bytes"], "trimmed" if r["trimmed"] else "yes",
+                       r["prediction"].gain_pct, r["excluded_members"]])
+    t.notes.append(f"best of the group method (singles and pairs that fit): {sol.label}")
+    return t
+
+
+def _sim_rows(c, configs, events=20000, seed=1, relink=True):
+    """configs: list of (label, mask or names, model Prediction)."""
+    from . import simulate as sim
+    tr = sim.reconstruct(c.profile, c.sizes, c.hw, events=events, seed=seed)
+    res = sim.simulate_placements(tr, c.sizes, c.hw, [(lab, set(names)) for lab, names, _ in configs], relink=relink)
+    base = res[0]
+    t = Table(["configuration", "placed bytes", "model gain %", "sim fills", "sim cycles", "sim gain %",
+               "model - sim (points)"], title=">> Model prediction and simulation side by side")
+    rows = []
+    preds = [None] + [p for _, _, p in configs]
+    for r, p in zip(res, preds):
+        sg = 100 * (base.cycles - r.cycles) / base.cycles if base.cycles else 0.0
+        mg = 0.0 if p is None else p.gain_pct
+        t.rows.append([r.label, r.placed_bytes, mg, r.fills, int(round(r.cycles)), sg, mg - sg])
+        rows.append(r.as_dict() | {"model_gain_pct": mg, "sim_gain_pct": sg})
+    t.notes += tr.notes + ["sim gain % is of the simulated kernel cycles with no placement; model gain % of the "
+                           "kernel's sampled self time"]
+    return t, rows
+
+
+def _doc(c, kind: str) -> dict:
+    return {"version": 1, "kind": kind, "profile": c.profile.source, "sizes": c.sizes.path,
+            "sizes_approximate": c.sizes.approximate, "hw": c.hw.path, "hw_name": c.hw.name,
+            "capacity": c.capacity, "candidates": c.problem.n, "notes": list(c.problem.notes)}
+
+
+def _sol_doc(s) -> dict:
+    return {"method": s.method, "seconds": s.seconds, "gap": s.gap, "status": s.status, "label": s.label,
+            "prediction": s.prediction.as_dict(), "placed": s.prediction.placed}
+
+
+def _cmd_plan(args) -> int:
+    from . import emit
+    from .optimise import methods_for, solve
+    c = _load(args)
+    sols = [solve(c.problem, m, c.capacity, time_limit=args.time_limit) for m in methods_for(args.method)]
+    # the build outputs follow the exact placement when it was computed, else the single method asked for
+    chosen = next((s for s in sols if s.method == "exact"), sols[0])
+    placed = chosen.prediction.placed
+    ann = emit.annotations(placed, c.problem.calls)
+    tables = [_method_table(c, sols), _placement_table(c, chosen, args.top, dict(ann))]
+    doc = _doc(c, "place-plan") | {"methods": {s.method: _sol_doc(s) for s in sols}, "chosen": chosen.method,
+                                   "annotations": [{"function": f, "annotation": a} for f, a in ann]}
+    gsol = next((s for s in sols if s.method == "groups"), None)
+    if gsol:
+        tables.append(_group_table(gsol))
+        doc["groups"] = [{"group": r["group"], "candidates": r["members"], "bytes": r["group_bytes"],
+                          "trimmed": r["trimmed"], "prediction": r["prediction"].as_dict()} for r in gsol.details]
+    if args.simulate:
+        t, rows = _sim_rows(c, [(s.method, s.prediction.placed, s.prediction) for s in sols])
+        tables.append(t)
+        doc["simulation"] = rows
+    tables[0].notes += c.problem.notes
+    sizes = {n: c.sizes.sizes[n] for n in placed}
+    if args.linker_script:
+        _write(args.linker_script, emit.linker_fragment(placed, sizes, c.hw, c.capacity))
+    if args.annotations:
+        _write(args.annotations, emit.annotations_text(ann))
+    if args.ordering:
+        pr = c.problem
+        selfc = {n: float(pr.self_cycles[k]) for k, n in enumerate(pr.names)}
+        order = emit.ordering(pr.names, selfc, c.sizes.sizes, pr.calls, exclude=set(placed))
+        _write(args.ordering, emit.ordering_text(order))
+    sys.stdout.write(emit.render(tables, doc, args.format))
+    return 0
+
+
+def _cmd_sweep(args) -> int:
+    from . import emit
+    from .inputs import parse_bytes
+    from .optimise import methods_for, sweep
+    caps = [parse_bytes(x) for x in args.capacities.split(",") if x.strip()]
+    if not caps:
+        raise InputError("--capacities lists no sizes")
+    for cap in caps:
+        if cap <= 0:
+            raise InputError(f"the fast-memory capacity must be above zero bytes, not {cap}")
+    args.capacity = str(max(caps))
+    c = _load(args)
+    methods = methods_for(args.method)
+    res = sweep(c.problem, caps, methods, time_limit=args.time_limit)
+    t = Table(["capacity"] + [f"{m} gain %" for m in methods] + ([f"exact gap %"] if "exact" in methods else []),
+              title=f">> Predicted gain by fast-memory size ({c.hw.name})")
+    doc = _doc(c, "place-sweep") | {"points": []}
+    for cap, row in res:
+        r = [_kb(cap)] + [row[m].prediction.gain_pct for m in methods]
+        if "exact" in methods:
+            g = row["exact"].gap
+            r.append(None if g is None else 100 * g)
+        t.rows.append(r)
+        doc["points"].append({"capacity": cap, "methods": {m: _sol_doc(s) for m, s in row.items()}})
+    t.notes += c.problem.notes
+    sys.stdout.write(emit.render([t], doc, args.format))
+    return 0
+
+
+def _cmd_model(args) -> int:
+    from . import emit
+    from .inputs import read_placement
+    from .model import placement_from_names
+    c = _load(args)
+    names = read_placement(args.placement)
+    mask = placement_from_names(c.problem, names, args.placement)
+    from .model import evaluate
+    pred = evaluate(c.problem, mask)
+    unsampled = [n for n in names if n not in c.problem.index]
+    extra = sum(c.hw.aligned(c.sizes.sizes[n]) for n in unsampled)
+    total = pred.bytes + extra
+    t = Table(["quantity", "value"], title=f">> Model of {args.placement} in {c.hw.fast_name} of {c.capacity} bytes",
+              align=["l", "r"])
+    t.rows += [["functions", len(names)], ["bytes", total], ["fits", "yes" if total <= c.capacity else "NO"],
+               ["fetch saving (cycles)", int(round(pred.fetch_saved))],
+               ["crossing calls", int(round(pred.crossing_calls))],
+               ["crossing cost (cycles)", int(round(pred.crossing_cost))],
+               ["calls inside fast memory", int(round(pred.both_calls))],
+               ["their fill saving (cycles)", int(round(pred.both_saved))],
+               ["predicted gain (cycles)", int(round(pred.gain))], ["predicted gain % of kernel", pred.gain_pct]]
+    if unsampled:
+        t.notes.append(f"{len(unsampled)} listed functions were never sampled nor called; they take {extra} bytes "
+                       f"and change nothing in the model")
+    if total > c.capacity:
+        t.notes.append(f"the placement needs {total} bytes, more than the {c.capacity} the fast memory holds")
+    t.notes += c.problem.notes
+    doc = _doc(c, "place-model") | {"placement": names, "bytes": total, "fits": total <= c.capacity,
+                                    "prediction": pred.as_dict()}
+    sys.stdout.write(emit.render([t], doc, args.format))
+    return 0
+
+
+def _cmd_simulate(args) -> int:
+    from . import emit
+    from .inputs import read_placement
+    from .model import evaluate, placement_from_names
+    from .optimise import by_groups, methods_for, solve
+    c = _load(args)
+    configs = []
+    for m in methods_for(args.method):
+        s = solve(c.problem, m, c.capacity, time_limit=args.time_limit)
+        configs.append((m + (f" ({s.label})" if s.label else ""), s.prediction.placed, s.prediction))
+    if args.placement:
+        names = read_placement(args.placement)
+        p = evaluate(c.problem, placement_from_names(c.problem, names, args.placement))
+        configs.append((f"file {Path(args.placement).name}", names, p))
+    if not args.no_groups:
+        g = by_groups(c.problem, c.capacity, pairs=False)
+        masks = {}
+        for r in g.details:
+            if r["members"]:
+                configs.append((f"group {r['group']}" + (" (trimmed)" if r["trimmed"] else ""),
+                                r["prediction"].placed, r["prediction"]))
+    t, rows = _sim_rows(c, configs, args.events, args.seed, not args.no_relink)
+    t.notes += c.problem.notes
+    doc = _doc(c, "place-simulate") | {"simulation": rows}
+    sys.stdout.write(emit.render([t], doc, args.format))
+    return 0
+
+
+def run(args) -> int:
+    cmd = getattr(args, "place_command", None)
+    if not cmd:
+        raise InputError("kperfdiff place needs a sub-command: plan, sweep, model or simulate (see kperfdiff place --help)")
+    return {"plan": _cmd_plan, "sweep": _cmd_sweep, "model": _cmd_model, "simulate": _cmd_simulate}[cmd](args)

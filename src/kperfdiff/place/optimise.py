@@ -1,0 +1,357 @@
+"""Optimisers: choose the functions to place in a fast memory of a given size.
+
+All four maximise the same predicted gain (:func:`.model.evaluate`):
+
+* :func:`by_groups` -- the thesis's method: each named group placed alone
+  (its candidates that can move), ranked by predicted gain; a group larger
+  than the memory is trimmed to its densest members and marked so. Pairs of
+  groups that fit together are tried too (the thesis also measured
+  combinations); the best single or pair is the method's answer.
+* :func:`greedy` -- functions by density (self samples per byte), each taken
+  if it fits and its marginal predicted gain (edges included) is positive.
+  Groups named ``atomic`` move as one unit of their combined density.
+* :func:`exact` -- a mixed-integer program solved by HiGHS through
+  ``scipy.optimize.milp``. Binary x_i places function i; for each pair of
+  candidates that call each other, a continuous y_ij in [0,1] with
+  y_ij <= x_i and y_ij <= x_j stands for x_i*x_j (its objective
+  coefficient is positive, so at the optimum y_ij = min(x_i, x_j) = x_i*x_j).
+  With [x_i != x_j] = x_i + x_j - 2*y_ij the objective is linear:
+
+      max  sum_i (a_i - v*(out_i + sum_j c_ij)) x_i + sum_ij c_ij*(2v + s) y_ij
+      s.t. sum_i size_i x_i <= capacity,   x_i = x_g for members of an atomic group g.
+
+  A time limit returns the best placement found, with HiGHS's relative gap
+  (primal vs dual bound); the greedy placement is the fallback, so the
+  answer is never worse than greedy's.
+* :func:`sweep` -- each method over a list of capacities.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import InputError
+from .model import Prediction, Problem, evaluate
+
+
+@dataclass
+class Solution:
+    method: str
+    mask: np.ndarray
+    prediction: Prediction
+    seconds: float = 0.0
+    gap: float | None = None        # relative optimality gap (exact only)
+    status: str = "ok"
+    label: str = ""                 # e.g. the groups chosen
+    details: list = field(default_factory=list)   # per-group rows for the group method
+
+
+def check_capacity(capacity: int) -> int:
+    if capacity is None or capacity <= 0:
+        raise InputError(f"the fast-memory capacity must be above zero bytes, not {capacity}")
+    return int(capacity)
+
+
+def _usable(problem: Problem, capacity: int) -> int:
+    reserve = problem.hw.fast_reserve if problem.hw else 0
+    return max(0, capacity - reserve)
+
+
+def _adjacency(problem: Problem):
+    adj: list[list[tuple[int, float]]] = [[] for _ in range(problem.n)]
+    for i, j, c in zip(problem.pair_i.tolist(), problem.pair_j.tolist(), problem.pair_calls.tolist()):
+        adj[i].append((j, c))
+        adj[j].append((i, c))
+    return adj
+
+
+def _units(problem: Problem) -> list[list[int]]:
+    """Movable units: each atomic group as one, every other candidate alone."""
+    taken = set()
+    units = []
+    for g in getattr(problem, "atomic", []):
+        members = [k for k in problem.groups.get(g, []) if k not in taken]
+        if members:
+            units.append(members)
+            taken.update(members)
+    units.extend([k] for k in range(problem.n) if k not in taken)
+    return units
+
+
+def greedy(problem: Problem, capacity: int) -> Solution:
+    t0 = time.perf_counter()
+    cap = _usable(problem, check_capacity(capacity))
+    adj = _adjacency(problem)
+    v, s = problem.cross_cost, problem.both_saving
+    units = _units(problem)
+    dens = [problem.self_cycles[u].sum() / max(1, problem.size[u].sum()) for u in units]
+    order = sorted(range(len(units)), key=lambda k: -dens[k])
+    mask = np.zeros(problem.n, dtype=bool)
+    used = 0
+    for k in order:
+        u = units[k]
+        sz = int(problem.size[u].sum())
+        if used + sz > cap or problem.self_cycles[u].sum() <= 0:
+            continue
+        inside = set(u)
+        marg = float(problem.node_gain[u].sum() - v * problem.out_calls[u].sum())
+        for i in u:
+            for j, c in adj[i]:
+                if j in inside:
+                    if i < j:
+                        marg += s * c
+                elif mask[j]:
+                    marg += (v + s) * c
+                else:
+                    marg -= v * c
+        if marg > 0:
+            mask[u] = True
+            used += sz
+    return Solution("greedy", mask, evaluate(problem, mask), time.perf_counter() - t0)
+
+
+def by_groups(problem: Problem, capacity: int, *, pairs: bool = True) -> Solution:
+    """The thesis's method: every group alone, then pairs that fit; best wins."""
+    t0 = time.perf_counter()
+    cap = _usable(problem, check_capacity(capacity))
+    rows = []
+    masks = {}
+    fits_whole = []
+    for name, members in problem.groups.items():
+        members = [k for k in members]
+        mask = np.zeros(problem.n, dtype=bool)
+        total = int(problem.size[members].sum()) if members else 0
+        trimmed = False
+        if total <= cap:
+            mask[members] = True
+            if members:
+                fits_whole.append(name)
+        else:
+            trimmed = True
+            used = 0
+            for k in sorted(members, key=lambda k: -problem.self_cycles[k] / max(1, problem.size[k])):
+                if used + problem.size[k] <= cap:
+                    mask[k] = True
+                    used += int(problem.size[k])
+        pred = evaluate(problem, mask)
+        masks[name] = mask
+        rows.append({"group": name, "members": len(members), "group_bytes": total, "trimmed": trimmed,
+                     "excluded_members": len(problem.group_missing.get(name, [])), "prediction": pred})
+    rows.sort(key=lambda r: -r["prediction"].gain)
+    best_name, best_mask = "(none)", np.zeros(problem.n, dtype=bool)
+    best = evaluate(problem, best_mask)
+    for r in rows:
+        if r["members"] and r["prediction"].gain > best.gain:
+            best_name, best_mask, best = r["group"], masks[r["group"]], r["prediction"]
+    if pairs:
+        for a, b in itertools.combinations(fits_whole, 2):
+            m = masks[a] | masks[b]
+            if problem.size[m].sum() > cap:
+                continue
+            p = evaluate(problem, m)
+            if p.gain > best.gain:
+                best_name, best_mask, best = f"{a}+{b}", m, p
+    return Solution("groups", best_mask, best, time.perf_counter() - t0, label=best_name, details=rows)
+
+
+def knapsack_bound(problem: Problem, cap: int) -> float:
+    """A quick upper bound on any placement's gain: give each placed function
+    its fetch saving, minus calls to code that cannot move, plus half the
+    saving of every call it could share with a placed neighbour (crossing
+    calls among candidates dropped), and fill the capacity fractionally."""
+    u = problem.node_gain - problem.cross_cost * problem.out_calls
+    half = 0.5 * problem.both_saving * problem.pair_calls
+    u = u + np.bincount(problem.pair_i, half, problem.n) + np.bincount(problem.pair_j, half, problem.n)
+    ok = (u > 0) & (problem.size <= cap)
+    order = sorted(np.flatnonzero(ok), key=lambda k: -u[k] / max(1, problem.size[k]))
+    total, room = 0.0, float(cap)
+    for k in order:
+        if problem.size[k] <= room:
+            total += u[k]
+            room -= problem.size[k]
+        else:
+            total += u[k] * room / problem.size[k]
+            break
+    return total
+
+
+def _model(problem: Problem, keep: np.ndarray, cap: int):
+    """The MILP over the candidates in ``keep`` (others fixed out of fast memory)."""
+    from scipy.sparse import coo_matrix, csr_matrix, vstack
+    idx = np.flatnonzero(keep)
+    pos = np.full(problem.n, -1)
+    pos[idx] = np.arange(len(idx))
+    n = len(idx)
+    v, s = problem.cross_cost, problem.both_saving
+    pi, pj, pc = problem.pair_i, problem.pair_j, problem.pair_calls
+    inside = keep[pi] & keep[pj]
+    out = problem.out_calls.copy()
+    # a call to a function held out of fast memory crosses whenever the kept end is placed
+    np.add.at(out, pi[~inside], pc[~inside])
+    np.add.at(out, pj[~inside], pc[~inside])
+    si, sj, sc = pos[pi[inside]], pos[pj[inside]], pc[inside]
+    m = len(sc)
+    lin = problem.node_gain[idx] - v * out[idx]
+    np.subtract.at(lin, si, v * sc)
+    np.subtract.at(lin, sj, v * sc)
+    quad = sc * (2 * v + s)
+    scale = max(1.0, float(np.abs(lin).max(initial=0)), float(quad.max(initial=0)))
+    c = -np.concatenate([lin, quad]) / scale
+    rows = [csr_matrix((problem.size[idx].astype(float), (np.zeros(n, dtype=int), np.arange(n))), shape=(1, n + m))]
+    lo, hi = [[-np.inf]], [[float(cap)]]
+    if m:
+        r = np.arange(m)
+        rows.append(coo_matrix((np.concatenate([np.ones(m), -np.ones(m), np.ones(m), -np.ones(m)]),
+                                (np.concatenate([r, r, m + r, m + r]), np.concatenate([n + r, si, n + r, sj]))),
+                               shape=(2 * m, n + m)).tocsr())
+        lo.append(np.full(2 * m, -np.inf))
+        hi.append(np.zeros(2 * m))
+    eq_r, eq_c, eq_d = [], [], []
+    k = 0
+    for g in getattr(problem, "atomic", []):
+        mem = [pos[a] for a in problem.groups.get(g, []) if pos[a] >= 0]
+        for a in mem[1:]:
+            eq_r += [k, k]
+            eq_c += [mem[0], a]
+            eq_d += [1.0, -1.0]
+            k += 1
+    if k:
+        rows.append(coo_matrix((eq_d, (eq_r, eq_c)), shape=(k, n + m)).tocsr())
+        lo.append(np.zeros(k))
+        hi.append(np.zeros(k))
+    ub = np.ones(n + m)
+    ub[:n][problem.size[idx] > cap] = 0          # too big for the memory: never placed
+    return dict(c=c, A=vstack(rows).tocsr(), lo=np.concatenate(lo), hi=np.concatenate(hi), ub=ub, n=n, m=m,
+                idx=idx, scale=scale)
+
+
+def _solve(mod, *, integer: bool, time_limit: float | None, rel_gap: float):
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    n, m = mod["n"], mod["m"]
+    opts = {"disp": False}
+    if integer:
+        opts["mip_rel_gap"] = rel_gap
+    if time_limit is not None:
+        opts["time_limit"] = max(0.5, float(time_limit))
+    integrality = np.concatenate([np.ones(n), np.zeros(m)]) if integer else np.zeros(n + m)
+    return milp(mod["c"], constraints=LinearConstraint(mod["A"], mod["lo"], mod["hi"]), integrality=integrality,
+                bounds=Bounds(np.zeros(n + m), mod["ub"]), options=opts)
+
+
+_STATUS = {0: "optimal", 1: "time limit", 2: "infeasible", 3: "unbounded", 4: "solver error"}
+
+
+def exact(problem: Problem, capacity: int, *, time_limit: float | None = 60.0, rel_gap: float = 1e-4,
+          fallback: Solution | None = None, reduce_above: int = 20000) -> Solution:
+    """The MILP. Problems with more than ``reduce_above`` variables are solved in
+    two steps: the LP relaxation of the whole problem (its optimum bounds every
+    placement's gain), then the MILP over the functions the LP uses plus the
+    densest others up to four times the capacity; the gap is stated against the
+    whole problem's LP bound, so it is honest whichever step stops early."""
+    t0 = time.perf_counter()
+    cap = _usable(problem, check_capacity(capacity))
+    if fallback is None:
+        fallback = greedy(problem, capacity)
+    if problem.n == 0:
+        return Solution("exact", np.zeros(0, dtype=bool), evaluate(problem, np.zeros(0, dtype=bool)), 0.0, 0.0)
+
+    def left():
+        return None if time_limit is None else max(0.5, time_limit - (time.perf_counter() - t0))
+
+    full = np.ones(problem.n, dtype=bool)
+    nvars = problem.n + len(problem.pair_calls)
+    bound = None                 # an upper bound on the gain of any placement
+    candidates = []              # (mask, how)
+    status = ""
+    if nvars <= reduce_above:
+        mod = _model(problem, full, cap)
+        res = _solve(mod, integer=True, time_limit=left(), rel_gap=rel_gap)
+        status = _STATUS.get(res.status, str(res.status))
+        if res.x is not None:
+            candidates.append((res.x[:problem.n] > 0.5, "solver"))
+        db = getattr(res, "mip_dual_bound", None)
+        if db is not None and math.isfinite(db):
+            bound = -db * mod["scale"]
+        elif res.status == 0 and res.x is not None:
+            bound = -res.fun * mod["scale"]
+    else:
+        mod = _model(problem, full, cap)
+        lp = _solve(mod, integer=False, time_limit=None if time_limit is None else 0.6 * left(), rel_gap=rel_gap)
+        keep = fallback.mask.copy()
+        if lp.status == 0 and lp.x is not None:
+            bound = -lp.fun * mod["scale"]
+            xl = lp.x[:problem.n]
+            candidates.append((xl > 1 - 1e-6, "LP rounded down"))
+            keep |= xl > 1e-6
+        dens = problem.self_cycles / np.maximum(1, problem.size)
+        used = 0
+        for k in np.argsort(-dens, kind="stable"):
+            if used > 4 * cap:
+                break
+            if problem.size[k] <= cap and problem.self_cycles[k] > 0:
+                keep[k] = True
+                used += int(problem.size[k])
+        for g in getattr(problem, "atomic", []):       # a group is kept whole or not at all
+            mem = problem.groups.get(g, [])
+            if keep[mem].any():
+                keep[mem] = True
+        sub = _model(problem, keep, cap)
+        res = _solve(sub, integer=True, time_limit=left(), rel_gap=rel_gap)
+        status = ("LP bound, then " if bound is not None else "no LP bound in time, then ") + \
+            f"MILP over {sub['n']} functions: " + _STATUS.get(res.status, str(res.status))
+        if res.x is not None:
+            m = np.zeros(problem.n, dtype=bool)
+            m[sub["idx"][res.x[:sub["n"]] > 0.5]] = True
+            candidates.append((m, "solver"))
+    candidates.append((fallback.mask.copy(), "greedy"))
+    best = None
+    for mask, how in candidates:
+        if problem.size[mask].sum() > cap:
+            continue
+        pred = evaluate(problem, mask)
+        if best is None or pred.gain > best[1].gain + 1e-9:
+            best = (mask, pred, how)
+    mask, pred, how = best
+    if how != "solver":
+        status += f" ({how} placement kept: the best found)"
+    sol = Solution("exact", mask, pred, time.perf_counter() - t0, status=status)
+    if bound is None:
+        bound = knapsack_bound(problem, cap)
+        sol.status += "; gap against the fractional-knapsack bound"
+    if bound is not None:
+        sol.gap = max(0.0, (bound - pred.gain) / max(abs(bound), 1e-12))
+    return sol
+
+
+def solve(problem: Problem, method: str, capacity: int, *, time_limit: float | None = 60.0) -> Solution:
+    if method == "greedy":
+        return greedy(problem, capacity)
+    if method == "groups":
+        return by_groups(problem, capacity)
+    if method == "exact":
+        return exact(problem, capacity, time_limit=time_limit)
+    raise InputError(f"unknown placement method {method!r}; use exact, greedy or groups")
+
+
+def methods_for(choice: str) -> list[str]:
+    return ["exact", "greedy", "groups"] if choice == "all" else [choice]
+
+
+def sweep(problem: Problem, capacities: list[int], methods: list[str], *, time_limit: float | None = 20.0):
+    """Predicted gain of each method at each capacity: list of (capacity, {method: Solution})."""
+    out = []
+    for cap in capacities:
+        check_capacity(cap)
+        row = {}
+        for meth in methods:
+            row[meth] = solve(problem, meth, cap, time_limit=time_limit)
+        out.append((cap, row))
+    return out
+
+
+def default_capacities() -> list[int]:
+    return [4096, 8192, 16384, 32768, 65536]
