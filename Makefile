@@ -7,7 +7,8 @@ BIN := $(VENV)/bin
 STAMPS := .build
 # Debian packages the project needs on a fresh machine.
 APT_PACKAGES := linux-perf gcc libc6-dev make gcc-aarch64-linux-gnu libc6-dev-arm64-cross \
-                iproute2 procps util-linux
+                iproute2 procps util-linux file chromium \
+                qemu-system-arm qemu-system-x86 openssh-server openssh-client
 PY_REQUIREMENTS := requirements-dev.txt
 NATIVE_SOURCES := $(shell find native/src -name '*.rs' 2>/dev/null) native/Cargo.toml $(wildcard native/Cargo.lock)
 PYTEST_ARGS ?=
@@ -38,10 +39,16 @@ $(STAMPS)/native: $(STAMPS)/venv $(NATIVE_SOURCES) pyproject.toml
 	@$(BIN)/python -c "import kperfdiff._native" || { echo "the native module did not build" >&2; exit 1; }
 	@touch $@
 
+# The superpages study on this machine: huge pages off vs on for gups, anonymous
+# faults and fork at 1 and 2 cores, with profiles; prints the comparison table,
+# the kperfdiff table of the benchmark that moved most and the report's path.
+DEMO_STORE ?= demo-out/kperfdiff.db
 demo: setup
-	$(BIN)/kperfdiff bench --suite quick
+	@mkdir -p demo-out
+	$(BIN)/kperfdiff --store $(DEMO_STORE) run examples/superpages.toml --report demo-out/superpages.html
 
 test: setup
+	cargo test --release -q --manifest-path native/Cargo.toml
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 test-slow: setup

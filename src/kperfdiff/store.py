@@ -30,7 +30,7 @@ from pathlib import Path
 from . import __version__
 from .errors import InputError, StoreError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 RUN_STATES = ("running", "complete", "interrupted", "failed")
 
 SCHEMA = """
@@ -99,7 +99,48 @@ CREATE TABLE IF NOT EXISTS profile (
 """
 
 # Migrations from version N to N+1, applied in order inside one transaction.
-MIGRATIONS: dict[int, str] = {}
+# A new store is made with SCHEMA (version 1) and then every migration, so
+# the migrations are the one description of what came after version 1.
+MIGRATIONS: dict[int, str] = {
+    # 1 -> 2: experiments (kperfdiff run FILE). An experiment owns one run per
+    # variant; each cell (variant x benchmark x copies x rep) is one result row
+    # with a unique ``cell`` key inside its experiment, so a resumed experiment
+    # can never store a cell twice. ``knob_saved`` holds the original value of
+    # every sysfs/procfs file an experiment changed until it is restored, so a
+    # crash can be repaired by the next `kperfdiff run`.
+    1: """
+CREATE TABLE IF NOT EXISTS experiment (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    path TEXT NOT NULL DEFAULT '',
+    file_hash TEXT NOT NULL,
+    spec TEXT NOT NULL DEFAULT '{}',
+    state TEXT NOT NULL CHECK (state IN ('running','complete','interrupted','failed','superseded')),
+    cells INTEGER NOT NULL DEFAULT 0,
+    created REAL NOT NULL,
+    updated REAL,
+    pid INTEGER,
+    boot_id TEXT
+);
+CREATE INDEX IF NOT EXISTS experiment_name ON experiment(name);
+CREATE TABLE IF NOT EXISTS knob_saved (
+    experiment_id INTEGER NOT NULL REFERENCES experiment(id) ON DELETE CASCADE,
+    path TEXT NOT NULL,
+    original TEXT NOT NULL,
+    pid INTEGER,
+    boot_id TEXT,
+    saved_at REAL NOT NULL,
+    PRIMARY KEY (experiment_id, path)
+);
+ALTER TABLE run ADD COLUMN experiment_id INTEGER REFERENCES experiment(id);
+ALTER TABLE result ADD COLUMN experiment_id INTEGER REFERENCES experiment(id);
+ALTER TABLE result ADD COLUMN cell TEXT;
+ALTER TABLE result ADD COLUMN rep INTEGER;
+ALTER TABLE result ADD COLUMN bench_key TEXT;
+CREATE UNIQUE INDEX IF NOT EXISTS result_cell ON result(experiment_id, cell) WHERE cell IS NOT NULL;
+CREATE INDEX IF NOT EXISTS run_experiment ON run(experiment_id);
+""",
+}
 
 
 @dataclass
@@ -148,6 +189,11 @@ class Result:
     values: list[float] = field(default_factory=list)
     # (rep, copy, seq, value, ops, ns) for every interval
     raw: list[tuple] = field(default_factory=list)
+    # schema 2: set for the cells of an experiment (kperfdiff run)
+    experiment_id: int | None = None
+    cell: str | None = None
+    rep: int | None = None
+    bench_key: str | None = None
 
 
 def default_path() -> Path:
@@ -219,6 +265,10 @@ class Store:
                     for stmt in SCHEMA.split(";"):
                         if stmt.strip():
                             self.conn.execute(stmt)
+                    for v in range(1, SCHEMA_VERSION):
+                        for stmt in MIGRATIONS[v].split(";"):
+                            if stmt.strip():
+                                self.conn.execute(stmt)
                     self.conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
                     self.conn.execute("INSERT INTO meta VALUES ('created_by', ?)", (__version__,))
                 return
@@ -385,7 +435,8 @@ class Store:
                          better=r["better"], n=r["n"], median=r["median"], min=r["min"], max=r["max"], q1=r["q1"],
                          q3=r["q3"], mean=r["mean"], stdev=r["stdev"], cv=r["cv"], overhead=r["overhead"],
                          ops=r["ops"], cpu_ns=r["cpu_ns"], wall_s=r["wall_s"], monitors=json.loads(r["monitors"]),
-                         info=json.loads(r["info"]))
+                         info=json.loads(r["info"]), experiment_id=r["experiment_id"], cell=r["cell"],
+                         rep=r["rep"], bench_key=r["bench_key"])
             if with_raw:
                 res.raw = [tuple(x) for x in self.conn.execute(
                     "SELECT rep, copy, seq, value, ops, ns FROM interval WHERE result_id=? ORDER BY rep, copy, seq",
@@ -439,6 +490,144 @@ class Store:
                     "cpu_time_ns": p["cpu_time_ns"], "kallsyms": p["kallsyms"], "run_id": run.id,
                     "benchmark": p["benchmark"], "emulated": bool(facts.get("emulated"))}))
         return out
+
+    # -- experiments (schema 2) ----------------------------------------------
+    def create_experiment(self, *, name: str, path: str, file_hash: str, spec: dict, cells: int) -> int:
+        """A new experiment, owned by this process and marked running."""
+        now = time.time()
+        return self._write(lambda: self.conn.execute(
+            "INSERT INTO experiment (name, path, file_hash, spec, state, cells, created, updated, pid, boot_id) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (name, path, file_hash, json.dumps(spec, sort_keys=True), "running", cells, now, now, os.getpid(),
+             _boot_id())).lastrowid)
+
+    @staticmethod
+    def _experiment(row) -> dict:
+        d = dict(row)
+        d["spec"] = json.loads(d["spec"] or "{}")
+        return d
+
+    def get_experiment(self, exp_id: int) -> dict:
+        row = self.conn.execute("SELECT * FROM experiment WHERE id=?", (exp_id,)).fetchone()
+        if not row:
+            raise InputError(f"there is no experiment {exp_id} in the store {self.path}")
+        return self._experiment(row)
+
+    def list_experiments(self) -> list[dict]:
+        return [self._experiment(r) for r in self.conn.execute("SELECT * FROM experiment ORDER BY id")]
+
+    def latest_experiment(self, name: str) -> dict | None:
+        """The newest experiment of that name that was not superseded by --restart, or None."""
+        row = self.conn.execute("SELECT * FROM experiment WHERE name=? AND state!='superseded' "
+                                "ORDER BY id DESC LIMIT 1", (name,)).fetchone()
+        return self._experiment(row) if row else None
+
+    def find_experiment(self, ref: str) -> dict:
+        """An experiment by id, or the newest (not superseded) one of that name."""
+        ref = ref.strip()
+        if ref.isdigit():
+            return self.get_experiment(int(ref))
+        exp = self.latest_experiment(ref)
+        if exp is None:
+            raise InputError(f"there is no experiment {ref!r} in the store {self.path}; run one with "
+                             f"kperfdiff run FILE")
+        return exp
+
+    def set_experiment_state(self, exp_id: int, state: str, *, claim: bool = False) -> None:
+        """Set the state; ``claim`` also records this process as the owner."""
+        if claim:
+            self._write(lambda: self.conn.execute(
+                "UPDATE experiment SET state=?, updated=?, pid=?, boot_id=? WHERE id=?",
+                (state, time.time(), os.getpid(), _boot_id(), exp_id)))
+        else:
+            self._write(lambda: self.conn.execute("UPDATE experiment SET state=?, updated=? WHERE id=?",
+                                                  (state, time.time(), exp_id)))
+
+    def experiment_owner_alive(self, exp: dict) -> bool:
+        """Whether another live process is running this experiment now."""
+        return (exp["state"] == "running" and exp.get("pid") != os.getpid() and exp.get("boot_id") == _boot_id()
+                and _pid_alive(exp.get("pid")))
+
+    def link_run(self, run_id: int, exp_id: int) -> None:
+        self._write(lambda: self.conn.execute("UPDATE run SET experiment_id=? WHERE id=?", (exp_id, run_id)))
+
+    def reopen_run(self, run_id: int) -> Run:
+        """Mark a run running again, owned by this process (a resumed experiment)."""
+        self._write(lambda: self.conn.execute(
+            "UPDATE run SET state='running', ended_at=NULL, pid=?, boot_id=? WHERE id=?",
+            (os.getpid(), _boot_id(), run_id)))
+        return self.get_run(run_id)
+
+    def experiment_runs(self, exp_id: int) -> list[Run]:
+        return [self._run(r) for r in self.conn.execute(
+            "SELECT * FROM run WHERE experiment_id=? ORDER BY id", (exp_id,))]
+
+    def run_experiment_id(self, run_id: int) -> int | None:
+        row = self.conn.execute("SELECT experiment_id FROM run WHERE id=?", (run_id,)).fetchone()
+        return row[0] if row else None
+
+    def cell_states(self, exp_id: int) -> dict[str, str]:
+        """cell key -> status of every stored cell of an experiment."""
+        return {r[0]: r[1] for r in self.conn.execute(
+            "SELECT cell, status FROM result WHERE experiment_id=? AND cell IS NOT NULL", (exp_id,))}
+
+    def add_cell_result(self, run_id: int, *, experiment_id: int, cell: str, rep: int, bench_key: str,
+                        benchmark: str, params: dict, copies: int, status: str, reason: str | None,
+                        unit: str | None, better: str | None, summary: dict | None, raw: list[tuple],
+                        overhead: float | None = None, ops: int | None = None, cpu_ns: int | None = None,
+                        wall_s: float | None = None, monitors: dict | None = None, info: list | None = None,
+                        started_at: float | None = None) -> int:
+        """Store one experiment cell and its raw intervals in one transaction.
+
+        A failed cell of the same key (an earlier attempt) is replaced in the
+        same transaction; a finished (ok or skipped) cell is never replaced:
+        the unique index on (experiment_id, cell) refuses a second one.
+        """
+        s = summary or {}
+
+        def w():
+            self.conn.execute("DELETE FROM result WHERE experiment_id=? AND cell=? AND status='failed'",
+                              (experiment_id, cell))
+            cur = self.conn.execute(
+                "INSERT INTO result (run_id, benchmark, params, copies, status, reason, unit, better, n, median, "
+                "min, max, q1, q3, mean, stdev, cv, overhead, ops, cpu_ns, wall_s, monitors, info, started_at, "
+                "ended_at, experiment_id, cell, rep, bench_key) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (run_id, benchmark, json.dumps(params, sort_keys=True), copies, status, reason, unit, better,
+                 s.get("n"), s.get("median"), s.get("min"), s.get("max"), s.get("q1"), s.get("q3"),
+                 s.get("mean"), _nan_none(s.get("stdev")), _nan_none(s.get("cv")), overhead, ops, cpu_ns, wall_s,
+                 json.dumps(monitors or {}, sort_keys=True), json.dumps(info or []), started_at, time.time(),
+                 experiment_id, cell, rep, bench_key))
+            rid = cur.lastrowid
+            self.conn.executemany("INSERT INTO interval VALUES (?,?,?,?,?,?,?)", [(rid, *r) for r in raw])
+            return rid
+        try:
+            return self._write(w)
+        except sqlite3.IntegrityError:
+            raise StoreError(f"cell {cell} of experiment {experiment_id} is already stored; "
+                             f"it is never measured twice") from None
+
+    # -- knobs changed by a running experiment (schema 2) ---------------------
+    def save_knob(self, exp_id: int, path: str, original: str) -> None:
+        """Remember a file's original value before it is changed (kept if already saved)."""
+        self._write(lambda: self.conn.execute(
+            "INSERT OR IGNORE INTO knob_saved (experiment_id, path, original, pid, boot_id, saved_at) "
+            "VALUES (?,?,?,?,?,?)", (exp_id, path, original, os.getpid(), _boot_id(), time.time())))
+
+    def forget_knob(self, exp_id: int, path: str) -> None:
+        self._write(lambda: self.conn.execute("DELETE FROM knob_saved WHERE experiment_id=? AND path=?",
+                                              (exp_id, path)))
+
+    def saved_knobs(self, exp_id: int | None = None) -> list[dict]:
+        q = "SELECT * FROM knob_saved"
+        args: tuple = ()
+        if exp_id is not None:
+            q += " WHERE experiment_id=?"
+            args = (exp_id,)
+        return [dict(r) for r in self.conn.execute(q + " ORDER BY experiment_id, saved_at", args)]
+
+    def knob_owner_alive(self, row: dict) -> bool:
+        return row.get("boot_id") == _boot_id() and _pid_alive(row.get("pid")) and row.get("pid") != os.getpid()
 
 
 def _nan_none(v):

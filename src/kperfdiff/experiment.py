@@ -1,0 +1,834 @@
+"""Experiments: a matrix of variants x benchmarks x core counts x repetitions.
+
+An experiment file (TOML; commented examples in ``examples/``)::
+
+    name = "superpages"                  # the experiment's name in the store
+    description = "..."                  # free text (not part of the identity)
+    baseline = "4k"                      # a variant label (default: the first variant)
+    stack = ["PK1", "PK2"]               # optional ordered patch stack: each also
+                                         # compared with the one before it
+    benchmarks = ["gups.{pages}", "proc.fork", "fault.*"]
+    cores = [1, 2]                       # copy counts (-P)
+    reps = 3                             # fresh processes per cell
+    intervals = 5                        # optional: timed intervals per process
+    min_batch_ms = 10                    # optional: minimum batch length
+    timeout = 120                        # optional: per-process timeout (s)
+    profile = true                       # perf record every process
+    profile_freq = 999                   # optional sampling frequency (Hz)
+    tiny = false                         # use the benchmarks' tiny parameters
+    allow_swap_setup = false             # temporary swap for benchmarks that need it
+    params = { "gups.*:log2_words" = 22 }   # overrides for every variant
+
+    [[variant]]
+    label = "4k"
+    target = "local"                     # local; qemu:ARCH and ssh:HOST come later
+    vars = { pages = "4k" }              # fills {pages} in benchmark names
+    knobs = { "/sys/kernel/mm/transparent_hugepage/enabled" = "madvise" }
+    cmdline = "..."                      # kernel command line (guest targets only)
+    env = { MALLOC_ARENA_MAX = "1" }     # environment of the benchmark processes
+    cpus = "0-1"                         # CPU list the benchmark processes run on
+    params = { "proc.fork:hello" = "/bin/true" }
+
+Running (:func:`run_experiment`):
+
+* **Cells.** A cell is one variant x benchmark x core count x repetition,
+  measured by one fresh set of worker processes and stored at once as its own
+  result row with a unique key in the experiment. A benchmark name with
+  ``{var}`` placeholders is one *column*: each variant runs the benchmark its
+  ``vars`` name (``gups.{pages}`` is gups.4k in one variant and gups.huge in
+  another), so they are compared with each other.
+* **Order.** Repetition is the outermost loop; inside it every benchmark and
+  core count is measured for every variant back to back, and the order of the
+  variants is rotated from one cell to the next (A B, B A, A B ...), so slow
+  drift of the machine (heat, memory fragmentation, background work) hits
+  every variant alike and no variant always goes first.
+* **Resume.** ``kperfdiff run FILE`` again continues an interrupted or crashed
+  experiment of the same name: the cells already stored ok or skipped are
+  never measured again; failed cells are measured again (the new attempt
+  replaces the failed row in one transaction). The identity of an experiment
+  is the hash of its parsed content (comments, layout and ``description`` do
+  not count). If the file changed after a partial run, ``run`` refuses with a
+  sentence saying so, unless ``--restart``: then the old experiment is kept
+  in the store as ``superseded`` and a new one starts from zero.
+* **Knobs.** Before anything is measured every knob of every variant is
+  checked by writing its value and reading it back, then restoring the
+  original; a knob that cannot be set (file absent, not root, value refused)
+  stops the run with the reason. The original values are written to the
+  store before the first change and removed only once restored, and knobs
+  are restored in a ``finally`` with SIGINT/SIGTERM/SIGHUP blocked, so Ctrl-C,
+  a kill or a failing benchmark leaves the machine as it was; after a crash
+  (SIGKILL, power loss) the next ``kperfdiff run`` restores them first.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import re
+import shlex
+import signal
+import string
+import sys
+import time
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from . import machine
+from .errors import BenchError, InputError, KperfdiffError
+
+KNOB_ROOTS = ("/sys/", "/proc/sys/")
+TARGET_RE = re.compile(r"^(local|qemu:[A-Za-z0-9_]+|ssh:[^\s]+)$")
+CPU_LIST_RE = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=-]*$")
+TOP_KEYS = {"name", "description", "baseline", "stack", "benchmarks", "cores", "reps", "intervals", "min_batch_ms",
+            "timeout", "profile", "profile_freq", "tiny", "allow_swap_setup", "params", "variant", "variants"}
+VARIANT_KEYS = {"label", "target", "vars", "knobs", "cmdline", "env", "cpus", "params", "description"}
+
+
+class ExperimentError(InputError):
+    """An experiment file that cannot be used."""
+
+
+@dataclass
+class Variant:
+    label: str
+    target: str = "local"
+    vars: dict[str, str] = field(default_factory=dict)
+    knobs: dict[str, str] = field(default_factory=dict)
+    cmdline: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    cpus: str = ""
+    params: dict[str, str] = field(default_factory=dict)   # "BENCH:KEY" -> value
+    description: str = ""
+
+
+@dataclass
+class Experiment:
+    name: str
+    path: str
+    variants: list[Variant]
+    baseline: str
+    benchmarks: list[str]
+    cores: list[int]
+    reps: int = 3
+    stack: list[str] = field(default_factory=list)
+    intervals: int | None = None
+    min_batch_ms: float | None = None
+    timeout: float | None = None
+    profile: bool = False
+    profile_freq: int | None = None
+    tiny: bool = False
+    allow_swap_setup: bool = False
+    params: dict[str, str] = field(default_factory=dict)
+    description: str = ""
+
+    def spec(self) -> dict:
+        """The parsed content that defines the experiment (its identity)."""
+        d = asdict(self)
+        d.pop("path")
+        d.pop("description")
+        for v in d["variants"]:
+            v.pop("description")
+        return d
+
+    def file_hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.spec(), sort_keys=True).encode()).hexdigest()[:16]
+
+    def variant(self, label: str) -> Variant:
+        for v in self.variants:
+            if v.label == label:
+                return v
+        raise KeyError(label)
+
+    def comparisons(self) -> list[tuple[str, str, str]]:
+        """(variant, reference, kind) pairs: every variant vs the baseline, and
+        each member of the patch stack vs the one before it."""
+        out = [(v.label, self.baseline, "baseline") for v in self.variants if v.label != self.baseline]
+        prev = None
+        for label in self.stack:
+            if prev is not None and prev != self.baseline and label != self.baseline:
+                out.append((label, prev, "previous"))
+            prev = label
+        return out
+
+
+# -- parsing ---------------------------------------------------------------------
+
+def _err(path, field_name: str, problem: str) -> ExperimentError:
+    return ExperimentError(f"{path}: {field_name} {problem}")
+
+
+def _scalar_str(path, where: str, v) -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, (str, int, float)):
+        return str(v)
+    raise _err(path, where, f"must be a string or a number, not {type(v).__name__}")
+
+
+def _str_table(path, where: str, v) -> dict[str, str]:
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise _err(path, where, "must be a table of names to values, as in { KEY = \"value\" }")
+    return {str(k): _scalar_str(path, f"{where}.{k}", x) for k, x in v.items()}
+
+
+def _params_table(path, where: str, v) -> dict[str, str]:
+    out = _str_table(path, where, v)
+    for k in out:
+        bench, colon, key = k.partition(":")
+        if not colon or not bench or not key or "=" in key:
+            raise _err(path, f"{where} key {k!r}", "must be of the form \"BENCH_OR_PATTERN:KEY\"")
+    return out
+
+
+def _placeholders(text: str) -> list[str]:
+    try:
+        return [f for _, f, _, _ in string.Formatter().parse(text) if f is not None]
+    except ValueError:
+        return ["?"]
+
+
+def parse(path: str | Path) -> Experiment:
+    """Read and check an experiment file; every problem is one sentence naming the file and field."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise ExperimentError(f"{p}: no such experiment file") from None
+    except IsADirectoryError:
+        raise ExperimentError(f"{p} is a directory, not an experiment file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ExperimentError(f"{p}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ExperimentError(f"{p}: not valid TOML ({e})") from None
+    return parse_data(data, p)
+
+
+def parse_data(data: dict, p: Path | str = "<experiment>") -> Experiment:
+    unknown = sorted(set(data) - TOP_KEYS)
+    if unknown:
+        raise _err(p, unknown[0], f"is not an experiment field (known: {', '.join(sorted(TOP_KEYS))})")
+    name = data.get("name")
+    if not isinstance(name, str) or not LABEL_RE.match(name or ""):
+        raise _err(p, "name", "must be a word of letters, digits and _.+=- (it names the experiment in the store)")
+    raw_variants = data.get("variant", data.get("variants"))
+    if not isinstance(raw_variants, list) or not raw_variants:
+        raise _err(p, "variant", "is missing: declare at least one [[variant]] table with a label")
+    variants: list[Variant] = []
+    for i, rv in enumerate(raw_variants):
+        where = f"variant[{i}]"
+        if not isinstance(rv, dict):
+            raise _err(p, where, "must be a table ([[variant]])")
+        bad = sorted(set(rv) - VARIANT_KEYS)
+        if bad:
+            raise _err(p, f"{where}.{bad[0]}", f"is not a variant field (known: {', '.join(sorted(VARIANT_KEYS))})")
+        label = rv.get("label")
+        if not isinstance(label, str) or not LABEL_RE.match(label):
+            raise _err(p, f"{where}.label", "must be a word of letters, digits and _.+=-")
+        where = f"variant {label!r}"
+        if any(v.label == label for v in variants):
+            raise _err(p, f"{where}.label", "is used twice; every variant needs its own label")
+        target = rv.get("target", "local")
+        if not isinstance(target, str) or not TARGET_RE.match(target):
+            raise _err(p, f"{where}.target", f"{target!r} is not a target; use local, qemu:ARCH (qemu:arm64, "
+                                              f"qemu:x86_64) or ssh:HOST")
+        knobs = _str_table(p, f"{where}.knobs", rv.get("knobs"))
+        for k in knobs:
+            if not k.startswith(KNOB_ROOTS) or ".." in k.split("/"):
+                raise _err(p, f"{where}.knobs key {k!r}", "must be an absolute path under /sys/ or /proc/sys/")
+        cmdline = rv.get("cmdline", "")
+        if not isinstance(cmdline, str):
+            raise _err(p, f"{where}.cmdline", "must be a string (a kernel command line)")
+        if cmdline and target == "local":
+            raise _err(p, f"{where}.cmdline", "needs a guest target (qemu:ARCH): the local machine's kernel "
+                                              "command line cannot be changed by kperfdiff; remove it or set target")
+        env = _str_table(p, f"{where}.env", rv.get("env"))
+        for k in env:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
+                raise _err(p, f"{where}.env key {k!r}", "is not an environment variable name")
+        cpus = rv.get("cpus", "")
+        if isinstance(cpus, list):
+            cpus = ",".join(str(c) for c in cpus)
+        if not isinstance(cpus, str) or (cpus and not CPU_LIST_RE.match(cpus.replace(" ", ""))):
+            raise _err(p, f"{where}.cpus", f"{cpus!r} is not a CPU list like \"0\", \"0-3\" or \"0,2\"")
+        variants.append(Variant(label=label, target=target, vars=_str_table(p, f"{where}.vars", rv.get("vars")),
+                                knobs=knobs, cmdline=cmdline, env=env, cpus=cpus.replace(" ", ""),
+                                params=_params_table(p, f"{where}.params", rv.get("params")),
+                                description=str(rv.get("description", ""))))
+    labels = [v.label for v in variants]
+    baseline = data.get("baseline", labels[0])
+    if baseline not in labels:
+        raise _err(p, "baseline", f"{baseline!r} is not a variant label ({', '.join(labels)})")
+    stack = data.get("stack", [])
+    if not isinstance(stack, list) or any(s not in labels for s in stack) or len(set(stack)) != len(stack):
+        raise _err(p, "stack", f"must be a list of distinct variant labels ({', '.join(labels)}) in patch order")
+    benches = data.get("benchmarks")
+    if isinstance(benches, str):
+        benches = [b.strip() for b in benches.split(",") if b.strip()]
+    if not isinstance(benches, list) or not benches or not all(isinstance(b, str) and b for b in benches):
+        raise _err(p, "benchmarks", "must be a non-empty list of benchmark names or patterns")
+    for b in benches:
+        for ph in _placeholders(b):
+            if not ph.isidentifier():
+                raise _err(p, "benchmarks", f"entry {b!r} has a malformed {{placeholder}}")
+            for v in variants:
+                if ph not in v.vars:
+                    raise _err(p, f"variant {v.label!r}.vars", f"has no {ph!r}, which benchmark {b!r} needs")
+    cores = data.get("cores", [1])
+    if isinstance(cores, int) and not isinstance(cores, bool):
+        cores = [cores]
+    if (not isinstance(cores, list) or not cores
+            or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in cores)):
+        raise _err(p, "cores", "must be a list of copy counts of 1 or more, like [1, 2, 4]")
+    if len(set(cores)) != len(cores):
+        raise _err(p, "cores", "lists a core count twice")
+
+    def pos_int(key, default):
+        v = data.get(key, default)
+        if v is None:
+            return None
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise _err(p, key, "must be a whole number of 1 or more")
+        return v
+
+    def pos_num(key):
+        v = data.get(key)
+        if v is None:
+            return None
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0 or not math.isfinite(v):
+            raise _err(p, key, "must be a positive number")
+        return float(v)
+
+    def flag(key):
+        v = data.get(key, False)
+        if not isinstance(v, bool):
+            raise _err(p, key, "must be true or false")
+        return v
+
+    desc = data.get("description", "")
+    return Experiment(name=name, path=str(p), variants=variants, baseline=baseline, benchmarks=list(benches),
+                      cores=list(cores), reps=pos_int("reps", 3), stack=list(stack),
+                      intervals=pos_int("intervals", None), min_batch_ms=pos_num("min_batch_ms"),
+                      timeout=pos_num("timeout"), profile=flag("profile"),
+                      profile_freq=pos_int("profile_freq", None), tiny=flag("tiny"),
+                      allow_swap_setup=flag("allow_swap_setup"),
+                      params=_params_table(p, "params", data.get("params")),
+                      description=desc if isinstance(desc, str) else "")
+
+
+# -- the matrix -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Cell:
+    variant: str
+    key: str          # column: the benchmark entry (a name, or a template like gups.{pages})
+    benchmark: str    # the benchmark this variant runs for that column
+    cores: int
+    rep: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.variant}|{self.key}|P{self.cores}|r{self.rep}"
+
+
+def resolve(exp: Experiment) -> dict[str, list[tuple[str, object]]]:
+    """variant label -> [(column key, Benchmark)], in the file's order.
+
+    A plain entry (name, pattern or family) gives one column per benchmark it
+    matches; an entry with ``{placeholders}`` is one column whose benchmark
+    each variant names through its ``vars`` (it must name exactly one).
+    """
+    from .bench import catalogue
+    out: dict[str, list[tuple[str, object]]] = {}
+    for v in exp.variants:
+        cols: list[tuple[str, object]] = []
+        for entry in exp.benchmarks:
+            templated = bool(_placeholders(entry))
+            name = entry.format(**v.vars) if templated else entry
+            try:
+                hits = catalogue.select("full", name)
+            except KperfdiffError:
+                raise _err(exp.path, "benchmarks", f"entry {entry!r} ({name!r} for variant {v.label!r}) matches "
+                                                   f"no benchmark; see kperfdiff bench --list") from None
+            if templated:
+                if len(hits) != 1:
+                    raise _err(exp.path, "benchmarks", f"entry {entry!r} must name exactly one benchmark per "
+                                                       f"variant, but {name!r} matches {len(hits)}")
+                cols.append((entry, hits[0]))
+            else:
+                cols.extend((h.name, h) for h in hits)
+        keys = [k for k, _ in cols]
+        dup = next((k for k in keys if keys.count(k) > 1), None)
+        if dup:
+            raise _err(exp.path, "benchmarks", f"name {dup} twice (two entries match it)")
+        out[v.label] = cols
+    first = [k for k, _ in out[exp.variants[0].label]]
+    for v in exp.variants[1:]:
+        if [k for k, _ in out[v.label]] != first:
+            raise _err(exp.path, "benchmarks", f"resolve to different columns for variant {v.label!r}")
+    return out
+
+
+def cells(exp: Experiment, columns: dict[str, list[tuple[str, object]]]) -> list[Cell]:
+    """Every cell in run order: repetition outermost, variants interleaved and rotated."""
+    labels = [v.label for v in exp.variants]
+    out = []
+    slot = 0
+    for rep in range(exp.reps):
+        for i, (key, _) in enumerate(columns[labels[0]]):
+            for cores in exp.cores:
+                k = slot % len(labels)
+                for label in labels[k:] + labels[:k]:
+                    bench = dict(columns[label])[key]
+                    out.append(Cell(label, key, bench.name, cores, rep))
+                slot += 1
+    return out
+
+
+def variant_params(exp: Experiment, v: Variant, benches: list) -> dict[str, dict[str, str]]:
+    """Per-benchmark parameter overrides of one variant: the experiment's, then the variant's own.
+
+    An override that applies to none of this variant's benchmarks (it names
+    another variant's benchmark) is left out here; :func:`check_params`
+    rejects one that applies to no benchmark of the experiment at all.
+    """
+    from .bench.session import parse_param_overrides
+    out: dict[str, dict[str, str]] = {}
+    for table in (exp.params, v.params):
+        for k, val in table.items():
+            try:
+                ov = parse_param_overrides([f"{k}={val}"], benches)
+            except KperfdiffError:
+                continue
+            for b, kv in ov.items():
+                out.setdefault(b, {}).update(kv)
+    return out
+
+
+def check_params(exp: Experiment, columns) -> dict[str, dict[str, dict[str, str]]]:
+    """variant -> benchmark -> overrides; an override that applies to no benchmark of the experiment is an error."""
+    from .bench.session import parse_param_overrides
+    allb = {b.name: b for cols in columns.values() for _, b in cols}
+    for where, table in [("params", exp.params)] + [(f"variant {v.label!r}.params", v.params)
+                                                     for v in exp.variants]:
+        for k, val in table.items():
+            try:
+                parse_param_overrides([f"{k}={val}"], list(allb.values()))
+            except KperfdiffError:
+                raise _err(exp.path, f"{where} key {k!r}", "applies to no benchmark of the experiment "
+                                                          "(or that benchmark has no such parameter)") from None
+    return {v.label: variant_params(exp, v, [b for _, b in columns[v.label]]) for v in exp.variants}
+
+
+# -- knobs --------------------------------------------------------------------------
+
+def _knob_value(text: str) -> str:
+    """The current value of a sysfs/procfs file: the [selected] word of a choice list, else the stripped text."""
+    m = re.search(r"\[([^\]\s]+)\]", text)
+    if m:
+        return m.group(1)
+    return " ".join(text.split())
+
+
+def read_knob(path: str) -> str:
+    try:
+        return _knob_value(Path(path).read_text())
+    except FileNotFoundError:
+        raise BenchError(f"the knob {path} does not exist on this machine") from None
+    except OSError as e:
+        raise BenchError(f"cannot read the knob {path}: {e.strerror}") from None
+
+
+def write_knob(path: str, value: str) -> None:
+    """Write a value and check the kernel kept it."""
+    try:
+        with open(path, "w") as f:
+            f.write(value)
+    except FileNotFoundError:
+        raise BenchError(f"the knob {path} does not exist on this machine") from None
+    except PermissionError:
+        who = "" if os.geteuid() == 0 else " (kperfdiff is not running as root)"
+        raise BenchError(f"cannot set the knob {path} to {value!r}: permission denied{who}") from None
+    except OSError as e:
+        raise BenchError(f"the kernel refused {value!r} for the knob {path}: {e.strerror}") from None
+    now = read_knob(path)
+    if now != " ".join(value.split()):
+        raise BenchError(f"the knob {path} reads {now!r} after writing {value!r}; give the value the file "
+                         f"reports")
+
+
+class KnobGuard:
+    """Applies variants' knobs and puts every changed file back.
+
+    The original of a file is saved in the store before its first change and
+    forgotten only after it is restored, so a crash can be repaired later.
+    """
+
+    def __init__(self, store, exp_id: int):
+        self.store = store
+        self.exp_id = exp_id
+        self.original: dict[str, str] = {}
+        self.current: dict[str, str] = {}
+
+    def apply(self, knobs: dict[str, str]) -> None:
+        # files set by the previous variant but not by this one go back first
+        for path in [p for p in self.current if p not in knobs]:
+            self._set(path, self.original[path])
+            del self.current[path]
+        for path, value in knobs.items():
+            if path not in self.original:
+                orig = read_knob(path)
+                self.store.save_knob(self.exp_id, path, orig)
+                self.original[path] = orig
+            if self.current.get(path) != value:
+                self._set(path, value)
+                self.current[path] = value
+
+    def _set(self, path, value):
+        write_knob(path, value)
+
+    def restore(self) -> list[str]:
+        """Put every file back (signals blocked meanwhile); returns the problems."""
+        problems = []
+        with _signals_blocked():
+            for path, orig in self.original.items():
+                try:
+                    write_knob(path, orig)
+                    self.store.forget_knob(self.exp_id, path)
+                except KperfdiffError as e:
+                    problems.append(str(e))
+            self.original.clear()
+            self.current.clear()
+        return problems
+
+
+@contextlib.contextmanager
+def _signals_blocked():
+    sigs = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    try:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    except (ValueError, OSError):
+        old = None
+    try:
+        yield
+    finally:
+        if old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def repair_knobs(store, log=print) -> None:
+    """Restore knobs left changed by an experiment whose process died."""
+    for row in store.saved_knobs():
+        if store.knob_owner_alive(row):
+            continue
+        try:
+            write_knob(row["path"], row["original"])
+        except KperfdiffError as e:
+            raise BenchError(f"experiment {row['experiment_id']} stopped without restoring {row['path']} and it "
+                             f"cannot be restored now ({e}); set it to {row['original']!r} by hand") from None
+        store.forget_knob(row["experiment_id"], row["path"])
+        log(f"kperfdiff: restored {row['path']} to {row['original']!r} (left changed by experiment "
+            f"{row['experiment_id']}, which stopped without restoring it)")
+
+
+@contextlib.contextmanager
+def _term_as_interrupt():
+    """SIGTERM and SIGHUP stop the run like Ctrl-C, so the finally clauses run."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+    old = {}
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            old[s] = signal.signal(s, handler)
+        except (ValueError, OSError):
+            pass
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+# -- running ---------------------------------------------------------------------
+
+@dataclass
+class RunOptions:
+    restart: bool = False
+    progress: bool = True
+    command: str = ""
+
+
+@dataclass
+class RunOutcome:
+    experiment: dict
+    measured: int
+    total: int
+    failed: int
+    exit_status: int
+
+
+def _open_or_create(store, exp: Experiment, total: int, restart: bool) -> tuple[dict, bool]:
+    old = store.latest_experiment(exp.name)
+    h = exp.file_hash()
+    if old is not None and store.experiment_owner_alive(old):
+        raise InputError(f"experiment {exp.name} (id {old['id']}) is being run now by process {old['pid']}; "
+                         f"wait for it or stop it first")
+    if old is not None and (restart or old["file_hash"] != h):
+        # nothing measured yet (it stopped before its first cell, e.g. on a knob): nothing to protect
+        if not restart and store.cell_states(old["id"]):
+            done = sum(1 for s in store.cell_states(old["id"]).values() if s in ("ok", "skipped"))
+            raise InputError(f"{exp.path} changed since experiment {exp.name} (id {old['id']}) started, "
+                             f"{done} of {old['cells']} cells done; rerun with --restart to start it again "
+                             f"(the old results stay in the store), or give the experiment another name")
+        store.set_experiment_state(old["id"], "superseded")
+        old = None
+    if old is None:
+        eid = store.create_experiment(name=exp.name, path=str(Path(exp.path).resolve()), file_hash=h,
+                                      spec=exp.spec(), cells=total)
+        return store.get_experiment(eid), False
+    store.set_experiment_state(old["id"], "running", claim=True)
+    return store.get_experiment(old["id"]), True
+
+
+def _prefix_words(v: Variant) -> list[str]:
+    words: list[str] = []
+    if v.env:
+        words += ["env"] + [f"{k}={val}" for k, val in v.env.items()]
+    if v.cpus:
+        words += ["taskset", "-c", v.cpus]
+    return words
+
+
+def _check_cpus(exp: Experiment) -> None:
+    allowed = os.sched_getaffinity(0)
+    for v in exp.variants:
+        if not v.cpus:
+            continue
+        want = set()
+        for part in v.cpus.split(","):
+            lo, _, hi = part.partition("-")
+            want.update(range(int(lo), int(hi or lo) + 1))
+        missing = sorted(want - allowed)
+        if missing:
+            raise InputError(f"{exp.path}: variant {v.label!r}.cpus names CPU {missing[0]}, which this machine "
+                             f"does not have or does not allow (allowed: {len(allowed)} CPUs)")
+
+
+def plan(exp: Experiment) -> dict:
+    """What ``run`` would do, without touching the machine: columns and cells."""
+    columns = resolve(exp)
+    check_params(exp, columns)
+    cl = cells(exp, columns)
+    return {"name": exp.name, "hash": exp.file_hash(), "variants": [v.label for v in exp.variants],
+            "baseline": exp.baseline, "stack": exp.stack,
+            "columns": {label: [(k, b.name) for k, b in cols] for label, cols in columns.items()},
+            "cores": exp.cores, "reps": exp.reps, "cells": len(cl), "comparisons": exp.comparisons()}
+
+
+def run_experiment(store, exp: Experiment, opts: RunOptions, log=None) -> RunOutcome:
+    """Run (or resume) the whole matrix of ``exp`` into ``store``."""
+    from .bench import build
+    from .bench.session import BenchOptions, measure, unmet_requirement
+    from .progress import Progress
+
+    log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+    for v in exp.variants:
+        if v.target != "local":
+            raise InputError(f"{exp.path}: variant {v.label!r} has target {v.target}, which this kperfdiff cannot "
+                             f"run yet (only local); run it once the qemu and ssh targets exist")
+    _check_cpus(exp)
+    columns = resolve(exp)
+    overrides = check_params(exp, columns)
+    all_cells = cells(exp, columns)
+    repair_knobs(store, log)
+    profiler_cls = None
+    if exp.profile:
+        from .record import BenchProfiler, require_perf
+        require_perf()
+        profiler_cls = BenchProfiler
+    bench_by_name = {b.name: b for cols in columns.values() for _, b in cols}
+    expr, resumed = _open_or_create(store, exp, len(all_cells), opts.restart)
+    eid = expr["id"]
+    states = store.cell_states(eid)
+    todo = [c for c in all_cells if states.get(c.id) not in ("ok", "skipped")]
+    done_before = len(all_cells) - len(todo)
+    if resumed:
+        log(f"kperfdiff: resuming experiment {exp.name} (id {eid}): {done_before} of {len(all_cells)} cells "
+            f"already stored")
+    guard = KnobGuard(store, eid)
+    state = "failed"
+    runs: dict[str, object] = {}
+    measured = failed = 0
+    swap = contextlib.ExitStack()
+    try:
+        with _term_as_interrupt():
+            # 1. every knob of every variant can be set (checked before anything is measured), and the
+            #    machine facts each variant runs with
+            facts: dict[str, dict] = {}
+            for v in exp.variants:
+                guard.apply(v.knobs)
+                facts[v.label] = machine.facts()
+            guard.apply({})
+            # 2. one run per variant, reused when resuming
+            existing = {r.variant: r for r in store.experiment_runs(eid)}
+            for v in exp.variants:
+                mid = store.add_machine(facts[v.label])
+                if v.label in existing:
+                    runs[v.label] = store.reopen_run(existing[v.label].id)
+                else:
+                    r = store.start_run(label=f"{exp.name}/{v.label}", variant=v.label, target=v.target,
+                                        machine_id=mid, command=opts.command, experiment_hash=exp.file_hash(),
+                                        options={"experiment": exp.name, "experiment_id": eid,
+                                                 "knobs": v.knobs, "env": v.env, "cpus": v.cpus,
+                                                 "vars": v.vars, "cmdline": v.cmdline, "params": v.params})
+                    store.link_run(r.id, eid)
+                    runs[v.label] = r
+            binaries = build.build_all(sorted({b.family for b in bench_by_name.values()})) if todo else {}
+            bopts = BenchOptions(intervals=exp.intervals,
+                                 min_batch_ns=int(exp.min_batch_ms * 1e6) if exp.min_batch_ms else None,
+                                 timeout=exp.timeout, progress=opts.progress)
+            profilers = {label: profiler_cls(facts[label], freq=exp.profile_freq) for label in facts} \
+                if profiler_cls else {}
+            swap_ready = {label: f.get("swap_active", False) for label, f in facts.items()}
+            progress = Progress(len(todo), enabled=opts.progress)
+            if todo:
+                log(f"kperfdiff: experiment {exp.name} (id {eid}): {len(todo)} cells to measure "
+                    f"({len(exp.variants)} variants x {len(columns[exp.variants[0].label])} benchmarks x "
+                    f"{len(exp.cores)} core counts x {exp.reps} reps"
+                    + (f", {done_before} done before" if done_before else "") + ")")
+            t0 = time.monotonic()
+            try:
+                for i, c in enumerate(todo):
+                    v = exp.variant(c.variant)
+                    b = bench_by_name[c.benchmark]
+                    eta = ""
+                    if not progress.tty and i:
+                        left = (time.monotonic() - t0) / i * (len(todo) - i)
+                        eta = f" (ETA {int(left // 60):02d}:{int(left % 60):02d})"
+                    progress.step(f"{c.variant}: {c.benchmark} -P {c.cores} rep {c.rep + 1}/{exp.reps}{eta}")
+                    guard.apply(v.knobs)
+                    m = _measure_cell(exp, v, c, b, binaries, overrides, facts, swap_ready, swap, profilers,
+                                      runs[v.label], bopts, measure, unmet_requirement)
+                    params = m.pop("_params")
+                    rid = store.add_cell_result(
+                        runs[v.label].id, experiment_id=eid, cell=c.id, rep=c.rep, bench_key=c.key,
+                        benchmark=b.name, params=params, copies=c.cores, status=m["status"],
+                        reason=m.get("reason"), unit=m.get("unit", b.unit), better=m.get("better", b.better),
+                        summary=m.get("summary"), raw=m["raw"], overhead=m.get("overhead"), ops=m.get("ops"),
+                        cpu_ns=m.get("cpu_ns"), wall_s=m.get("wall_s"), monitors=m["monitors"], info=m["info"],
+                        started_at=m["started_at"])
+                    if profilers and m["status"] == "ok":
+                        profilers[v.label].collect(store, runs[v.label], rid, b, c.cores, m)
+                    measured += 1
+                    if m["status"] == "failed":
+                        failed += 1
+                        progress.note(f"kperfdiff: {c.variant}: {b.name} -P {c.cores} rep {c.rep + 1} failed: "
+                                      f"{m['reason']}")
+                    elif m["status"] == "skipped" and c.rep == 0:
+                        progress.note(f"kperfdiff: {c.variant}: {b.name} skipped: {m['reason']}")
+                    progress.advance()
+            finally:
+                progress.close()
+            remaining_failed = sum(1 for s in store.cell_states(eid).values() if s == "failed")
+            state = "failed" if remaining_failed else "complete"
+    except KeyboardInterrupt:
+        state = "interrupted"
+        log(f"kperfdiff: experiment {exp.name} interrupted after {measured} cells; run the same command again "
+            f"to resume it")
+        raise
+    finally:
+        problems = guard.restore()
+        try:
+            swap.close()
+        finally:
+            with _signals_blocked():
+                for r in runs.values():
+                    store.finish_run(r.id, "complete" if state == "complete" else
+                                     ("failed" if state == "failed" else "interrupted"))
+                store.set_experiment_state(eid, state)
+        for pr in problems:
+            log(f"kperfdiff: warning: {pr}; the original value is kept in the store and the next kperfdiff run "
+                f"tries again")
+    return RunOutcome(store.get_experiment(eid), measured, len(all_cells), failed, 1 if failed else 0)
+
+
+def _measure_cell(exp, v, c, b, binaries, overrides, facts, swap_ready, swap, profilers, run, bopts, measure,
+                  unmet_requirement) -> dict:
+    params = dict(b.params)
+    if exp.tiny:
+        params.update(b.tiny_params)
+    params.update(overrides[v.label].get(b.name, {}))
+    if b.family == "proc" and "hello" in binaries:
+        params.setdefault("hello", str(binaries["hello"]))
+    if "swap" in b.requires and not swap_ready[v.label] and exp.allow_swap_setup:
+        from .bench.swap import temporary_swap
+        swap.enter_context(temporary_swap())
+        for k in swap_ready:
+            swap_ready[k] = True
+    reason = unmet_requirement(b, facts[v.label], swap_ready[v.label])
+    if reason:
+        return {"status": "skipped", "reason": reason, "raw": [], "info": [], "monitors": {},
+                "started_at": time.time(), "_params": params}
+    words = _prefix_words(v)
+    prof = profilers.get(v.label)
+    rep = c.rep
+
+    def prefix_for_rep(_ignored):
+        if prof is None:
+            return list(words) or None
+        per_copy = prof.prefix_for(run, b, c.cores)(rep)
+        return lambda copy: words + per_copy(copy)
+
+    m = measure(b, binaries[b.family], params, c.cores, 1, bopts, prefix_for_rep)
+    m["raw"] = [(rep, *r[1:]) for r in m.get("raw", [])]
+    for inf in m.get("info", []):
+        inf["rep"] = rep
+    if "procs" in m:
+        m["procs"] = [(rep, *p[1:]) for p in m["procs"]]
+    m["_params"] = params
+    return m
+
+
+def describe_plan(pl: dict) -> str:
+    out = [f"experiment {pl['name']} (hash {pl['hash']}): {pl['cells']} cells = {len(pl['variants'])} variants x "
+           f"{len(next(iter(pl['columns'].values())))} benchmarks x {len(pl['cores'])} core counts x "
+           f"{pl['reps']} reps", f"baseline: {pl['baseline']}"]
+    if pl["stack"]:
+        out.append("patch stack: " + " -> ".join(pl["stack"]))
+    for label, cols in pl["columns"].items():
+        out.append(f"variant {label}: " + ", ".join(n if k == n else f"{k}={n}" for k, n in cols))
+    out.append("comparisons: " + "; ".join(f"{a} vs {b}" for a, b, _ in pl["comparisons"]))
+    return "\n".join(out) + "\n"
+
+
+
+def run_cli(args) -> int:
+    """`kperfdiff run FILE`: run or resume, then print the comparison (and write the report)."""
+    from . import compare
+    from .render import compare as rcompare
+    from .store import Store
+    exp = parse(args.file)
+    if args.dry_run:
+        sys.stdout.write(describe_plan(plan(exp)))
+        return 0
+    store = Store.open(args.store)
+    outcome = run_experiment(store, exp, RunOptions(restart=args.restart, progress=not args.no_progress,
+                                                     command=shlex.join(["kperfdiff", *sys.argv[1:]])))
+    cmp = compare.from_experiment(store, str(outcome.experiment["id"]))
+    sys.stdout.write(rcompare.render(cmp, args.format))
+    if args.report:
+        from .render import report
+        sys.stdout.write("\n" + report.top_mover_text(store, cmp))
+        out = report.write(store, cmp, args.report, "html")
+        sys.stdout.write(f"\nreport: {out.resolve()}\n")
+    if outcome.failed:
+        print(f"kperfdiff: {outcome.failed} cells failed; run the same command again to retry them",
+              file=sys.stderr)
+    return outcome.exit_status

@@ -1,0 +1,181 @@
+"""Comparison tables as text (the study's layout), Markdown, CSV and JSON.
+
+Text: benchmarks as columns and core counts as rows, one block of medians
+per variant and one block of changes per comparison (vs the baseline, and
+vs the previous variant of a patch stack), each with a geometric-mean row.
+Renderers return strings and do no I/O.
+"""
+from __future__ import annotations
+
+import math
+
+from ..compare import COMPARE_VERSION, Block, CellChange, Comparison, method_text
+from .bench import _num
+from .table import Table, to_csv, to_json, to_markdown, to_text
+
+SIG = "*"
+
+
+def _pct(v: float, digits: int = 1) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return f"{v:+.{digits}f}"
+
+
+def change_cell(c: CellChange | None) -> str:
+    if c is None:
+        return "-"
+    if math.isnan(c.change):
+        return "n/a" if c.note else "-"
+    ci = f" [{_pct(c.low)}, {_pct(c.high)}]" if not math.isnan(c.low) else " [no interval]"
+    return f"{_pct(c.change)}%{ci}{' ' + SIG if c.significant else ''}"
+
+
+def side_label(cmp: Comparison, label: str) -> str:
+    s = cmp.side(label)
+    return label + (" (emulated)" if s.emulated else "")
+
+
+def header_lines(cmp: Comparison) -> list[str]:
+    out = [f"kperfdiff compare: {cmp.title}; baseline {side_label(cmp, cmp.baseline.label)}"]
+    out.append("change = % change of the median, signed so that POSITIVE = BETTER (lower time, higher throughput); "
+               f"[low, high] = {cmp.confidence:.0%} confidence interval; {SIG} = significant (the interval "
+               f"excludes 0), no mark = not significant; no correction for multiple comparisons")
+    out.append("interval method: " + method_text(cmp.confidence) + "; median = median of the per-repetition "
+               "medians (>= 3 repetitions) or of the pooled intervals; CV = stdev/mean of all intervals")
+    if any(s.emulated for s in cmp.sides):
+        out.append("EMULATED: results marked (emulated) come from an emulated machine; their times are not "
+                   "those of real hardware")
+    for k, per in cmp.templates.items():
+        out.append(f"column {k}: " + ", ".join(f"{lab} runs {b}" for lab, b in per.items()))
+    return out
+
+
+def _col(cmp: Comparison, key: str) -> str:
+    unit = next((s.samples[(key, c)].unit for s in cmp.sides for c in cmp.cores
+                 if (key, c) in s.samples and s.samples[(key, c)].unit), None)
+    return f"{key} ({unit})" if unit else key
+
+
+def medians_table(cmp: Comparison, label: str) -> Table:
+    side = cmp.side(label)
+    what = "baseline" if label == cmp.baseline.label else "variant"
+    t = Table(["P"] + [_col(cmp, k) for k in cmp.keys], title=f"medians: {side_label(cmp, label)} ({what})",
+              align=["r"] * (len(cmp.keys) + 1))
+    for c in cmp.cores:
+        row: list = [c]
+        for k in cmp.keys:
+            s = side.samples.get((k, c))
+            if s is None:
+                row.append("-")
+            elif s.status != "ok":
+                row.append(s.status)
+            else:
+                from ..compare import _med
+                cv = s.cv
+                row.append(f"{_num(_med(s))} (cv {'-' if math.isnan(cv) else f'{cv * 100:.1f}%'}, "
+                           f"{len(s.reps)} reps)")
+        t.rows.append(row)
+    return t
+
+
+def block_title(cmp: Comparison, blk: Block) -> str:
+    ref = "baseline" if blk.kind == "baseline" else "previous"
+    return (f"change: {side_label(cmp, blk.variant)} vs {side_label(cmp, blk.reference)} ({ref}), % "
+            f"(positive = better)")
+
+
+def block_table(cmp: Comparison, blk: Block) -> Table:
+    t = Table(["P"] + list(cmp.keys) + ["geomean"], title=block_title(cmp, blk),
+              align=["r"] * (len(cmp.keys) + 2))
+    for c in cmp.cores:
+        t.rows.append([c] + [change_cell(blk.cells.get((k, c))) for k in cmp.keys]
+                      + [_pct(blk.geomean_by_cores.get(c, math.nan)) + "%"])
+    t.rows.append(["geomean"] + [_pct(blk.geomean_by_key.get(k, math.nan)) + "%" for k in cmp.keys]
+                  + [_pct(blk.geomean) + "%"])
+    notes = sorted({f"  {k} -P {c}: {x.note}" for (k, c), x in blk.cells.items() if x.note})
+    pooled = sorted({f"{k} -P {c}" for (k, c), x in blk.cells.items() if x.method == "pooled"})
+    if pooled:
+        notes.append(f"  interval over pooled intervals (fewer than 3 repetitions): {', '.join(pooled)}")
+    dropped = sorted({f"{k} -P {c}" for (k, c), x in blk.cells.items() if not math.isnan(x.change)
+                      and x.change <= -100})
+    if dropped:
+        notes.append(f"  the geometric means leave out changes of -100% or worse (no ratio): {', '.join(dropped)}")
+    t.notes = notes
+    return t
+
+
+def tables(cmp: Comparison) -> list[Table]:
+    return [medians_table(cmp, s.label) for s in cmp.sides] + [block_table(cmp, b) for b in cmp.blocks]
+
+
+def to_text_all(cmp: Comparison) -> str:
+    parts = ["\n".join(header_lines(cmp)) + "\n"]
+    parts += [to_text(t, "study") for t in tables(cmp)]
+    return "\n".join(parts)
+
+
+def to_markdown_all(cmp: Comparison) -> str:
+    from .table import _md_escape
+    parts = ["\n\n".join(_md_escape(h) for h in header_lines(cmp)) + "\n"]
+    parts += [to_markdown(t) for t in tables(cmp)]
+    return "\n".join(parts)
+
+
+def long_rows(cmp: Comparison) -> list[dict]:
+    rows = []
+    for blk in cmp.blocks:
+        for (k, c), x in blk.cells.items():
+            rows.append({"variant": blk.variant, "reference": blk.reference, "kind": blk.kind, "column": k,
+                         "cores": c, "benchmark_reference": x.benchmark_base, "benchmark_variant": x.benchmark_new,
+                         "unit": x.unit, "better": x.better, "median_reference": x.base, "median_variant": x.new,
+                         "change_pct": x.change, "ci_low_pct": x.low, "ci_high_pct": x.high,
+                         "significant": x.significant, "interval_over": x.method, "cv_reference": x.cv_base,
+                         "cv_variant": x.cv_new, "reps_reference": x.reps_base, "reps_variant": x.reps_new,
+                         "emulated": cmp.side(blk.variant).emulated or cmp.side(blk.reference).emulated,
+                         "note": x.note})
+    return rows
+
+
+def to_csv_all(cmp: Comparison) -> str:
+    rows = long_rows(cmp)
+    cols = list(rows[0]) if rows else ["variant", "reference", "column", "cores", "change_pct"]
+    t = Table(cols)
+    for r in rows:
+        t.rows.append([r[c] for c in cols])
+    return to_csv(t)
+
+
+def to_json_all(cmp: Comparison) -> str:
+    exp = cmp.experiment
+    return to_json({
+        "version": COMPARE_VERSION,
+        "title": cmp.title,
+        "sign": "positive change = better",
+        "confidence": cmp.confidence,
+        "method": method_text(cmp.confidence),
+        "experiment": {k: exp[k] for k in ("id", "name", "state", "file_hash", "path")} if exp else None,
+        "baseline": cmp.baseline.label,
+        "variants": [{"label": s.label, "runs": s.run_ids, "emulated": s.emulated,
+                      "medians": [{"column": k, "cores": c, "benchmark": smp.benchmark, "unit": smp.unit,
+                                   "better": smp.better, "status": smp.status, "reason": smp.reason,
+                                   "reps": [list(r) for r in smp.reps]}
+                                  for (k, c), smp in s.samples.items()]} for s in cmp.sides],
+        "columns": cmp.keys, "cores": cmp.cores,
+        "comparisons": [{"variant": b.variant, "reference": b.reference, "kind": b.kind,
+                         "geomean_pct": b.geomean, "geomean_by_cores": b.geomean_by_cores,
+                         "geomean_by_column": b.geomean_by_key,
+                         "cells": [x.as_dict() for x in b.cells.values()]} for b in cmp.blocks],
+    })
+
+
+def render(cmp: Comparison, fmt: str = "text") -> str:
+    if fmt == "text":
+        return to_text_all(cmp)
+    if fmt == "markdown":
+        return to_markdown_all(cmp)
+    if fmt == "csv":
+        return to_csv_all(cmp)
+    if fmt == "json":
+        return to_json_all(cmp)
+    raise ValueError(f"unknown format {fmt!r}")
