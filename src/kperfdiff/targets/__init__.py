@@ -1,0 +1,223 @@
+"""Targets: where benchmarks run (this machine, a QEMU guest, an SSH board).
+
+Target specifications (``--target SPEC``, ``target = "SPEC"`` in experiment files):
+
+``local``
+    this machine (the default).
+``qemu:ARCH[,kernel=VERSION|PATH][,modules=DIR][,mem=SIZE][,cpus=N][,deterministic]``
+``[,kvm=auto|on|off][,flavour=cloud|generic][,append=ARGS][,timeout=S]``
+    an emulated guest booted for each job; ARCH is ``arm64`` or ``x86_64``.
+    ``kernel=`` is a Debian kernel ABI (``6.1.0-56``), a version of the
+    ``linux-image-[cloud-]ARCH`` package (``6.1.192-2``), a package name, or
+    the path of a kernel image (with ``modules=DIR`` for its modules);
+    omitted, the newest Debian kernel. ``mem`` defaults to 2G, ``cpus`` to 2.
+    ``deterministic`` (arm64) counts instructions instead of time.
+``ssh://[USER@]HOST[:PORT][,identity=KEYFILE][,dir=REMOTE_TMP]``
+    a board reached with the system ssh client and key authentication.
+
+Options are separated by commas, so paths given in a spec cannot contain
+one. Use :func:`open_target` to get a :class:`Target` and
+:func:`run_benchmarks` to measure catalogue benchmarks on it.
+"""
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import stats
+from ..errors import UsageError
+from .base import Invocation, InvocationResult, Target
+
+__all__ = ["Target", "Invocation", "InvocationResult", "open_target", "run_benchmarks", "Cell", "parse_target_spec"]
+
+
+def parse_target_spec(spec: str) -> tuple[str, str]:
+    """(kind, spec) for a target specification; raises UsageError when unknown."""
+    s = (spec or "local").strip()
+    if s == "local":
+        return "local", s
+    if s.startswith("qemu:"):
+        return "qemu", s
+    if s.startswith("ssh://"):
+        return "ssh", s
+    raise UsageError(f"the target {spec!r} is not understood; use local, qemu:arm64, qemu:x86_64 "
+                     f"or ssh://user@host[:port]")
+
+
+def open_target(spec: str | None) -> Target:
+    """A Target for a specification (see the module docstring). Nothing boots or connects yet."""
+    kind, s = parse_target_spec(spec or "local")
+    if kind == "local":
+        from .local import LocalTarget
+        return LocalTarget()
+    if kind == "qemu":
+        from .qemu import QemuTarget
+        return QemuTarget(s)
+    from .ssh import SshTarget
+    return SshTarget(s)
+
+
+@dataclass
+class Cell:
+    """One benchmark at one copy count, with its parameters (catalogue defaults if None)."""
+
+    bench: object            # catalogue.Benchmark
+    copies: int = 1
+    params: dict | None = None
+
+
+def _cells(cells) -> list[Cell]:
+    out = []
+    for c in cells:
+        if isinstance(c, Cell):
+            out.append(c)
+        elif isinstance(c, tuple):
+            out.append(Cell(*c))
+        else:
+            out.append(Cell(c))
+    return out
+
+
+def unmet_on_target(b, facts: dict) -> str | None:
+    """Why a benchmark cannot run on the target (its facts), or None."""
+    for req in b.requires:
+        if req == "swap" and not facts.get("swap_active"):
+            return "needs active swap and the target has none configured"
+        if req == "thp" and facts.get("thp_enabled") not in ("always", "madvise"):
+            return f"needs transparent huge pages (mode is {facts.get('thp_enabled')})"
+        if req == "root" and facts.get("root") is False:
+            return "needs root on the target"
+        if req == "smp" and (facts.get("cpus") or 1) < 2:
+            return "needs at least 2 CPUs"
+    return None
+
+
+def run_benchmarks(target: Target, cells, opts, artefact_dir=None) -> list[dict]:
+    """Measure each cell on target, all in one job; per-cell dicts shaped as session.measure()'s.
+
+    ``cells``: Cell, (Benchmark, copies[, params]) or Benchmark items. ``opts``:
+    a bench.session.BenchOptions (reps, intervals, min_batch_ns, timeout,
+    tiny, profile, profile_freq). Each cell gets ``reps`` invocations; with
+    ``opts.profile`` every copy is recorded with perf record -g and the dict
+    carries ``profiles`` [(rep, copy, local perf.data path)] and ``kallsyms``.
+    Every dict also carries ``facts`` (the target's), so results from an
+    emulated guest are labelled emulated. Profiles live in the target's
+    temporary folder until close(); give ``artefact_dir`` to have them (and
+    kallsyms) copied there, named ``<bench>.P<copies>.r<rep>.c<copy>.perf.data``.
+    """
+    from ..bench import worker as _worker  # noqa: F401  (parse_output is used through InvocationResult)
+
+    cells = _cells(cells)
+    reps = max(1, getattr(opts, "reps", 1) or 1)
+    profile = bool(getattr(opts, "profile", False))
+    fams = sorted({c.bench.family for c in cells})
+    target.prepare(fams, profile=profile)
+    invs: list[Invocation] = []
+    owners: list[tuple[int, int]] = []
+    for ci, c in enumerate(cells):
+        b = c.bench
+        params = dict(b.params)
+        if getattr(opts, "tiny", False):
+            params.update(b.tiny_params)
+        params.update(c.params or {})
+        if b.family == "proc":
+            params.setdefault("hello", "@BIN@/kpd-hello")  # kpd-hello in the target's bin dir
+        c.params = params
+        argv = [f"kpd-{b.family}", b.name]
+        intervals = getattr(opts, "intervals", None) or b.intervals
+        if intervals is not None:
+            argv += ["--intervals", str(intervals)]
+        if getattr(opts, "min_batch_ns", None):
+            argv += ["--min-batch-ns", str(int(opts.min_batch_ns))]
+        argv += [f"{k}={v}" for k, v in params.items()]
+        timeout = getattr(opts, "timeout", None) or b.timeout
+        for rep in range(reps):
+            invs.append(Invocation(argv, c.copies, timeout,
+                                   profile=(f"{b.name}.P{c.copies}.r{rep}" if profile else None),
+                                   perf_freq=getattr(opts, "profile_freq", None),
+                                   perf_event=getattr(target, "perf_event", None)))
+            owners.append((ci, rep))
+    started = time.time()
+    results = target.run_job(invs) if invs else []
+    facts = target.facts()
+    per_cell: dict[int, list[tuple[int, InvocationResult]]] = {}
+    for (ci, rep), r in zip(owners, results):
+        per_cell.setdefault(ci, []).append((rep, r))
+    out = []
+    for ci, c in enumerate(cells):
+        reason = unmet_on_target(c.bench, facts)
+        if reason:
+            out.append({"status": "skipped", "reason": reason, "raw": [], "info": [], "monitors": {},
+                        "started_at": started, "facts": facts, "params": c.params, "copies": c.copies})
+            continue
+        m = _measure_cell(c, per_cell.get(ci, []), started)
+        m["facts"] = facts
+        m["params"] = c.params
+        m["copies"] = c.copies
+        if artefact_dir is not None and m.get("profiles"):
+            _keep_profiles(m, Path(artefact_dir))
+        out.append(m)
+    return out
+
+
+def _keep_profiles(m: dict, folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    kept = []
+    for rep, copy, path in m["profiles"]:
+        dst = folder / Path(path).name
+        shutil.copy2(path, dst)
+        kept.append((rep, copy, str(dst)))
+    m["profiles"] = kept
+    if m.get("kallsyms"):
+        dst = folder / "kallsyms"
+        if not dst.exists():
+            shutil.copy2(m["kallsyms"], dst)
+        m["kallsyms"] = str(dst)
+
+
+def _measure_cell(c: Cell, runs: list[tuple[int, InvocationResult]], started: float) -> dict:
+    from .. import monitors
+    b = c.bench
+    raw: list[tuple] = []
+    procs: list[tuple[int, int, int, int]] = []
+    infos: list[dict] = []
+    mon_total: dict[str, int] = {}
+    profiles: list[tuple[int, int, str]] = []
+    kallsyms = None
+    ops = cpu = 0
+    wall = 0.0
+    overheads = []
+    for rep, r in runs:
+        outs = r.outputs()
+        monitors.add(mon_total, r.monitor_delta())
+        for copy, o in enumerate(outs):
+            if o.status != "ok":
+                return {"status": o.status, "reason": o.error or o.skip, "raw": raw, "info": infos,
+                        "monitors": mon_total, "started_at": started, "outputs": outs}
+            if o.unit != b.unit or o.better != b.better:
+                return {"status": "failed", "started_at": started, "raw": raw, "info": infos, "monitors": mon_total,
+                        "reason": f"the worker reported {o.unit} ({o.better} is better) but the catalogue says "
+                                  f"{b.unit} ({b.better})", "outputs": outs}
+            raw.extend((rep, copy, seq, v, n, ns) for seq, (v, n, ns) in enumerate(o.intervals))
+            infos.append({"rep": rep, "copy": copy, **o.info})
+            ops += o.ops
+            cpu += o.cpu_user_ns + o.cpu_sys_ns
+            procs.append((rep, copy, o.ops, o.cpu_user_ns + o.cpu_sys_ns))
+            if o.overhead is not None:
+                overheads.append(o.overhead)
+            pd = r.files.get(f"{r.invocation.profile}.c{copy}.perf.data") if r.invocation.profile else None
+            if pd:
+                profiles.append((rep, copy, str(pd)))
+        if "kallsyms" in r.files:
+            kallsyms = str(r.files["kallsyms"])
+        wall += r.wall_s
+    if not raw:
+        return {"status": "failed", "reason": "the target returned no result for this benchmark", "raw": [],
+                "info": [], "monitors": mon_total, "started_at": started}
+    summary = stats.summarize([x[3] for x in raw]).as_dict()
+    return {"status": "ok", "reason": None, "raw": raw, "info": infos, "monitors": mon_total, "summary": summary,
+            "unit": b.unit, "better": b.better, "ops": ops, "procs": procs, "cpu_ns": cpu, "wall_s": wall,
+            "started_at": started, "overhead": (sorted(overheads)[len(overheads) // 2] if overheads else None),
+            "profiles": profiles, "kallsyms": kallsyms}

@@ -1,0 +1,411 @@
+"""The one interface every target implements, and what crosses it.
+
+A target is "somewhere benchmarks run": this machine, an emulated guest
+booted for the job, or a board over SSH. The host hands a target a *job*,
+a list of :class:`Invocation` (one benchmark worker call each: argv words
+relative to the target's bin dir, copies, timeout, optional perf record),
+and gets back one :class:`InvocationResult` per invocation. A job is
+batched so that a guest boots once for many invocations.
+
+Guest and SSH targets run the same generated POSIX shell script (see
+:func:`job_script`) on the target: it snapshots /proc/vmstat and
+/proc/interrupts around each invocation, starts the copies with the small
+static ``kpd-run`` helper (the target-side twin of worker.run_copies: start
+barrier, timeout, one process group per copy) and leaves everything in one
+results folder that the host reads back with :func:`read_results`. Every
+word of that script is quoted with shlex.quote; nothing the user typed is
+ever interpolated into a shell unquoted.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shlex
+import signal
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import machine, monitors
+from ..bench import build, catalogue
+from ..bench.worker import WorkerOutput, parse_output
+from ..errors import BenchError
+
+RUNNER_SOURCE = Path(__file__).with_name("kpd-run.c")
+FACT_FILES = {
+    "cmdline": "/proc/cmdline", "meminfo": "/proc/meminfo", "cpuinfo": "/proc/cpuinfo",
+    "online": "/sys/devices/system/cpu/online", "version": "/proc/version",
+    "thp": "/sys/kernel/mm/transparent_hugepage/enabled",
+    "thp_defrag": "/sys/kernel/mm/transparent_hugepage/defrag",
+    "clocksource": "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+    "swaps": "/proc/swaps", "boot_id": "/proc/sys/kernel/random/boot_id", "osrelease": "/proc/sys/kernel/osrelease",
+    "hostname": "/proc/sys/kernel/hostname", "kptr_restrict": "/proc/sys/kernel/kptr_restrict",
+}
+
+
+@dataclass
+class Invocation:
+    """One benchmark worker call on a target.
+
+    ``argv[0]`` names a program in the target's bin dir (``kpd-fault``);
+    the other words are passed as they are (a word may contain ``@BIN@``,
+    replaced by the bin dir). ``profile`` names the perf.data to record
+    (``<profile>.c<copy>.perf.data``, perf record -g), or None.
+    """
+
+    argv: list[str]
+    copies: int = 1
+    timeout: float = 120.0
+    profile: str | None = None
+    perf_event: str | None = None
+    perf_freq: int | None = None
+    label: str = ""
+
+    @property
+    def bench(self) -> str:
+        return self.argv[1] if len(self.argv) > 1 else ""
+
+
+@dataclass
+class InvocationResult:
+    invocation: Invocation
+    stdout: list[str] = field(default_factory=list)          # one text per copy
+    stderr: list[str] = field(default_factory=list)          # tail per copy
+    exit_status: list[int | None] = field(default_factory=list)  # >=0 exit, <0 -signal, None timed out
+    timed_out: bool = False
+    wall_s: float = 0.0
+    vmstat_before: str = ""
+    vmstat_after: str = ""
+    interrupts_before: str = ""
+    interrupts_after: str = ""
+    files: dict[str, Path] = field(default_factory=dict)     # fetched files by name (perf.data, kallsyms)
+    error: str | None = None                                  # the job did not reach this invocation
+    parsed: list[WorkerOutput] | None = None                  # already parsed (local target)
+
+    def monitors_before(self) -> dict[str, int]:
+        return snapshot_from_text(self.vmstat_before, self.interrupts_before)
+
+    def monitors_after(self) -> dict[str, int]:
+        return snapshot_from_text(self.vmstat_after, self.interrupts_after)
+
+    def monitor_delta(self) -> dict[str, int]:
+        return monitors.delta(self.monitors_before(), self.monitors_after())
+
+    def outputs(self) -> list[WorkerOutput]:
+        """Each copy's parsed worker output, with failures set as run_copies sets them."""
+        if self.parsed is not None:
+            return list(self.parsed)
+        outs = []
+        bench = self.invocation.bench
+        for i in range(max(len(self.stdout), self.invocation.copies)):
+            text = self.stdout[i] if i < len(self.stdout) else ""
+            o = parse_output(text, bench or None)
+            o.wall_s = self.wall_s
+            o.stderr = self.stderr[i] if i < len(self.stderr) else ""
+            rc = self.exit_status[i] if i < len(self.exit_status) else None
+            o.exit_status = rc
+            if self.error:
+                o.error = self.error
+            elif self.timed_out or rc is None:
+                o.error = f"timed out after {self.invocation.timeout:g} s"
+            elif rc < 0:
+                try:
+                    name = signal.Signals(-rc).name
+                except ValueError:
+                    name = str(-rc)
+                o.error = f"crashed with signal {name}"
+            elif rc and not o.declared_error:
+                last = o.stderr.strip().splitlines()[-1:] or ["no message"]
+                o.error = f"exited with status {rc}: {last[0][:200]}"
+            outs.append(o)
+        return outs
+
+
+def read_vmstat_text(text: str) -> dict[str, int]:
+    out = {}
+    for ln in text.splitlines():
+        parts = ln.split()
+        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
+            out[f"vmstat.{parts[0]}"] = int(parts[1])
+    return out
+
+
+def snapshot_from_text(vmstat: str, interrupts: str) -> dict[str, int]:
+    snap = read_vmstat_text(vmstat)
+    snap.update(monitors.parse_interrupts(interrupts))
+    return snap
+
+
+class Target:
+    """Somewhere benchmarks run. Subclasses: LocalTarget, QemuTarget, SshTarget."""
+
+    kind = "abstract"
+    spec = ""
+
+    def prepare(self, families: list[str] | None = None, profile: bool = False) -> None:
+        """Make the benchmark workers (for the target's architecture) and perf available."""
+        raise NotImplementedError
+
+    def run_job(self, invocations: list[Invocation]) -> list[InvocationResult]:
+        raise NotImplementedError
+
+    def facts(self) -> dict:
+        """machine.facts()-shaped facts of the target (arch, kernel, cpus, emulated, ...)."""
+        raise NotImplementedError
+
+    def fetch(self, paths: list[str], dest: Path) -> list[Path]:
+        """Copy files from the target (or the last job's results) into dest."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def run_command(self, argv: list[str], timeout: float = 60.0) -> InvocationResult:
+        """Run one program of the bin dir once (no barrier, no parsing)."""
+        return self.run_job([Invocation(list(argv), 1, timeout)])[0]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+# -- the kpd-run helper ------------------------------------------------------
+
+def build_runner(arch: str = "host") -> Path:
+    """Compile kpd-run (static) for an architecture, cached by content."""
+    cc = build.compiler_for(arch)
+    cross = arch not in ("host", build.host_arch())
+    arch_dir = build.host_arch() if not cross else arch
+    h = hashlib.sha256(RUNNER_SOURCE.read_bytes())
+    try:
+        h.update(subprocess.run([cc, "--version"], capture_output=True, timeout=30).stdout)
+    except (OSError, subprocess.TimeoutExpired):
+        h.update(cc.encode())
+    out = build.cache_dir() / "bin" / arch_dir / ("run-" + h.hexdigest()[:16]) / "kpd-run"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="kpd-run.", dir=out.parent)
+    os.close(fd)
+    r = subprocess.run([cc, "-O2", "-Wall", "-static", "-o", tmp, str(RUNNER_SOURCE)], capture_output=True,
+                       text=True)
+    if r.returncode != 0:
+        os.unlink(tmp)
+        first = (r.stderr.strip().splitlines() or ["no message"])[0]
+        raise BenchError(f"compiling kpd-run with {cc} failed: {first}")
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, out)
+    return out
+
+
+def static_family(name: str, arch: str) -> Path:
+    """A family's worker built static for arch (build.build_family links host builds dynamically
+    unless the family asks for static; a guest or board has no libc to offer)."""
+    cross = arch not in ("host", build.host_arch())
+    if cross:
+        return build.build_family(name, arch)
+    fams = catalogue.families()
+    if name not in fams:
+        raise BenchError(f"no benchmark family {name!r}")
+    fam = fams[name]
+    cc = build.compiler_for(arch)
+    flags = list(fam.cflags) + list(fam.ldflags) + ["-static"]
+    key = build._digest([fam.source, build.HEADER], flags, cc)
+    out = build.cache_dir() / "bin" / build.host_arch() / f"static-{key}" / f"kpd-{name}"
+    return build._compile(cc, fam.source, out, flags)
+
+
+def bundle_binaries(arch: str, families: list[str] | None = None) -> dict[str, Path]:
+    """name in bin dir -> local path: the static workers, kpd-hello and kpd-run for arch."""
+    names = families or sorted(catalogue.families())
+    out = {f"kpd-{n}": static_family(n, arch) for n in names}
+    out["kpd-hello"] = build.build_hello(arch)  # always static
+    out["kpd-run"] = build_runner(arch)
+    return out
+
+
+# -- the job script (guest and SSH targets) -----------------------------------
+
+def _q(word: str) -> str:
+    return shlex.quote(word)
+
+
+def job_script(invocations: list[Invocation], bin_dir: str, out_dir: str, *, perf: list[str] | None = None,
+               marker: str = "", facts: bool = True) -> str:
+    """A POSIX sh script that runs the job and leaves its results in out_dir.
+
+    ``perf`` is the command words that start perf on the target (None: no
+    perf available; a profiled invocation then fails with that reason).
+    ``marker`` lines (``<marker> inv N start|done``) go to stdout so a
+    console reader can follow progress.
+    """
+    q = _q
+    lines = ["#!/bin/sh", "# generated by kperfdiff: every word is shell-quoted", "umask 022",
+             f"mkdir -p {q(out_dir)}"]
+    if facts:
+        lines.append(f"mkdir -p {q(out_dir + '/facts')}")
+        for name, path in FACT_FILES.items():
+            lines.append(f"cat {q(path)} > {q(out_dir + '/facts/' + name)} 2>/dev/null")
+        lines.append(f"uname -m > {q(out_dir + '/facts/machine')}")
+        lines.append(f"uname -r > {q(out_dir + '/facts/release')}")
+        lines.append(f"uname -v > {q(out_dir + '/facts/kversion')}")
+        lines.append(f"id -u > {q(out_dir + '/facts/uid')}")
+        lines.append(f"grep -m1 KernelPageSize /proc/self/smaps > {q(out_dir + '/facts/pagesize')} 2>/dev/null")
+    need_kallsyms = False
+    for i, inv in enumerate(invocations):
+        d = f"{out_dir}/i{i}"
+        lines.append(f"mkdir -p {q(d)}")
+        if marker:
+            lines.append(f"echo {q(f'{marker} inv {i} start')}")
+        lines.append(f"cat /proc/vmstat > {q(d + '/vmstat.before')} 2>/dev/null")
+        lines.append(f"cat /proc/interrupts > {q(d + '/interrupts.before')} 2>/dev/null")
+        words = [f"{bin_dir}/{inv.argv[0]}"] + [w.replace("@BIN@", bin_dir) for w in inv.argv[1:]]
+        if inv.copies > 1 and "--sync" not in words:
+            words.append("--sync")
+        prefix: list[str] = []
+        if inv.profile:
+            if perf is None:
+                lines.append(f"echo {q('error perf is not available on this target')} > {q(d + '/c0.out')}")
+                lines.append(f"echo {q('copy 0 exit 1')} > {q(d + '/status')}")
+                continue
+            need_kallsyms = True
+            prefix = list(perf) + ["record", "-q", "-g", "-e", inv.perf_event or "cpu-clock",
+                                   "-o", f"{d}/{inv.profile}.c@COPY@.perf.data"]
+            if inv.perf_freq:
+                prefix += ["-F", str(inv.perf_freq)]
+            prefix.append("--")
+        runner = [f"{bin_dir}/kpd-run", "-o", d, "-n", str(inv.copies), "-t", f"{inv.timeout:g}"]
+        if inv.copies > 1:
+            runner.append("-s")
+        lines.append(" ".join(q(w) for w in runner + ["--"] + prefix + words))
+        lines.append(f"cat /proc/vmstat > {q(d + '/vmstat.after')} 2>/dev/null")
+        lines.append(f"cat /proc/interrupts > {q(d + '/interrupts.after')} 2>/dev/null")
+        if marker:
+            lines.append(f"echo {q(f'{marker} inv {i} done')}")
+    if need_kallsyms:
+        lines.append(f"cat /proc/kallsyms > {q(out_dir + '/kallsyms')} 2>/dev/null")
+    lines.append(f"echo done > {q(out_dir + '/complete')}")
+    return "\n".join(lines) + "\n"
+
+
+def _text(p: Path, limit: int | None = None) -> str:
+    try:
+        t = p.read_text(errors="replace")
+    except OSError:
+        return ""
+    return t[-limit:] if limit else t
+
+
+def read_results(invocations: list[Invocation], out_dir: Path) -> list[InvocationResult]:
+    """Read what job_script left in out_dir (fetched back to this machine)."""
+    results = []
+    kallsyms = out_dir / "kallsyms"
+    for i, inv in enumerate(invocations):
+        d = out_dir / f"i{i}"
+        r = InvocationResult(inv)
+        status = _text(d / "status")
+        if not d.is_dir() or not status:
+            r.error = ("the job stopped before this benchmark finished" if d.is_dir()
+                       else "the job stopped before this benchmark started")
+            results.append(r)
+            continue
+        st: dict[int, int | None] = {}
+        for ln in status.splitlines():
+            w = ln.split()
+            if len(w) >= 3 and w[0] == "copy":
+                c = int(w[1])
+                if w[2] == "exit":
+                    st[c] = int(w[3])
+                elif w[2] == "signal":
+                    st[c] = -int(w[3])
+                else:
+                    st[c] = None
+                    r.timed_out = True
+            elif len(w) == 2 and w[0] == "wall_ns":
+                r.wall_s = int(w[1]) / 1e9
+        for c in range(inv.copies):
+            r.stdout.append(_text(d / f"c{c}.out"))
+            r.stderr.append(_text(d / f"c{c}.err", 2000))
+            r.exit_status.append(st.get(c, None))
+            if inv.profile:
+                pd = d / f"{inv.profile}.c{c}.perf.data"
+                if pd.exists():
+                    r.files[pd.name] = pd
+        if kallsyms.exists() and inv.profile:
+            r.files["kallsyms"] = kallsyms
+        r.vmstat_before = _text(d / "vmstat.before")
+        r.vmstat_after = _text(d / "vmstat.after")
+        r.interrupts_before = _text(d / "interrupts.before")
+        r.interrupts_after = _text(d / "interrupts.after")
+        results.append(r)
+    return results
+
+
+def facts_from_files(files: dict[str, str], *, emulated: bool, virtualisation: str, extra: dict | None = None) -> dict:
+    """machine.facts()-shaped dict from the texts job_script gathered on a target."""
+    g = lambda k: (files.get(k) or "").strip()  # noqa: E731
+    cpuinfo = g("cpuinfo")
+    model = None
+    for key in ("model name", "Model", "cpu model", "Processor"):
+        m = re.search(rf"^{key}\s*:\s*(.+)$", cpuinfo, re.M)
+        if m:
+            model = m.group(1).strip()
+            break
+    if model is None:
+        parts = re.findall(r"^CPU part\s*:\s*(\S+)$", cpuinfo, re.M)
+        model = f"CPU part {parts[0]}" if parts else "unknown"
+    cpus = len(re.findall(r"^processor\s*:", cpuinfo, re.M)) or None
+    if cpus is None and g("online"):
+        cpus = _count_cpulist(g("online"))
+    mem = re.search(r"^MemTotal:\s+(\d+)", g("meminfo"), re.M)
+    swaps = [ln for ln in g("swaps").splitlines()[1:] if ln.strip()]
+    thp = g("thp")
+    bracket = lambda t: (re.search(r"\[(\w+)\]", t).group(1) if re.search(r"\[(\w+)\]", t) else t)  # noqa: E731
+    m = re.search(r"(\d+)\s*kB", g("pagesize"))
+    page = int(m.group(1)) * 1024 if m else None
+    f = {
+        "arch": machine.normalise_arch(g("machine")),
+        "machine": g("machine"),
+        "cpu_model": model,
+        "cpus": cpus or 1,
+        "cpus_online": g("online"),
+        "kernel_release": g("release") or g("osrelease"),
+        "kernel_version": g("kversion"),
+        "cmdline": g("cmdline"),
+        "hostname": g("hostname"),
+        "page_size": page,
+        "mem_total_kb": int(mem.group(1)) if mem else None,
+        "thp_enabled": bracket(thp) if thp else "unavailable",
+        "thp_defrag": bracket(g("thp_defrag")) if g("thp_defrag") else "unavailable",
+        "clocksource": g("clocksource") or "unknown",
+        "virtualisation": virtualisation,
+        "emulated": emulated,
+        "swap_active": bool(swaps),
+        "perf_events": {},
+        "boot_id": g("boot_id"),
+        "root": g("uid") == "0",
+    }
+    if extra:
+        f.update(extra)
+    return f
+
+
+def read_fact_files(folder: Path) -> dict[str, str]:
+    if not folder.is_dir():
+        return {}
+    return {p.name: _text(p) for p in folder.iterdir() if p.is_file()}
+
+
+def _count_cpulist(text: str) -> int:
+    n = 0
+    for part in text.split(","):
+        a, _, b = part.partition("-")
+        try:
+            n += (int(b) - int(a) + 1) if b else 1
+        except ValueError:
+            pass
+    return n

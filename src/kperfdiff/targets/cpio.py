@@ -1,0 +1,81 @@
+"""Write initramfs pieces in the kernel's "newc" cpio format.
+
+The kernel unpacks concatenated archives one after the other, so an
+initramfs is assembled from cached pieces (busybox and init, modules,
+workers, perf, the job) by concatenating their files.
+"""
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+
+class CpioWriter:
+    def __init__(self, fh):
+        self.fh = fh
+        self.ino = 1000
+        self.seen: set[str] = set()
+
+    def _header(self, name: str, mode: int, size: int, nlink: int = 1) -> None:
+        self.ino += 1
+        name_b = name.encode() + b"\0"
+        fields = [self.ino, mode, 0, 0, nlink, 0, size, 0, 0, 0, 0, len(name_b), 0]
+        hdr = b"070701" + b"".join(f"{v:08x}".encode() for v in fields)
+        self.fh.write(hdr + name_b)
+        self._pad(len(hdr) + len(name_b))
+
+    def _pad(self, n: int) -> None:
+        if n % 4:
+            self.fh.write(b"\0" * (4 - n % 4))
+
+    def _parents(self, name: str) -> None:
+        parts = name.split("/")[:-1]
+        for i in range(1, len(parts) + 1):
+            d = "/".join(parts[:i])
+            if d and d not in self.seen:
+                self.dir(d)
+
+    def dir(self, name: str, mode: int = 0o755) -> None:
+        name = name.strip("/")
+        if name in self.seen:
+            return
+        self._parents(name)
+        self.seen.add(name)
+        self._header(name, stat.S_IFDIR | mode, 0, 2)
+
+    def data(self, name: str, data: bytes, mode: int = 0o644) -> None:
+        name = name.strip("/")
+        self._parents(name)
+        self.seen.add(name)
+        self._header(name, stat.S_IFREG | mode, len(data))
+        self.fh.write(data)
+        self._pad(len(data))
+
+    def file(self, name: str, src: Path, mode: int | None = None) -> None:
+        real = Path(os.path.realpath(src))
+        m = mode if mode is not None else (0o755 if os.access(real, os.X_OK) else 0o644)
+        self.data(name, real.read_bytes(), m)
+
+    def symlink(self, name: str, target: str) -> None:
+        name = name.strip("/")
+        self._parents(name)
+        self.seen.add(name)
+        t = target.encode()
+        self._header(name, stat.S_IFLNK | 0o777, len(t))
+        self.fh.write(t)
+        self._pad(len(t))
+
+    def node(self, name: str, mode: int, major: int, minor: int) -> None:
+        name = name.strip("/")
+        self._parents(name)
+        self.seen.add(name)
+        self.ino += 1
+        name_b = name.encode() + b"\0"
+        fields = [self.ino, mode, 0, 0, 1, 0, 0, 0, 0, major, minor, len(name_b), 0]
+        hdr = b"070701" + b"".join(f"{v:08x}".encode() for v in fields)
+        self.fh.write(hdr + name_b)
+        self._pad(len(hdr) + len(name_b))
+
+    def close(self) -> None:
+        self._header("TRAILER!!!", 0, 0)

@@ -1,0 +1,752 @@
+"""QEMU guests: run a job in an arm64 or x86_64 guest booted for it, on any kernel.
+
+The kernel is a Debian kernel package (``kernel=6.1.0-56`` ABI name,
+``kernel=6.1.192-2`` package version, or the newest when omitted; fetched
+with apt-get download through kperfdiff's own apt configuration for that
+architecture) or the user's own image (``kernel=PATH`` plus ``modules=DIR``).
+
+An initramfs is assembled per job from cached newc pieces: static busybox
+and /init; the virtio modules the kernel needs (dependencies read from each
+.ko's .modinfo, compressed modules decompressed on the host); the static
+workers and kpd-run; perf with its shared libraries and loader (from
+Debian's linux-perf of that architecture, NEEDED entries resolved by
+reading the ELF files); and the job script. /init mounts proc, sys and
+devtmpfs, loads the modules, runs the job, writes the results folder as a
+tar onto a virtio disk (or, with no virtio_blk, base64 on the console),
+then powers off. The host follows the serial console: markers with host
+timestamps, a kernel panic or an early exit of QEMU (``-no-reboot`` and
+``panic=-1``) becomes one clear error, and a guest silent past the timeout
+is killed.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import os
+import re
+import selectors
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..bench.build import cache_dir, host_arch
+from ..errors import BenchError, InputError, UsageError
+from . import elf
+from .base import Invocation, InvocationResult, Target, bundle_binaries, facts_from_files, job_script, \
+    read_fact_files, read_results
+from .cpio import CpioWriter
+from .debian import Apt
+
+ARCHES = {
+    "arm64": {"qemu": "qemu-system-aarch64", "debian": "arm64", "gnu": "aarch64", "triplet": "aarch64-linux-gnu",
+              "machine": ["-M", "virt"], "cpu": "neoverse-n1", "console": "ttyAMA0", "append": [],
+              "apt_qemu": "qemu-system-arm"},
+    "x86_64": {"qemu": "qemu-system-x86_64", "debian": "amd64", "gnu": "x86_64", "triplet": "x86_64-linux-gnu",
+               "machine": ["-M", "q35"], "cpu": "max", "console": "ttyS0",
+               "append": ["clocksource=tsc", "tsc=reliable"], "apt_qemu": "qemu-system-x86"},
+}
+ARCH_ALIASES = {"arm64": "arm64", "aarch64": "arm64", "x86_64": "x86_64", "amd64": "x86_64", "x86-64": "x86_64"}
+WANTED_MODULES = ["virtio_pci", "virtio_blk"]
+MARK = "KPD"
+RESULT_DISK_BYTES = 2 << 30   # sparse; holds the results tar
+GRACE_AFTER_END_S = 5.0
+KVM_PROBE_TIMEOUT_S = 30.0
+MIN_JOB_TIMEOUT_S = 120.0
+
+INIT = r"""#!/bin/busybox sh
+/bin/busybox mkdir -p /proc /sys /dev /tmp /bin /sbin /usr/bin /usr/sbin
+/bin/busybox --install -s
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin HOME=/tmp
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev 2>/dev/null
+echo "KPD-INIT $(cut -d' ' -f1 /proc/uptime)"
+if [ -f /kpd/modules.order ]; then
+  while read m; do insmod "/kpd/modules/$m.ko" 2>/dev/null || echo "KPD-WARN insmod $m failed"; done < /kpd/modules.order
+fi
+mkdir -p /kpd/out
+echo "KPD-BEGIN $(cut -d' ' -f1 /proc/uptime)"
+sh /kpd/job.sh
+rc=$?
+echo "KPD-JOB-END $rc $(cut -d' ' -f1 /proc/uptime)"
+dmesg > /kpd/out/dmesg 2>/dev/null
+n=0
+while [ ! -b /dev/vda ] && [ $n -lt 50 ]; do sleep 0.1; n=$((n+1)); done
+if [ -b /dev/vda ]; then
+  tar -c -f /dev/vda -C /kpd/out . && sync && echo "KPD-RESULTS disk"
+else
+  echo "KPD-TAR-BEGIN"
+  tar -c -C /kpd/out . | gzip -c | base64
+  echo "KPD-TAR-END"
+fi
+echo "KPD-END $rc"
+poweroff -f
+sleep 5
+echo "KPD-POWEROFF-FAILED"
+"""
+
+
+# -- target specification ------------------------------------------------------
+
+@dataclass
+class QemuSpec:
+    arch: str
+    kernel: str | None = None          # Debian ABI/version, package name, or a path
+    modules: str | None = None
+    mem: str = "2G"
+    cpus: int = 2
+    deterministic: bool = False
+    kvm: str = "auto"                  # auto | on | off
+    flavour: str = "cloud"             # Debian kernel flavour: cloud or generic
+    append: str = ""                   # extra kernel command line
+    timeout: float | None = None       # whole-boot limit (default: from the job)
+
+    def text(self) -> str:
+        parts = [f"qemu:{self.arch}"]
+        for k in ("kernel", "modules"):
+            if getattr(self, k):
+                parts.append(f"{k}={getattr(self, k)}")
+        parts += [f"mem={self.mem}", f"cpus={self.cpus}"]
+        if self.deterministic:
+            parts.append("deterministic")
+        return ",".join(parts)
+
+
+def parse_spec(spec: str) -> QemuSpec:
+    """``qemu:ARCH[,kernel=VERSION|PATH][,modules=DIR][,mem=SIZE][,cpus=N][,deterministic]
+    [,kvm=auto|on|off][,flavour=cloud|generic][,append=ARGS][,timeout=S]``"""
+    body = spec[len("qemu:"):] if spec.startswith("qemu:") else spec
+    arch, *opts = body.split(",")
+    if arch.strip() not in ARCH_ALIASES:
+        raise UsageError(f"the target {spec!r} names no known guest architecture (use qemu:arm64 or qemu:x86_64)")
+    s = QemuSpec(arch=ARCH_ALIASES[arch.strip()])
+    for o in opts:
+        k, eq, v = o.partition("=")
+        k = k.strip()
+        if k == "deterministic" and not eq:
+            s.deterministic = True
+        elif k in ("kernel", "modules", "append", "flavour", "kvm") and eq:
+            setattr(s, k, v)
+        elif k == "mem" and eq:
+            if not re.fullmatch(r"\d+[MGmg]?", v):
+                raise UsageError(f"mem={v} in {spec!r} is not a size such as 512M or 4G")
+            s.mem = v.upper()
+        elif k in ("cpus", "smp") and eq and v.isdigit() and int(v) > 0:
+            s.cpus = int(v)
+        elif k == "timeout" and eq:
+            try:
+                s.timeout = float(v)
+            except ValueError:
+                raise UsageError(f"timeout={v} in {spec!r} is not a number of seconds") from None
+        else:
+            raise UsageError(f"the option {o!r} of target {spec!r} is not understood (known: kernel=, modules=, "
+                             f"mem=, cpus=, deterministic, kvm=, flavour=, append=, timeout=)")
+    if s.kvm not in ("auto", "on", "off"):
+        raise UsageError(f"kvm={s.kvm} in {spec!r}: use auto, on or off")
+    if s.flavour not in ("cloud", "generic"):
+        raise UsageError(f"flavour={s.flavour} in {spec!r}: use cloud or generic")
+    if s.deterministic and s.arch != "arm64":
+        raise UsageError("deterministic (instruction counting) is offered for qemu:arm64 guests only")
+    return s
+
+
+def mem_mb(mem: str) -> int:
+    m = re.fullmatch(r"(\d+)([MG]?)", mem.upper())
+    if not m:
+        raise UsageError(f"mem={mem} is not a size such as 512M or 4G")
+    n = int(m.group(1))
+    return n * 1024 if m.group(2) == "G" else n
+
+
+# -- kernels ---------------------------------------------------------------
+
+@dataclass
+class Kernel:
+    image: Path
+    modules: Path | None        # lib/modules/<release> or the user's folder
+    release: str
+    source: str                 # "debian:<package>=<version>" or "path:<image>"
+
+
+def _looks_like_path(v: str) -> bool:
+    return "/" in v or v.startswith(".") or Path(v).exists()
+
+
+def resolve_kernel(s: QemuSpec) -> Kernel:
+    cfg = ARCHES[s.arch]
+    if s.kernel and _looks_like_path(s.kernel):
+        image = Path(s.kernel).expanduser()
+        if not image.is_file():
+            raise InputError(f"the kernel image {image} does not exist")
+        mods = Path(s.modules).expanduser() if s.modules else None
+        if mods is not None and not mods.is_dir():
+            raise InputError(f"the modules folder {mods} does not exist")
+        if mods is not None and not list(mods.rglob("*.ko*")):
+            sub = [d for d in mods.glob("lib/modules/*") if d.is_dir()]
+            if sub:
+                mods = sub[0]
+        release = mods.name if mods else image.name
+        return Kernel(image, mods, release, f"path:{image}")
+    apt = Apt(cfg["debian"])
+    deb_arch = cfg["debian"]
+    flav = f"cloud-{deb_arch}" if s.flavour == "cloud" else deb_arch
+    meta = f"linux-image-{flav}"
+    v = s.kernel
+    pkg = version = None
+    if v is None:
+        deps = apt.depends(meta)
+        pkg = next((d for d in deps if d.startswith("linux-image-")), None)
+    elif v.startswith("linux-image-"):
+        pkg = v
+    elif re.fullmatch(r"\d+\.\d+\.\d+-\d+", v) and apt.versions(f"linux-image-{v}-{flav}"):
+        pkg = f"linux-image-{v}-{flav}"
+    elif v in apt.versions(meta):
+        deps = apt.depends(meta, v)
+        pkg = next((d for d in deps if d.startswith("linux-image-")), None)
+    if not pkg or not apt.versions(pkg):
+        avail = ", ".join(apt.versions(meta)[:5]) or "none"
+        raise InputError(f"no Debian {s.flavour} kernel package for {deb_arch} matches kernel={v} "
+                         f"(give an ABI such as 6.1.0-56 or a version of {meta}: {avail}; or a kernel image path)")
+    tree = apt.fetch(pkg, version)
+    images = sorted((tree / "boot").glob("vmlinuz-*")) or sorted((tree / "boot").glob("vmlinux-*"))
+    if not images:
+        raise BenchError(f"the Debian package {pkg} holds no kernel image in /boot")
+    release = images[0].name.split("-", 1)[1]
+    mods = tree / "lib/modules" / release
+    return Kernel(images[0], mods if mods.is_dir() else None, release, f"debian:{pkg}")
+
+
+def modules_needed(mod_dir: Path | None, wanted: list[str]) -> tuple[list[tuple[str, Path]], list[str]]:
+    """(name, file) in load order for the wanted modules and their dependencies; and the names
+    found neither as modules nor built in."""
+    if mod_dir is None:
+        return [], []
+    builtin: set[str] = set()
+    bfile = mod_dir / "modules.builtin"
+    if bfile.exists():
+        for ln in bfile.read_text().splitlines():
+            builtin.add(Path(ln.strip()).name.split(".ko")[0].replace("-", "_"))
+    index: dict[str, Path] = {}
+    for p in mod_dir.rglob("*.ko*"):
+        if re.search(r"\.ko(\.(xz|zst|gz))?$", p.name):
+            index.setdefault(p.name.split(".ko")[0].replace("-", "_"), p)
+    order: list[tuple[str, Path]] = []
+    missing: list[str] = []
+    seen: set[str] = set()
+
+    def visit(name: str, chain: tuple[str, ...]) -> None:
+        name = name.replace("-", "_")
+        if name in seen or name in builtin or name in chain:
+            return
+        if name not in index:
+            missing.append(name)
+            seen.add(name)
+            return
+        info = elf.modinfo(elf.decompress_module(index[name]))
+        for dep in filter(None, info.get("depends", "").split(",")):
+            visit(dep, chain + (name,))
+        seen.add(name)
+        order.append((name, index[name]))
+
+    for w in wanted:
+        visit(w, ())
+    return order, missing
+
+
+# -- perf for the guest's architecture -------------------------------------------
+
+def _is_lib_package(name: str) -> bool:
+    """Debian packages that ship shared libraries (libfoo1, zlib1g), not interpreters or tools."""
+    return (name.startswith("lib") or name.startswith("zlib")) and not name.endswith(("-bin", "-dev", "-common"))
+
+
+def perf_bundle(arch: str) -> dict[str, Path]:
+    """Debian's perf for arch with every shared library it needs and the dynamic loader.
+
+    Returns {"perf": path, "ld.so": path, "lib/<soname>": path, ...}. Libraries
+    are resolved by reading DT_NEEDED from the ELF files and searching the
+    unpacked Debian packages (linux-perf's dependencies, breadth first).
+    """
+    cfg = ARCHES[arch]
+    apt = Apt(cfg["debian"])
+    cache = cache_dir() / "qemu" / "perf" / f"{cfg['debian']}.json"
+    if cache.exists():
+        try:
+            saved = {k: Path(v) for k, v in json.loads(cache.read_text()).items()}
+            if all(p.exists() for p in saved.values()):
+                return saved
+        except ValueError:
+            pass
+    trees = [apt.fetch("linux-perf")]
+    perf = None
+    for p in sorted((trees[0] / "usr/bin").glob("perf*")):
+        if p.is_file() and p.read_bytes()[:4] == b"\x7fELF":
+            perf = p
+            break
+    if perf is None:
+        raise BenchError(f"the Debian package linux-perf ({cfg['debian']}) holds no perf binary")
+    queue = [d for d in apt.depends("linux-perf") if _is_lib_package(d)]
+    fetched = {"linux-perf"}
+    if "libc6" not in queue:
+        queue.insert(0, "libc6")
+
+    def lookup(soname: str) -> Path | None:
+        for t in trees:
+            for d in (f"lib/{cfg['triplet']}", f"usr/lib/{cfg['triplet']}", "lib", "usr/lib"):
+                c = t / d / soname
+                if c.exists():
+                    return c
+        return None
+
+    needed = {}
+    pending = list(elf.read(perf).needed)
+    interp = elf.read(perf).interp
+    out: dict[str, Path] = {"perf": perf}
+    rounds = 0
+    while True:
+        progress = True
+        while pending and progress:
+            progress = False
+            for so in list(pending):
+                p = lookup(so)
+                if p is not None:
+                    pending.remove(so)
+                    needed[so] = p
+                    progress = True
+                    for dep in elf.read(Path(os.path.realpath(p))).needed:
+                        if dep not in needed and dep not in pending:
+                            pending.append(dep)
+        ld = lookup(Path(interp).name) if interp else None
+        if not pending and ld is not None:
+            break
+        if not queue or rounds > 6:
+            raise BenchError(f"could not find the {cfg['debian']} libraries perf needs: "
+                             f"{', '.join(pending) or Path(interp or '').name}")
+        rounds += 1
+        layer, queue = queue, []
+        for pkg in layer:
+            if pkg in fetched:
+                continue
+            fetched.add(pkg)
+            try:
+                trees.append(apt.fetch(pkg))
+            except BenchError:
+                continue
+            queue += [d for d in apt.depends(pkg) if _is_lib_package(d) and d not in fetched]
+    out["ld.so"] = Path(os.path.realpath(ld))
+    for so, p in needed.items():
+        out[f"lib/{so}"] = Path(os.path.realpath(p))
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps({k: str(v) for k, v in out.items()}, indent=1))
+    return out
+
+
+def perf_command(bundle_dir: str) -> list[str]:
+    """Words that start the bundled perf through its own loader (no ld.so.cache needed)."""
+    return [f"{bundle_dir}/ld.so", "--library-path", f"{bundle_dir}/lib", f"{bundle_dir}/perf"]
+
+
+# -- initramfs pieces ------------------------------------------------------------
+
+def _piece(kind: str, key_parts: list, write) -> Path:
+    h = hashlib.sha256(kind.encode())
+    for part in key_parts:
+        if isinstance(part, Path):
+            st = part.stat()
+            h.update(f"{part}:{st.st_size}:{st.st_mtime_ns}".encode())
+        else:
+            h.update(str(part).encode())
+    out = cache_dir() / "qemu" / "initrd" / f"{kind}-{h.hexdigest()[:16]}.cpio"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=out.name, dir=out.parent)
+    with os.fdopen(fd, "wb") as fh:
+        w = CpioWriter(fh)
+        write(w)
+        w.close()
+    os.replace(tmp, out)
+    return out
+
+
+def busybox_piece(arch: str) -> Path:
+    apt = Apt(ARCHES[arch]["debian"])
+    tree = apt.fetch("busybox-static")
+    bb = tree / "bin/busybox"
+    if not bb.exists():
+        raise BenchError("the Debian package busybox-static holds no bin/busybox")
+
+    def write(w: CpioWriter):
+        for d in ("dev", "proc", "sys", "tmp", "bin", "sbin", "kpd", "kpd/bin", "kpd/out", "root"):
+            w.dir(d)
+        w.node("dev/console", 0o020600, 5, 1)
+        w.node("dev/null", 0o020666, 1, 3)
+        w.file("bin/busybox", bb, 0o755)
+        w.symlink("bin/sh", "busybox")
+        w.data("init", INIT.encode(), 0o755)
+    return _piece("base", [bb, INIT], write)
+
+
+def modules_piece(kernel: Kernel) -> tuple[Path | None, list[str], list[str]]:
+    mods, missing = modules_needed(kernel.modules, WANTED_MODULES)
+    if not mods:
+        return None, [], missing
+
+    def write(w: CpioWriter):
+        for name, p in mods:
+            w.data(f"kpd/modules/{name}.ko", elf.decompress_module(p), 0o644)
+        w.data("kpd/modules.order", ("\n".join(n for n, _ in mods) + "\n").encode())
+    return _piece("modules", [p for _, p in mods], write), [n for n, _ in mods], missing
+
+
+def files_piece(kind: str, files: dict[str, Path]) -> Path:
+    def write(w: CpioWriter):
+        for name, p in sorted(files.items()):
+            w.file(name, p, 0o755)
+    return _piece(kind, sorted((k, str(v), v.stat().st_size, v.stat().st_mtime_ns) for k, v in files.items()), write)
+
+
+# -- KVM verdict -----------------------------------------------------------------
+
+def kvm_verdict_path() -> Path:
+    return cache_dir() / "qemu" / "kvm-verdict.json"
+
+
+def _kvm_key() -> str:
+    try:
+        qv = subprocess.run(["qemu-system-x86_64", "--version"], capture_output=True, text=True,
+                            timeout=10).stdout.split("\n")[0]
+    except (OSError, subprocess.TimeoutExpired):
+        qv = ""
+    return f"{os.uname().release}|{qv}"
+
+
+# -- the target ------------------------------------------------------------------
+
+@dataclass
+class BootRecord:
+    """What the console showed during one boot, with host timestamps (s since QEMU start)."""
+
+    lines: list[tuple[float, str]] = field(default_factory=list)
+    init_s: float | None = None        # host time of the KPD-INIT line
+    init_uptime_s: float | None = None  # guest uptime printed by /init
+    end_s: float | None = None
+    total_s: float = 0.0
+    exit_code: int | None = None
+    job_rc: int | None = None
+    dmesg: str = ""
+
+    def console(self, last: int = 40) -> str:
+        return "\n".join(ln for _, ln in self.lines[-last:])
+
+
+class QemuTarget(Target):
+    kind = "qemu"
+
+    def __init__(self, spec: str | QemuSpec):
+        self.qs = parse_spec(spec) if isinstance(spec, str) else spec
+        self.spec = self.qs.text()
+        self.cfg = ARCHES[self.qs.arch]
+        self._kernel: Kernel | None = None
+        self._bins: dict[str, Path] = {}
+        self._perf: dict[str, Path] | None = None
+        self._facts: dict | None = None
+        self._accel: str | None = None
+        self._work = Path(tempfile.mkdtemp(prefix="kpd-qemu-"))
+        self._last_out: Path | None = None
+        self.last_boot: BootRecord | None = None
+        self.modules_loaded: list[str] = []
+        self.modules_missing: list[str] = []
+
+    # -- set-up --
+    def _require_qemu(self) -> str:
+        exe = shutil.which(self.cfg["qemu"])
+        if exe is None:
+            raise BenchError(f"{self.cfg['qemu']} is not installed; run `make setup` "
+                             f"(Debian package {self.cfg['apt_qemu']})")
+        return exe
+
+    def prepare(self, families: list[str] | None = None, profile: bool = False) -> None:
+        self._require_qemu()
+        if self._kernel is None:
+            self._kernel = resolve_kernel(self.qs)
+        missing = set(families or []) - {k[len("kpd-"):] for k in self._bins}
+        if not self._bins or missing:
+            self._bins.update(bundle_binaries(self.cfg["gnu"], sorted(set(families or []) | {
+                k[len("kpd-"):] for k in self._bins if k not in ("kpd-run", "kpd-hello")}) or None))
+        if profile and self._perf is None:
+            self._perf = perf_bundle(self.qs.arch)
+
+    @property
+    def kernel(self) -> Kernel:
+        if self._kernel is None:
+            self._kernel = resolve_kernel(self.qs)
+        return self._kernel
+
+    def accel(self) -> str:
+        """'kvm' only when the guest is the host's architecture and a KVM test boot succeeded."""
+        if self._accel:
+            return self._accel
+        native = self.qs.arch == ("arm64" if host_arch() == "aarch64" else host_arch())
+        if self.qs.kvm == "off" or not native or self.qs.deterministic or not os.access("/dev/kvm", os.R_OK | os.W_OK):
+            if self.qs.kvm == "on":
+                raise BenchError(f"kvm=on was asked but KVM cannot run a {self.qs.arch} guest here "
+                                 f"(needs /dev/kvm, the host's architecture and no deterministic mode)")
+            self._accel = "tcg"
+            return self._accel
+        if self.qs.kvm == "on":
+            self._accel = "kvm"
+            return self._accel
+        path = kvm_verdict_path()
+        key = _kvm_key() + "|" + self.kernel.source
+        try:
+            saved = json.loads(path.read_text())
+        except (OSError, ValueError):
+            saved = {}
+        if key in saved:
+            self._accel = saved[key]
+            return self._accel
+        self._accel = "kvm"
+        try:
+            rec = self._boot([], timeout=KVM_PROBE_TIMEOUT_S, probe=True)
+            verdict = "kvm" if rec.job_rc == 0 else "tcg"
+        except BenchError:
+            verdict = "tcg"
+        self._accel = verdict
+        saved[key] = verdict
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(saved, indent=1))
+        return verdict
+
+    # -- running --
+    def _initrd(self, job: str, extra_files: dict[str, bytes]) -> Path:
+        pieces = [busybox_piece(self.qs.arch)]
+        mp, self.modules_loaded, self.modules_missing = modules_piece(self.kernel)
+        if mp:
+            pieces.append(mp)
+        bins = {f"kpd/bin/{k}": v for k, v in self._bins.items()}
+        if bins:
+            pieces.append(files_piece("bin", bins))
+        if self._perf:
+            pieces.append(files_piece("perf", {f"kpd/perf/{k}": v for k, v in self._perf.items()}))
+        out = self._work / "initrd.cpio"
+        with open(out, "wb") as fh:
+            for p in pieces:
+                with open(p, "rb") as src:
+                    shutil.copyfileobj(src, fh, 1 << 20)
+            buf = io.BytesIO()
+            w = CpioWriter(buf)
+            w.data("kpd/job.sh", job.encode(), 0o755)
+            for name, data in extra_files.items():
+                w.data(name, data, 0o644)
+            w.close()
+            fh.write(buf.getvalue())
+        return out
+
+    def qemu_argv(self, initrd: Path, disk: Path, append: list[str], mem: str | None = None,
+                  accel: str | None = None) -> list[str]:
+        accel = accel or self.accel()
+        q = self.qs
+        argv = [self._require_qemu(), "-nodefaults", "-no-user-config", "-display", "none",
+                *self.cfg["machine"], "-m", str(mem_mb(mem or q.mem)), "-smp", str(q.cpus),
+                "-kernel", str(self.kernel.image), "-initrd", str(initrd),
+                "-append", " ".join(append), "-serial", "stdio", "-monitor", "none", "-no-reboot",
+                "-drive", f"file={disk},format=raw,if=none,id=kpdout,cache=unsafe",
+                "-device", "virtio-blk-pci,drive=kpdout"]
+        if accel == "kvm":
+            argv += ["-accel", "kvm", "-cpu", "host"]
+        else:
+            argv += ["-accel", "tcg", "-cpu", self.cfg["cpu"]]
+            if q.deterministic:
+                argv += ["-icount", "shift=0,sleep=off"]
+        return argv
+
+    def cmdline(self, boot_debug: bool = False) -> list[str]:
+        a = [f"console={self.cfg['console']}", "panic=-1", "rdinit=/init", "printk.time=1",
+             *self.cfg["append"]]
+        a += ["initcall_debug", "log_buf_len=8M", "loglevel=1"] if boot_debug else ["quiet", "loglevel=1"]
+        if self.qs.append:
+            a += self.qs.append.split()
+        return a
+
+    def _boot(self, invocations: list[Invocation], *, timeout: float, probe: bool = False,
+              boot_debug: bool = False, mem: str | None = None, out_dir: Path | None = None,
+              accel: str | None = None) -> BootRecord:
+        perf = perf_command("/kpd/perf") if self._perf else None
+        script = job_script(invocations, "/kpd/bin", "/kpd/out", perf=perf, marker=MARK + "-MARK",
+                            facts=not probe)
+        work = Path(tempfile.mkdtemp(prefix="boot-", dir=self._work))
+        initrd = self._initrd(script, {})
+        disk = work / "out.img"
+        with open(disk, "wb") as fh:
+            fh.truncate(RESULT_DISK_BYTES)
+        argv = self.qemu_argv(initrd, disk, self.cmdline(boot_debug), mem=mem, accel=accel)
+        rec = self._run_console(argv, timeout)
+        out = out_dir or (work / "out")
+        out.mkdir(parents=True, exist_ok=True)
+        got = self._extract(disk, rec, out)
+        initrd.unlink(missing_ok=True)
+        disk.unlink(missing_ok=True)
+        if not got and rec.job_rc is not None:
+            raise BenchError(f"the {self.qs.arch} guest ran the job but its results could not be read back "
+                             f"(no tar on the virtio disk nor on the console)")
+        dm = out / "dmesg"
+        if dm.exists():
+            rec.dmesg = dm.read_text(errors="replace")
+        self._last_out = out
+        return rec
+
+    def _run_console(self, argv: list[str], timeout: float) -> BootRecord:
+        rec = BootRecord()
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as e:
+            raise BenchError(f"{argv[0]} could not be started: {e.strerror}") from None
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ, "out")
+        sel.register(proc.stderr, selectors.EVENT_READ, "err")
+        partial = b""
+        err = b""
+        panic = None
+        end_at = None
+        streams = 2
+        try:
+            while streams:
+                now = time.monotonic()
+                limit = t0 + timeout if end_at is None else min(t0 + timeout, end_at + GRACE_AFTER_END_S)
+                if now >= limit:
+                    break
+                for key, _ in sel.select(timeout=min(0.5, limit - now)):
+                    chunk = os.read(key.fileobj.fileno(), 65536)
+                    if not chunk:
+                        sel.unregister(key.fileobj)
+                        streams -= 1
+                        continue
+                    if key.data == "err":
+                        err += chunk
+                        continue
+                    ts = time.monotonic() - t0
+                    partial += chunk
+                    *whole, partial = partial.split(b"\n")
+                    for raw in whole:
+                        ln = raw.decode("utf-8", "replace").rstrip("\r")
+                        rec.lines.append((ts, ln))
+                        if ln.startswith("KPD-INIT") and rec.init_s is None:
+                            rec.init_s = ts
+                            try:
+                                rec.init_uptime_s = float(ln.split()[1])
+                            except (IndexError, ValueError):
+                                pass
+                        elif ln.startswith("KPD-JOB-END"):
+                            try:
+                                rec.job_rc = int(ln.split()[1])
+                            except (IndexError, ValueError):
+                                rec.job_rc = -1
+                        elif ln.startswith("KPD-END"):
+                            rec.end_s = ts
+                            end_at = time.monotonic()
+                        m = re.search(r"Kernel panic - not syncing: (.*)", ln)
+                        if m and panic is None:
+                            panic = m.group(1).strip()
+        finally:
+            sel.close()
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, 9)
+                except ProcessLookupError:
+                    pass
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            for s in (proc.stdout, proc.stderr):
+                s.close()
+        if partial:
+            rec.lines.append((time.monotonic() - t0, partial.decode("utf-8", "replace")))
+        rec.total_s = time.monotonic() - t0
+        rec.exit_code = proc.returncode
+        if panic is not None:
+            raise BenchError(f"the {self.qs.arch} guest kernel panicked: {panic}")
+        if rec.end_s is None:
+            last = next((ln for _, ln in reversed(rec.lines) if ln.strip()), "")
+            if proc.returncode not in (None, -9) and rec.total_s < timeout:
+                msg = err.decode(errors="replace").strip().splitlines()
+                raise BenchError(f"QEMU ({Path(argv[0]).name}) stopped with status {proc.returncode} before the "
+                                 f"job ended: {(msg[-1] if msg else last)[:200] or 'no message'}")
+            where = "before reaching /init" if rec.init_s is None else "during the job"
+            raise BenchError(f"the {self.qs.arch} guest did not finish within {timeout:g} s (stopped {where}; "
+                             f"last console line: {last[:160]!r})")
+        return rec
+
+    def _extract(self, disk: Path, rec: BootRecord, out: Path) -> bool:
+        text = [ln for _, ln in rec.lines]
+        if "KPD-TAR-BEGIN" in text and "KPD-TAR-END" in text:
+            a, b = text.index("KPD-TAR-BEGIN"), text.index("KPD-TAR-END")
+            data = base64.b64decode("".join(text[a + 1:b]))
+            import gzip
+            tf = tarfile.open(fileobj=io.BytesIO(gzip.decompress(data)))
+        else:
+            try:
+                tf = tarfile.open(disk, "r:")
+            except tarfile.TarError:
+                return False
+        with tf:
+            try:
+                tf.extractall(out, filter="data")
+            except TypeError:
+                tf.extractall(out)
+        return True
+
+    def job_timeout(self, invocations: list[Invocation]) -> float:
+        if self.qs.timeout:
+            return self.qs.timeout
+        return MIN_JOB_TIMEOUT_S + sum(i.timeout for i in invocations) * (1.5 if self.accel() == "tcg" else 1.1)
+
+    def run_job(self, invocations: list[Invocation]) -> list[InvocationResult]:
+        fams = sorted({i.argv[0][len("kpd-"):] for i in invocations if i.argv and i.argv[0].startswith("kpd-")}
+                      - {"run", "hello"})
+        self.prepare(fams, profile=any(i.profile for i in invocations))
+        out = Path(tempfile.mkdtemp(prefix="job-", dir=self._work)) / "out"
+        rec = self._boot(invocations, timeout=self.job_timeout(invocations), out_dir=out)
+        self.last_boot = rec
+        self._facts = self._make_facts(read_fact_files(out / "facts"))
+        results = read_results(invocations, out)
+        return results
+
+    def _make_facts(self, files: dict[str, str]) -> dict:
+        accel = self.accel()
+        extra = {"target": self.spec, "kernel_source": self.kernel.source, "qemu_cpu": (
+                 "host" if accel == "kvm" else self.cfg["cpu"]), "deterministic": self.qs.deterministic,
+                 "perf_events": {"cpu-clock": True, "task-clock": True}}
+        if self.qs.deterministic:
+            extra["time_unit"] = "instructions (QEMU -icount shift=0: one virtual ns per guest instruction)"
+        return facts_from_files(files, emulated=True, virtualisation=accel, extra=extra)
+
+    def facts(self) -> dict:
+        if self._facts is None:
+            self.run_job([])
+        return dict(self._facts or {})
+
+    def fetch(self, paths: list[str], dest: Path) -> list[Path]:
+        if self._last_out is None:
+            raise BenchError("nothing to fetch: no job has run in this guest yet")
+        dest.mkdir(parents=True, exist_ok=True)
+        got = []
+        for p in paths:
+            src = (self._last_out / p.lstrip("/")).resolve()
+            if not str(src).startswith(str(self._last_out.resolve())) or not src.exists():
+                raise InputError(f"the guest left no file {p!r} in its results")
+            shutil.copy2(src, dest / src.name)
+            got.append(dest / src.name)
+        return got
+
+    def close(self) -> None:
+        shutil.rmtree(self._work, ignore_errors=True)

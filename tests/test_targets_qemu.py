@@ -1,0 +1,177 @@
+"""QEMU guest targets: real boots of Debian kernels under TCG.
+
+Kernel, busybox and perf packages are fetched once with apt into the
+kperfdiff cache; a rerun downloads nothing. Skipped when QEMU is missing.
+"""
+from __future__ import annotations
+
+import shlex
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from kperfdiff.bench import catalogue
+from kperfdiff.bench.session import BenchOptions
+from kperfdiff.errors import BenchError, InputError, UsageError
+from kperfdiff.targets import Invocation, open_target, run_benchmarks
+from kperfdiff.targets import base, boot, elf
+from kperfdiff.targets.qemu import QemuTarget, modules_needed, parse_spec, resolve_kernel
+
+HAVE_ARM = shutil.which("qemu-system-aarch64") is not None
+HAVE_X86 = shutil.which("qemu-system-x86_64") is not None
+HAVE_APT = shutil.which("apt-get") is not None and shutil.which("dpkg-deb") is not None
+need_arm = pytest.mark.skipif(not (HAVE_ARM and HAVE_APT and shutil.which("aarch64-linux-gnu-gcc")),
+                              reason="qemu-system-aarch64, apt or the aarch64 cross compiler is not installed "
+                                     "(Debian qemu-system-arm, gcc-aarch64-linux-gnu)")
+need_x86 = pytest.mark.skipif(not (HAVE_X86 and HAVE_APT), reason="qemu-system-x86_64 or apt is not installed "
+                                                                  "(Debian qemu-system-x86)")
+
+
+# -- no boot -----------------------------------------------------------------------
+
+def test_parse_spec():
+    s = parse_spec("qemu:arm64,kernel=6.1.0-56,mem=4G,cpus=4,deterministic")
+    assert (s.arch, s.kernel, s.mem, s.cpus, s.deterministic) == ("arm64", "6.1.0-56", "4G", 4, True)
+    assert parse_spec("qemu:amd64").arch == "x86_64"
+    assert parse_spec("qemu:x86_64,kernel=/boot/vmlinuz,modules=/lib/modules/x").modules == "/lib/modules/x"
+    for bad in ("qemu:mips", "qemu:arm64,mem=lots", "qemu:arm64,colour=red", "qemu:x86_64,deterministic"):
+        with pytest.raises(UsageError):
+            parse_spec(bad)
+    with pytest.raises(UsageError):
+        open_target("vmware:arm64")
+    with open_target("local") as t:
+        assert t.kind == "local"
+
+
+def test_job_script_quotes_every_word(tmp_path):
+    nasty = "a b'c;d\"e $(x)"
+    inv = Invocation(["kpd-syscall", "syscall.null", f"x={nasty}"], 2, 10, profile=nasty)
+    text = base.job_script([inv], "/k p/bin", f"/o;ut/{nasty}", perf=["/usr/bin/perf"])
+    for ln in text.splitlines():
+        if ln.startswith("#") or not ln.strip():
+            continue
+        words = shlex.split(ln)
+        assert not any(w in (";", "&&", "|") for w in words), ln
+    assert shlex.quote(f"x={nasty}") in text
+
+
+def test_elf_and_modinfo_reader():
+    e = elf.read(Path("/bin/sh").resolve())
+    assert e.machine in ("x86_64", "aarch64") and e.needed
+
+
+# -- Debian kernels (downloads once) ----------------------------------------------------
+
+@need_arm
+def test_missing_kernel_package_is_one_clear_error():
+    with pytest.raises(InputError, match="no Debian cloud kernel package for arm64 matches kernel=9.9.9-99"):
+        resolve_kernel(parse_spec("qemu:arm64,kernel=9.9.9-99"))
+    with pytest.raises(InputError, match="does not exist"):
+        resolve_kernel(parse_spec("qemu:arm64,kernel=/nonexistent/vmlinuz"))
+
+
+@need_arm
+def test_virtio_modules_in_dependency_order():
+    k = resolve_kernel(parse_spec("qemu:arm64"))
+    order, missing = modules_needed(k.modules, ["virtio_pci", "virtio_blk"])
+    names = [n for n, _ in order]
+    assert not missing and "virtio_blk" in names
+    for name, path in order:
+        deps = elf.modinfo(elf.decompress_module(path)).get("depends", "")
+        for d in filter(None, deps.split(",")):
+            assert names.index(d) < names.index(name)
+
+
+# -- boots ---------------------------------------------------------------------------
+
+@need_arm
+def test_arm64_guest_runs_a_benchmark_from_a_kernel_image_path():
+    k = resolve_kernel(parse_spec("qemu:arm64"))
+    t = open_target(f"qemu:arm64,kernel={k.image},modules={k.modules},mem=1G,cpus=2")
+    try:
+        t0 = time.monotonic()
+        opts = BenchOptions(reps=1, intervals=3, tiny=True)
+        (m,) = run_benchmarks(t, [(catalogue.get("proc.fork"), 1)], opts)
+        elapsed = time.monotonic() - t0
+        assert m["status"] == "ok", m.get("reason")
+        assert len(m["raw"]) == 3 and m["unit"] == "ns/op"
+        f = m["facts"]
+        assert f["arch"] == "arm64" and f["emulated"] is True and f["virtualisation"] == "tcg"
+        assert f["kernel_release"] == k.release and f["cpus"] == 2
+        assert m["monitors"].get("vmstat.pgfault", 0) > 0
+        assert t.last_boot.init_s is not None and elapsed < 120
+    finally:
+        t.close()
+
+
+@need_x86
+def test_x86_64_guest_runs_a_benchmark_from_a_debian_package():
+    t = QemuTarget("qemu:x86_64,mem=1G,cpus=2,kvm=off")
+    try:
+        opts = BenchOptions(reps=2, intervals=3, tiny=True)
+        (m,) = run_benchmarks(t, [(catalogue.get("syscall.null"), 1)], opts)
+        assert m["status"] == "ok", m.get("reason")
+        assert len(m["raw"]) == 6
+        f = m["facts"]
+        assert f["arch"] == "x86_64" and f["emulated"] is True and f["clocksource"] == "tsc"
+        assert f["kernel_source"].startswith("debian:linux-image-")
+    finally:
+        t.close()
+
+
+@need_arm
+def test_a_kernel_panic_is_one_clear_error():
+    t = QemuTarget("qemu:arm64,mem=512M,append=rdinit=/nonexistent,timeout=120")
+    try:
+        with pytest.raises(BenchError, match=r"guest kernel panicked: VFS: Unable to mount root fs"):
+            t.run_job([Invocation(["kpd-syscall", "syscall.null"], 1, 10)])
+    finally:
+        t.close()
+
+
+@need_arm
+def test_a_hung_guest_is_one_clear_error():
+    # busybox sh as init waits forever on a console that never speaks
+    t = QemuTarget("qemu:arm64,mem=512M,append=rdinit=/bin/sh,timeout=15")
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(BenchError, match=r"did not finish within 15 s \(stopped before reaching /init"):
+            t.run_job([Invocation(["kpd-syscall", "syscall.null"], 1, 10)])
+        assert time.monotonic() - t0 < 60
+    finally:
+        t.close()
+
+
+@need_arm
+def test_a_failing_benchmark_in_the_guest_is_a_failed_result_not_a_crash():
+    t = QemuTarget("qemu:arm64,mem=512M")
+    try:
+        r1, r2 = t.run_job([Invocation(["kpd-syscall", "syscall.nosuch"], 1, 10),
+                            Invocation(["kpd-syscall", "syscall.null", "--intervals", "2"], 2, 30)])
+        assert r1.outputs()[0].status == "failed"
+        assert [o.status for o in r2.outputs()] == ["ok", "ok"]
+    finally:
+        t.close()
+
+
+@need_arm
+@pytest.mark.slow
+def test_arm64_profile_and_boot_timing(tmp_path):
+    t = QemuTarget("qemu:arm64,mem=1G")
+    try:
+        opts = BenchOptions(reps=1, intervals=3, tiny=True, profile=True)
+        (m,) = run_benchmarks(t, [(catalogue.get("proc.fork"), 1)], opts)
+        assert m["status"] == "ok", m.get("reason")
+        (rep, copy, pd), = m["profiles"]
+        assert Path(pd).stat().st_size > 0 and Path(m["kallsyms"]).stat().st_size > 100000
+        res = boot.measure_boots(t, ["1G", "2G"], boots=2)
+        assert {r["benchmark"] for r in res} == {b.name for b in boot.BOOT_BENCHMARKS}
+        for r in res:
+            assert r["status"] == "ok", r.get("reason")
+            assert len(r["raw"]) == 2 and r["facts"]["emulated"] is True
+        init = next(r for r in res if r["benchmark"] == "boot.initcalls")
+        assert init["initcalls"] and init["initcalls"][0][1] > 0
+    finally:
+        t.close()
