@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Time `kperfdiff diff A B --children` against `perf diff A B` on two large
+perf.data files (about 1.4M samples each, with call chains).
+
+The files are recorded once (perf record -e cpu-clock -F 20000 -g -a around a
+busy two-CPU workload for about 35 s each) and cached in /tmp/kperfdiff-bench/
+with a kallsyms snapshot beside each. Each command runs --repeat times (default
+3) in a fresh wrapper process so its peak RSS (getrusage of children) is its
+own; the harness prints the median and best wall time, the ratio, and peak
+memory. Not a pass/fail test.
+
+    .venv/bin/python benchmarks/bench_diff.py [--repeat N] [--seconds S] [--rerecord]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+KPERFDIFF = Path(sys.executable).with_name("kperfdiff")
+CACHE = Path("/tmp/kperfdiff-bench")
+
+# Two different busy workloads, one copy per CPU, so the profiles differ.
+WORKLOADS = {
+    "a": "while :; do dd if=/dev/zero of=/dev/null bs=64k count=20000 2>/dev/null; "
+         "for i in 1 2 3 4 5 6 7 8; do /bin/true; done; done",
+    "b": "while :; do head -c 4000000 /dev/urandom > /dev/null; "
+         "for i in 1 2 3 4 5 6 7 8 9 10 11 12; do /bin/true; done; done",
+}
+
+WRAPPER = r"""
+import resource, subprocess, sys, time
+t = time.perf_counter()
+p = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+dt = time.perf_counter() - t
+if p.returncode:
+    sys.stderr.write(p.stderr.decode(errors="replace")[-2000:])
+    sys.exit(p.returncode)
+print(dt, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+
+def record(name: str, seconds: int, rerecord: bool) -> Path:
+    out = CACHE / f"{name}.perf.data"
+    if out.exists() and not rerecord:
+        return out
+    CACHE.mkdir(parents=True, exist_ok=True)
+    ncpu = os.cpu_count() or 2
+    loops = " & ".join([f"( {WORKLOADS[name]} )"] * ncpu)
+    cmd = ["perf", "record", "-q", "-e", "cpu-clock", "-F", "20000", "-g", "-a", "-o", str(out), "--",
+           "timeout", str(seconds), "sh", "-c", f"{loops} & wait"]
+    print(f"recording {out} ({seconds} s, {ncpu} CPUs)...", file=sys.stderr)
+    subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL)
+    shutil.copyfile("/proc/kallsyms", CACHE / f"{name}.kallsyms")
+    return out
+
+
+def samples(path: Path) -> int:
+    p = subprocess.run(["perf", "report", "-i", str(path), "--stats"], capture_output=True, text=True)
+    for line in p.stdout.splitlines():
+        if "SAMPLE events:" in line:
+            return int(line.split(":")[1].split()[0])
+    return -1
+
+
+def measure(cmd: list[str], repeat: int) -> tuple[list[float], int]:
+    times, rss = [], 0
+    for _ in range(repeat):
+        p = subprocess.run([sys.executable, "-c", WRAPPER, *cmd], capture_output=True, text=True)
+        if p.returncode:
+            raise SystemExit(f"{' '.join(cmd)} failed:\n{p.stderr}")
+        t, m = p.stdout.split()
+        times.append(float(t))
+        rss = max(rss, int(m))
+    return times, rss
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--seconds", type=int, default=35)
+    ap.add_argument("--rerecord", action="store_true")
+    args = ap.parse_args()
+    if shutil.which("perf") is None:
+        raise SystemExit("perf is not installed")
+    a = record("a", args.seconds, args.rerecord)
+    b = record("b", args.seconds, args.rerecord)
+    na, nb = samples(a), samples(b)
+    print(f"A: {a} {na} samples ({a.stat().st_size / 1e6:.0f} MB); B: {b} {nb} samples "
+          f"({b.stat().st_size / 1e6:.0f} MB)")
+    # warm the page cache
+    for f in (a, b):
+        with open(f, "rb") as fh:
+            while fh.read(1 << 24):
+                pass
+    kd = [str(KPERFDIFF), "diff", str(a), str(b), "--children"]
+    pd = ["perf", "diff", str(a), str(b)]
+    k_times, k_rss = measure(kd, args.repeat)
+    p_times, p_rss = measure(pd, args.repeat)
+    km, pm = statistics.median(k_times), statistics.median(p_times)
+    rows = [
+        ("kperfdiff diff --children", km, min(k_times), k_rss),
+        ("perf diff", pm, min(p_times), p_rss),
+    ]
+    print(f"{'command':28} {'median s':>9} {'best s':>8} {'peak RSS MB':>12}")
+    for name, med, best, rss in rows:
+        print(f"{name:28} {med:9.2f} {best:8.2f} {rss / 1024:12.1f}")
+    print(f"ratio perf diff / kperfdiff diff: {pm / km:.2f}x (median), "
+          f"{min(p_times) / min(k_times):.2f}x (best); "
+          f"samples/s end to end: {(na + nb) / km / 1e6:.2f} M")
+    print(json.dumps({"samples": [na, nb], "kperfdiff_s": k_times, "perf_diff_s": p_times,
+                      "kperfdiff_rss_kb": k_rss, "perf_diff_rss_kb": p_rss}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

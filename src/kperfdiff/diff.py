@@ -1,0 +1,645 @@
+"""The kperfdiff ranking: where does kernel A spend more time than kernel B.
+
+:func:`diff_profiles` is pure computation (profiles in, :class:`DiffResult`
+out); :func:`run_cli` loads the inputs named on the command line, calls it,
+and writes the rendered result and any flame graph or folded files.
+
+Method
+------
+* A function's **share** on one profile is its weight (self, or children
+  with ``--children``) divided by the profile's total weight, in percent.
+  The denominator is every sample of the profile, kernel and user alike,
+  as ``perf report`` does by default, so a kernel function's share here is
+  the same number perf prints and the shares of both sides are comparable
+  even when one side spends more of its time in user space.
+* Names are normalised first (``.isra.N``, ``.constprop.N``, ``.cold``,
+  ``__pfx_``...; :mod:`kperfdiff.symbols.normalise`): one function is one
+  row. When normalisation merges several symbols of one profile, their
+  children weight is recounted from the stacks so a sample counts once.
+* A side of several profiles (repeated runs) has the mean of the
+  per-profile shares as its share.
+* **Common** functions appear (weight > 0) on both sides and are ranked by
+  ``|share A - share B|`` (percentage points), largest first; functions
+  found on one side only are ranked by their share on that side.
+* **Equivalence** (unless ``no_equivalence``): a role of the equivalence
+  table (:mod:`kperfdiff.symbols.equivalence`) whose members appear on both
+  sides, each side having a member the other lacks, becomes one common row
+  ``[role]`` (its members named per side); its members leave the other
+  lists. Its self weight is the sum of the members'; its children weight
+  counts each sample once (from the stacks; without stacks, the largest
+  member's).
+* **Per operation** (``per_op``): value = share x CPU time / operations in
+  nanoseconds, per profile; CPU time is ``meta['cpu_time_ns']``, else the
+  profile's total weight when that is in nanoseconds (cpu-clock,
+  task-clock); operations are ``meta['ops']`` (or ``--ops``). Rows are
+  ranked by the absolute difference of ns/op.
+* **Significance** (both sides with at least 2 profiles; 3 or more
+  recommended): per row, Welch's t interval (95%) of mean B - mean A over
+  the per-profile values (:func:`kperfdiff.stats.welch_interval`) and its
+  p-value; Benjamini-Hochberg q-values over every row of every section
+  (:func:`kperfdiff.stats.benjamini_hochberg`). A row is significant only
+  when its interval excludes 0 and q < 0.05.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+from . import stats
+from .errors import InputError
+from .profile import Profile
+from .symbols.normalise import normalise
+
+DIFF_VERSION = 1
+DEFAULT_TOP = 5
+SCOPES = ("kernel", "user", "all")
+_NS_EVENTS = {"cpu-clock", "task-clock"}
+
+
+@dataclass
+class DiffOptions:
+    top: int = DEFAULT_TOP           # rows per section when rendering; 0 = all
+    scope: str = "kernel"
+    labels: tuple[str, str] | None = None
+    children: bool = False
+    per_op: bool = False
+    equivalence: bool = True
+    maps: tuple = ()
+    normalise: bool = True
+    confidence: float = stats.DEFAULT_CONFIDENCE
+    alpha: float = 0.05
+    ops: tuple = (None, None)        # operation counts for sides without meta['ops']
+    # How common rows are scored and ranked: "absdiff" (the study's |B - A|),
+    # or perf diff's "delta" (B - A), "ratio" (B / A) and "wdiff" (w_b*B - w_a*A).
+    compute: str = "absdiff"
+    wdiff_weights: tuple = (1.0, 1.0)
+
+
+@dataclass
+class Row:
+    symbol: str                       # display name (function, or "[role]")
+    value_a: float                    # mean share (%) or ns/op on side A
+    value_b: float
+    values_a: list[float]             # per profile
+    values_b: list[float]
+    role: str | None = None
+    members_a: list[str] = field(default_factory=list)
+    members_b: list[str] = field(default_factory=list)
+    kernel: bool = True
+    shares_a: list[float] = field(default_factory=list)  # per-profile shares (%) even in per-op mode
+    shares_b: list[float] = field(default_factory=list)
+    ci: tuple[float, float] | None = None                 # of B - A
+    p: float | None = None
+    q: float | None = None
+    significant: bool | None = None
+
+    score: float = math.nan          # the --compute value the common list is ranked by
+
+    @property
+    def delta(self) -> float:
+        """Signed change B - A."""
+        return self.value_b - self.value_a
+
+    @property
+    def diff(self) -> float:
+        return abs(self.value_b - self.value_a)
+
+
+@dataclass
+class SideInfo:
+    label: str
+    sources: list[str]
+    events: list[str]
+    samples: list[int]
+    total_weight: list[float]
+    weight_unit: list[str]
+    arch: str | None
+
+
+@dataclass
+class DiffResult:
+    options: DiffOptions
+    labels: tuple[str, str]
+    side_a: SideInfo
+    side_b: SideInfo
+    common: list[Row]
+    only_a: list[Row]
+    only_b: list[Row]
+    unit: str                       # "%" or "ns/op"
+    significance: bool              # tested
+    warnings: list[str] = field(default_factory=list)
+    method: str = ""
+    # Folded stacks per side after normalisation, roles and scope:
+    # stack string (root first, ";"-joined, kernel frames suffixed _[k]) -> weight,
+    # and per side the sum of the profiles' total weights (the share denominators).
+    folded_a: dict[str, float] = field(default_factory=dict)
+    folded_b: dict[str, float] = field(default_factory=dict)
+    total_a: float = 0.0
+    total_b: float = 0.0
+    # member name -> "[role]" (or "" for a dispatch frame to skip), for flame graphs
+    active_roles: dict[str, str] = field(default_factory=dict)
+
+
+# -- per-profile measurement ---------------------------------------------------
+
+class _Measured:
+    """One profile's weights per row key, in the diff's scope."""
+
+    def __init__(self, prof: Profile, opts: DiffOptions):
+        self.prof = prof
+        self.key_of: dict[int, tuple[bool, str]] = {}
+        members: dict[tuple[bool, str], list[int]] = {}
+        scope = opts.scope
+        for i, s in enumerate(prof.symbols):
+            if scope == "kernel" and not s.kernel or scope == "user" and s.kernel:
+                continue
+            k = (bool(s.kernel), normalise(s.name) if opts.normalise else s.name)
+            self.key_of[i] = k
+            members.setdefault(k, []).append(i)
+        self.members = members
+        w = prof.children_weight if opts.children else prof.self_weight
+        self.weight: dict[tuple[bool, str], float] = {}
+        merged = {k: set(ix) for k, ix in members.items() if len(ix) > 1}
+        exact = {}
+        if opts.children and merged and prof.stacks:
+            exact = _union_weights(prof, merged)
+        for k, ix in members.items():
+            if k in exact:
+                v = exact[k]
+            else:
+                v = float(sum(w[i] for i in ix))
+            if v > 0:
+                self.weight[k] = v
+        self.total = float(prof.total_weight)
+
+    def share(self, key) -> float:
+        return self.weight.get(key, 0.0) / self.total * 100.0 if self.total > 0 else 0.0
+
+
+def _union_weights(prof: Profile, groups: dict) -> dict:
+    """Weight of the samples whose stack holds any symbol of each group (once per sample)."""
+    gof: dict[int, list] = {}
+    for g, ix in groups.items():
+        for i in ix:
+            gof.setdefault(i, []).append(g)
+    out = {g: 0.0 for g in groups}
+    wanted = frozenset(gof)
+    for stack, w in prof.stacks.items():
+        if wanted.isdisjoint(stack):
+            continue
+        hit = set()
+        for i in stack:
+            gs = gof.get(i)
+            if gs:
+                hit.update(gs)
+        for g in hit:
+            out[g] += w
+    return out
+
+
+def _cpu_time_ns(prof: Profile) -> float | None:
+    v = prof.meta.get("cpu_time_ns")
+    if v:
+        return float(v)
+    if prof.weight_unit == "ns" or (prof.weight_unit == "period" and prof.event.split(":")[0] in _NS_EVENTS):
+        return float(prof.total_weight)
+    return None
+
+
+def _per_op_factor(prof: Profile, ops_override) -> float:
+    ops = prof.meta.get("ops") or ops_override
+    if not ops:
+        raise InputError(f"--per-op needs the number of benchmark operations of {prof.source}; "
+                         f"profile a stored benchmark run or give --ops")
+    cpu = _cpu_time_ns(prof)
+    if cpu is None:
+        raise InputError(f"--per-op needs the CPU time of {prof.source}, which neither records it nor "
+                         f"weighs samples in nanoseconds (cpu-clock or task-clock with periods)")
+    return cpu / float(ops) / 100.0   # share (%) -> ns/op
+
+
+# -- labels ------------------------------------------------------------------
+
+def _stem(source: str) -> str:
+    name = Path(source).name
+    for ext in (".perf.data", ".data", ".script", ".folded", ".report", ".txt"):
+        if name.endswith(ext) and len(name) > len(ext):
+            return name[:-len(ext)]
+    return Path(source).stem or name
+
+
+def _side_label(profs: list[Profile]) -> str:
+    # A run label names a side better than the architecture both sides share.
+    labels = [p.label if p.label and p.label not in (p.arch, Path(p.source).stem) else _stem(p.source)
+              for p in profs]
+    if len(set(labels)) == 1:
+        return labels[0]
+    return f"{labels[0]}+{len(labels) - 1}"
+
+
+def _default_labels(a: list[Profile], b: list[Profile]) -> tuple[str, str]:
+    arch_a = {p.arch for p in a}
+    arch_b = {p.arch for p in b}
+    if len(arch_a) == 1 and len(arch_b) == 1 and None not in arch_a | arch_b and arch_a != arch_b:
+        la, lb = next(iter(arch_a)), next(iter(arch_b))
+    else:
+        la, lb = _side_label(a), _side_label(b)
+    if la == lb:
+        la, lb = f"{la} (A)", f"{lb} (B)"
+    return la, lb
+
+
+def _side_info(profs: list[Profile], label: str) -> SideInfo:
+    arches = {p.arch for p in profs}
+    return SideInfo(label=label, sources=[p.source for p in profs], events=[p.event for p in profs],
+                    samples=[int(p.samples) for p in profs], total_weight=[float(p.total_weight) for p in profs],
+                    weight_unit=[p.weight_unit for p in profs],
+                    arch=next(iter(arches)) if len(arches) == 1 else None)
+
+
+def _display(key, scope: str) -> str:
+    kernel, name = key
+    if scope == "all":
+        return f"[{'k' if kernel else '.'}] {name}"
+    return name
+
+
+# -- the diff ------------------------------------------------------------------
+
+def diff_profiles(side_a: list[Profile], side_b: list[Profile], options: DiffOptions | None = None) -> DiffResult:
+    """Rank the functions whose share differs between two sets of profiles (see the module text)."""
+    opts = options or DiffOptions()
+    if opts.scope not in SCOPES:
+        raise InputError(f"scope {opts.scope!r} is not one of {', '.join(SCOPES)}")
+    if not side_a or not side_b:
+        raise InputError("a diff needs at least one profile on each side")
+    warnings: list[str] = []
+    for p in side_a + side_b:
+        if p.total_weight <= 0:
+            raise InputError(f"{p.source} holds no samples")
+        warnings.extend(p.meta.get("warnings", []))
+        if opts.children and p.meta.get("has_children") is False:
+            raise InputError(f"{p.source} is a perf report without a Children column, so --children cannot "
+                             f"be computed from it; make it with `perf report --children` or give the perf.data")
+    ev_a = {p.event for p in side_a}
+    ev_b = {p.event for p in side_b}
+    if ev_a != ev_b and "unknown" not in ev_a | ev_b:
+        warnings.append(f"the sides sample different events ({', '.join(sorted(ev_a))} vs "
+                        f"{', '.join(sorted(ev_b))}); shares are compared as they are")
+    labels = tuple(opts.labels) if opts.labels else _default_labels(side_a, side_b)
+    if labels[0] == labels[1]:
+        labels = (f"{labels[0]} (A)", f"{labels[1]} (B)")
+
+    ma = [_Measured(p, opts) for p in side_a]
+    mb = [_Measured(p, opts) for p in side_b]
+    if opts.per_op:
+        fa = [_per_op_factor(p, opts.ops[0]) for p in side_a]
+        fb = [_per_op_factor(p, opts.ops[1]) for p in side_b]
+    else:
+        fa = [1.0] * len(ma)
+        fb = [1.0] * len(mb)
+
+    keys_a = set().union(*(m.weight for m in ma))
+    keys_b = set().union(*(m.weight for m in mb))
+
+    # Equivalence roles.
+    role_rows: list[tuple[str, set, set]] = []   # (role, members_a keys, members_b keys)
+    claimed: set = set()
+    active_roles: dict[str, str] = {}            # member name -> "[role]" (for flame graphs)
+    if opts.equivalence:
+        from .symbols.equivalence import load_roles
+        table = load_roles(opts.maps)
+        by_role_a: dict[str, set] = {}
+        by_role_b: dict[str, set] = {}
+        for k in keys_a:
+            r = table.role_of(k[1])
+            if r:
+                by_role_a.setdefault(r, set()).add(k)
+        for k in keys_b:
+            r = table.role_of(k[1])
+            if r:
+                by_role_b.setdefault(r, set()).add(k)
+        for r in sorted(set(by_role_a) & set(by_role_b)):
+            sa, sb = by_role_a[r], by_role_b[r]
+            if not (sa - sb) or not (sb - sa):
+                # Each side must have a member the other lacks (different names for
+                # one job); otherwise the members compare one by one as usual.
+                continue
+            role_rows.append((r, sa, sb))
+            claimed |= sa | sb
+            for name in table.roles[r]:
+                active_roles[name] = f"[{r}]"
+        if active_roles:
+            # Skipped in flame graphs (see [dispatch] in equivalence.toml).
+            for name in table.dispatch:
+                active_roles.setdefault(name, "")
+
+    def group_value(m: _Measured, keys: set) -> float:
+        present = [k for k in keys if k in m.weight]
+        if not present:
+            return 0.0
+        if len(present) == 1 or not opts.children:
+            return sum(m.weight[k] for k in present) / m.total * 100.0
+        if m.prof.stacks:
+            idx = set()
+            for k in present:
+                idx.update(m.members[k])
+            return _union_weights(m.prof, {0: idx})[0] / m.total * 100.0
+        return max(m.weight[k] for k in present) / m.total * 100.0
+
+    def make_row(name, values_a_sh, values_b_sh, **kw) -> Row:
+        va = [s * f for s, f in zip(values_a_sh, fa)]
+        vb = [s * f for s, f in zip(values_b_sh, fb)]
+        return Row(symbol=name, value_a=sum(va) / len(va), value_b=sum(vb) / len(vb), values_a=va, values_b=vb,
+                   shares_a=list(values_a_sh), shares_b=list(values_b_sh), **kw)
+
+    common: list[Row] = []
+    only_a: list[Row] = []
+    only_b: list[Row] = []
+    for r, sa, sb in role_rows:
+        allk = sa | sb
+        va = [group_value(m, allk) for m in ma]
+        vb = [group_value(m, allk) for m in mb]
+
+        def order(keys, ms):
+            return [k[1] for k in sorted(keys, key=lambda k: (-sum(m.weight.get(k, 0) / m.total for m in ms), k[1]))]
+        common.append(make_row(f"[{r}]", va, vb, role=r, members_a=order(sa, ma), members_b=order(sb, mb),
+                               kernel=all(k[0] for k in allk)))
+    for k in keys_a | keys_b:
+        if k in claimed:
+            continue
+        va = [m.share(k) for m in ma]
+        vb = [m.share(k) for m in mb]
+        row = make_row(_display(k, opts.scope), va, vb, kernel=k[0])
+        if k in keys_a and k in keys_b:
+            common.append(row)
+        elif k in keys_a:
+            only_a.append(row)
+        else:
+            only_b.append(row)
+    for r in common:
+        r.score = compute_score(r.value_a, r.value_b, opts)
+    common.sort(key=lambda r: (-rank_key(r.score, opts), r.symbol))
+    only_a.sort(key=lambda r: (-r.value_a, r.symbol))
+    only_b.sort(key=lambda r: (-r.value_b, r.symbol))
+
+    tested = len(ma) >= 2 and len(mb) >= 2
+    if not tested and (len(ma) > 1 or len(mb) > 1):
+        warnings.append("significance needs at least 2 profiles on each side (3 or more recommended); "
+                        "rows are not tested")
+    if tested:
+        _significance(common + only_a + only_b, opts)
+
+    unit = "ns/op" if opts.per_op else "%"
+    method = ("share = weight / all samples of the profile (as perf report); "
+              + ("children (inclusive) weights; " if opts.children else "self weights; ")
+              + ("ns/op = share x CPU time / operations; " if opts.per_op else "")
+              + ("Welch 95% interval of B - A over profiles, Benjamini-Hochberg q over all rows" if tested else ""))
+    res = DiffResult(options=opts, labels=labels, side_a=_side_info(side_a, labels[0]),
+                     side_b=_side_info(side_b, labels[1]), common=common, only_a=only_a, only_b=only_b,
+                     unit=unit, significance=tested, warnings=warnings, method=method.rstrip("; "))
+    res.active_roles = active_roles
+    res.total_a = float(sum(p.total_weight for p in side_a))
+    res.total_b = float(sum(p.total_weight for p in side_b))
+    return res
+
+
+def add_folded(result: DiffResult, side_a: list[Profile], side_b: list[Profile]) -> DiffResult:
+    """Fill ``result.folded_a``/``folded_b`` (for flame graphs and folded output) from the same profiles."""
+    result.folded_a, result.total_a = _side_folded(side_a, result.options, result.active_roles)
+    result.folded_b, result.total_b = _side_folded(side_b, result.options, result.active_roles)
+    return result
+
+
+def compute_score(a: float, b: float, opts: DiffOptions) -> float:
+    """The common-list score of values ``a`` and ``b`` (shares in %, or ns/op).
+
+    absdiff: |b - a| (the study's %diff); delta: b - a (perf diff's Delta);
+    ratio: b / a; wdiff: w_b*b - w_a*a. perf diff computes ratio and wdiff on
+    raw periods; kperfdiff uses the shares (or ns/op), so the sides' totals
+    are normalised out.
+    """
+    c = opts.compute
+    if c == "absdiff":
+        return abs(b - a)
+    if c == "delta":
+        return b - a
+    if c == "ratio":
+        return b / a if a else math.inf
+    if c == "wdiff":
+        wa, wb = opts.wdiff_weights
+        return wb * b - wa * a
+    raise InputError(f"compute mode {c!r} is not one of absdiff, delta, ratio, wdiff:WA,WB")
+
+
+def rank_key(score: float, opts: DiffOptions) -> float:
+    """Larger is ranked first: |score|, or for ratios the size of the change |log ratio|."""
+    if opts.compute == "ratio":
+        if score <= 0 or math.isinf(score):
+            return math.inf
+        return abs(math.log(score))
+    return abs(score)
+
+
+def _significance(rows: list[Row], opts: DiffOptions) -> None:
+    pvals = []
+    for r in rows:
+        d, lo, hi, p = stats.welch_interval(r.values_a, r.values_b, confidence=opts.confidence)
+        r.ci = (lo, hi)
+        r.p = p
+        pvals.append(p)
+    q = stats.benjamini_hochberg(pvals)
+    for r, qv in zip(rows, q):
+        r.q = float(qv)
+        lo, hi = r.ci
+        r.significant = bool(qv < opts.alpha and (lo > 0 or hi < 0))
+
+
+# -- folded stacks for flame graphs -------------------------------------------------
+
+def _side_folded(profs: list[Profile], opts: DiffOptions, roles: dict[str, str]) -> tuple[dict, float]:
+    """Stacks of one side, summed over its profiles, with names normalised,
+    role members renamed to their role (consecutive repeats merged), arm64
+    exception dispatch frames skipped when roles are in use, and cut
+    to the scope's frames (kernel: the kernel frames of each stack; user: the
+    user frames; all: whole stacks). Kernel frames carry the ``_[k]`` suffix."""
+    out: dict[str, float] = {}
+    total = 0.0
+    for p in profs:
+        total += float(p.total_weight)
+        names = []
+        for s in p.symbols:
+            n = normalise(s.name) if opts.normalise else s.name
+            n = roles.get(n, n)
+            if n == "":
+                names.append((None, s.kernel))     # a dispatch frame: skipped
+                continue
+            names.append((n + "_[k]" if s.kernel else n, s.kernel))
+        stacks = p.stacks
+        if not stacks:
+            # Flat profiles: one-frame stacks of self weight.
+            stacks = {(i,): float(w) for i, w in enumerate(p.self_weight) if w > 0}
+        for stack, w in stacks.items():
+            frames = []
+            for i in stack:
+                n, k = names[i]
+                if opts.scope == "kernel" and not k or opts.scope == "user" and k:
+                    continue
+                if n is None:
+                    continue
+                if frames and frames[-1] == n and n.startswith("["):
+                    continue
+                frames.append(n)
+            if not frames:
+                continue
+            key = ";".join(frames)
+            out[key] = out.get(key, 0.0) + w
+    return out, total
+
+
+# -- command line ------------------------------------------------------------------
+
+def _parse_labels(text: str | None):
+    if not text:
+        return None
+    parts = text.split(",")
+    if len(parts) != 2 or not all(p.strip() for p in parts):
+        raise InputError(f"--labels takes two names separated by a comma, like ARM,x86, not {text!r}")
+    return parts[0].strip(), parts[1].strip()
+
+
+def _parse_ops(text: str | None):
+    if not text:
+        return (None, None)
+    parts = text.split(",")
+    try:
+        vals = [float(p) for p in parts]
+    except ValueError:
+        vals = []
+    if len(vals) not in (1, 2) or any(v <= 0 or math.isnan(v) for v in vals):
+        raise InputError(f"--ops takes one or two positive operation counts (A,B), not {text!r}")
+    return (vals[0], vals[-1])
+
+
+def _resolve_side(spec: str, args) -> list[tuple[Path, dict]]:
+    """Files (comma-separated allowed) or store references -> (path, meta) list."""
+    if os.path.exists(spec):
+        return [(Path(spec), {})]
+    out = []
+    for part in [s.strip() for s in spec.split(",")] if "," in spec else [spec]:
+        if not part:
+            raise InputError(f"{spec!r} has an empty entry between commas")
+        if os.path.exists(part):
+            out.append((Path(part), {}))
+            continue
+        out.extend(_store_refs(part, args))
+    return out
+
+
+def _store_refs(ref: str, args) -> list[tuple[Path, dict]]:
+    looks_like_file = "/" in ref or Path(ref).suffix in (".data", ".script", ".folded", ".txt", ".report", ".perf")
+    try:
+        from .store import Store
+    except ImportError:
+        Store = None
+    if Store is None or not hasattr(Store, "profile_refs") or looks_like_file:
+        raise InputError(f"{ref}: no such file" + ("" if looks_like_file else ", and store references cannot be "
+                                                   "resolved by this kperfdiff yet"))
+    from .errors import KperfdiffError
+    try:
+        store = Store.open(getattr(args, "store", None))
+        refs = store.profile_refs(ref)
+    except KperfdiffError as e:
+        raise InputError(f"{ref} is not a file, and {str(e)[:1].lower()}{str(e)[1:]}") from None
+    if not refs:
+        raise InputError(f"{ref} is neither a file nor a run with profiles in the store")
+    return [(Path(p), dict(m or {})) for p, m in refs]
+
+
+def _load_side(spec: str, args, side: str) -> list[Profile]:
+    from .profile import load, sniff
+    kall = getattr(args, f"kallsyms_{side}", None) or args.kallsyms
+    symfs_dir = getattr(args, f"symfs_{side}", None) or args.symfs
+    profs = []
+    for path, meta in _resolve_side(spec, args):
+        if not path.is_file():
+            if path.is_dir():
+                raise InputError(f"{path} is a directory, not a profile; name the perf.data inside it")
+        fmt = sniff(path)
+        k = kall or meta.get("kallsyms")
+        if fmt == "perf.data":
+            prof = load(path, kallsyms=k, symfs=[symfs_dir] if symfs_dir else None, event=args.event)
+        else:
+            from .ingest import text
+            prof = text.load(path, fmt, event=args.event, kernel_frames=args.folded_kernel)
+            if not prof.label:
+                prof.label = prof.arch or path.stem
+        for key in ("ops", "cpu_time_ns"):
+            if meta.get(key):
+                prof.meta[key] = meta[key]
+        if meta.get("arch"):
+            prof.arch = meta["arch"]
+        if meta.get("label"):
+            prof.label = meta["label"]
+        profs.append(prof)
+    return profs
+
+
+def options_from_args(args) -> DiffOptions:
+    if args.top < 0:
+        raise InputError("--top must be 0 (all rows) or more")
+    compute, weights = _parse_compute(getattr(args, "compute", None) or "absdiff")
+    return DiffOptions(top=args.top, scope=args.scope, labels=_parse_labels(args.labels), children=args.children,
+                       per_op=args.per_op, equivalence=not args.no_equivalence, maps=tuple(args.map or ()),
+                       normalise=not args.no_normalise, ops=_parse_ops(args.ops), compute=compute,
+                       wdiff_weights=weights)
+
+
+def _parse_compute(text: str) -> tuple[str, tuple[float, float]]:
+    mode, _, rest = text.partition(":")
+    if mode in ("absdiff", "delta", "ratio") and not rest:
+        return mode, (1.0, 1.0)
+    if mode == "wdiff":
+        try:
+            wa, wb = (float(x) for x in rest.split(","))
+        except ValueError:
+            raise InputError(f"--compute wdiff takes two weights, like wdiff:1,2, not {text!r}") from None
+        return mode, (wa, wb)
+    raise InputError(f"--compute {text!r} is not one of absdiff, delta, ratio, wdiff:WA,WB")
+
+
+def _write(path: str, data: bytes | str) -> None:
+    try:
+        mode = "wb" if isinstance(data, bytes) else "w"
+        with open(path, mode) as f:
+            f.write(data)
+    except OSError as e:
+        raise InputError(f"cannot write {path}: {e.strerror}") from None
+
+
+def run_cli(args) -> int:
+    from .render import diff as render
+    opts = options_from_args(args)
+    if opts.maps:
+        from .symbols.equivalence import load_roles
+        load_roles(opts.maps)   # report a bad map before reading profiles
+    side_a = _load_side(args.a, args, "a")
+    side_b = _load_side(args.b, args, "b")
+    result = diff_profiles(side_a, side_b, opts)
+    for w in result.warnings:
+        print(f"kperfdiff: warning: {w}", file=sys.stderr)
+    if args.flamegraph or args.folded:
+        add_folded(result, side_a, side_b)
+    if args.flamegraph:
+        from .render import flamegraph
+        _write(args.flamegraph, flamegraph.differential_svg(result))
+    if args.folded:
+        from .render import flamegraph
+        for suffix, text in flamegraph.folded_files(result).items():
+            _write(f"{args.folded}.{suffix}", text)
+    sys.stdout.write(render.render(result, args.format))
+    return 0

@@ -1,0 +1,200 @@
+"""DiffResult -> text (the study's layout), Markdown, CSV or JSON.
+
+The default text reproduces the original kperfdiff tables::
+
+    >> Top 5 candidates among common kernel functions
+    %diff | symbol | ARM | x86
+    -----
+    12.88 | unmap_vmas | 17.32 | 4.44
+
+With significance tested (2+ profiles per side), a row that is not
+significant ends with `` ~`` and a legend line closes the output.
+Renderers return strings; they do no I/O.
+"""
+from __future__ import annotations
+
+from ..diff import DIFF_VERSION, DiffResult, Row
+from .table import Table, to_csv, to_json, to_markdown, to_text
+
+NOT_SIGNIFICANT = "~"
+
+
+def legend(result: DiffResult) -> str:
+    conf = f"{result.options.confidence:.0%}"
+    return f"{NOT_SIGNIFICANT} not significant (Welch {conf} interval contains 0 or BH q >= {result.options.alpha:g})"
+
+
+def _scope_word(result: DiffResult) -> str:
+    return {"kernel": "kernel functions", "user": "user functions", "all": "functions"}[result.options.scope]
+
+
+def _qualifier(result: DiffResult) -> str:
+    q = []
+    if result.options.children:
+        q.append("children")
+    if result.options.per_op:
+        q.append("ns per operation")
+    return f" ({', '.join(q)})" if q else ""
+
+
+def _top(rows: list[Row], n: int) -> list[Row]:
+    return rows if n == 0 else rows[:n]
+
+
+def _symbol_cell(row: Row, result: DiffResult) -> str:
+    if not row.role:
+        return row.symbol
+    la, lb = result.labels
+    return f"{row.symbol} ({la}: {', '.join(row.members_a)}; {lb}: {', '.join(row.members_b)})"
+
+
+def tables(result: DiffResult, *, extra: bool = False, mark: bool = False) -> list[Table]:
+    """The three sections as tables. ``extra`` adds interval and q columns when tested;
+    ``mark`` appends `` ~`` to the symbol of rows that are not significant."""
+    la, lb = result.labels
+    n = result.options.top
+    per_op = result.options.per_op
+    head_diff = {"absdiff": "ns/op diff" if per_op else "%diff", "delta": "delta", "ratio": "ratio",
+                 "wdiff": "wdiff"}[result.options.compute]
+    head_val = "ns/op" if per_op else "%time"
+    words = _scope_word(result)
+    qual = _qualifier(result)
+    sig = result.significance and extra
+    out = []
+
+    def sym(r: Row) -> str:
+        name = _symbol_cell(r, result)
+        return f"{name} {NOT_SIGNIFICANT}" if mark and r.significant is False else name
+
+    def tail(r: Row) -> list:
+        if not sig:
+            return []
+        return [r.ci[0] if r.ci else None, r.ci[1] if r.ci else None, r.q]
+
+    sig_cols = ["ci low (B-A)", "ci high (B-A)", "q"] if sig else []
+    t = Table(columns=[head_diff, "symbol", la, lb] + sig_cols,
+              title=f"Top {n or 'all'} candidates among common {words}{qual}",
+              align=["r", "l", "r", "r"] + ["r"] * len(sig_cols))
+    for r in _top(result.common, n):
+        t.rows.append([r.score, sym(r), r.value_a, r.value_b] + tail(r))
+    out.append(t)
+    for label, rows, which in ((la, result.only_a, "a"), (lb, result.only_b, "b")):
+        t = Table(columns=[head_val, "symbol"] + sig_cols,
+                  title=f"Top {n or 'all'} candidates among {label} specific {words}{qual}",
+                  align=["r", "l"] + ["r"] * len(sig_cols))
+        for r in _top(rows, n):
+            t.rows.append([r.value_a if which == "a" else r.value_b, sym(r)] + tail(r))
+        out.append(t)
+    return out
+
+
+def _marks(result: DiffResult) -> list[list[bool]]:
+    n = result.options.top
+    return [[r.significant is False for r in _top(rows, n)]
+            for rows in (result.common, result.only_a, result.only_b)]
+
+
+def to_study_text(result: DiffResult) -> str:
+    parts = []
+    marks = _marks(result)
+    for t, m in zip(tables(result), marks):
+        text = to_text(t, style="study").splitlines()
+        head = 3  # title, columns, rule
+        for i, flag in enumerate(m):
+            if flag:
+                text[head + i] += f" {NOT_SIGNIFICANT}"
+        parts.extend(text)
+    if result.significance:
+        parts.append(legend(result))
+    return "\n".join(parts) + "\n"
+
+
+def to_markdown_text(result: DiffResult) -> str:
+    out = [to_markdown(t) for t in tables(result, extra=True, mark=True)]
+    if result.significance:
+        out.append(legend(result).replace(NOT_SIGNIFICANT, "`~`", 1) + "\n")
+    out.append(f"_{result.method}._\n")
+    return "\n".join(out)
+
+
+def _row_dict(r: Row, result: DiffResult, section: str) -> dict:
+    d = {
+        "section": section,
+        "symbol": r.symbol,
+        "kernel": r.kernel,
+        "value_a": r.value_a,
+        "value_b": r.value_b,
+        "diff": r.diff,
+        "delta": r.delta,
+        "score": r.score,
+        "values_a": r.values_a,
+        "values_b": r.values_b,
+        "shares_a": r.shares_a,
+        "shares_b": r.shares_b,
+    }
+    if r.role:
+        d["role"] = r.role
+        d["members_a"] = r.members_a
+        d["members_b"] = r.members_b
+    if result.significance:
+        d["ci"] = list(r.ci) if r.ci else None
+        d["p"] = r.p
+        d["q"] = r.q
+        d["significant"] = r.significant
+    return d
+
+
+def to_json_text(result: DiffResult) -> str:
+    n = result.options.top
+    o = result.options
+
+    def side(s):
+        return {"label": s.label, "arch": s.arch, "sources": s.sources, "events": s.events, "samples": s.samples,
+                "total_weight": s.total_weight, "weight_unit": s.weight_unit}
+    doc = {
+        "version": DIFF_VERSION,
+        "tool": "kperfdiff diff",
+        "unit": result.unit,
+        "method": result.method,
+        "options": {"top": o.top, "scope": o.scope, "children": o.children, "per_op": o.per_op,
+                    "compute": o.compute, "wdiff_weights": list(o.wdiff_weights),
+                    "equivalence": o.equivalence, "normalise": o.normalise, "confidence": o.confidence,
+                    "alpha": o.alpha},
+        "labels": {"a": result.labels[0], "b": result.labels[1]},
+        "sides": {"a": side(result.side_a), "b": side(result.side_b)},
+        "significance_tested": result.significance,
+        "counts": {"common": len(result.common), "only_a": len(result.only_a), "only_b": len(result.only_b)},
+        "common": [_row_dict(r, result, "common") for r in _top(result.common, n)],
+        "only_a": [_row_dict(r, result, "only_a") for r in _top(result.only_a, n)],
+        "only_b": [_row_dict(r, result, "only_b") for r in _top(result.only_b, n)],
+        "warnings": result.warnings,
+    }
+    return to_json(doc)
+
+
+def to_csv_text(result: DiffResult) -> str:
+    n = result.options.top
+    cols = ["section", "symbol", "members_a", "members_b", "value_a", "value_b", "diff", "delta", "unit"]
+    if result.significance:
+        cols += ["ci_low", "ci_high", "p", "q", "significant"]
+    t = Table(columns=cols)
+    for section, rows in (("common", result.common), ("only_a", result.only_a), ("only_b", result.only_b)):
+        for r in _top(rows, n):
+            row = [section, r.symbol, " ".join(r.members_a), " ".join(r.members_b), r.value_a, r.value_b,
+                   r.diff, r.delta, result.unit]
+            if result.significance:
+                row += [r.ci[0] if r.ci else None, r.ci[1] if r.ci else None, r.p, r.q, r.significant]
+            t.rows.append(row)
+    return to_csv(t)
+
+
+def render(result: DiffResult, fmt: str = "text") -> str:
+    if fmt == "text":
+        return to_study_text(result)
+    if fmt == "markdown":
+        return to_markdown_text(result)
+    if fmt == "csv":
+        return to_csv_text(result)
+    if fmt == "json":
+        return to_json_text(result)
+    raise ValueError(f"unknown format {fmt!r}")
