@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "artefact folder, with kallsyms, build ids and hardware counts where available")
     b.add_argument("--profile-freq", type=_positive_int, default=None, metavar="HZ",
                    help="sampling frequency for --profile (default: perf's, 4000 Hz)")
+    b.add_argument("--target", default="local", metavar="SPEC",
+                   help="where to run: local (default), qemu:arm64 or qemu:x86_64 (an emulated guest; options "
+                        "kernel=VERSION|PATH, mem=, cpus=, deterministic), or ssh://user@host[:port]")
     b.add_argument("--format", choices=["text", "json"], default="text")
     b.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
@@ -118,14 +121,66 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--raw", action="store_true", help="also print every raw interval")
 
     _add_diff_parser(sub)
+    _add_place_parser(sub)
+    _add_experiment_parsers(sub)
     return p
 
 
 def _add_diff_parser(sub) -> None:
-    d = sub.add_parser("diff", help="rank the kernel functions whose share of time differs between two profiles")
-    d.add_argument("a", help="profile A: perf.data, perf script text, perf report text, folded stacks, "
-                             "or a store reference RUN[:benchmark] (several as R1,R2,R3)")
+    d = sub.add_parser(
+        "diff", help="rank the kernel functions whose share of time differs between two profiles",
+        description="Rank the functions whose share of samples differs between profile A and profile B: "
+                    "functions found on both sides by |share A - share B| (percentage points), then those "
+                    "found only in A, then only in B. A share is a function's weight over ALL samples of its "
+                    "profile, as perf report computes it. Compiler suffixes (.isra.N, .constprop.N, .cold, "
+                    "__pfx_...) are folded into one name, and equivalent functions of different architectures "
+                    "(page fault entry, syscall entry, clear page...) are compared under a shared role.")
+    d.add_argument("a", help="profile A: perf.data, perf script text, perf report --stdio text, folded stacks, "
+                             "several of them comma-separated (repeated runs: A1,A2,A3), "
+                             "or a store reference RUN[:benchmark]")
     d.add_argument("b", help="profile B, in any of the same forms")
+    d.add_argument("--top", type=int, default=5, metavar="N",
+                   help="rows per section (default: 5, as the original kperfdiff tables; 0 = all)")
+    d.add_argument("--scope", choices=["kernel", "user", "all"], default="kernel",
+                   help="which functions to rank (default: kernel); shares are still of all samples")
+    d.add_argument("--labels", metavar="A,B", help="column names of the two sides "
+                   "(default: their architectures, else their run labels or file names)")
+    d.add_argument("--children", action="store_true",
+                   help="inclusive shares (a function with its callees, once per sample), "
+                        "so inlined work is attributed to its callers")
+    d.add_argument("--per-op", action="store_true",
+                   help="nanoseconds per benchmark operation (share x CPU time / operations) instead of shares")
+    d.add_argument("--ops", metavar="N[,M]",
+                   help="operation counts for --per-op when the profiles do not carry them (one for both sides, or A,B)")
+    d.add_argument("--event", metavar="NAME",
+                   help="which sampled event to rank by when the profiles carry several "
+                        "(e.g. a cache- or TLB-miss event); default: the first")
+    d.add_argument("--compute", metavar="MODE", default="absdiff",
+                   help="how common functions are scored and ranked: absdiff (|B-A| in points, the study's "
+                        "%%diff; default), or perf diff's delta (B-A), ratio (B/A, ranked by |log ratio|) or "
+                        "wdiff:WA,WB (WB*B - WA*A), all on shares (or ns/op with --per-op)")
+    d.add_argument("--map", action="append", metavar="FILE",
+                   help="your own equivalence table (TOML, the format of the shipped one), merged over it; repeatable")
+    d.add_argument("--no-equivalence", action="store_true", help="do not group equivalent functions into roles")
+    d.add_argument("--no-normalise", action="store_true",
+                   help="keep compiler suffixes (.isra.N, .constprop.N, .cold...) as separate names")
+    d.add_argument("--folded-kernel", choices=["auto", "entry", "all", "none"], default="auto",
+                   help="how to tell kernel frames in folded stacks: auto (the _[k] suffix when present, else "
+                        "entry), entry (every frame from the first known kernel entry point to the leaf), "
+                        "all, none (default: auto)")
+    d.add_argument("--kallsyms", metavar="FILE", help="kallsyms for perf.data inputs of both sides")
+    d.add_argument("--kallsyms-a", metavar="FILE", help="kallsyms for side A's perf.data")
+    d.add_argument("--kallsyms-b", metavar="FILE", help="kallsyms for side B's perf.data")
+    d.add_argument("--symfs", metavar="DIR", help="root to find user binaries in, for both sides")
+    d.add_argument("--symfs-a", metavar="DIR", help="--symfs for side A")
+    d.add_argument("--symfs-b", metavar="DIR", help="--symfs for side B")
+    d.add_argument("--flamegraph", metavar="OUT.svg",
+                   help="write a differential flame graph: widths from B, red = larger share in B, "
+                        "blue = smaller, tooltips with both shares")
+    d.add_argument("--folded", metavar="PREFIX",
+                   help="write PREFIX.a.folded and PREFIX.b.folded (stack count) and PREFIX.diff.folded "
+                        "(stack countA countB, as FlameGraph's difffolded.pl), for flamegraph.pl or inferno")
+    d.add_argument("--format", choices=FORMATS, default="text")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,7 +225,8 @@ def _cmd_bench(args) -> int:
     store = _open_store(args)
     outcome = session.run_bench(store, opts)
     from .render import bench as rb
-    sys.stdout.write(rb.results(outcome.run, outcome.results, args.format))
+    sys.stdout.write(rb.results(outcome.run, outcome.results, args.format,
+                                machine=store.machine(outcome.run.machine_id)))
     return outcome.exit_status
 
 
@@ -202,12 +258,84 @@ def _cmd_diff(args) -> int:
     return diff.run_cli(args)
 
 
+def _add_experiment_parsers(sub) -> None:
+    """`run`, `compare` and `report` (experiments, comparison tables, the HTML report)."""
+    e = sub.add_parser("run", help="run an experiment file: variants x benchmarks x core counts x repetitions",
+                       description="Run the whole matrix of an experiment file (TOML; see examples/), variants "
+                                   "interleaved, each cell stored at once. Running it again resumes it: finished "
+                                   "cells are never measured twice. Knobs are checked before anything runs and "
+                                   "restored afterwards, even on Ctrl-C. Prints the comparison table at the end.")
+    e.add_argument("file", help="experiment file (TOML)")
+    e.add_argument("--restart", action="store_true",
+                   help="start the experiment again from zero (the old results stay in the store, marked "
+                        "superseded); needed when the file changed after a partial run")
+    e.add_argument("--dry-run", action="store_true", help="check the file and print the matrix; run nothing")
+    e.add_argument("--report", metavar="HTML", help="also write the HTML report there, print the kperfdiff "
+                                                    "table of the benchmark that moved most, and its path")
+    e.add_argument("--format", choices=FORMATS, default="text", help="format of the comparison table")
+    e.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+    c = sub.add_parser("compare", help="compare benchmark results of runs or of an experiment's variants",
+                       description="For each benchmark and core count: the baseline's median, each variant's, "
+                                   "the change in % (positive = better) with a bootstrap confidence interval, a "
+                                   "significance mark and the CV; one block per variant, a geometric-mean row.")
+    c.add_argument("runs", nargs="*", metavar="RUN", help="run ids or labels; the first is the baseline")
+    c.add_argument("--experiment", metavar="ID|NAME", help="compare the variants of an experiment")
+    c.add_argument("--stack", action="store_true",
+                   help="with RUNs: they form a patch stack; also compare each with the one before it")
+    c.add_argument("--format", choices=FORMATS, default="text")
+
+    r = sub.add_parser("report", help="write a self-contained HTML report (or Markdown) of an experiment or runs",
+                       description="One HTML file that works offline: machine facts side by side, comparison "
+                                   "tables, plots (bars with intervals, scaling curves, heat map), the kperfdiff "
+                                   "table and differential flame graph of each benchmark that changed "
+                                   "significantly, and the kernel counters that explain changes.")
+    r.add_argument("runs", nargs="*", metavar="RUN", help="run ids or labels; the first is the baseline")
+    r.add_argument("--experiment", metavar="ID|NAME", help="report on the variants of an experiment")
+    r.add_argument("--stack", action="store_true", help="with RUNs: they form a patch stack")
+    r.add_argument("-o", "--output", default="report.html", metavar="FILE",
+                   help="output file (default: report.html); with --format markdown, SVG plots are written "
+                        "into FILE's stem + '.files/' beside it")
+    r.add_argument("--format", choices=["html", "markdown"], default="html")
+    r.add_argument("--no-profiles", action="store_true", help="leave out the profile diffs (faster)")
+
+
+def _cmd_run(args) -> int:
+    from . import experiment
+    return experiment.run_cli(args)
+
+
+def _cmd_compare(args) -> int:
+    from . import compare
+    return compare.run_cli(args)
+
+
+def _cmd_report(args) -> int:
+    from .render import report
+    return report.run_cli(args)
+
+
+def _add_place_parser(sub) -> None:
+    """kperfdiff place plan|sweep|model|simulate (options in kperfdiff.place.cli)."""
+    from .place.cli import add_parser
+    add_parser(sub)
+
+
+def _cmd_place(args) -> int:
+    from .place.cli import run
+    return run(args)
+
+
 COMMANDS = {
+    "run": _cmd_run,
+    "compare": _cmd_compare,
+    "report": _cmd_report,
     "bench": _cmd_bench,
     "runs": _cmd_runs,
     "show": _cmd_show,
     "record": _cmd_record,
     "diff": _cmd_diff,
+    "place": _cmd_place,
 }
 
 

@@ -367,6 +367,10 @@ class Store:
         rid = self._write(w)
         return self.get_run(rid)
 
+    def set_run_machine(self, run_id: int, machine_id: int) -> None:
+        """Attach the machine a run measured on, once a remote target has said what it is."""
+        self._write(lambda: self.conn.execute("UPDATE run SET machine_id=? WHERE id=?", (machine_id, run_id)))
+
     def finish_run(self, run_id: int, state: str) -> None:
         if state not in RUN_STATES:
             raise ValueError(state)

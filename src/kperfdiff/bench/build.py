@@ -79,34 +79,42 @@ def _compile(cc: str, source: Path, out: Path, flags: list[str]) -> Path:
     return out
 
 
-def build_family(name: str, arch: str = "host") -> Path:
+def build_program(source: Path, name: str, arch: str = "host", *, static: bool = False,
+                  flags: tuple[str, ...] = (), deps: tuple[Path, ...] = ()) -> Path:
+    """Compile one C program into the cache and return the binary's path.
+
+    The cache key covers the source, ``deps`` (headers), the flags and the
+    compiler's identity. Cross builds (``arch`` not this machine's) are
+    always static, so they run on a target with little more than a shell.
+    """
+    cc = compiler_for(arch)
+    cross = arch not in ("host", host_arch())
+    words = list(flags)
+    if cross or static:
+        words.append("-static")
+    key = _digest([source, *deps], words, cc)
+    out = cache_dir() / "bin" / (arch if cross else host_arch()) / key / name
+    return _compile(cc, source, out, words)
+
+
+def build_family(name: str, arch: str = "host", *, static: bool = False) -> Path:
     """Build one family's worker and return the path of the binary."""
     fams = families()
     if name not in fams:
         raise BenchError(f"no benchmark family {name!r}")
     fam: Family = fams[name]
-    cc = compiler_for(arch)
-    cross = arch not in ("host", host_arch())
-    flags = list(fam.cflags) + list(fam.ldflags)
-    if cross or fam.static:
-        flags.append("-static")
-    key = _digest([fam.source, HEADER], flags, cc)
-    out = cache_dir() / "bin" / (host_arch() if not cross else arch) / key / f"kpd-{name}"
-    return _compile(cc, fam.source, out, flags)
+    return build_program(fam.source, f"kpd-{name}", arch, static=static or fam.static,
+                         flags=fam.cflags + fam.ldflags, deps=(HEADER,))
 
 
 def build_hello(arch: str = "host") -> Path:
     """The tiny static program that proc.exec and proc.shell start."""
-    cc = compiler_for(arch)
-    flags = ["-static"]
-    key = _digest([HELLO], flags, cc)
-    arch_dir = host_arch() if arch in ("host", host_arch()) else arch
-    return _compile(cc, HELLO, cache_dir() / "bin" / arch_dir / key / "kpd-hello", flags)
+    return build_program(HELLO, "kpd-hello", arch, static=True)
 
 
-def build_all(names: list[str] | None = None, arch: str = "host") -> dict[str, Path]:
+def build_all(names: list[str] | None = None, arch: str = "host", *, static: bool = False) -> dict[str, Path]:
     """Build the named families (default all) and the hello program."""
-    out = {n: build_family(n, arch) for n in (names or sorted(families()))}
+    out = {n: build_family(n, arch, static=static) for n in (names or sorted(families()))}
     if HELLO.exists():
         out["hello"] = build_hello(arch)
     return out

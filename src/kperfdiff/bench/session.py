@@ -42,6 +42,7 @@ class BenchOptions:
     tiny: bool = False          # use each benchmark's tiny_params (tests)
     profile: bool = False
     profile_freq: int | None = None
+    target: str = "local"
     command: str = ""
 
     @classmethod
@@ -51,7 +52,7 @@ class BenchOptions:
                    min_batch_ns=int(args.min_batch_ms * 1e6) if args.min_batch_ms else None,
                    label=args.label, params=args.param, allow_swap_setup=args.allow_swap_setup,
                    timeout=args.timeout, progress=not args.no_progress,
-                   profile=args.profile, profile_freq=args.profile_freq,
+                   profile=args.profile, profile_freq=args.profile_freq, target=args.target or "local",
                    command=shlex.join(["kperfdiff", *sys.argv[1:]]))
 
 
@@ -100,27 +101,23 @@ def unmet_requirement(b: Benchmark, facts: dict, swap_ready: bool) -> str | None
     return None
 
 
-def measure(b: Benchmark, binary, params: dict[str, str], copies: int, reps: int, opts: BenchOptions,
-            prefix_for_rep=None) -> dict:
-    """Run one benchmark ``reps`` times with ``copies`` copies; pool and summarise."""
-    intervals = opts.intervals or b.intervals
-    argv = worker.worker_argv(binary, b.name, params, intervals=intervals, min_batch_ns=opts.min_batch_ns)
-    timeout = opts.timeout or b.timeout
+def aggregate(b: Benchmark, reps: list[tuple[int, list, dict, float]], started: float) -> dict:
+    """Pool the worker outputs of one benchmark's processes into a measurement.
+
+    ``reps``: (rep, outputs of its copies, monitor deltas, wall seconds) per
+    repetition. The first copy that failed or skipped decides the status;
+    otherwise every interval is pooled and summarised. Used for local runs
+    and for results brought back from a target alike.
+    """
     raw: list[tuple] = []
     procs: list[tuple[int, int, int, int]] = []  # rep, copy, ops, cpu ns
     infos: list[dict] = []
     mon_total: dict[str, int] = {}
     ops = cpu = 0
     overheads = []
-    unit, better = b.unit, b.better
-    started = time.time()
     wall = 0.0
-    for rep in range(reps):
-        prefix = prefix_for_rep(rep) if prefix_for_rep else None
-        before = monitors.snapshot()
-        outs = worker.run_copies(argv, copies, timeout, prefix=prefix)
-        after = monitors.snapshot()
-        monitors.add(mon_total, monitors.delta(before, after))
+    for rep, outs, mon_delta, wall_s in reps:
+        monitors.add(mon_total, mon_delta)
         for copy, o in enumerate(outs):
             if o.status != "ok":
                 return {"status": o.status, "reason": o.error or o.skip, "raw": raw, "info": infos,
@@ -136,17 +133,42 @@ def measure(b: Benchmark, binary, params: dict[str, str], copies: int, reps: int
             procs.append((rep, copy, o.ops, o.cpu_user_ns + o.cpu_sys_ns))
             if o.overhead is not None:
                 overheads.append(o.overhead)
-        wall += outs[0].wall_s if outs else 0.0
+        wall += wall_s
+    if not raw:
+        return {"status": "failed", "reason": "no process of this benchmark reported a result", "raw": [],
+                "info": infos, "monitors": mon_total, "started_at": started}
     summary = stats.summarize([r[3] for r in raw]).as_dict()
     return {"status": "ok", "reason": None, "raw": raw, "info": infos, "monitors": mon_total, "summary": summary,
-            "unit": unit, "better": better, "ops": ops, "procs": procs, "cpu_ns": cpu, "wall_s": wall, "started_at": started,
-            "overhead": (sorted(overheads)[len(overheads) // 2] if overheads else None)}
+            "unit": b.unit, "better": b.better, "ops": ops, "procs": procs, "cpu_ns": cpu, "wall_s": wall,
+            "started_at": started, "overhead": (sorted(overheads)[len(overheads) // 2] if overheads else None)}
+
+
+def measure(b: Benchmark, binary, params: dict[str, str], copies: int, reps: int, opts: BenchOptions,
+            prefix_for_rep=None) -> dict:
+    """Run one benchmark ``reps`` times with ``copies`` copies on this machine; pool and summarise."""
+    intervals = opts.intervals or b.intervals
+    argv = worker.worker_argv(binary, b.name, params, intervals=intervals, min_batch_ns=opts.min_batch_ns)
+    timeout = opts.timeout or b.timeout
+    started = time.time()
+    done: list[tuple[int, list, dict, float]] = []
+    for rep in range(reps):
+        prefix = prefix_for_rep(rep) if prefix_for_rep else None
+        before = monitors.snapshot()
+        outs = worker.run_copies(argv, copies, timeout, prefix=prefix)
+        after = monitors.snapshot()
+        done.append((rep, outs, monitors.delta(before, after), outs[0].wall_s if outs else 0.0))
+        if any(o.status != "ok" for o in outs):
+            break
+    return aggregate(b, done, started)
 
 
 def run_bench(store: Store, opts: BenchOptions) -> Outcome:
     """Run the chosen benchmarks into a new run of ``store``."""
     benches = catalogue.select(opts.suite, opts.only)
     overrides = parse_param_overrides(opts.params, benches)
+    from ..targets import parse_target_spec
+    if parse_target_spec(opts.target)[0] != "local":
+        return run_bench_on_target(store, opts, benches, overrides)
     facts = machine.facts()
     profiler = None
     if opts.profile:
@@ -185,12 +207,7 @@ def run_bench(store: Store, opts: BenchOptions) -> Outcome:
             else:
                 prefix_for_rep = profiler.prefix_for(run, b, copies) if profiler else None
                 m = measure(b, binaries[b.family], params, copies, opts.reps, opts, prefix_for_rep)
-            rid = store.add_result(run.id, benchmark=b.name, params=params, copies=copies, status=m["status"],
-                                   reason=m.get("reason"), unit=m.get("unit", b.unit),
-                                   better=m.get("better", b.better), summary=m.get("summary"), raw=m["raw"],
-                                   overhead=m.get("overhead"), ops=m.get("ops"), cpu_ns=m.get("cpu_ns"),
-                                   wall_s=m.get("wall_s"), monitors=m["monitors"], info=m["info"],
-                                   started_at=m["started_at"])
+            rid = store_measurement(store, run, b, params, copies, m)
             if profiler and m["status"] == "ok":
                 profiler.collect(store, run, rid, b, copies, m)
             if m["status"] == "failed":
@@ -209,5 +226,76 @@ def run_bench(store: Store, opts: BenchOptions) -> Outcome:
             swap.close()
         finally:
             store.finish_run(run.id, state)
+    run = store.get_run(run.id)
+    return Outcome(run, store.results(run.id), 1 if failed else 0)
+
+
+def store_measurement(store: Store, run: Run, b: Benchmark, params: dict, copies: int, m: dict) -> int:
+    """Store one measurement dict (from measure() or a target) as a result of ``run``."""
+    return store.add_result(run.id, benchmark=b.name, params=params, copies=copies, status=m["status"],
+                            reason=m.get("reason"), unit=m.get("unit", b.unit), better=m.get("better", b.better),
+                            summary=m.get("summary"), raw=m["raw"], overhead=m.get("overhead"), ops=m.get("ops"),
+                            cpu_ns=m.get("cpu_ns"), wall_s=m.get("wall_s"), monitors=m["monitors"], info=m["info"],
+                            started_at=m["started_at"])
+
+
+def store_target_profiles(store: Store, run: Run, result_id: int, b: Benchmark, copies: int, m: dict,
+                          facts: dict, event: str) -> None:
+    """Record the profiles a target brought back, with meta files beside them like local ones."""
+    from pathlib import Path
+
+    from ..record import finish_recording
+    procs = {(rep, copy): (ops, cpu) for rep, copy, ops, cpu in m.get("procs", [])}
+    for rep, copy, path in m.get("profiles", []):
+        ops, cpu = procs.get((rep, copy), (None, None))
+        meta = finish_recording(Path(path), facts, {
+            "command": f"kperfdiff worker {b.name}", "benchmark": b.name, "copies": copies, "rep": rep,
+            "copy": copy, "event": event, "ops": ops, "cpu_time_ns": cpu,
+            "run_id": run.id, "label": run.label, "target": run.target})
+        store.add_profile(run_id=run.id, result_id=result_id, benchmark=b.name, rep=rep, path=str(path),
+                          kallsyms=m.get("kallsyms"), event=meta["event"], samples=None, cpu_time_ns=cpu, ops=ops,
+                          meta={"copies": copies, "copy": copy, "hw_events": meta["hw_events"]})
+
+
+def run_bench_on_target(store: Store, opts: BenchOptions, benches: list[Benchmark],
+                        overrides: dict[str, dict[str, str]]) -> Outcome:
+    """`kperfdiff bench --target SPEC`: every cell in one job on a guest or board, then stored."""
+    from .. import targets
+    target = targets.open_target(opts.target)
+    run = store.start_run(label=opts.label, variant=opts.variant, target=opts.target, machine_id=None,
+                          command=opts.command,
+                          options={"suite": opts.suite, "only": opts.only, "parallel": opts.parallel,
+                                   "reps": opts.reps, "intervals": opts.intervals, "params": opts.params,
+                                   "min_batch_ns": opts.min_batch_ns, "profile": opts.profile,
+                                   "target": opts.target})
+    cells = [targets.Cell(b, p, overrides.get(b.name)) for b in benches for p in opts.parallel]
+    progress = Progress(1, enabled=opts.progress)
+    state = "failed"
+    failed = False
+    try:
+        progress.step(f"{len(cells)} benchmark cells on {opts.target}")
+        with target:
+            ms = targets.run_benchmarks(target, cells, opts, artefact_dir=run.artefact_dir)
+        progress.advance()
+        facts = ms[0]["facts"] if ms else {}
+        if facts:
+            store.set_run_machine(run.id, store.add_machine(facts))
+        for c, m in zip(cells, ms):
+            rid = store_measurement(store, run, c.bench, m.get("params") or {}, c.copies, m)
+            if m["status"] == "ok" and m.get("profiles"):
+                store_target_profiles(store, run, rid, c.bench, c.copies, m, facts,
+                                      getattr(target, "perf_event", None) or "cpu-clock")
+            if m["status"] == "failed":
+                failed = True
+                progress.note(f"kperfdiff: {c.bench.name} failed: {m['reason']}")
+            elif m["status"] == "skipped":
+                progress.note(f"kperfdiff: {c.bench.name} skipped: {m['reason']}")
+        state = "complete"
+    except KeyboardInterrupt:
+        state = "interrupted"
+        raise
+    finally:
+        progress.close()
+        store.finish_run(run.id, state)
     run = store.get_run(run.id)
     return Outcome(run, store.results(run.id), 1 if failed else 0)

@@ -251,7 +251,7 @@ def _cmd_sweep(args) -> int:
     c = _load(args)
     methods = methods_for(args.method)
     res = sweep(c.problem, caps, methods, time_limit=args.time_limit)
-    t = Table(["capacity"] + [f"{m} gain %" for m in methods] + ([f"exact gap %"] if "exact" in methods else []),
+    t = Table(["capacity"] + [f"{m} gain %" for m in methods] + (["exact gap %"] if "exact" in methods else []),
               title=f">> Predicted gain by fast-memory size ({c.hw.name})")
     doc = _doc(c, "place-sweep") | {"points": []}
     for cap, row in res:
@@ -315,7 +315,6 @@ def _cmd_simulate(args) -> int:
         configs.append((f"file {Path(args.placement).name}", names, p))
     if not args.no_groups:
         g = by_groups(c.problem, c.capacity, pairs=False)
-        masks = {}
         for r in g.details:
             if r["members"]:
                 configs.append((f"group {r['group']}" + (" (trimmed)" if r["trimmed"] else ""),

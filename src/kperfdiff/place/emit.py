@@ -42,7 +42,7 @@ def linker_fragment(functions: list[str], sizes: dict[str, int], hw: HwModel, ca
         f"/* kperfdiff place: {len(functions)} functions, {total} of {capacity} bytes of {hw.fast_name}",
         f" * (format {FRAGMENT_VERSION}). Build with -ffunction-sections; "
         + (f"replace the {sec} output section of arch/arm/kernel/vmlinux.lds.S with this one. */" if itcm else
-           f"put this output section first in the kernel's text. */"),
+           "put this output section first in the kernel's text. */"),
         head,
         "{",
         f"\t{lo} = .;",

@@ -250,7 +250,6 @@ def build_problem(profile: Profile, sizes: SizeTable, hw: HwModel, *, groups: di
     self_c: dict[str, float] = defaultdict(float)
     for k in sized_idx:
         self_c[names[k]] += float(selfw[k]) * cps
-    instr = {nm: max(1, sizes.sizes[nm] // hw.instruction_bytes) for nm in self_c}
     cpi = hw.cpi_cached
     calls = estimate_calls(profile, sizes, hw, cps)
     involved = set(self_c) | {a for a, _ in calls} | {b for _, b in calls}

@@ -78,8 +78,19 @@ def results(run: Run, results: list[Result], fmt: str = "text", machine: dict | 
     if fmt == "json":
         return to_json({"version": JSON_VERSION, "run": _run_json(run), "machine": machine or {},
                         "results": [_result_json(r) for r in results]})
-    head = f"run {run.id}" + (f" ({run.label})" if run.label else "") + f": {run.state}"
-    return head + "\n" + to_text(results_table(results))
+    return run_heading(run, machine or {}) + "\n" + to_text(results_table(results))
+
+
+def run_heading(run: Run, facts: dict) -> str:
+    """`run 4 (label) on qemu:arm64: complete`, saying when the results are emulated."""
+    head = f"run {run.id}" + (f" ({run.label})" if run.label else "")
+    if run.target and run.target != "local":
+        head += f" on {run.target}"
+    head += f": {run.state}"
+    if facts.get("emulated"):
+        head += (f" -- EMULATED ({facts.get('virtualisation', 'emulated')} guest, {facts.get('arch', '?')}): "
+                 f"times are not those of real hardware")
+    return head
 
 
 def run_list(runs: list[Run], fmt: str = "text") -> str:
@@ -100,8 +111,7 @@ def show(run: Run, facts: dict, results: list[Result], fmt: str = "text", raw: b
     if fmt == "json":
         return to_json({"version": JSON_VERSION, "run": _run_json(run), "machine": facts,
                         "results": [_result_json(r) for r in results]})
-    out = [f"run {run.id}" + (f" ({run.label})" if run.label else "") + f": {run.state}, kperfdiff "
-           f"{run.tool_version}", f"command: {run.command}", "", "machine:"]
+    out = [run_heading(run, facts) + f", kperfdiff {run.tool_version}", f"command: {run.command}", "", "machine:"]
     for k in FACT_ORDER:
         if k in facts:
             out.append(f"  {k:15} {facts[k]}")

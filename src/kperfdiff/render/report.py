@@ -21,12 +21,11 @@ from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 
-from .. import monitors
 from ..compare import Comparison, _med
 from ..errors import InputError, KperfdiffError
 from . import svgplot
 from .bench import FACT_ORDER, _num
-from .compare import block_title, change_cell, header_lines, medians_table, side_label
+from .compare import block_title, header_lines, medians_table, side_label
 from .table import Table, cell
 
 MAX_PROFILES_PER_SIDE = 6

@@ -26,7 +26,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import stats
 from ..errors import UsageError
 from .base import Invocation, InvocationResult, Target
 
@@ -107,7 +106,6 @@ def run_benchmarks(target: Target, cells, opts, artefact_dir=None) -> list[dict]
     temporary folder until close(); give ``artefact_dir`` to have them (and
     kallsyms) copied there, named ``<bench>.P<copies>.r<rep>.c<copy>.perf.data``.
     """
-    from ..bench import worker as _worker  # noqa: F401  (parse_output is used through InvocationResult)
 
     cells = _cells(cells)
     reps = max(1, getattr(opts, "reps", 1) or 1)
@@ -178,46 +176,21 @@ def _keep_profiles(m: dict, folder: Path) -> None:
 
 
 def _measure_cell(c: Cell, runs: list[tuple[int, InvocationResult]], started: float) -> dict:
-    from .. import monitors
-    b = c.bench
-    raw: list[tuple] = []
-    procs: list[tuple[int, int, int, int]] = []
-    infos: list[dict] = []
-    mon_total: dict[str, int] = {}
+    from ..bench.session import aggregate
+    reps = [(rep, r.outputs(), r.monitor_delta(), r.wall_s) for rep, r in runs]
+    m = aggregate(c.bench, reps, started)
+    if m["status"] != "ok":
+        return m
     profiles: list[tuple[int, int, str]] = []
     kallsyms = None
-    ops = cpu = 0
-    wall = 0.0
-    overheads = []
     for rep, r in runs:
-        outs = r.outputs()
-        monitors.add(mon_total, r.monitor_delta())
-        for copy, o in enumerate(outs):
-            if o.status != "ok":
-                return {"status": o.status, "reason": o.error or o.skip, "raw": raw, "info": infos,
-                        "monitors": mon_total, "started_at": started, "outputs": outs}
-            if o.unit != b.unit or o.better != b.better:
-                return {"status": "failed", "started_at": started, "raw": raw, "info": infos, "monitors": mon_total,
-                        "reason": f"the worker reported {o.unit} ({o.better} is better) but the catalogue says "
-                                  f"{b.unit} ({b.better})", "outputs": outs}
-            raw.extend((rep, copy, seq, v, n, ns) for seq, (v, n, ns) in enumerate(o.intervals))
-            infos.append({"rep": rep, "copy": copy, **o.info})
-            ops += o.ops
-            cpu += o.cpu_user_ns + o.cpu_sys_ns
-            procs.append((rep, copy, o.ops, o.cpu_user_ns + o.cpu_sys_ns))
-            if o.overhead is not None:
-                overheads.append(o.overhead)
-            pd = r.files.get(f"{r.invocation.profile}.c{copy}.perf.data") if r.invocation.profile else None
-            if pd:
-                profiles.append((rep, copy, str(pd)))
+        if r.invocation.profile:
+            for copy in range(len(r.outputs())):
+                pd = r.files.get(f"{r.invocation.profile}.c{copy}.perf.data")
+                if pd:
+                    profiles.append((rep, copy, str(pd)))
         if "kallsyms" in r.files:
             kallsyms = str(r.files["kallsyms"])
-        wall += r.wall_s
-    if not raw:
-        return {"status": "failed", "reason": "the target returned no result for this benchmark", "raw": [],
-                "info": [], "monitors": mon_total, "started_at": started}
-    summary = stats.summarize([x[3] for x in raw]).as_dict()
-    return {"status": "ok", "reason": None, "raw": raw, "info": infos, "monitors": mon_total, "summary": summary,
-            "unit": b.unit, "better": b.better, "ops": ops, "procs": procs, "cpu_ns": cpu, "wall_s": wall,
-            "started_at": started, "overhead": (sorted(overheads)[len(overheads) // 2] if overheads else None),
-            "profiles": profiles, "kallsyms": kallsyms}
+    m["profiles"] = profiles
+    m["kallsyms"] = kallsyms
+    return m

@@ -18,20 +18,15 @@ ever interpolated into a shell unquoted.
 """
 from __future__ import annotations
 
-import hashlib
-import os
 import re
 import shlex
 import signal
-import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import machine, monitors
 from ..bench import build, catalogue
 from ..bench.worker import WorkerOutput, parse_output
-from ..errors import BenchError
 
 RUNNER_SOURCE = Path(__file__).with_name("kpd-run.c")
 FACT_FILES = {
@@ -177,46 +172,12 @@ class Target:
 
 def build_runner(arch: str = "host") -> Path:
     """Compile kpd-run (static) for an architecture, cached by content."""
-    cc = build.compiler_for(arch)
-    cross = arch not in ("host", build.host_arch())
-    arch_dir = build.host_arch() if not cross else arch
-    h = hashlib.sha256(RUNNER_SOURCE.read_bytes())
-    try:
-        h.update(subprocess.run([cc, "--version"], capture_output=True, timeout=30).stdout)
-    except (OSError, subprocess.TimeoutExpired):
-        h.update(cc.encode())
-    out = build.cache_dir() / "bin" / arch_dir / ("run-" + h.hexdigest()[:16]) / "kpd-run"
-    if out.exists():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="kpd-run.", dir=out.parent)
-    os.close(fd)
-    r = subprocess.run([cc, "-O2", "-Wall", "-static", "-o", tmp, str(RUNNER_SOURCE)], capture_output=True,
-                       text=True)
-    if r.returncode != 0:
-        os.unlink(tmp)
-        first = (r.stderr.strip().splitlines() or ["no message"])[0]
-        raise BenchError(f"compiling kpd-run with {cc} failed: {first}")
-    os.chmod(tmp, 0o755)
-    os.replace(tmp, out)
-    return out
+    return build.build_program(RUNNER_SOURCE, "kpd-run", arch, static=True)
 
 
 def static_family(name: str, arch: str) -> Path:
-    """A family's worker built static for arch (build.build_family links host builds dynamically
-    unless the family asks for static; a guest or board has no libc to offer)."""
-    cross = arch not in ("host", build.host_arch())
-    if cross:
-        return build.build_family(name, arch)
-    fams = catalogue.families()
-    if name not in fams:
-        raise BenchError(f"no benchmark family {name!r}")
-    fam = fams[name]
-    cc = build.compiler_for(arch)
-    flags = list(fam.cflags) + list(fam.ldflags) + ["-static"]
-    key = build._digest([fam.source, build.HEADER], flags, cc)
-    out = build.cache_dir() / "bin" / build.host_arch() / f"static-{key}" / f"kpd-{name}"
-    return build._compile(cc, fam.source, out, flags)
+    """A family's worker built static for arch (a guest or board has no libc to offer)."""
+    return build.build_family(name, arch, static=True)
 
 
 def bundle_binaries(arch: str, families: list[str] | None = None) -> dict[str, Path]:
