@@ -27,13 +27,13 @@ def make_store(path, *, emulated=False, label_b="B"):
     x.lat (lower is better), P=1, 3 reps per side:
       A reps [10,11,12] [10,10,14] [9,12,13]  -> per-rep medians 11, 10, 12 -> median 11
       B reps [8,9,10]   [8,8,9]    [9,10,11]  -> per-rep medians 9, 8, 10   -> median 9
-      change = (11 - 9) / 11 = +18.18 %; bootstrap of the per-rep medians: the
+      change = 11/9 - 1 = +22.22 %; bootstrap of the per-rep medians: the
       resampled median is the smallest/middle/largest value with probability
       7/27, 13/27, 7/27, so the 2.5th and 97.5th percentiles of the change are
-      its extremes: (10-10)/10 = 0 and (12-8)/12 = +33.33 -> [0, +33.33], not significant.
+      its extremes: 10/10 - 1 = 0 and 12/8 - 1 = +50 -> [0, +50], not significant.
     x.lat P=2, 1 rep per side (pooled intervals):
-      A [10..14] median 12, B [20..24] median 22: change (12-22)/12 = -83.33 %;
-      every resampled change lies in [(10-24)/10, (14-20)/14] = [-140, -42.86]: significant.
+      A [10..14] median 12, B [20..24] median 22: change 12/22 - 1 = -45.45 %;
+      every resampled change lies in [10/24 - 1, 14/20 - 1] = [-58.33, -30]: significant.
     y.tput (higher is better), P=1, 1 rep: A [1,2,3] median 2; B [3,4,5] median 4: +100 %.
     """
     s = st.Store.open(path)
@@ -58,14 +58,14 @@ def test_numbers_match_hand_computation(tmp_path):
     blk = c.blocks[0]
     a = blk.cells[("x.lat", 1)]
     assert (a.base, a.new) == (11.0, 9.0)
-    assert a.change == pytest.approx(200 / 11)
+    assert a.change == pytest.approx(200 / 9)
     assert a.method == "per-rep"
-    assert a.low == pytest.approx(0.0) and a.high == pytest.approx(100 / 3)
+    assert a.low == pytest.approx(0.0) and a.high == pytest.approx(50.0)
     assert a.significant is False
     b = blk.cells[("x.lat", 2)]
     assert (b.base, b.new, b.method) == (12.0, 22.0, "pooled")
-    assert b.change == pytest.approx(-250 / 3)
-    assert -140 <= b.low <= b.high <= -300 / 7 + 1e-9
+    assert b.change == pytest.approx((12 / 22 - 1) * 100)
+    assert (10 / 24 - 1) * 100 - 1e-9 <= b.low <= b.high <= -30 + 1e-9
     assert b.significant is True
     y = blk.cells[("y.tput", 1)]
     assert (y.base, y.new, y.change) == (2.0, 4.0, 100.0)
@@ -74,9 +74,9 @@ def test_numbers_match_hand_computation(tmp_path):
     mean = sum(vals) / len(vals)
     sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
     assert a.cv_base == pytest.approx(sd / mean)
-    # geometric means through ratios (1 + c/100)
-    assert blk.geomean_by_cores[1] == pytest.approx((math.sqrt((1 + 2 / 11) * 2.0) - 1) * 100)
-    assert blk.geomean_by_key["x.lat"] == pytest.approx((math.sqrt((1 + 2 / 11) * (1 - 5 / 6)) - 1) * 100)
+    # geometric means through speed ratios: 11/9 (x.lat P1), 12/22 (x.lat P2), 4/2 (y.tput P1)
+    assert blk.geomean_by_cores[1] == pytest.approx((math.sqrt(11 / 9 * 2.0) - 1) * 100)
+    assert blk.geomean_by_key["x.lat"] == pytest.approx((math.sqrt(11 / 9 * 12 / 22) - 1) * 100)
 
 
 def test_text_layout_and_formats(tmp_path):
@@ -86,8 +86,8 @@ def test_text_layout_and_formats(tmp_path):
     assert "POSITIVE = BETTER" in text and "interval method: bootstrap" in text
     assert ">> change: B (emulated) vs A (baseline), % (positive = better)" in text
     assert "P | x.lat | y.tput | geomean" in text
-    assert "1 | +18.2% [+0.0, +33.3] | +100.0% [" in text
-    assert "2 | -83.3% [" in text and "] * | - |" in text
+    assert "1 | +22.2% [+0.0, +50.0] | +100.0% [" in text
+    assert "2 | -45.5% [" in text and "] * | - |" in text
     assert "geomean |" in text
     assert "interval over pooled intervals" in text and "EMULATED" in text
     md = rc.render(c, "markdown")
@@ -121,7 +121,7 @@ def test_stack_compares_with_previous(tmp_path):
     c = cm.from_runs(s, ["PK0", "PK1", "PK2"], stack=True)
     kinds = [(b.variant, b.reference, b.kind) for b in c.blocks]
     assert kinds == [("PK1", "PK0", "baseline"), ("PK2", "PK0", "baseline"), ("PK2", "PK1", "previous")]
-    assert c.blocks[2].cells[("x.lat", 1)].change == pytest.approx(100 / 9)
+    assert c.blocks[2].cells[("x.lat", 1)].change == pytest.approx(100 / 8)
 
 
 def test_cli_compare(tmp_path, home):

@@ -11,9 +11,10 @@ Method
 * **Median** of a side: with at least ``MIN_REPS`` (3) repetitions on both
   sides, the median of the per-repetition medians; otherwise the median of all
   intervals pooled.
-* **Change**: :func:`kperfdiff.stats.signed_change` of the two medians, in
-  percent, signed so that **positive is better** (lower time, higher
-  throughput).
+* **Change**: :func:`kperfdiff.stats.signed_change` of the two medians: the
+  speed ratio minus one, in percent (base/new - 1 for times, new/base - 1 for
+  throughputs), so **positive is better** and the scale is symmetric: +25% is
+  1.25x as fast, -50% half as fast.
 * **Interval**: :func:`kperfdiff.stats.bootstrap_median_change` (percentile
   bootstrap, 4000 resamples, 95%, fixed seed) over the per-repetition medians
   when both sides have >= 3 repetitions (repetitions are the independent
@@ -23,7 +24,7 @@ Method
   an interval, or with a failed or missing side, is never significant. No
   correction for multiple comparisons is applied (the table says so).
 * **CV**: standard deviation / mean of all intervals of the side.
-* **Geometric mean** of the changes through ratios (1 + change/100)
+* **Geometric mean** of the changes through their speed ratios (1 + change/100)
   (:func:`kperfdiff.stats.geometric_mean_change`), per core count over the
   columns, per column over the core counts, and over every cell.
 """

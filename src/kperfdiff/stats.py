@@ -52,20 +52,31 @@ def summarize(values) -> Summary:
                    mean, sd, cv)
 
 
-def signed_change(base: float, new: float, better: str) -> float:
-    """Relative change new vs base in percent, signed so that positive is better.
-
-    For lower-is-better units (latency) an improvement from 100 to 80 is
-    +20.0 (base/new would overstate it): (base - new) / base * 100. For
-    higher-is-better units (throughput) it is (new - base) / base * 100.
-    """
-    if base == 0:
-        return math.nan
+def speed_ratio(base, new, better: str):
+    """How many times better ``new`` is than ``base``: base/new for lower-is-better
+    units (times), new/base for higher-is-better units (throughputs). Works on
+    numbers and numpy arrays alike."""
     if better == "lower":
-        return (base - new) / abs(base) * 100.0
+        return base / new
     if better == "higher":
-        return (new - base) / abs(base) * 100.0
+        return new / base
     raise ValueError(f"better must be 'lower' or 'higher', not {better!r}")
+
+
+def signed_change(base: float, new: float, better: str) -> float:
+    """Change of ``new`` against ``base`` in percent: (speed ratio - 1) * 100.
+
+    Positive is better in either direction and the scale is symmetric: a
+    latency going from 100 to 80 is +25.0 (1.25x as fast), from 100 to 200
+    is -50.0 (half as fast); a throughput going from 2 to 4 is +100.0. The
+    value never falls to -100 or below, so every change has a ratio and a
+    geometric mean (:func:`geometric_mean_change`).
+    """
+    if base <= 0 or new <= 0:
+        if better not in ("lower", "higher"):
+            raise ValueError(f"better must be 'lower' or 'higher', not {better!r}")
+        return math.nan
+    return (speed_ratio(base, new, better) - 1.0) * 100.0
 
 
 @dataclass(frozen=True)
@@ -87,7 +98,7 @@ class Change:
 
 def bootstrap_median_change(base, new, better: str, *, confidence: float = DEFAULT_CONFIDENCE,
                             n_boot: int = DEFAULT_BOOTSTRAP, seed: int = DEFAULT_SEED) -> Change:
-    """Signed percent change of medians with a percentile bootstrap interval.
+    """Signed percent change of medians (:func:`signed_change`) with a percentile bootstrap interval.
 
     Method: resample each side with replacement ``n_boot`` times, take the
     signed change of the resampled medians, and report the (1-c)/2 and
@@ -108,11 +119,8 @@ def bootstrap_median_change(base, new, better: str, *, confidence: float = DEFAU
     ra = np.median(a[rng.integers(0, a.size, size=(n_boot, a.size))], axis=1)
     rb = np.median(b[rng.integers(0, b.size, size=(n_boot, b.size))], axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        if better == "lower":
-            ch = (ra - rb) / np.abs(ra) * 100.0
-        else:
-            ch = (rb - ra) / np.abs(ra) * 100.0
-    ch = ch[np.isfinite(ch)]
+        ch = (speed_ratio(ra, rb, better) - 1.0) * 100.0
+    ch = ch[np.isfinite(ch) & (ra > 0) & (rb > 0)]
     if ch.size == 0:
         return Change(ma, mb, point, math.nan, math.nan, confidence, False, method)
     lo, hi = np.percentile(ch, [(1 - confidence) / 2 * 100, (1 + confidence) / 2 * 100])
@@ -167,10 +175,10 @@ def benjamini_hochberg(pvalues) -> np.ndarray:
 
 
 def geometric_mean_change(changes_percent) -> float:
-    """Geometric mean of signed percent changes, via ratios (1 + c/100).
+    """Geometric mean of signed percent changes, via their speed ratios (1 + c/100).
 
-    Changes of -100% or below have no ratio and are left out; nan if none
-    remain.
+    Every change made by :func:`signed_change` is above -100%, so every one
+    has a ratio; nan values are left out, and nan is returned if none remain.
     """
     r = [1 + c / 100.0 for c in changes_percent if c is not None and not math.isnan(c) and c > -100]
     if not r:

@@ -38,7 +38,8 @@ def side_label(cmp: Comparison, label: str) -> str:
 
 def header_lines(cmp: Comparison) -> list[str]:
     out = [f"kperfdiff compare: {cmp.title}; baseline {side_label(cmp, cmp.baseline.label)}"]
-    out.append("change = % change of the median, signed so that POSITIVE = BETTER (lower time, higher throughput); "
+    out.append("change = speed ratio of the medians - 1, in %: base/new - 1 for times, new/base - 1 for throughputs, "
+               "so POSITIVE = BETTER (+25% = 1.25x as fast, -50% = half as fast); "
                f"[low, high] = {cmp.confidence:.0%} confidence interval; {SIG} = significant (the interval "
                f"excludes 0), no mark = not significant; no correction for multiple comparisons")
     out.append("interval method: " + method_text(cmp.confidence) + "; median = median of the per-repetition "
@@ -97,10 +98,6 @@ def block_table(cmp: Comparison, blk: Block) -> Table:
     pooled = sorted({f"{k} -P {c}" for (k, c), x in blk.cells.items() if x.method == "pooled"})
     if pooled:
         notes.append(f"  interval over pooled intervals (fewer than 3 repetitions): {', '.join(pooled)}")
-    dropped = sorted({f"{k} -P {c}" for (k, c), x in blk.cells.items() if not math.isnan(x.change)
-                      and x.change <= -100})
-    if dropped:
-        notes.append(f"  the geometric means leave out changes of -100% or worse (no ratio): {', '.join(dropped)}")
     t.notes = notes
     return t
 
