@@ -1,7 +1,6 @@
 """Every benchmark in the catalogue runs with tiny settings and yields
 positive finite values in its declared unit (or a stated skip)."""
 import math
-import os
 
 import pytest
 

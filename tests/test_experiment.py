@@ -99,11 +99,19 @@ def test_examples_parse_and_plan():
         assert pl["cells"] > 0
 
 
-def test_guest_target_refused_at_run(tmp_path, home):
-    p = write(tmp_path, fast(a='target = "qemu:arm64"\ncmdline = "transparent_hugepage=never"'))
-    r = run_cli("run", p, "--no-progress")
+@pytest.mark.parametrize("variant, words", [
+    ('target = "qemu:arm64"\nknobs = { "/proc/sys/vm/stat_interval" = "2" }', "applies to this machine only"),
+    ('target = "qemu:arm64"\ncpus = "0"', "applies to this machine only"),
+    ('target = "qemu:arm64,frobnicate=1"', "is not understood"),
+    ('target = "qemu:sparc"', "no known guest architecture"),
+    ('target = "ssh://"', "target"),
+    ('target = "ssh://u@h"\ncmdline = "quiet"', "cmdline needs a guest target"),
+])
+def test_guest_target_checked_when_the_file_is_read(tmp_path, home, variant, words):
+    p = write(tmp_path, fast(a=variant))
+    r = run_cli("run", p, "--dry-run", "--no-progress")
     assert_one_sentence_error(r)
-    assert "only local" in r.stderr
+    assert words in r.stderr
 
 
 def test_v1_store_is_upgraded(tmp_path):
@@ -233,7 +241,7 @@ def test_crash_left_knob_is_repaired_by_next_run(tmp_path, home):
 
 @root_only
 def test_unsettable_knob_stops_before_start(tmp_path, home):
-    for knobs, words in ((f'knobs = {{ "/proc/sys/vm/no_such_knob" = "1" }}', "does not exist"),
+    for knobs, words in (('knobs = { "/proc/sys/vm/no_such_knob" = "1" }', "does not exist"),
                          (f'knobs = {{ "{KNOB}" = "banana" }}', "refused")):
         orig = Path(KNOB).read_text().strip()
         p = write(tmp_path, fast(name="bad", b=knobs))

@@ -1,5 +1,4 @@
 """The worker protocol: parsing, timeouts, crashes, synchronised copies."""
-import os
 import stat
 import textwrap
 

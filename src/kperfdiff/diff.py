@@ -541,18 +541,14 @@ def _resolve_side(spec: str, args) -> list[tuple[Path, dict]]:
 
 
 def _store_refs(ref: str, args) -> list[tuple[Path, dict]]:
-    looks_like_file = "/" in ref or Path(ref).suffix in (".data", ".script", ".folded", ".txt", ".report", ".perf")
-    try:
-        from .store import Store
-    except ImportError:
-        Store = None
-    if Store is None or not hasattr(Store, "profile_refs") or looks_like_file:
-        raise InputError(f"{ref}: no such file" + ("" if looks_like_file else ", and store references cannot be "
-                                                   "resolved by this kperfdiff yet"))
+    """A reference to profiles in the results store: RUN or RUN:benchmark (RUN an id or label)."""
     from .errors import KperfdiffError
+    from .store import Store, default_path
+    path = Path(args.store) if getattr(args, "store", None) else default_path()
+    if not path.exists():
+        raise InputError(f"{ref}: no such file, and there is no results store at {path} to look it up in")
     try:
-        store = Store.open(getattr(args, "store", None))
-        refs = store.profile_refs(ref)
+        refs = Store.open(path).profile_refs(ref)
     except KperfdiffError as e:
         raise InputError(f"{ref} is not a file, and {str(e)[:1].lower()}{str(e)[1:]}") from None
     if not refs:

@@ -21,12 +21,12 @@ An experiment file (TOML; commented examples in ``examples/``)::
 
     [[variant]]
     label = "4k"
-    target = "local"                     # local; qemu:ARCH and ssh:HOST come later
+    target = "local"                     # local, qemu:ARCH[,options] or ssh://user@host[:port]
     vars = { pages = "4k" }              # fills {pages} in benchmark names
-    knobs = { "/sys/kernel/mm/transparent_hugepage/enabled" = "madvise" }
-    cmdline = "..."                      # kernel command line (guest targets only)
-    env = { MALLOC_ARENA_MAX = "1" }     # environment of the benchmark processes
-    cpus = "0-1"                         # CPU list the benchmark processes run on
+    knobs = { "/sys/kernel/mm/transparent_hugepage/enabled" = "madvise" }   # local only
+    cmdline = "..."                      # extra kernel command line (qemu targets only)
+    env = { MALLOC_ARENA_MAX = "1" }     # environment of the benchmark processes (local only)
+    cpus = "0-1"                         # CPU list the benchmark processes run on (local only)
     params = { "proc.fork:hello" = "/bin/true" }
 
 Running (:func:`run_experiment`):
@@ -41,7 +41,10 @@ Running (:func:`run_experiment`):
   core count is measured for every variant back to back, and the order of the
   variants is rotated from one cell to the next (A B, B A, A B ...), so slow
   drift of the machine (heat, memory fragmentation, background work) hits
-  every variant alike and no variant always goes first.
+  every variant alike and no variant always goes first. A variant on a guest
+  or board measures all its cells of one repetition in one job (one boot of
+  the guest), still alternating with the other variants repetition by
+  repetition; its machine facts come from the target after the first job.
 * **Resume.** ``kperfdiff run FILE`` again continues an interrupted or crashed
   experiment of the same name: the cells already stored ok or skipped are
   never measured again; failed cells are measured again (the new attempt
@@ -80,7 +83,6 @@ from . import machine
 from .errors import BenchError, InputError, KperfdiffError
 
 KNOB_ROOTS = ("/sys/", "/proc/sys/")
-TARGET_RE = re.compile(r"^(local|qemu:[A-Za-z0-9_]+|ssh:[^\s]+)$")
 CPU_LIST_RE = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=-]*$")
 TOP_KEYS = {"name", "description", "baseline", "stack", "benchmarks", "cores", "reps", "intervals", "min_batch_ms",
@@ -236,9 +238,17 @@ def parse_data(data: dict, p: Path | str = "<experiment>") -> Experiment:
         if any(v.label == label for v in variants):
             raise _err(p, f"{where}.label", "is used twice; every variant needs its own label")
         target = rv.get("target", "local")
-        if not isinstance(target, str) or not TARGET_RE.match(target):
-            raise _err(p, f"{where}.target", f"{target!r} is not a target; use local, qemu:ARCH (qemu:arm64, "
-                                              f"qemu:x86_64) or ssh:HOST")
+        if not isinstance(target, str):
+            raise _err(p, f"{where}.target", "must be a string: local, qemu:ARCH[,options] or ssh://user@host")
+        from .targets import validate_spec
+        try:
+            kind = validate_spec(target)
+        except KperfdiffError as e:
+            raise _err(p, f"{where}.target", str(e)) from None
+        for fld in ("knobs", "env", "cpus"):
+            if kind != "local" and rv.get(fld):
+                raise _err(p, f"{where}.{fld}", f"applies to this machine only, not to the target {target}; "
+                                                f"for a guest give a kernel command line with cmdline")
         knobs = _str_table(p, f"{where}.knobs", rv.get("knobs"))
         for k in knobs:
             if not k.startswith(KNOB_ROOTS) or ".." in k.split("/"):
@@ -246,7 +256,7 @@ def parse_data(data: dict, p: Path | str = "<experiment>") -> Experiment:
         cmdline = rv.get("cmdline", "")
         if not isinstance(cmdline, str):
             raise _err(p, f"{where}.cmdline", "must be a string (a kernel command line)")
-        if cmdline and target == "local":
+        if cmdline and kind != "qemu":
             raise _err(p, f"{where}.cmdline", "needs a guest target (qemu:ARCH): the local machine's kernel "
                                               "command line cannot be changed by kperfdiff; remove it or set target")
         env = _str_table(p, f"{where}.env", rv.get("env"))
@@ -639,10 +649,6 @@ def run_experiment(store, exp: Experiment, opts: RunOptions, log=None) -> RunOut
     from .progress import Progress
 
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
-    for v in exp.variants:
-        if v.target != "local":
-            raise InputError(f"{exp.path}: variant {v.label!r} has target {v.target}, which this kperfdiff cannot "
-                             f"run yet (only local); run it once the qemu and ssh targets exist")
     _check_cpus(exp)
     columns = resolve(exp)
     overrides = check_params(exp, columns)
@@ -671,15 +677,19 @@ def run_experiment(store, exp: Experiment, opts: RunOptions, log=None) -> RunOut
         with _term_as_interrupt():
             # 1. every knob of every variant can be set (checked before anything is measured), and the
             #    machine facts each variant runs with
-            facts: dict[str, dict] = {}
+            #    (a guest or board says what it is after its first job)
+            facts: dict[str, dict | None] = {}
             for v in exp.variants:
-                guard.apply(v.knobs)
-                facts[v.label] = machine.facts()
+                if v.target == "local":
+                    guard.apply(v.knobs)
+                    facts[v.label] = machine.facts()
+                else:
+                    facts[v.label] = None
             guard.apply({})
             # 2. one run per variant, reused when resuming
             existing = {r.variant: r for r in store.experiment_runs(eid)}
             for v in exp.variants:
-                mid = store.add_machine(facts[v.label])
+                mid = store.add_machine(facts[v.label]) if facts[v.label] else None
                 if v.label in existing:
                     runs[v.label] = store.reopen_run(existing[v.label].id)
                 else:
@@ -694,9 +704,9 @@ def run_experiment(store, exp: Experiment, opts: RunOptions, log=None) -> RunOut
             bopts = BenchOptions(intervals=exp.intervals,
                                  min_batch_ns=int(exp.min_batch_ms * 1e6) if exp.min_batch_ms else None,
                                  timeout=exp.timeout, progress=opts.progress)
-            profilers = {label: profiler_cls(facts[label], freq=exp.profile_freq) for label in facts} \
+            profilers = {label: profiler_cls(f, freq=exp.profile_freq) for label, f in facts.items() if f} \
                 if profiler_cls else {}
-            swap_ready = {label: f.get("swap_active", False) for label, f in facts.items()}
+            swap_ready = {label: (f or {}).get("swap_active", False) for label, f in facts.items()}
             progress = Progress(len(todo), enabled=opts.progress)
             if todo:
                 log(f"kperfdiff: experiment {exp.name} (id {eid}): {len(todo)} cells to measure "
@@ -704,36 +714,60 @@ def run_experiment(store, exp: Experiment, opts: RunOptions, log=None) -> RunOut
                     f"{len(exp.cores)} core counts x {exp.reps} reps"
                     + (f", {done_before} done before" if done_before else "") + ")")
             t0 = time.monotonic()
+            finished: set[str] = set()
+
+            def eta(i: int) -> str:
+                if progress.tty or not i:
+                    return ""
+                left = (time.monotonic() - t0) / i * (len(todo) - i)
+                return f" (ETA {int(left // 60):02d}:{int(left % 60):02d})"
+
+            def stored(c, b, m, params, profile_store) -> None:
+                nonlocal measured, failed
+                rid = store.add_cell_result(
+                    runs[c.variant].id, experiment_id=eid, cell=c.id, rep=c.rep, bench_key=c.key,
+                    benchmark=b.name, params=params, copies=c.cores, status=m["status"],
+                    reason=m.get("reason"), unit=m.get("unit", b.unit), better=m.get("better", b.better),
+                    summary=m.get("summary"), raw=m["raw"], overhead=m.get("overhead"), ops=m.get("ops"),
+                    cpu_ns=m.get("cpu_ns"), wall_s=m.get("wall_s"), monitors=m["monitors"], info=m["info"],
+                    started_at=m["started_at"])
+                if m["status"] == "ok":
+                    profile_store(rid)
+                finished.add(c.id)
+                measured += 1
+                if m["status"] == "failed":
+                    failed += 1
+                    progress.note(f"kperfdiff: {c.variant}: {b.name} -P {c.cores} rep {c.rep + 1} failed: "
+                                  f"{m['reason']}")
+                elif m["status"] == "skipped" and c.rep == 0:
+                    progress.note(f"kperfdiff: {c.variant}: {b.name} skipped: {m['reason']}")
+                progress.advance()
+
             try:
                 for i, c in enumerate(todo):
+                    if c.id in finished:
+                        continue
                     v = exp.variant(c.variant)
+                    if v.target != "local":
+                        # a guest boots (or a board connects) once for all of this variant's cells of this rep
+                        batch = [x for x in todo if x.variant == c.variant and x.rep == c.rep and x.id not in finished]
+                        progress.step(f"{c.variant}: {len(batch)} cells on {v.target}, rep {c.rep + 1}/{exp.reps}"
+                                      f"{eta(i)}")
+                        for x, b, m, keep in _measure_remote(exp, v, batch, bench_by_name, overrides, runs[v.label],
+                                                             store, facts):
+                            stored(x, b, m, m.get("params") or {}, keep)
+                        continue
                     b = bench_by_name[c.benchmark]
-                    eta = ""
-                    if not progress.tty and i:
-                        left = (time.monotonic() - t0) / i * (len(todo) - i)
-                        eta = f" (ETA {int(left // 60):02d}:{int(left % 60):02d})"
-                    progress.step(f"{c.variant}: {c.benchmark} -P {c.cores} rep {c.rep + 1}/{exp.reps}{eta}")
+                    progress.step(f"{c.variant}: {c.benchmark} -P {c.cores} rep {c.rep + 1}/{exp.reps}{eta(i)}")
                     guard.apply(v.knobs)
                     m = _measure_cell(exp, v, c, b, binaries, overrides, facts, swap_ready, swap, profilers,
                                       runs[v.label], bopts, measure, unmet_requirement)
                     params = m.pop("_params")
-                    rid = store.add_cell_result(
-                        runs[v.label].id, experiment_id=eid, cell=c.id, rep=c.rep, bench_key=c.key,
-                        benchmark=b.name, params=params, copies=c.cores, status=m["status"],
-                        reason=m.get("reason"), unit=m.get("unit", b.unit), better=m.get("better", b.better),
-                        summary=m.get("summary"), raw=m["raw"], overhead=m.get("overhead"), ops=m.get("ops"),
-                        cpu_ns=m.get("cpu_ns"), wall_s=m.get("wall_s"), monitors=m["monitors"], info=m["info"],
-                        started_at=m["started_at"])
-                    if profilers and m["status"] == "ok":
-                        profilers[v.label].collect(store, runs[v.label], rid, b, c.cores, m)
-                    measured += 1
-                    if m["status"] == "failed":
-                        failed += 1
-                        progress.note(f"kperfdiff: {c.variant}: {b.name} -P {c.cores} rep {c.rep + 1} failed: "
-                                      f"{m['reason']}")
-                    elif m["status"] == "skipped" and c.rep == 0:
-                        progress.note(f"kperfdiff: {c.variant}: {b.name} skipped: {m['reason']}")
-                    progress.advance()
+                    prof = profilers.get(v.label)
+                    stored(c, b, m, params,
+                           (lambda rid, c=c, b=b, m=m, prof=prof: prof.collect(store, runs[c.variant], rid, b,
+                                                                                c.cores, m)) if prof else
+                           (lambda rid: None))
             finally:
                 progress.close()
             remaining_failed = sum(1 for s in store.cell_states(eid).values() if s == "failed")
@@ -794,6 +828,32 @@ def _measure_cell(exp, v, c, b, binaries, overrides, facts, swap_ready, swap, pr
         m["procs"] = [(rep, *p[1:]) for p in m["procs"]]
     m["_params"] = params
     return m
+
+
+def _measure_remote(exp, v, batch, bench_by_name, overrides, run, store, facts):
+    """Measure a batch of one variant's cells (one rep) in one job on its target.
+
+    Yields (cell, benchmark, measurement, profile-storing function) per cell.
+    The first job also says what machine the target is, which the variant's
+    run then records.
+    """
+    from . import targets
+    from .bench.session import BenchOptions, store_target_profiles
+    opts = BenchOptions(reps=1, intervals=exp.intervals, tiny=exp.tiny,
+                        min_batch_ns=int(exp.min_batch_ms * 1e6) if exp.min_batch_ms else None,
+                        timeout=exp.timeout, profile=exp.profile, profile_freq=exp.profile_freq)
+    cells = [targets.Cell(bench_by_name[x.benchmark], x.cores, overrides[v.label].get(x.benchmark)) for x in batch]
+    with targets.open_target(v.target, cmdline=v.cmdline) as t:
+        ms = targets.run_benchmarks(t, cells, opts, artefact_dir=run.artefact_dir, first_rep=batch[0].rep)
+        event = getattr(t, "perf_event", None) or "cpu-clock"
+    if ms and facts.get(v.label) is None and ms[0].get("facts"):
+        facts[v.label] = ms[0]["facts"]
+        store.set_run_machine(run.id, store.add_machine(ms[0]["facts"]))
+    for x, tc, m in zip(batch, cells, ms):
+        def keep(rid, tc=tc, m=m):
+            if m.get("profiles"):
+                store_target_profiles(store, run, rid, tc.bench, tc.copies, m, m.get("facts") or {}, event)
+        yield x, tc.bench, m, keep
 
 
 def describe_plan(pl: dict) -> str:

@@ -45,15 +45,36 @@ def parse_target_spec(spec: str) -> tuple[str, str]:
                      f"or ssh://user@host[:port]")
 
 
-def open_target(spec: str | None) -> Target:
-    """A Target for a specification (see the module docstring). Nothing boots or connects yet."""
+def validate_spec(spec: str) -> str:
+    """Check a whole specification, options included (UsageError if wrong); returns its kind."""
+    kind, s = parse_target_spec(spec)
+    if kind == "qemu":
+        from .qemu import parse_spec
+        parse_spec(s)
+    elif kind == "ssh":
+        from .ssh import parse_spec
+        parse_spec(s)
+    return kind
+
+
+def open_target(spec: str | None, *, cmdline: str = "") -> Target:
+    """A Target for a specification (see the module docstring). Nothing boots or connects yet.
+
+    ``cmdline`` adds kernel command-line words for a guest (an experiment
+    variant's ``cmdline``); other targets run the kernel they have.
+    """
     kind, s = parse_target_spec(spec or "local")
+    if cmdline and kind != "qemu":
+        raise UsageError(f"a kernel command line needs a guest target (qemu:ARCH), not {spec!r}")
     if kind == "local":
         from .local import LocalTarget
         return LocalTarget()
     if kind == "qemu":
-        from .qemu import QemuTarget
-        return QemuTarget(s)
+        from .qemu import QemuTarget, parse_spec
+        qs = parse_spec(s)
+        if cmdline:
+            qs.append = " ".join(w for w in (qs.append, cmdline) if w)
+        return QemuTarget(qs)
     from .ssh import SshTarget
     return SshTarget(s)
 
@@ -93,7 +114,7 @@ def unmet_on_target(b, facts: dict) -> str | None:
     return None
 
 
-def run_benchmarks(target: Target, cells, opts, artefact_dir=None) -> list[dict]:
+def run_benchmarks(target: Target, cells, opts, artefact_dir=None, first_rep: int = 0) -> list[dict]:
     """Measure each cell on target, all in one job; per-cell dicts shaped as session.measure()'s.
 
     ``cells``: Cell, (Benchmark, copies[, params]) or Benchmark items. ``opts``:
@@ -105,6 +126,7 @@ def run_benchmarks(target: Target, cells, opts, artefact_dir=None) -> list[dict]
     emulated guest are labelled emulated. Profiles live in the target's
     temporary folder until close(); give ``artefact_dir`` to have them (and
     kallsyms) copied there, named ``<bench>.P<copies>.r<rep>.c<copy>.perf.data``.
+    Repetitions are numbered from ``first_rep`` (an experiment's rep).
     """
 
     cells = _cells(cells)
@@ -131,7 +153,7 @@ def run_benchmarks(target: Target, cells, opts, artefact_dir=None) -> list[dict]
             argv += ["--min-batch-ns", str(int(opts.min_batch_ns))]
         argv += [f"{k}={v}" for k, v in params.items()]
         timeout = getattr(opts, "timeout", None) or b.timeout
-        for rep in range(reps):
+        for rep in range(first_rep, first_rep + reps):
             invs.append(Invocation(argv, c.copies, timeout,
                                    profile=(f"{b.name}.P{c.copies}.r{rep}" if profile else None),
                                    perf_freq=getattr(opts, "profile_freq", None),
