@@ -120,6 +120,24 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--format", choices=["text", "json"], default="text")
     s.add_argument("--raw", action="store_true", help="also print every raw interval")
 
+    t = sub.add_parser("target", help="check a target, or time a guest kernel's boot",
+                       description="Work with a target directly. `check` boots the guest (or connects to the board) "
+                                   "and prints what it is. `boot` measures the boot.* benchmarks of a guest kernel "
+                                   "(QEMU start to /init, the kernel's own boot, the time before the first "
+                                   "timestamped message, initcall time and the slowest initcalls) at several "
+                                   "memory sizes, and stores them as a run that compare and report read.")
+    tsub = t.add_subparsers(dest="target_command", metavar="ACTION", parser_class=_Parser, required=True)
+    tc = tsub.add_parser("check", help="boot or connect, and print the target's facts")
+    tc.add_argument("spec", help="qemu:arm64[,options], qemu:x86_64[,options] or ssh://user@host[:port]")
+    tc.add_argument("--format", choices=["text", "json"], default="text")
+    tb = tsub.add_parser("boot", help="time a guest kernel's boot at several memory sizes")
+    tb.add_argument("spec", help="qemu:arm64[,kernel=...] or qemu:x86_64[,kernel=...]")
+    tb.add_argument("--mem", default="1G,4G,16G", help="guest memory sizes (default: 1G,4G,16G)")
+    tb.add_argument("--boots", type=_positive_int, default=3, help="boots per memory size (default: 3)")
+    tb.add_argument("--label", default="", help="a label for the run")
+    tb.add_argument("--format", choices=["text", "json"], default="text")
+    tb.add_argument("--no-progress", action="store_true")
+
     _add_diff_parser(sub)
     _add_place_parser(sub)
     _add_experiment_parsers(sub)
@@ -253,6 +271,27 @@ def _cmd_record(args) -> int:
     return rc
 
 
+def _cmd_target(args) -> int:
+    from .render import bench as rb
+    if args.target_command == "check":
+        from .render.table import to_json
+        from .targets import open_target
+        with open_target(args.spec) as t:
+            facts = t.facts()
+        if args.format == "json":
+            sys.stdout.write(to_json({"version": 1, "target": args.spec, "facts": facts}))
+        else:
+            sys.stdout.write(rb.machine_facts(facts))
+        return 0
+    from .bench.session import run_boot_timing
+    mems = [m.strip().upper() for m in args.mem.split(",") if m.strip()]
+    store = _open_store(args)
+    out = run_boot_timing(store, args.spec, mems, args.boots, label=args.label,
+                          command=" ".join(["kperfdiff", *sys.argv[1:]]), progress=not args.no_progress)
+    sys.stdout.write(rb.results(out.run, out.results, args.format, machine=store.machine(out.run.machine_id)))
+    return out.exit_status
+
+
 def _cmd_diff(args) -> int:
     from . import diff
     return diff.run_cli(args)
@@ -334,6 +373,7 @@ COMMANDS = {
     "runs": _cmd_runs,
     "show": _cmd_show,
     "record": _cmd_record,
+    "target": _cmd_target,
     "diff": _cmd_diff,
     "place": _cmd_place,
 }

@@ -233,9 +233,11 @@ def _side_from_runs(store, label: str, runs) -> Side:
     facts = store.machine(runs[0].machine_id) if runs else {}
     side = Side(label=label, run_ids=[r.id for r in runs], facts=facts,
                 emulated=any(bool(store.machine(r.machine_id).get("emulated")) for r in runs))
+    from .store import result_names
     for run in runs:
-        for r in store.results(run.id):
-            _add_result(side, r, r.bench_key or r.benchmark)
+        results = store.results(run.id)
+        for name, r in zip(result_names(results), results):
+            _add_result(side, r, r.bench_key or name)
         for p in store.profiles(run.id):
             copies = (p.get("meta") or {}).get("copies", 1)
             side.profiles.setdefault((p["benchmark"], copies), []).append(p)

@@ -634,6 +634,22 @@ class Store:
         return row.get("boot_id") == _boot_id() and _pid_alive(row.get("pid")) and row.get("pid") != os.getpid()
 
 
+def result_names(results: list[Result]) -> list[str]:
+    """Each result's benchmark name, with the parameters that tell apart results of the same name
+    and copy count in one list (``boot.init [mem=4G]``); the name alone where nothing varies."""
+    varying: dict[str, set[str]] = {}
+    for r in results:
+        for s in results:
+            if s.benchmark == r.benchmark and s.copies == r.copies and s is not r:
+                keys = set(r.params) | set(s.params)
+                varying.setdefault(r.benchmark, set()).update(k for k in keys if r.params.get(k) != s.params.get(k))
+    out = []
+    for r in results:
+        keys = sorted(varying.get(r.benchmark, ()))
+        out.append(r.benchmark + (" [" + " ".join(f"{k}={r.params.get(k, '')}" for k in keys) + "]" if keys else ""))
+    return out
+
+
 def _nan_none(v):
     if v is None:
         return None

@@ -299,3 +299,42 @@ def run_bench_on_target(store: Store, opts: BenchOptions, benches: list[Benchmar
         store.finish_run(run.id, state)
     run = store.get_run(run.id)
     return Outcome(run, store.results(run.id), 1 if failed else 0)
+
+
+def run_boot_timing(store: Store, spec: str, mems: list[str], boots: int, *, label: str = "",
+                    command: str = "", progress: bool = True) -> Outcome:
+    """`kperfdiff target boot`: the boot.* benchmarks of a guest, stored as a run like any other."""
+    from .. import targets
+    from ..targets.boot import BOOT_BENCHMARKS, measure_boots
+    from ..targets.qemu import QemuTarget
+    target = targets.open_target(spec)
+    if not isinstance(target, QemuTarget):
+        raise UsageError(f"boot timing needs a guest target (qemu:arm64 or qemu:x86_64), not {spec!r}")
+    run = store.start_run(label=label, target=spec, machine_id=None, command=command,
+                          options={"boot": True, "mems": mems, "boots": boots, "target": spec})
+    bar = Progress(len(mems) * boots, enabled=progress)
+    by_name = {b.name: b for b in BOOT_BENCHMARKS}
+    state = "failed"
+    failed = False
+
+    def step(what: str) -> None:
+        bar.step(what)
+        bar.advance()
+
+    try:
+        with target:
+            ms = measure_boots(target, mems, boots, progress=step)
+        if ms and ms[0].get("facts"):
+            store.set_run_machine(run.id, store.add_machine(ms[0]["facts"]))
+        for m in ms:
+            store_measurement(store, run, by_name[m["benchmark"]], m["params"], 1, m)
+            failed = failed or m["status"] == "failed"
+        state = "complete"
+    except KeyboardInterrupt:
+        state = "interrupted"
+        raise
+    finally:
+        bar.close()
+        store.finish_run(run.id, state)
+    run = store.get_run(run.id)
+    return Outcome(run, store.results(run.id), 1 if failed else 0)

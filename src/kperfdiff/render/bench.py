@@ -6,7 +6,7 @@ import math
 
 from .. import monitors
 from ..bench.catalogue import Benchmark
-from ..store import Result, Run
+from ..store import Result, Run, result_names
 from .table import Table, to_json, to_text
 
 JSON_VERSION = 1
@@ -60,16 +60,16 @@ def _run_json(run: Run) -> dict:
 def results_table(results: list[Result]) -> Table:
     t = Table(["benchmark", "P", "median", "unit", "min", "q1", "q3", "CV", "n", "note"],
               align=["l", "r", "r", "l", "r", "r", "r", "r", "r", "l"])
-    for r in results:
+    for name, r in zip(result_names(results), results):
         if r.status != "ok":
-            t.rows.append([r.benchmark, r.copies, "-", r.unit or "", "-", "-", "-", "-", "-",
+            t.rows.append([name, r.copies, "-", r.unit or "", "-", "-", "-", "-", "-",
                            f"{r.status}: {r.reason}"])
             continue
         note = "higher is better" if r.better == "higher" else ""
         thp = [i.get("anon_huge_kb") for i in r.info if i.get("anon_huge_kb") is not None]
         if thp:
             note = (note + "; " if note else "") + f"AnonHugePages {thp[0]} kB"
-        t.rows.append([r.benchmark, r.copies, _num(r.median), r.unit, _num(r.min), _num(r.q1), _num(r.q3),
+        t.rows.append([name, r.copies, _num(r.median), r.unit, _num(r.min), _num(r.q1), _num(r.q3),
                        _pct(r.cv), r.n, note])
     return t
 
@@ -103,15 +103,9 @@ def run_list(runs: list[Run], fmt: str = "text") -> str:
     return to_text(t)
 
 
-FACT_ORDER = ["arch", "cpu_model", "cpus", "kernel_release", "cmdline", "page_size", "mem_total_kb", "thp_enabled",
-              "thp_defrag", "clocksource", "virtualisation", "emulated", "swap_active", "hostname"]
-
-
-def show(run: Run, facts: dict, results: list[Result], fmt: str = "text", raw: bool = False) -> str:
-    if fmt == "json":
-        return to_json({"version": JSON_VERSION, "run": _run_json(run), "machine": facts,
-                        "results": [_result_json(r) for r in results]})
-    out = [run_heading(run, facts) + f", kperfdiff {run.tool_version}", f"command: {run.command}", "", "machine:"]
+def machine_facts(facts: dict) -> str:
+    """The facts of a machine or target, one per line, and which perf events work."""
+    out = ["machine:"]
     for k in FACT_ORDER:
         if k in facts:
             out.append(f"  {k:15} {facts[k]}")
@@ -121,6 +115,20 @@ def show(run: Run, facts: dict, results: list[Result], fmt: str = "text", raw: b
         no = [e for e, v in ev.items() if not v]
         out.append(f"  {'perf events':15} {', '.join(ok) or 'none'}" + (f" (not supported: {', '.join(no)})"
                                                                         if no else ""))
+    return "\n".join(out) + "\n"
+
+
+FACT_ORDER = ["arch", "cpu_model", "cpus", "kernel_release", "cmdline", "page_size", "mem_total_kb", "thp_enabled",
+              "thp_defrag", "clocksource", "virtualisation", "emulated", "swap_active", "hostname", "target",
+              "kernel_source", "qemu_cpu", "deterministic", "time_unit"]
+
+
+def show(run: Run, facts: dict, results: list[Result], fmt: str = "text", raw: bool = False) -> str:
+    if fmt == "json":
+        return to_json({"version": JSON_VERSION, "run": _run_json(run), "machine": facts,
+                        "results": [_result_json(r) for r in results]})
+    out = [run_heading(run, facts) + f", kperfdiff {run.tool_version}", f"command: {run.command}", ""]
+    out.append(machine_facts(facts).rstrip("\n") if facts else "machine: (unknown)")
     out.append("")
     out.append(to_text(results_table(results)).rstrip("\n"))
     mon = [(r, monitors.relevant(r.monitors)) for r in results]
