@@ -50,6 +50,8 @@ def fast(name="t", benches='["syscall.null"]', cores="[1]", reps=2, extra="", a=
 
 @pytest.mark.parametrize("body, words", [
     ("name = 'x'\nbenchmarks=['syscall.null']\n", "variant is missing"),
+    ("", "is empty"),
+    ("\n  \n", "is empty"),
     ("name = 'x'\nbenchmarks=['syscall.null']\n[[variant]]\nlabel='a'\ntarget='vmware'\n", "variant 'a'.target"),
     ("name = 'x'\nbenchmarks=['syscall.null']\n[[variant]]\nlabel='a'\ncmdline='init_on_free=1'\n",
      "variant 'a'.cmdline needs a guest target"),

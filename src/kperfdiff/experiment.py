@@ -206,6 +206,9 @@ def parse(path: str | Path) -> Experiment:
         raise ExperimentError(f"{p} is a directory, not an experiment file") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ExperimentError(f"{p}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+    if not text.strip():
+        raise ExperimentError(f"{p} is empty; an experiment file names the experiment, its benchmarks and its "
+                              f"variants (see examples/superpages.toml)")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
