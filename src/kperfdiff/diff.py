@@ -568,7 +568,8 @@ def _load_side(spec: str, args, side: str) -> list[Profile]:
         fmt = sniff(path)
         k = kall or meta.get("kallsyms")
         if fmt == "perf.data":
-            prof = load(path, kallsyms=k, symfs=[symfs_dir] if symfs_dir else None, event=args.event)
+            fs = symfs_dir or meta.get("symfs")
+            prof = load(path, kallsyms=k, symfs=[fs] if fs else None, event=args.event)
         else:
             from .ingest import text
             prof = text.load(path, fmt, event=args.event, kernel_frames=args.folded_kernel)

@@ -492,7 +492,8 @@ class Store:
                 out.append((Path(p["path"]), {
                     "label": run.label or f"run {run.id}", "arch": facts.get("arch"), "ops": p["ops"],
                     "cpu_time_ns": p["cpu_time_ns"], "kallsyms": p["kallsyms"], "run_id": run.id,
-                    "benchmark": p["benchmark"], "emulated": bool(facts.get("emulated"))}))
+                    "benchmark": p["benchmark"], "emulated": bool(facts.get("emulated")),
+                    "symfs": (p.get("meta") or {}).get("symfs")}))
         return out
 
     # -- experiments (schema 2) ----------------------------------------------

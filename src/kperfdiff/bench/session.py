@@ -254,7 +254,8 @@ def store_target_profiles(store: Store, run: Run, result_id: int, b: Benchmark, 
             "run_id": run.id, "label": run.label, "target": run.target})
         store.add_profile(run_id=run.id, result_id=result_id, benchmark=b.name, rep=rep, path=str(path),
                           kallsyms=m.get("kallsyms"), event=meta["event"], samples=None, cpu_time_ns=cpu, ops=ops,
-                          meta={"copies": copies, "copy": copy, "hw_events": meta["hw_events"]})
+                          meta={"copies": copies, "copy": copy, "hw_events": meta["hw_events"],
+                                "symfs": m.get("symfs")})
 
 
 def run_bench_on_target(store: Store, opts: BenchOptions, benches: list[Benchmark],

@@ -288,7 +288,10 @@ def monitors_table(cmp: Comparison) -> Table | None:
 
 def diff_tables_html(pd: ProfileDiff) -> str:
     from . import diff as rdiff
-    return "\n".join(table_html(t) for t in rdiff.tables(pd.result))
+    out = "\n".join(table_html(t) for t in rdiff.tables(pd.result, mark=True))
+    if not pd.result.significance:
+        return out
+    return out + f'\n<p class="note">{escape(rdiff.legend(pd.result))}</p>'
 
 
 def to_html(data: ReportData) -> str:

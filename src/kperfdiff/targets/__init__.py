@@ -177,13 +177,22 @@ def run_benchmarks(target: Target, cells, opts, artefact_dir=None, first_rep: in
         m["params"] = c.params
         m["copies"] = c.copies
         if artefact_dir is not None and m.get("profiles"):
-            _keep_profiles(m, Path(artefact_dir))
+            _keep_profiles(m, Path(artefact_dir), target.binaries())
         out.append(m)
     return out
 
 
-def _keep_profiles(m: dict, folder: Path) -> None:
+def _keep_profiles(m: dict, folder: Path, binaries: dict[str, Path]) -> None:
+    """Copy a cell's profiles, the kallsyms and the benchmark binaries (as a symfs) into folder."""
     folder.mkdir(parents=True, exist_ok=True)
+    if binaries:
+        symfs = folder / "symfs"
+        for remote, local in binaries.items():
+            dst = symfs / remote.lstrip("/")
+            if not dst.exists():
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(local, dst)
+        m["symfs"] = str(symfs)
     kept = []
     for rep, copy, path in m["profiles"]:
         dst = folder / Path(path).name

@@ -154,6 +154,11 @@ class Target:
         """Copy files from the target (or the last job's results) into dest."""
         raise NotImplementedError
 
+    def binaries(self) -> dict[str, Path]:
+        """Where each benchmark binary lives on the target -> its local copy, so user frames of the
+        profiles brought back can be symbolised here (a symfs). Empty when paths are local."""
+        return {}
+
     def close(self) -> None:
         pass
 

@@ -730,6 +730,9 @@ class QemuTarget(Target):
             extra["time_unit"] = "instructions (QEMU -icount shift=0: one virtual ns per guest instruction)"
         return facts_from_files(files, emulated=True, virtualisation=accel, extra=extra)
 
+    def binaries(self) -> dict[str, Path]:
+        return {f"/kpd/bin/{n}": p for n, p in self._bins.items()}
+
     def facts(self) -> dict:
         if self._facts is None:
             self.run_job([])

@@ -61,7 +61,7 @@ class SshTarget(Target):
         self._local = Path(tempfile.mkdtemp(prefix="kpd-sshres-"))
         self.remote_dir: str | None = None
         self.arch: str | None = None
-        self._bins: set[str] = set()
+        self._bins: dict[str, Path] = {}
         self._perf: list[str] | None = None
         self._facts: dict | None = None
         self._virt = "unknown"
@@ -147,7 +147,7 @@ class SshTarget(Target):
         if not self._bins or want:
             bins = bundle_binaries(gnu, sorted(want) if want else None)
             self._put_tree(bins, f"{self.remote_dir}/bin")
-            self._bins |= set(bins)
+            self._bins.update(bins)
         if profile and self._perf is None:
             r = self.remote_sh("command -v perf", check=False)
             path = r.stdout.decode().strip()
@@ -184,6 +184,9 @@ class SshTarget(Target):
         self._facts = facts_from_files(read_fact_files(local / "facts"), emulated=False,
                                        virtualisation=self._virt, extra={"target": self.spec})
         return read_results(invocations, local)
+
+    def binaries(self) -> dict[str, Path]:
+        return {f"{self.remote_dir}/bin/{n}": p for n, p in self._bins.items()} if self.remote_dir else {}
 
     def facts(self) -> dict:
         if self._facts is None:
