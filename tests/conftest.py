@@ -40,3 +40,19 @@ def assert_one_sentence_error(p: subprocess.CompletedProcess) -> None:
     assert "Traceback" not in p.stderr, p.stderr
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert lines and lines[-1].startswith("kperfdiff: "), p.stderr
+
+
+def session_members(sid: int) -> list[int]:
+    """Live (non-zombie) processes of session sid: what a worker left behind, if anything."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()  # state, ppid, pgrp, session, ...
+        if fields[0] != "Z" and int(fields[3]) == sid:
+            pids.append(int(d))
+    return pids

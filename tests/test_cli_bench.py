@@ -1,5 +1,6 @@
 """`kperfdiff bench`, `runs`, `show` as a user runs them."""
 import json
+import os
 import subprocess
 
 import pytest
@@ -94,3 +95,21 @@ def test_build_cache_is_keyed_by_source():
     a = build.build_family("syscall")
     b = build.build_family("syscall")
     assert a == b and a.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="creating swap needs root")
+def test_allow_swap_setup_runs_pageout_and_removes_the_swap(home):
+    from kperfdiff.bench.swap import active_swap
+    before = active_swap()
+    p = run_cli("bench", "--only", "pageout.anon", "--allow-swap-setup", "--format", "json", *TINY)
+    r = json.loads(p.stdout)["results"][0]
+    if before:
+        assert r["status"] == "ok"
+    else:
+        assert r["status"] == "ok", r["reason"]
+        assert r["summary"]["median"] > 0
+        assert r["monitors"].get("vmstat.pswpout", 0) > 0   # pages really went to swap
+    assert active_swap() == before                           # and the temporary swap is gone
+    without = json.loads(run_cli("bench", "--only", "pageout.anon", "--format", "json", *TINY).stdout)["results"][0]
+    if not before:
+        assert without["status"] == "skipped" and "--allow-swap-setup" in without["reason"]

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from kperfdiff.bench import build, worker
+from conftest import session_members
 
 TINY = ["--intervals", "3", "--warmup", "1", "--min-batch-ns", "1000000"]
 
@@ -28,23 +29,6 @@ def binaries() -> dict[str, Path]:
 def run(binary: Path, bench: str, *args: str, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([str(binary), bench, *args], capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL, **kw)
-
-
-def session_members(sid: int) -> list[int]:
-    """Live (non-zombie) processes of session sid."""
-    pids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{d}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        # fields[0] is the state, fields[3] the session id
-        if int(fields[3]) == sid and fields[0] != "Z":
-            pids.append(int(d))
-    return pids
 
 
 def wait_session_empty(sid: int, seconds: float = 5.0) -> list[int]:

@@ -17,6 +17,7 @@ import pytest
 
 from kperfdiff.bench import build
 from kperfdiff.bench.swap import active_swap, temporary_swap
+from conftest import session_members
 
 FAMILIES = ["ctx", "mmap", "fault", "gups", "tlb", "pageout"]
 TINY = ["--intervals", "3", "--warmup", "1", "--min-batch-ns", "1000000"]
@@ -64,22 +65,6 @@ def thp_mode() -> str:
     except OSError:
         return "absent"
     return text.split("[", 1)[1].split("]", 1)[0] if "[" in text else "absent"
-
-
-def session_members(sid: int) -> list[int]:
-    """Live (non-zombie) processes of session sid."""
-    pids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{d}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] != "Z" and int(fields[3]) == sid:
-            pids.append(int(d))
-    return pids
 
 
 # ------------------------------------------------------------------ gups

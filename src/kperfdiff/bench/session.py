@@ -45,6 +45,12 @@ class BenchOptions:
     target: str = "local"
     command: str = ""
 
+    def recorded(self) -> dict:
+        """The options a run keeps in the store."""
+        return {"suite": self.suite, "only": self.only, "parallel": self.parallel, "reps": self.reps,
+                "intervals": self.intervals, "params": self.params, "min_batch_ns": self.min_batch_ns,
+                "profile": self.profile, "target": self.target}
+
     @classmethod
     def from_args(cls, args) -> "BenchOptions":
         return cls(suite=args.suite, only=args.only, parallel=args.parallel, reps=args.reps,
@@ -177,9 +183,7 @@ def run_bench(store: Store, opts: BenchOptions) -> Outcome:
     binaries = build.build_all(sorted({b.family for b in benches}))
     mid = store.add_machine(facts)
     run = store.start_run(label=opts.label, variant=opts.variant, machine_id=mid, command=opts.command,
-                          options={"suite": opts.suite, "only": opts.only, "parallel": opts.parallel,
-                                   "reps": opts.reps, "intervals": opts.intervals, "params": opts.params,
-                                   "min_batch_ns": opts.min_batch_ns, "profile": opts.profile})
+                          options=opts.recorded())
     cells = [(b, p) for b in benches for p in opts.parallel]
     progress = Progress(len(cells), enabled=opts.progress)
     failed = False
@@ -264,11 +268,7 @@ def run_bench_on_target(store: Store, opts: BenchOptions, benches: list[Benchmar
     from .. import targets
     target = targets.open_target(opts.target)
     run = store.start_run(label=opts.label, variant=opts.variant, target=opts.target, machine_id=None,
-                          command=opts.command,
-                          options={"suite": opts.suite, "only": opts.only, "parallel": opts.parallel,
-                                   "reps": opts.reps, "intervals": opts.intervals, "params": opts.params,
-                                   "min_batch_ns": opts.min_batch_ns, "profile": opts.profile,
-                                   "target": opts.target})
+                          command=opts.command, options=opts.recorded())
     cells = [targets.Cell(b, p, overrides.get(b.name)) for b in benches for p in opts.parallel]
     progress = Progress(1, enabled=opts.progress)
     state = "failed"

@@ -39,50 +39,6 @@
 
 /* ---------------------------------------------------------------- helpers */
 
-static int thp_available(char *why, size_t n)
-{
-	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
-	char buf[128] = "";
-	if (!f) {
-		snprintf(why, n, "transparent huge pages are not available "
-			 "(/sys/kernel/mm/transparent_hugepage/enabled is absent)");
-		return 0;
-	}
-	if (!fgets(buf, sizeof buf, f))
-		buf[0] = 0;
-	fclose(f);
-	if (strstr(buf, "[never]")) {
-		snprintf(why, n, "transparent huge pages are disabled "
-			 "(/sys/kernel/mm/transparent_hugepage/enabled is [never])");
-		return 0;
-	}
-	return 1;
-}
-
-/* AnonHugePages (kB) of the mapping containing addr, from /proc/self/smaps. */
-static long anon_huge_kb(const void *addr)
-{
-	FILE *f = fopen("/proc/self/smaps", "r");
-	char line[512];
-	int in = 0;
-	long kb = -1;
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof line, f)) {
-		unsigned long lo, hi;
-		long v;
-		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {
-			in = (uintptr_t)addr >= lo && (uintptr_t)addr < hi;
-			continue;
-		}
-		if (in && sscanf(line, "AnonHugePages: %ld kB", &v) == 1) {
-			kb = v;
-			break;
-		}
-	}
-	fclose(f);
-	return kb;
-}
 
 static long long minflt(void)
 {
@@ -300,7 +256,7 @@ static long long round_anon(void *c, long long *ops)
 		*(volatile char *)(p + off) = 1;
 	t = kpd_now_ns() - t0;
 	if (a->check)
-		a->huge_kb = anon_huge_kb(p);
+		a->huge_kb = kpd_anon_huge_kb(p);
 	munmap(p, a->size);
 	*ops = (long long)(a->size / PAGE);
 	return t;
@@ -315,7 +271,7 @@ static void run_anon(int huge)
 	a.huge = huge;
 	a.size = param_size("size", 16L << 20, 2L << 20);
 	a.size = (a.size + HUGE_SZ - 1) & ~(HUGE_SZ - 1);
-	if (huge && !thp_available(why, sizeof why))
+	if (huge && !kpd_thp_available(why, sizeof why))
 		kpd_skip("%s", why);
 	kpd_info("bytes_per_round", "%zu", a.size);
 	kpd_info("op", "4KB");

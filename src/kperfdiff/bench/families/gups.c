@@ -105,50 +105,6 @@ static void gups_serial(struct gups *g)
 	}
 }
 
-static int thp_available(char *why, size_t n)
-{
-	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
-	char buf[128] = "";
-	if (!f) {
-		snprintf(why, n, "transparent huge pages are not available "
-			 "(/sys/kernel/mm/transparent_hugepage/enabled is absent)");
-		return 0;
-	}
-	if (!fgets(buf, sizeof buf, f))
-		buf[0] = 0;
-	fclose(f);
-	if (strstr(buf, "[never]")) {
-		snprintf(why, n, "transparent huge pages are disabled "
-			 "(/sys/kernel/mm/transparent_hugepage/enabled is [never])");
-		return 0;
-	}
-	return 1;
-}
-
-/* AnonHugePages (kB) of the mapping containing addr, from /proc/self/smaps. */
-static long anon_huge_kb(const void *addr)
-{
-	FILE *f = fopen("/proc/self/smaps", "r");
-	char line[512];
-	int in = 0;
-	long kb = -1;
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof line, f)) {
-		unsigned long lo, hi;
-		long v;
-		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {
-			in = (uintptr_t)addr >= lo && (uintptr_t)addr < hi;
-			continue;
-		}
-		if (in && sscanf(line, "AnonHugePages: %ld kB", &v) == 1) {
-			kb = v;
-			break;
-		}
-	}
-	fclose(f);
-	return kb;
-}
 
 int main(int argc, char **argv)
 {
@@ -173,7 +129,7 @@ int main(int argc, char **argv)
 	log2w = kpd_param_long("log2_words", 23);
 	if (log2w < 10 || log2w > 40)
 		kpd_fail("parameter log2_words=%ld must be between 10 and 40", log2w);
-	if (huge && !thp_available(why, sizeof why))
+	if (huge && !kpd_thp_available(why, sizeof why))
 		kpd_skip("%s", why);
 
 	g.size = 1ULL << log2w;
@@ -214,7 +170,7 @@ int main(int argc, char **argv)
 		kpd_info("thp_fault_alloc", "%lld", kpd_vmstat("thp_fault_alloc") - thp0);
 	if (fb0 >= 0)
 		kpd_info("thp_fault_fallback", "%lld", kpd_vmstat("thp_fault_fallback") - fb0);
-	kpd_info("anon_huge_kb", "%ld", anon_huge_kb(g.table));
+	kpd_info("anon_huge_kb", "%ld", kpd_anon_huge_kb(g.table));
 
 	kpd_ready();
 	/* At most one warm-up pass: the first touch has already faulted the

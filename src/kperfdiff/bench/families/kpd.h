@@ -294,10 +294,14 @@ static KPD_UNUSED void kpd_overhead(double ns)
  * The standard latency measurement: declare ns/op (lower is better),
  * calibrate, warm up, then report --intervals timed batches as ns/op
  * minus overhead_ns. Waits for the start signal first when --sync.
+ * Returns the median of the reported values.
  */
-static KPD_UNUSED void kpd_latency(kpd_body fn, void *ctx, double overhead_ns)
+static KPD_UNUSED double kpd_latency(kpd_body fn, void *ctx, double overhead_ns)
 {
 	long n;
+	double *v = calloc((size_t)kpd.intervals, sizeof *v), med;
+	if (!v)
+		kpd_die("calloc");
 	if (!kpd.begun)
 		kpd_begin("ns/op", "lower");
 	if (overhead_ns > 0)
@@ -308,8 +312,13 @@ static KPD_UNUSED void kpd_latency(kpd_body fn, void *ctx, double overhead_ns)
 		kpd_time_batch(fn, ctx, n);
 	for (int i = 0; i < kpd.intervals; i++) {
 		long long t = kpd_time_batch(fn, ctx, n);
-		kpd_interval((double)t / (double)n - overhead_ns, n, t);
+		v[i] = (double)t / (double)n - overhead_ns;
+		kpd_interval(v[i], n, t);
 	}
+	qsort(v, (size_t)kpd.intervals, sizeof *v, kpd_cmp_double);
+	med = kpd.intervals % 2 ? v[kpd.intervals / 2] : (v[kpd.intervals / 2 - 1] + v[kpd.intervals / 2]) / 2;
+	free(v);
+	return med;
 }
 
 /* Close the record: total operations and this process's CPU time
@@ -353,6 +362,52 @@ static KPD_UNUSED long long kpd_vmstat(const char *name)
 		}
 	fclose(f);
 	return -1;
+}
+
+/* Whether transparent huge pages can be had here; if not, why (into why). */
+static KPD_UNUSED int kpd_thp_available(char *why, size_t n)
+{
+	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+	char buf[128] = "";
+	if (!f) {
+		snprintf(why, n, "transparent huge pages are not available "
+			 "(/sys/kernel/mm/transparent_hugepage/enabled is absent)");
+		return 0;
+	}
+	if (!fgets(buf, sizeof buf, f))
+		buf[0] = 0;
+	fclose(f);
+	if (strstr(buf, "[never]")) {
+		snprintf(why, n, "transparent huge pages are disabled "
+			 "(/sys/kernel/mm/transparent_hugepage/enabled is [never])");
+		return 0;
+	}
+	return 1;
+}
+
+/* AnonHugePages (kB) of the mapping containing addr, from /proc/self/smaps. */
+static KPD_UNUSED long kpd_anon_huge_kb(const void *addr)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	char line[512];
+	int in = 0;
+	long kb = -1;
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof line, f)) {
+		unsigned long lo, hi;
+		long v;
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {
+			in = (uintptr_t)addr >= lo && (uintptr_t)addr < hi;
+			continue;
+		}
+		if (in && sscanf(line, "AnonHugePages: %ld kB", &v) == 1) {
+			kb = v;
+			break;
+		}
+	}
+	fclose(f);
+	return kb;
 }
 
 #endif

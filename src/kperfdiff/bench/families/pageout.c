@@ -65,36 +65,6 @@ static int swap_active(void)
 	return n > 1; /* first line is the header */
 }
 
-static int cmp_dbl(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-/* kpd_latency, keeping the intervals so that the median can be restated
- * per page. */
-static double latency_median(struct po *x)
-{
-	double *v = calloc((size_t)kpd.intervals, sizeof *v), med;
-	long n;
-	if (!v)
-		kpd_die("calloc");
-	kpd_begin("ns/op", "lower");
-	kpd_ready();
-	n = kpd_calibrate(body, x, kpd.min_batch_ns);
-	for (int i = 0; i < kpd.warmup; i++)
-		kpd_time_batch(body, x, n);
-	for (int i = 0; i < kpd.intervals; i++) {
-		long long t = kpd_time_batch(body, x, n);
-		v[i] = (double)t / (double)n;
-		kpd_interval(v[i], n, t);
-	}
-	qsort(v, (size_t)kpd.intervals, sizeof *v, cmp_dbl);
-	med = v[kpd.intervals / 2];
-	free(v);
-	return med;
-}
-
 static const char *counters[] = { "pswpout", "pswpin", "pgpgout", "pgpgin", "pgmajfault" };
 #define NC (sizeof counters / sizeof counters[0])
 
@@ -171,7 +141,7 @@ int main(int argc, char **argv)
 	for (size_t k = 0; k < NC; k++)
 		c0[k] = kpd_vmstat(counters[k]);
 	loops0 = x.loops;
-	med = latency_median(&x);
+	med = kpd_latency(body, &x, 0);
 	kpd_info("ns_per_page", "%.1f", med / (double)pages);
 	{
 		/* The deltas cover calibration and warm-up too, so the per-loop
