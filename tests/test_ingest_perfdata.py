@@ -215,3 +215,62 @@ def test_profile_load_dispatches_here():
     from kperfdiff.profile import load
     p = load(PLAIN)
     assert p.event == "cpu-clock" and p.samples > 1000
+
+
+# -- aggregates pinned across reader optimisations ----------------------------------------------
+
+# Recorded with the reader as first committed (before the speed work on the native
+# reader); only kernel symbols, which come from the fixtures' own kallsyms and so
+# do not depend on the binaries of the machine running the tests. Per file:
+# samples, total weight, kernel symbols, weight of kernel->kernel edges, and the
+# six kernel symbols with the most children weight as (name, self, children).
+PINNED = {
+    "plain.perf.data": (3652, 913000000.0, 30, 1747000000.0, [
+        ("do_syscall_64", 239000000.0, 662750000.0), ("entry_SYSCALL_64_after_hwframe", 0.0, 662750000.0),
+        ("ksys_read", 13000000.0, 272750000.0), ("vfs_read", 52250000.0, 246000000.0),
+        ("read_zero", 167500000.0, 167750000.0), ("ksys_write", 10500000.0, 136000000.0)]),
+    "truncated.perf.data": (2155, 538750000.0, 29, 1044250000.0, [
+        ("do_syscall_64", 140750000.0, 394250000.0), ("entry_SYSCALL_64_after_hwframe", 0.0, 394250000.0),
+        ("ksys_read", 7750000.0, 159750000.0), ("vfs_read", 30500000.0, 144000000.0),
+        ("read_zero", 98500000.0, 98500000.0), ("ksys_write", 6000000.0, 82250000.0)]),
+    "arm64/fault.anon.4k.perf.data": (1869, 1874623821.0, 185, 10889668713.0, [
+        ("el0t_64_sync", 0.0, 1513540581.0), ("el0t_64_sync_handler", 0.0, 1513540581.0),
+        ("el0_da", 338014033.0, 1427281807.0), ("do_translation_fault", 21063189.0, 1086258747.0),
+        ("do_mem_abort", 13039117.0, 1082246711.0), ("do_page_fault", 7021063.0, 1043129360.0)]),
+    "arm64/proc.fork.perf.data": (31, 31093279.0, 41, 145436305.0, [
+        ("el0t_64_sync", 0.0, 16048144.0), ("el0t_64_sync_handler", 0.0, 16048144.0),
+        ("__handle_mm_fault", 1003009.0, 8024072.0), ("el0_da", 1003009.0, 8024072.0),
+        ("do_mem_abort", 0.0, 8024072.0), ("do_page_fault", 0.0, 8024072.0)]),
+    "group.perf.data:cpu-clock": (2439, 609763706.0, 27, 1171046275.0, [
+        ("do_syscall_64", 157099691.0, 442260651.0), ("entry_SYSCALL_64_after_hwframe", 0.0, 442260651.0),
+        ("ksys_read", 6997730.0, 178187065.0), ("vfs_read", 37746987.0, 162189821.0),
+        ("read_zero", 107183242.0, 107183242.0), ("ksys_write", 8484985.0, 99495103.0)]),
+    "group.perf.data:task-clock": (2439, 609764868.0, 27, 1172466875.0, [
+        ("do_syscall_64", 157054481.0, 442593075.0), ("entry_SYSCALL_64_after_hwframe", 0.0, 442593075.0),
+        ("ksys_read", 6997813.0, 178419082.0), ("vfs_read", 37776101.0, 162413067.0),
+        ("read_zero", 107343578.0, 107343578.0), ("ksys_write", 8490627.0, 99624470.0)]),
+}
+
+
+def _kernel_summary(p):
+    k = [i for i, s in enumerate(p.symbols) if s.kernel]
+    rows = sorted(((p.symbols[i].name, float(p.self_weight[i]), float(p.children_weight[i])) for i in k),
+                  key=lambda r: (-r[2], -r[1], r[0]))
+    kset = set(k)
+    kk = sum(w for (a, b), w in p.edges.items() if a in kset and b in kset)
+    return p.samples, float(p.total_weight), len(k), float(kk), rows[:6]
+
+
+@pytest.mark.parametrize("key", sorted(PINNED))
+def test_aggregates_unchanged(key):
+    name, _, event = key.partition(":")
+    p = perfdata.load(DATA / name, event=event) if event else perfdata.load(DATA / name)
+    samples, total, nkernel, kk, top = _kernel_summary(p)
+    want = PINNED[key]
+    assert (samples, nkernel) == (want[0], want[2])
+    assert total == pytest.approx(want[1], rel=1e-12)
+    assert float(np.sum(p.self_weight)) == pytest.approx(want[1], rel=1e-12)
+    assert kk == pytest.approx(want[3], rel=1e-12)
+    assert [r[0] for r in top] == [r[0] for r in want[4]]
+    for got, exp in zip(top, want[4]):
+        assert got[1:] == pytest.approx(exp[1:], rel=1e-12), got[0]

@@ -8,7 +8,10 @@ pub struct ElfSyms {
     /// Sorted function symbols: start address, end address, name.
     starts: Vec<u64>,
     ends: Vec<u64>,
-    pub names: Vec<String>,
+    /// Names of the symbols, one after another (no allocation per symbol);
+    /// symbol i is `names_buf[name_ends[i - 1]..name_ends[i]]`.
+    names_buf: String,
+    name_ends: Vec<u32>,
 }
 
 impl ElfSyms {
@@ -41,30 +44,34 @@ impl ElfSyms {
             })
             .collect();
         segments.sort_unstable();
-        fn collect<'d: 'f, 'f>(syms: &mut Vec<(u64, u64, String)>, it: impl Iterator<Item = object::Symbol<'d, 'f>>) {
+        fn collect<'d: 'f, 'f>(syms: &mut Vec<(u64, u64, &'d str)>, it: impl Iterator<Item = object::Symbol<'d, 'f>>) {
             for s in it {
                 if s.kind() != SymbolKind::Text || !s.is_definition() || s.address() == 0 {
                     continue;
                 }
                 if let Ok(name) = s.name() {
                     if !name.is_empty() {
-                        syms.push((s.address(), s.size(), name.to_string()));
+                        syms.push((s.address(), s.size(), name));
                     }
                 }
             }
         }
-        let mut syms: Vec<(u64, u64, String)> = Vec::new();
+        let mut syms: Vec<(u64, u64, &str)> = Vec::new();
         collect(&mut syms, file.symbols());
         if syms.is_empty() {
             collect(&mut syms, file.dynamic_symbols());
         }
         // Prefer sized, global-looking names at one address: sort by address, then longest size.
+        // Aliases with the same address, size and name length are left to the
+        // (unstable) sort, as before: breaking the tie by name would rename a
+        // few symbols of existing profiles.
         syms.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(a.2.len().cmp(&b.2.len())));
         syms.dedup_by(|later, first| later.0 == first.0);
         let n = syms.len();
         let mut starts = Vec::with_capacity(n);
         let mut ends = Vec::with_capacity(n);
-        let mut names = Vec::with_capacity(n);
+        let mut names_buf = String::with_capacity(syms.iter().map(|s| s.2.len()).sum());
+        let mut name_ends = Vec::with_capacity(n);
         for i in 0..n {
             let (a, size, _) = &syms[i];
             let next = if i + 1 < n { syms[i + 1].0 } else { u64::MAX };
@@ -74,9 +81,25 @@ impl ElfSyms {
             ends.push(end);
         }
         for (_, _, name) in syms {
-            names.push(name);
+            names_buf.push_str(name);
+            name_ends.push(u32::try_from(names_buf.len()).map_err(|_| "symbol names exceed 4 GiB".to_string())?);
         }
-        Ok(ElfSyms { segments, starts, ends, names })
+        Ok(ElfSyms { segments, starts, ends, names_buf, name_ends })
+    }
+
+    /// Number of symbols.
+    pub fn len(&self) -> usize {
+        self.name_ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.name_ends.is_empty()
+    }
+
+    /// Name of symbol `i` (an index from `lookup`).
+    pub fn name(&self, i: usize) -> &str {
+        let start = if i == 0 { 0 } else { self.name_ends[i - 1] as usize };
+        &self.names_buf[start..self.name_ends[i] as usize]
     }
 
     /// The virtual address of a file offset (the loadable segment that holds it).

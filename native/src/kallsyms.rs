@@ -8,7 +8,10 @@ use std::path::Path;
 pub struct Kallsyms {
     /// Sorted by address; one entry per address (the best name of that address).
     pub addrs: Vec<u64>,
-    pub names: Vec<String>,
+    /// Names, one after another: symbol i is `names_buf[name_ends[i - 1]..name_ends[i]]`
+    /// (one allocation for the whole table instead of one per symbol).
+    names_buf: String,
+    name_ends: Vec<u32>,
     /// Index into `modules`, 0 = the kernel image itself.
     pub module: Vec<u32>,
     /// Module names as perf shows them: `[kernel.kallsyms]`, `[ext4]`...
@@ -29,67 +32,159 @@ fn read_maybe_gz(path: &Path) -> std::io::Result<Vec<u8>> {
     }
 }
 
-/// Rank of a symbol among several at one address: higher wins (perf prefers
-/// global over weak over local, then fewer leading underscores, then the one listed last, which is what
-/// perf report shows for kallsyms aliases).
-fn rank(ty: u8, name: &str, line: usize) -> (u8, i32, usize) {
-    let binding = match ty {
+/// Rank of a symbol among several at one address, packed in a u64: higher
+/// wins (perf prefers global over weak over local, then fewer leading
+/// underscores, then the one listed last, which is what perf report shows for
+/// kallsyms aliases). The line number makes it unique.
+fn rank(ty: u8, name: &[u8], line: usize) -> u64 {
+    let binding: u64 = match ty {
         b'T' | b'D' | b'B' => 2,
         b'W' | b'w' | b'V' | b'v' => 1,
         _ => 0,
     };
     // `__pi_` names are position-independent aliases of the real function.
-    let alias = name.starts_with("__pi_") as u8;
-    let underscores = name.bytes().take_while(|&c| c == b'_').count() as i32;
-    (binding * 2 + 1 - alias, -underscores, line)
+    let alias = name.starts_with(b"__pi_") as u64;
+    let underscores = name.iter().take_while(|&&c| c == b'_').count().min(0xffff) as u64;
+    ((binding * 2 + 1 - alias) << 56) | ((0xffff - underscores) << 40) | (line as u64 & ((1 << 40) - 1))
+}
+
+fn is_space(c: u8) -> bool {
+    c.is_ascii_whitespace()
+}
+
+/// The next whitespace-separated field of `line` from `*at`.
+fn field<'a>(line: &'a [u8], at: &mut usize) -> Option<&'a [u8]> {
+    let mut i = *at;
+    while i < line.len() && is_space(line[i]) {
+        i += 1;
+    }
+    if i == line.len() {
+        *at = i;
+        return None;
+    }
+    let s = i;
+    while i < line.len() && !is_space(line[i]) {
+        i += 1;
+    }
+    *at = i;
+    Some(&line[s..i])
+}
+
+fn parse_hex(s: &[u8]) -> Option<u64> {
+    // As u64::from_str_radix(_, 16): an optional '+', then 1..=16 significant digits.
+    let s = s.strip_prefix(b"+").unwrap_or(s);
+    if s.is_empty() {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &c in s {
+        let d = match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            b'A'..=b'F' => c - b'A' + 10,
+            _ => return None,
+        };
+        v = v.checked_mul(16)?.checked_add(d as u64)?;
+    }
+    Some(v)
+}
+
+/// A line in the exact layout the kernel prints: 16 hex digits, a space, the
+/// type letter, a space, a non-empty name ending at whitespace. Returns the
+/// address, type and the end of the name; None sends the line to the general
+/// parser (which gives the same answer for these lines, only slower).
+#[inline]
+fn fast_line(line: &[u8]) -> Option<(u64, u8, usize)> {
+    if line.len() < 20 || line[16] != b' ' || line[18] != b' ' || is_space(line[17]) || is_space(line[19]) {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &c in &line[..16] {
+        let d = match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            b'A'..=b'F' => c - b'A' + 10,
+            _ => return None,
+        };
+        v = v << 4 | d as u64;
+    }
+    let mut e = 20;
+    while e < line.len() && !is_space(line[e]) {
+        e += 1;
+    }
+    Some((v, line[17], e))
 }
 
 impl Kallsyms {
     pub fn load(path: &Path) -> Result<Self, String> {
         let bytes = read_maybe_gz(path).map_err(|e| format!("cannot read kallsyms file {}: {}", path.display(), e))?;
-        let text = String::from_utf8_lossy(&bytes);
-        Self::parse(&text).map_err(|e| format!("{} is not a kallsyms file: {}", path.display(), e))
+        // Validating is much cheaper than from_utf8_lossy's scan; the lossy copy only for odd files.
+        let parsed = match std::str::from_utf8(&bytes) {
+            Ok(text) => Self::parse(text),
+            Err(_) => Self::parse(&String::from_utf8_lossy(&bytes)),
+        };
+        parsed.map_err(|e| format!("{} is not a kallsyms file: {}", path.display(), e))
     }
 
     pub fn parse(text: &str) -> Result<Self, String> {
         let mut modules: Vec<String> = vec!["[kernel.kallsyms]".to_string()];
-        let mut module_index: rustc_hash::FxHashMap<&str, u32> = Default::default();
+        let mut module_index: rustc_hash::FxHashMap<&[u8], u32> = Default::default();
         // (addr, rank, name start, name len, module): no allocation per line.
-        let mut entries: Vec<(u64, (u8, i32, usize), u32, u32, u32)> = Vec::new();
+        let mut entries: Vec<(u64, u64, u32, u32, u32)> = Vec::with_capacity(text.len() / 40);
         let mut text_addr = None;
         let mut stext_addr = None;
         let mut nonzero = false;
         let mut bad_lines = 0usize;
-        let base = text.as_ptr() as usize;
+        let all = text.as_bytes();
+        let base = all.as_ptr() as usize;
         for (lineno, line) in text.lines().enumerate() {
-            let mut it = line.split_ascii_whitespace();
-            let (Some(a), Some(t), Some(name)) = (it.next(), it.next(), it.next()) else {
-                if !line.trim().is_empty() {
-                    bad_lines += 1;
+            let line_str = line;
+            let line = line.as_bytes();
+            let mut at = 0;
+            let (addr, ty, name) = match fast_line(line) {
+                // The usual `%016x %c name[\t[module]]` layout of /proc/kallsyms.
+                Some((addr, ty, name_end)) => {
+                    at = name_end;
+                    (addr, ty, &line[19..name_end])
                 }
-                continue;
+                None => {
+                    let (Some(a), Some(t), Some(name)) = (field(line, &mut at), field(line, &mut at), field(line, &mut at))
+                    else {
+                        if !line_str.trim().is_empty() {
+                            bad_lines += 1;
+                        }
+                        continue;
+                    };
+                    let Some(addr) = parse_hex(a) else {
+                        bad_lines += 1;
+                        continue;
+                    };
+                    (addr, t[0], name)
+                }
             };
-            let Ok(addr) = u64::from_str_radix(a, 16) else {
-                bad_lines += 1;
-                continue;
-            };
-            let ty = t.as_bytes()[0];
-            if name == "_text" {
+            if name == b"_text" {
                 text_addr = Some(addr);
-            } else if name == "_stext" {
+            } else if name == b"_stext" {
                 stext_addr = Some(addr);
             }
-            if !matches!(ty.to_ascii_uppercase(), b'T' | b'W' | b'D' | b'B') || name.starts_with('$') {
+            if !matches!(ty.to_ascii_uppercase(), b'T' | b'W' | b'D' | b'B') || name[0] == b'$' {
                 continue;
             }
             if addr != 0 {
                 nonzero = true;
             }
-            let module = match it.next() {
-                Some(m) if m.starts_with('[') => {
-                    let m = m.trim_start_matches('[').trim_end_matches(']');
+            let module = match field(line, &mut at) {
+                Some(m) if m[0] == b'[' => {
+                    let mut m = m;
+                    while let [b'[', rest @ ..] = m {
+                        m = rest;
+                    }
+                    while let [rest @ .., b']'] = m {
+                        m = rest;
+                    }
                     *module_index.entry(m).or_insert_with(|| {
-                        modules.push(format!("[{m}]"));
+                        // `m` is a sub-slice of a &str cut at ASCII brackets: valid UTF-8.
+                        modules.push(format!("[{}]", std::str::from_utf8(m).unwrap_or("?")));
                         (modules.len() - 1) as u32
                     })
                 }
@@ -104,18 +199,28 @@ impl Kallsyms {
         if !nonzero {
             return Err("every address is zero (copied without root or with kptr_restrict set); copy it as root".into());
         }
-        // Sort by address, best-ranked first within an address, keep the first.
-        entries.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        // Sort by address, best-ranked first within an address, keep the first
+        // (ranks are unique, so the order does not depend on the sort algorithm;
+        // the stable sort finds the long sorted runs of a kallsyms file).
+        entries.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
         entries.dedup_by(|later, first| later.0 == first.0);
         let mut addrs = Vec::with_capacity(entries.len());
-        let mut names = Vec::with_capacity(entries.len());
+        let mut names_buf = String::with_capacity(entries.iter().map(|e| e.3 as usize).sum());
+        let mut name_ends = Vec::with_capacity(entries.len());
         let mut module = Vec::with_capacity(entries.len());
         for (a, _, start, len, m) in entries {
             addrs.push(a);
-            names.push(text[start as usize..(start + len) as usize].to_string());
+            names_buf.push_str(&text[start as usize..(start + len) as usize]);
+            name_ends.push(names_buf.len() as u32);
             module.push(m);
         }
-        Ok(Kallsyms { addrs, names, module, modules, text: text_addr, stext: stext_addr })
+        Ok(Kallsyms { addrs, names_buf, name_ends, module, modules, text: text_addr, stext: stext_addr })
+    }
+
+    /// Name of symbol `i` (an index from `lookup`).
+    pub fn name(&self, i: usize) -> &str {
+        let start = if i == 0 { 0 } else { self.name_ends[i - 1] as usize };
+        &self.names_buf[start..self.name_ends[i] as usize]
     }
 
     /// Address of a reference symbol (`_text`, `_stext`) named by perf's kernel mmap.
@@ -123,7 +228,7 @@ impl Kallsyms {
         match name {
             "_text" => self.text.or(self.stext),
             "_stext" => self.stext.or(self.text),
-            _ => self.names.iter().position(|n| n == name).map(|i| self.addrs[i]),
+            _ => (0..self.addrs.len()).find(|&i| self.name(i) == name).map(|i| self.addrs[i]),
         }
     }
 
@@ -155,9 +260,9 @@ mod tests {
         let k = Kallsyms::parse(text).unwrap();
         assert_eq!(k.text, Some(0xffffffff81000000));
         let i = k.lookup(0xffffffff81000150).unwrap();
-        assert_eq!(k.names[i], "global_fn");
+        assert_eq!(k.name(i), "global_fn");
         let i = k.lookup(0xffffffff81000250).unwrap();
-        assert_eq!(k.names[i], "global_fn"); // absolute symbols are not kept
+        assert_eq!(k.name(i), "global_fn"); // absolute symbols are not kept
         let i = k.lookup(0xffffffffc0000010).unwrap();
         assert_eq!(k.modules[k.module[i] as usize], "[ext4]");
         assert!(k.lookup(0x1000).is_none());

@@ -8,6 +8,7 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 use std::path::PathBuf;
 
 mod elfsyms;
+mod intern;
 mod kallsyms;
 pub mod reader;
 

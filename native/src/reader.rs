@@ -14,6 +14,7 @@
 //! Records are visited in perf's order (sorted by time within the
 //! FINISHED_ROUND windows) straight from a memory map, without copying.
 use crate::elfsyms::{self, ElfSyms};
+use crate::intern::{self, ChainMap, SliceSet};
 use crate::kallsyms::Kallsyms;
 use byteorder::{BigEndian, ByteOrder, LittleEndian};
 use linux_perf_data::{Endianness, PerfFileReader, PerfFileRecord};
@@ -219,6 +220,8 @@ struct State<'o> {
     opts: &'o Options,
     attrs: Vec<Attr>,
     id_to_attr: FxHashMap<u64, usize>,
+    /// The same, as a list, when there are few ids (a scan beats hashing).
+    id_list: Vec<(u64, usize)>,
     all_identifier: bool,
     // symbols
     sym_names: Vec<String>,
@@ -240,12 +243,17 @@ struct State<'o> {
     // processes
     procs: FxHashMap<i32, Proc>,
     next_gen: u64,
+    /// (pid, maps generation, next_gen when cached), by pid % 16: valid while
+    /// no process changed (every change takes a new generation).
+    gen_cache: [(i32, u64, u64); 16],
     // stacks
     raw_key: Vec<u64>,
-    raw_map: FxHashMap<Box<[u64]>, u32>,
+    /// Raw call chains (with mode, ip and, for user stacks, pid + maps
+    /// generation) -> symbolic stack id.
+    raw_chains: ChainMap,
     frames: Vec<u32>,
-    stack_map: FxHashMap<Box<[u32]>, u32>,
-    stacks: Vec<Box<[u32]>>,
+    /// Symbolic stacks (root first), ids in order of first appearance.
+    stacks: SliceSet<u32>,
     // accumulation
     acc: Vec<Acc>,
     read_storage: FxHashMap<u64, u64>,
@@ -329,7 +337,7 @@ impl<'o> State<'o> {
                 Some(i) => {
                     if self.kallsyms_sym[i] == NONE {
                         let dso = self.kallsyms_dso[ks.module[i] as usize];
-                        let name = ks.names[i].clone();
+                        let name = ks.name(i).to_string();
                         let id = self.intern_sym(dso, &name);
                         self.kallsyms_sym[i] = id;
                     }
@@ -364,21 +372,23 @@ impl<'o> State<'o> {
             // SAFETY: read-only map of a regular file, parsed right away.
             unsafe { memmap2::Mmap::map(&f) }.ok()
         };
-        let mut image: Option<memmap2::Mmap> = None;
+        // The first image that parses (and matches the build id); its symbols
+        // are kept for when no separate debug file has any.
+        let mut image: Option<(memmap2::Mmap, ElfSyms)> = None;
         for c in &images {
             if let Some(m) = open(c) {
-                if ElfSyms::parse(&m, None, bid.as_deref()).is_ok() {
-                    image = Some(m);
+                if let Ok(s) = ElfSyms::parse(&m, None, bid.as_deref()) {
+                    image = Some((m, s));
                     break;
                 }
             }
         }
         let mut state = SymState::Missing;
-        if let Some(img) = &image {
+        if let Some((img, img_syms)) = image {
             for c in &dbgs {
                 if let Some(m) = open(c) {
-                    if let Ok(s) = ElfSyms::parse(&m, Some(img), bid.as_deref()) {
-                        if !s.names.is_empty() {
+                    if let Ok(s) = ElfSyms::parse(&m, Some(&img), bid.as_deref()) {
+                        if !s.is_empty() {
                             state = SymState::Loaded(s);
                             break;
                         }
@@ -386,14 +396,12 @@ impl<'o> State<'o> {
                 }
             }
             if matches!(state, SymState::Missing) {
-                if let Ok(s) = ElfSyms::parse(img, None, bid.as_deref()) {
-                    state = SymState::Loaded(s);
-                }
+                state = SymState::Loaded(img_syms);
             }
         }
         let dso = &mut self.dsos[d as usize];
         if let SymState::Loaded(s) = &state {
-            dso.sym_ids = vec![NONE; s.names.len()];
+            dso.sym_ids = vec![NONE; s.len()];
         }
         dso.syms = state;
     }
@@ -422,7 +430,7 @@ impl<'o> State<'o> {
                     have
                 } else {
                     let name = match &self.dsos[m.dso as usize].syms {
-                        SymState::Loaded(s) => s.names[i].clone(),
+                        SymState::Loaded(s) => s.name(i).to_string(),
                         _ => unreachable!(),
                     };
                     let id = self.intern_sym(m.dso, &name);
@@ -676,7 +684,7 @@ impl<'o> State<'o> {
                 };
                 let value = T::read_u64(&body[v_at..v_at + 8]);
                 let id = T::read_u64(&body[id_at..id_at + 8]);
-                let Some(&ev) = self.id_to_attr.get(&id) else {
+                let Some(ev) = self.event_of_id(id) else {
                     self.unknown_ids += 1;
                     continue;
                 };
@@ -727,12 +735,20 @@ impl<'o> State<'o> {
         // Kernel-only stacks are shared by every process; user ones depend on
         // the process's mappings at that time (pid + generation).
         key[0] = if user {
-            let gen = self.procs.get(&pid).map(|p| p.gen).unwrap_or(0);
+            let slot = &self.gen_cache[pid as usize & 15];
+            let gen = if slot.0 == pid && slot.2 == self.next_gen {
+                slot.1
+            } else {
+                let gen = self.procs.get(&pid).map(|p| p.gen).unwrap_or(0);
+                self.gen_cache[pid as usize & 15] = (pid, gen, self.next_gen);
+                gen
+            };
             ((pid as u32 as u64) << 40) ^ gen ^ (1 << 63)
         } else {
             0
         };
-        if let Some(&id) = self.raw_map.get(&key[..]) {
+        let h = intern::hash(&key);
+        if let Some(id) = self.raw_chains.get(&key, h) {
             self.raw_key = key;
             return id;
         }
@@ -765,17 +781,10 @@ impl<'o> State<'o> {
             }
         }
         frames.reverse();
-        let id = match self.stack_map.get(&frames[..]) {
-            Some(&id) => id,
-            None => {
-                let id = self.stacks.len() as u32;
-                let b: Box<[u32]> = frames.clone().into_boxed_slice();
-                self.stacks.push(b.clone());
-                self.stack_map.insert(b, id);
-                id
-            }
-        };
-        self.raw_map.insert(key.clone().into_boxed_slice(), id);
+        let id = self.stacks.intern(&frames);
+        if let Err(e) = self.raw_chains.insert_new(&key, h, id) {
+            panic!("{e}");
+        }
         self.frames = frames;
         self.raw_key = key;
         id
@@ -817,7 +826,7 @@ impl<'o> State<'o> {
                 if c == 0 {
                     continue;
                 }
-                let st = &self.stacks[s];
+                let st = self.stacks.get(s as u32);
                 out.stack_ids.push(s as u32);
                 out.stack_weight.push(w as f64);
                 out.stack_count.push(c);
@@ -851,12 +860,8 @@ impl<'o> State<'o> {
             }
             events.push(out);
         }
-        let mut stack_frames = Vec::new();
-        let mut stack_offsets = vec![0u64];
-        for s in &self.stacks {
-            stack_frames.extend_from_slice(s);
-            stack_offsets.push(stack_frames.len() as u64);
-        }
+        let stacks = std::mem::replace(&mut self.stacks, SliceSet::new());
+        let (stack_frames, stack_offsets) = (stacks.data, stacks.offsets);
         let mut stats = Vec::new();
         for (t, &c) in self.rec_counts.iter().enumerate() {
             if c > 0 {
@@ -931,14 +936,30 @@ pub fn read(path: &Path, opts: &Options) -> Result<Output, String> {
         return Err(format!("{name} is not a perf.data file (too short)"));
     }
     match &data[..8] {
-        b"PERFILE2" => read_impl::<LittleEndian>(&name, data, opts, Endianness::LittleEndian),
-        b"2ELIFREP" => read_impl::<BigEndian>(&name, data, opts, Endianness::BigEndian),
+        b"PERFILE2" => read_impl::<LittleEndian>(&name, data, Some(&map), opts, Endianness::LittleEndian),
+        b"2ELIFREP" => read_impl::<BigEndian>(&name, data, Some(&map), opts, Endianness::BigEndian),
         b"PERFFILE" => Err(format!("{name} is a perf.data in the old version-1 format, which is not supported")),
         _ => Err(format!("{name} is not a perf.data file (it does not start with the PERFILE2 magic)")),
     }
 }
 
-fn read_impl<T: ByteOrder>(name: &str, data: &[u8], opts: &Options, endian: Endianness) -> Result<Output, String> {
+/// Records are read through a window of the map: the pages ahead are mapped
+/// in one call per chunk (fewer page faults) and the pages behind, once no
+/// pending record needs them, are released, so the file does not all count
+/// in the process's resident memory at the end.
+const WINDOW_CHUNK: usize = 8 << 20;
+
+/// Offsets in the pending list share a u64 with the event index.
+const PENDING_OFF_BITS: u32 = 40;
+const PENDING_OFF_MASK: u64 = (1 << PENDING_OFF_BITS) - 1;
+
+fn read_impl<T: ByteOrder>(
+    name: &str,
+    data: &[u8],
+    map: Option<&memmap2::Mmap>,
+    opts: &Options,
+    endian: Endianness,
+) -> Result<Output, String> {
     if data.len() < 104 {
         return Err(format!("{name} is cut short inside the perf.data header ({} bytes)", data.len()));
     }
@@ -1101,6 +1122,7 @@ fn read_impl<T: ByteOrder>(name: &str, data: &[u8], opts: &Options, endian: Endi
     let mut st = State {
         opts,
         attrs,
+        id_list: id_to_attr.iter().map(|(&k, &v)| (k, v)).collect(),
         id_to_attr,
         all_identifier,
         sym_names: Vec::new(),
@@ -1121,11 +1143,11 @@ fn read_impl<T: ByteOrder>(name: &str, data: &[u8], opts: &Options, endian: Endi
         dso_kernel: 0,
         procs: FxHashMap::default(),
         next_gen: 0,
+        gen_cache: [(0, 0, u64::MAX); 16],
         raw_key: Vec::new(),
-        raw_map: FxHashMap::default(),
+        raw_chains: ChainMap::new(),
         frames: Vec::new(),
-        stack_map: FxHashMap::default(),
-        stacks: Vec::new(),
+        stacks: SliceSet::new(),
         acc: Vec::new(),
         read_storage: FxHashMap::default(),
         rec_counts: [0; 128],
@@ -1172,11 +1194,27 @@ fn read_impl<T: ByteOrder>(name: &str, data: &[u8], opts: &Options, endian: Endi
         }
     } else {
         let region = &data[data_off as usize..data_end];
+        if region.len() as u64 > PENDING_OFF_MASK || st.attrs.len() as u64 >= 1 << (64 - PENDING_OFF_BITS) {
+            return Err(format!("{name} has more than 1 TiB of records or 16M events, which is not supported"));
+        }
         let mut pos = 0usize;
-        let mut pending: Vec<(u64, u64)> = Vec::new(); // (time, offset)
+        // (time, offset | event index << 40) of the records of the rounds not yet flushed.
+        let mut pending: Vec<(u64, u64)> = Vec::new();
         let mut prev_max = 0u64;
         let mut cur_max = 0u64;
+        // Window over the map, in file offsets: populated up to `ahead`, released up to `behind`.
+        let base = data_off as usize;
+        let mut ahead = base;
+        let mut behind = base;
         while pos < region.len() {
+            if let Some(m) = map {
+                if base + pos + WINDOW_CHUNK / 2 > ahead && ahead < data_end {
+                    let len = WINDOW_CHUNK.min(data_end - ahead);
+                    // Only a hint: on kernels without MADV_POPULATE_READ the pages fault in as usual.
+                    let _ = m.advise_range(memmap2::Advice::PopulateRead, ahead, len);
+                    ahead += len;
+                }
+            }
             if pos + 8 > region.len() {
                 cut_reason = Some(format!("a record header is cut at byte {}", data_off as usize + pos));
                 break;
@@ -1196,6 +1234,18 @@ fn read_impl<T: ByteOrder>(name: &str, data: &[u8], opts: &Options, endian: Endi
                 st.rec_counts[REC_FINISHED_ROUND as usize] += 1;
                 st.flush::<T>(region, &mut pending, Some(prev_max));
                 prev_max = cur_max;
+                if let Some(m) = map {
+                    let keep = pending.iter().map(|e| (e.1 & PENDING_OFF_MASK) as usize).min().unwrap_or(pos);
+                    let upto = (base + keep) & !(WINDOW_CHUNK - 1);
+                    if upto >= behind + WINDOW_CHUNK {
+                        // SAFETY: a read-only file map: released pages read back
+                        // from the file (page cache) if touched again; no reference
+                        // into them is kept past this point except the pending
+                        // records, which are all at or after `keep`.
+                        let _ = unsafe { m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, behind, upto - behind) };
+                        behind = upto;
+                    }
+                }
             } else if ty == REC_COMPRESSED || ty == REC_COMPRESSED2 {
                 return Err(format!("{name} holds compressed records but its header does not say so"));
             } else if ty >= 64 {
@@ -1212,7 +1262,7 @@ fn read_impl<T: ByteOrder>(name: &str, data: &[u8], opts: &Options, endian: Endi
                 }
                 .unwrap_or(0);
                 cur_max = cur_max.max(t);
-                pending.push((t, pos as u64));
+                pending.push((t, pos as u64 | (ai as u64) << PENDING_OFF_BITS));
             }
             pos += size;
         }
@@ -1268,7 +1318,7 @@ fn read_impl<T: ByteOrder>(name: &str, data: &[u8], opts: &Options, endian: Endi
         ));
     }
     facts.push(("samples".into(), Fact::Int(st.samples_seen as i64)));
-    facts.push(("unique_raw_stacks".into(), Fact::Int(st.raw_map.len() as i64)));
+    facts.push(("unique_raw_stacks".into(), Fact::Int(st.raw_chains.len() as i64)));
     facts.push(("lost_events".into(), Fact::Int(st.lost_events as i64)));
     facts.push(("lost_samples".into(), Fact::Int(st.lost_samples as i64)));
     facts.push(("truncated".into(), Fact::Bool(truncated_at.is_some())));
@@ -1288,7 +1338,7 @@ impl State<'_> {
                 if delta != self.kernel_reloc {
                     self.kernel_reloc = delta;
                     self.kaddr_cache.clear();
-                    self.raw_map.clear();
+                    self.raw_chains.clear();
                     if delta != 0 {
                         self.warnings.push(format!(
                             "kallsyms is from another boot of the kernel (KASLR); addresses relocated by {delta:#x} using {name}"
@@ -1324,7 +1374,16 @@ impl State<'_> {
                 None
             }
         };
-        id.and_then(|id| self.id_to_attr.get(&id).copied()).unwrap_or(0)
+        id.and_then(|id| self.event_of_id(id)).unwrap_or(0)
+    }
+
+    #[inline]
+    fn event_of_id(&self, id: u64) -> Option<usize> {
+        if self.id_list.len() <= 16 {
+            self.id_list.iter().find(|e| e.0 == id).map(|e| e.1)
+        } else {
+            self.id_to_attr.get(&id).copied()
+        }
     }
 
     fn flush<T: ByteOrder>(&mut self, region: &[u8], pending: &mut Vec<(u64, u64)>, limit: Option<u64>) {
@@ -1338,13 +1397,13 @@ impl State<'_> {
             Some(l) => pending.partition_point(|e| e.0 <= l),
             None => pending.len(),
         };
-        for &(_, off) in &pending[..n] {
-            let pos = off as usize;
+        for &(_, packed) in &pending[..n] {
+            let pos = (packed & PENDING_OFF_MASK) as usize;
+            let ai = (packed >> PENDING_OFF_BITS) as usize;
             let ty = T::read_u32(&region[pos..pos + 4]);
             let misc = T::read_u16(&region[pos + 4..pos + 6]);
             let size = T::read_u16(&region[pos + 6..pos + 8]) as usize;
             let body = &region[pos + 8..pos + size];
-            let ai = self.attr_index::<T>(ty, body);
             self.record::<T>(ty, misc, body, ai);
         }
         pending.drain(..n);
