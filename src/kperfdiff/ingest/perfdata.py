@@ -166,9 +166,11 @@ def _profiles(raw: dict, path: Path, meta: dict, wanted: list[int]) -> list[Prof
         stack_ids = np.frombuffer(ev["stack_ids"], dtype=np.uint32)
         stack_w = np.frombuffer(ev["stack_weight"], dtype=np.float64)
         stacks: dict[tuple[int, ...], float] = {}
+        # one vectorised remap of every frame, then plain list slices per stack
+        rframes = remap[frames].tolist()
+        offs = offsets.tolist()
         for s, w in zip(stack_ids.tolist(), stack_w.tolist()):
-            fr = remap[frames[offsets[s]:offsets[s + 1]]]
-            key = tuple(fr.tolist())
+            key = tuple(rframes[offs[s]:offs[s + 1]])
             stacks[key] = stacks.get(key, 0.0) + w
         e = np.frombuffer(ev["edges"], dtype=np.uint32).reshape(-1, 2)
         ew = np.frombuffer(ev["edge_weight"], dtype=np.float64)
