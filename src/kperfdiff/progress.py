@@ -41,10 +41,8 @@ class Progress:
         self.done += n
 
     def note(self, text: str) -> None:
-        """A message that must stay visible (a failure, a skip)."""
-        if not self.enabled:
-            return
-        if self.tty:
+        """A message that must stay visible (a failure, a skip), with or without the bar."""
+        if self.enabled and self.tty:
             self.stream.write("\r" + " " * self._last_len + "\r")
         self.stream.write(text + "\n")
         self.stream.flush()

@@ -60,7 +60,7 @@ KVM_PROBE_TIMEOUT_S = 30.0
 MIN_JOB_TIMEOUT_S = 120.0
 
 INIT = r"""#!/bin/busybox sh
-/bin/busybox mkdir -p /proc /sys /dev /tmp /bin /sbin /usr/bin /usr/sbin
+/bin/busybox mkdir -p /proc /sys /dev /tmp /var/tmp /bin /sbin /usr/bin /usr/sbin
 /bin/busybox --install -s
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin HOME=/tmp
 mount -t proc proc /proc
