@@ -168,6 +168,31 @@ def measure(b: Benchmark, binary, params: dict[str, str], copies: int, reps: int
     return aggregate(b, done, started)
 
 
+@contextlib.contextmanager
+def run_lifecycle(store: Store, run: Run, progress: Progress):
+    """The state a run ends in: complete when the body finishes, interrupted on Ctrl-C, failed on
+    any other error. The progress display is closed and the state stored in every case."""
+    state = "failed"
+    try:
+        yield
+        state = "complete"
+    except KeyboardInterrupt:
+        state = "interrupted"
+        raise
+    finally:
+        progress.close()
+        store.finish_run(run.id, state)
+
+
+def note_status(progress: Progress, name: str, m: dict) -> bool:
+    """Say on stderr why a benchmark failed or was skipped; True when it failed."""
+    if m["status"] == "failed":
+        progress.note(f"kperfdiff: {name} failed: {m['reason']}")
+    elif m["status"] == "skipped":
+        progress.note(f"kperfdiff: {name} skipped: {m['reason']}")
+    return m["status"] == "failed"
+
+
 def run_bench(store: Store, opts: BenchOptions) -> Outcome:
     """Run the chosen benchmarks into a new run of ``store``."""
     benches = catalogue.select(opts.suite, opts.only)
@@ -187,10 +212,8 @@ def run_bench(store: Store, opts: BenchOptions) -> Outcome:
     cells = [(b, p) for b in benches for p in opts.parallel]
     progress = Progress(len(cells), enabled=opts.progress)
     failed = False
-    swap = contextlib.ExitStack()
     swap_ready = facts.get("swap_active", False)
-    state = "failed"
-    try:
+    with run_lifecycle(store, run, progress), contextlib.ExitStack() as swap:
         for b, copies in cells:
             params = dict(b.params)
             if opts.tiny:
@@ -214,22 +237,8 @@ def run_bench(store: Store, opts: BenchOptions) -> Outcome:
             rid = store_measurement(store, run, b, params, copies, m)
             if profiler and m["status"] == "ok":
                 profiler.collect(store, run, rid, b, copies, m)
-            if m["status"] == "failed":
-                failed = True
-                progress.note(f"kperfdiff: {b.name} failed: {m['reason']}")
-            elif m["status"] == "skipped":
-                progress.note(f"kperfdiff: {b.name} skipped: {m['reason']}")
+            failed |= note_status(progress, b.name, m)
             progress.advance()
-        state = "complete"
-    except KeyboardInterrupt:
-        state = "interrupted"
-        raise
-    finally:
-        progress.close()
-        try:
-            swap.close()
-        finally:
-            store.finish_run(run.id, state)
     run = store.get_run(run.id)
     return Outcome(run, store.results(run.id), 1 if failed else 0)
 
@@ -271,9 +280,8 @@ def run_bench_on_target(store: Store, opts: BenchOptions, benches: list[Benchmar
                           command=opts.command, options=opts.recorded())
     cells = [targets.Cell(b, p, overrides.get(b.name)) for b in benches for p in opts.parallel]
     progress = Progress(1, enabled=opts.progress)
-    state = "failed"
     failed = False
-    try:
+    with run_lifecycle(store, run, progress):
         progress.step(f"{len(cells)} benchmark cells on {opts.target}")
         with target:
             ms = targets.run_benchmarks(target, cells, opts, artefact_dir=run.artefact_dir)
@@ -286,18 +294,7 @@ def run_bench_on_target(store: Store, opts: BenchOptions, benches: list[Benchmar
             if m["status"] == "ok" and m.get("profiles"):
                 store_target_profiles(store, run, rid, c.bench, c.copies, m, facts,
                                       getattr(target, "perf_event", None) or "cpu-clock")
-            if m["status"] == "failed":
-                failed = True
-                progress.note(f"kperfdiff: {c.bench.name} failed: {m['reason']}")
-            elif m["status"] == "skipped":
-                progress.note(f"kperfdiff: {c.bench.name} skipped: {m['reason']}")
-        state = "complete"
-    except KeyboardInterrupt:
-        state = "interrupted"
-        raise
-    finally:
-        progress.close()
-        store.finish_run(run.id, state)
+            failed |= note_status(progress, c.bench.name, m)
     run = store.get_run(run.id)
     return Outcome(run, store.results(run.id), 1 if failed else 0)
 
@@ -315,27 +312,19 @@ def run_boot_timing(store: Store, spec: str, mems: list[str], boots: int, *, lab
                           options={"boot": True, "mems": mems, "boots": boots, "target": spec})
     bar = Progress(len(mems) * boots, enabled=progress)
     by_name = {b.name: b for b in BOOT_BENCHMARKS}
-    state = "failed"
     failed = False
 
     def step(what: str) -> None:
         bar.step(what)
         bar.advance()
 
-    try:
+    with run_lifecycle(store, run, bar):
         with target:
             ms = measure_boots(target, mems, boots, progress=step)
         if ms and ms[0].get("facts"):
             store.set_run_machine(run.id, store.add_machine(ms[0]["facts"]))
         for m in ms:
             store_measurement(store, run, by_name[m["benchmark"]], m["params"], 1, m)
-            failed = failed or m["status"] == "failed"
-        state = "complete"
-    except KeyboardInterrupt:
-        state = "interrupted"
-        raise
-    finally:
-        bar.close()
-        store.finish_run(run.id, state)
+            failed |= note_status(bar, m["benchmark"], m)
     run = store.get_run(run.id)
     return Outcome(run, store.results(run.id), 1 if failed else 0)
