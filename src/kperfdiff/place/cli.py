@@ -18,7 +18,8 @@ sub-commands:
 inputs common to all: PROFILE (perf.data, perf script, perf report or folded
 stacks), --sizes (System.map, kallsyms or vmlinux; map and kallsyms sizes are
 address gaps, approximate), --hw (hardware model TOML, see
-examples/place/arm926-tcm.toml). Groups: the shipped thesis groups plus
+examples/place/arm926-tcm.toml), --fills (measured per function by a
+no-placement simulation, the default, or the thesis's uniform f). Groups: the shipped thesis groups plus
 --groups FILE; --atomic GROUP makes a group all-or-none.
 """
 
@@ -46,8 +47,13 @@ def _common(p, *, capacity=True, method=True):
                    help="stop the exact solver after S seconds with its best placement and the gap (default 60)")
     p.add_argument("--cycles-per-unit", type=float, default=None, metavar="C",
                    help="cycles one unit of profile weight stands for (default: from the event and the model)")
+    p.add_argument("--fills", choices=["measured", "uniform"], default="measured",
+                   help="measured (default): each function's own line fills, the fills its absence would spare "
+                        "others, and each edge's calls, from a simulation of the profile's trace with no "
+                        "placement; uniform: the thesis's f fills per "
+                        "instruction everywhere and the model's per-call fill factors")
     p.add_argument("--calibrate", action="store_true",
-                   help="take the model's fills per instruction from a simulation of the profile with no placement")
+                   help="with --fills uniform: take f from a simulation of the profile with no placement")
     p.add_argument("--format", choices=["text", "json", "markdown"], default="text")
 
 
@@ -109,15 +115,19 @@ def _load(args) -> _Ctx:
     if c.capacity <= 0:
         raise InputError(f"the fast-memory capacity must be above zero bytes, not {cap}")
     c.problem = build_problem(c.profile, c.sizes, c.hw, groups=groups, excludes=c.excludes, atomic=args.atomic,
-                              cycles_per_unit=args.cycles_per_unit)
-    if args.calibrate:
+                              cycles_per_unit=args.cycles_per_unit, fills=args.fills,
+                              events=getattr(args, "events", 20000), seed=getattr(args, "seed", 1))
+    if args.calibrate and args.fills != "uniform":
+        c.problem.notes.append("--calibrate changes nothing with --fills measured: fills are already measured "
+                               "per function")
+    if args.calibrate and args.fills == "uniform":
         from . import simulate as sim
         tr = sim.reconstruct(c.profile, c.sizes, c.hw, events=getattr(args, "events", 20000))
         base = sim.simulate_placements(tr, c.sizes, c.hw, [])[0]
         if base.cached_instr:
             c.hw.fills_per_kinstr = 1000.0 * base.fills / base.cached_instr
             c.problem = build_problem(c.profile, c.sizes, c.hw, groups=groups, excludes=c.excludes,
-                                      atomic=args.atomic, cycles_per_unit=args.cycles_per_unit)
+                                      atomic=args.atomic, cycles_per_unit=args.cycles_per_unit, fills="uniform")
             c.problem.notes.append(f"calibrated: {c.hw.fills_per_kinstr:.2f} line fills per 1000 instructions "
                                    f"(simulation with no placement)")
     return c

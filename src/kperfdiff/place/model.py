@@ -38,6 +38,50 @@ For a set P of functions placed in fast memory, the predicted saving is::
     gain(P) = sum_{i in P} a_i  -  v * calls crossing the boundary
                                 +  s * calls with both ends in P
 
+with a_i, v, s and the calls from one of two fill models (``fills=``;
+``kperfdiff place --fills``, default ``measured``).
+
+Measured fills (the default of ``kperfdiff place``)
+    The thesis's b, counted per function instead of assumed uniform. The
+    profile's trace (:func:`.simulate.reconstruct`, the one definition of
+    which stacks ran and how often) is simulated once with no placement
+    (:func:`measure`), and for each function i the simulator reports the
+    instructions n_i it fetched from main memory, the line fills b_i on its
+    own lines, and the fills r_i of *other* functions that i's absence would
+    have avoided (:class:`.simulate.AttributingICache`: a miss on a line still
+    p deep in its set's LRU stack, p >= ways, is avoided if p - ways + 1 of
+    the lines touched since were never fetched; each function that owns that
+    many shares the miss equally, its Shapley value). Then, in simulated
+    cycles scaled to the profile by k = kernel self cycles / simulated
+    cycles::
+
+        a_i = k * (n_i * (t_cache - t_fast) + (b_i + r_i) * t_fill)
+        v   = veneer_cycles                    s = 0
+        calls = k * the trace's calls per (caller, callee)
+
+    Placing i saves exactly the fetches and fills it made itself; a call
+    costs only its veneer, since the fills around a call are already some
+    function's b. What it leaves out is second order: misses only several
+    placed functions together avoid (so it tends to under-estimate), misses
+    credited to both a placed victim and a placed competitor, and the new set
+    mapping after relinking. Why not the uniform model below: with one f for
+    every instruction, a tiny hot function whose line never leaves the cache
+    (clear_page_erms, 16 bytes, 14% of forkexec.folded's kernel time) is
+    credited f fills per instruction it never makes, and the exact optimiser
+    spends the memory on such functions; on forkexec.folded at 8K the uniform
+    model ranked exact above greedy (18.7% vs 10.5%) while the simulator
+    ranked them the other way (14.8% vs 16.8%), and taking f from the
+    simulator (``--calibrate``) only inflated the error. Fitting the per-call
+    factors to probe simulations was not chosen: it fits the symptoms of a
+    wrong b, per profile, with no reason for the fitted values to carry over.
+    Crediting r_i for every miss within twice the ways (each competing line
+    1/p of it) was tried too: closer on some runs, but it over-predicted large
+    placements by 3-4 points on the synthetic profile and needs a chosen
+    depth; the rule above has no free parameter (a function shorter than one
+    way's span owns at most one line of a set, so in practice only misses at
+    p = ways are credited and the stack depth does not matter).
+
+Uniform fills (the thesis's assumption; ``--fills uniform``)
 * a_i = C_i * (1 - t_fast / cpi_cached): C_i is function i's self time in
   cycles (profile weight x cycles per weight unit), cpi_cached = t_cache +
   f * t_fill is the fetch cost per instruction in cache-backed memory with
@@ -56,9 +100,9 @@ For a set P of functions placed in fast memory, the predicted saving is::
   a hot, tiny callee whose lines stay cached is not credited with fills it
   never made.
 * Calls are estimated from the sampled stacks with the simulator's
-  reconstruction (:mod:`.simulate`): each execution of a leaf function's
-  body is one call from its parent, and a stack's samples stand for
-  C_stack / (n_leaf * cpi_cached) executions of the leaf's n_leaf
+  reconstruction (:func:`.simulate.executions`): each execution of a leaf
+  function's body is one call from its parent, and a stack's samples stand
+  for C_stack / (n_leaf * cpi_cached) executions of the leaf's n_leaf
   instructions. Without stacks, an edge's weight times the callee's
   self/children ratio stands in for the leaf-level stack weight.
 
@@ -220,8 +264,15 @@ def evaluate(problem: Problem, mask: np.ndarray) -> Prediction:
 
 def build_problem(profile: Profile, sizes: SizeTable, hw: HwModel, *, groups: dict[str, Group] | None = None,
                   excludes: list[str] | None = None, atomic: list[str] | None = None,
-                  cycles_per_unit: float | None = None, min_coverage: float = 0.5) -> Problem:
-    """Join a profile with function sizes and a hardware model into a Problem."""
+                  cycles_per_unit: float | None = None, min_coverage: float = 0.5, fills: str = "uniform",
+                  events: int = 20000, seed: int = 1) -> Problem:
+    """Join a profile with function sizes and a hardware model into a Problem.
+    ``fills``: "uniform" (f fills per instruction everywhere, per-call fill
+    factors from the hardware model) or "measured" (each function's own fills
+    and the calls per edge, from the no-placement simulation of the profile's
+    trace of ``events`` executions, ``seed``); see the module docstring."""
+    if fills not in ("uniform", "measured"):
+        raise InputError(f"unknown fill model {fills!r}; use measured or uniform")
     cps, why = cycles_per_weight(profile, hw, cycles_per_unit)
     names = [s.name for s in profile.symbols]
     kernel_flags = np.array([s.kernel for s in profile.symbols], dtype=bool)
@@ -251,7 +302,17 @@ def build_problem(profile: Profile, sizes: SizeTable, hw: HwModel, *, groups: di
     for k in sized_idx:
         self_c[names[k]] += float(selfw[k]) * cps
     cpi = hw.cpi_cached
-    calls = estimate_calls(profile, sizes, hw, cps)
+    kernel_cycles = float(sum(self_c.values()))
+    measured = None
+    if fills == "measured":
+        measured = measure(profile, sizes, hw, kernel_cycles, events=events, seed=seed)
+    if measured is not None:
+        calls = measured.calls
+        notes.append(measured.note)
+    else:
+        if fills == "measured":
+            notes.append("no kernel stack could be simulated: fills assumed uniform (profile.fills_per_kinstr)")
+        calls = estimate_calls(profile, sizes, hw, cps)
     involved = set(self_c) | {a for a, _ in calls} | {b for _, b in calls}
 
     # candidates: sized, not excluded
@@ -270,7 +331,10 @@ def build_problem(profile: Profile, sizes: SizeTable, hw: HwModel, *, groups: di
     index = {nm: k for k, nm in enumerate(cands)}
     size = np.array([hw.aligned(sizes.sizes[nm]) for nm in cands], dtype=np.int64)
     sc = np.array([self_c.get(nm, 0.0) for nm in cands])
-    node_gain = sc * (1.0 - hw.t_fast / cpi)
+    if measured is not None:
+        node_gain = np.array([measured.saving.get(nm, 0.0) for nm in cands])
+    else:
+        node_gain = sc * (1.0 - hw.t_fast / cpi)
     pairs: dict[tuple[int, int], float] = defaultdict(float)
     out_calls = np.zeros(len(cands))
     for (a, b), c in calls.items():
@@ -301,20 +365,56 @@ def build_problem(profile: Profile, sizes: SizeTable, hw: HwModel, *, groups: di
         if a not in gidx:
             raise InputError(f"--atomic names the group {a!r}, which is not among the groups "
                              f"({', '.join(sorted(gidx)) or 'none'})")
-    kernel_cycles = float(sum(self_c.values()))
-    # per-call fills happen only when the line would miss: scale by the chance a line misses
-    p_miss = min(1.0, hw.fills_per_kinstr / 1000.0 * hw.line_instr)
-    prob = Problem(cands, size, sc, node_gain, pi, pj, pc, out_calls,
-                   hw.veneer_cycles + hw.split_fills * hw.t_fill * p_miss, hw.call_fills * hw.t_fill * p_miss,
+    if measured is not None:
+        # a function's fills are its own: placing it saves exactly them, and a call costs only its veneer
+        cross, both = hw.veneer_cycles, 0.0
+    else:
+        # per-call fills happen only when the line would miss: scale by the chance a line misses
+        p_miss = min(1.0, hw.fills_per_kinstr / 1000.0 * hw.line_instr)
+        cross = hw.veneer_cycles + hw.split_fills * hw.t_fill * p_miss
+        both = hw.call_fills * hw.t_fill * p_miss
+    prob = Problem(cands, size, sc, node_gain, pi, pj, pc, out_calls, cross, both,
                    float(profile.total_weight) * cps, kernel_cycles, gidx, gmiss, excluded, notes, hw, sizes, cps,
                    calls)
     prob.atomic = list(atomic or [])
     return prob
 
 
+@dataclass
+class Measured:
+    """Per-function costs from the no-placement simulation, in profile cycles."""
+    saving: dict[str, float]                    # cycles saved by placing the function alone, veneers aside
+    calls: dict[tuple[str, str], float]         # calls per (caller, callee) over the profile
+    fills_per_kinstr: float
+    scale: float                                # profile cycles per simulated cycle
+    note: str
+
+
+def measure(profile: Profile, sizes: SizeTable, hw: HwModel, kernel_cycles: float, *, events: int = 20000,
+            seed: int = 1) -> Measured | None:
+    """Simulate the profile's trace with no placement and read off each
+    function's fills and instructions and each edge's calls (module docstring)."""
+    from .simulate import reconstruct, simulate_placements
+    tr = reconstruct(profile, sizes, hw, events=events, seed=seed)
+    if not tr.steps:
+        return None
+    base = simulate_placements(tr, sizes, hw, [])[0]
+    if base.cycles <= 0:
+        return None
+    k = kernel_cycles / base.cycles
+    save = {fn: k * (n * (hw.t_cache - hw.t_fast) + (base.fn_fills.get(fn, 0) + base.fn_relief.get(fn, 0.0))
+                     * hw.t_fill) for fn, n in base.fn_instr.items()}
+    calls = {e: k * c for e, c in base.edge_calls.items() if e[0] != e[1]}
+    f = 1000.0 * base.fills / max(1, base.cached_instr)
+    return Measured(save, calls, f, k, f"fills measured per function by simulating the profile's trace with no "
+                    f"placement ({base.fills} fills, {f:.1f} per 1000 instructions; {tr.executions} executions, "
+                    f"seed {seed})")
+
+
 def estimate_calls(profile: Profile, sizes: SizeTable, hw: HwModel, cps: float) -> dict[tuple[str, str], float]:
     """Calls caller -> callee over the profile, as the simulator's trace makes them:
     one call per execution of the leaf's body (see the module docstring)."""
+    from .simulate import executions
     names = [s.name for s in profile.symbols]
     cpi = hw.cpi_cached
     sized = sizes.sizes
@@ -324,13 +424,9 @@ def estimate_calls(profile: Profile, sizes: SizeTable, hw: HwModel, cps: float) 
     def n_of(nm):
         return max(1, sized.get(nm, med) // hw.instruction_bytes)
     if profile.has_callchains:
-        for stack, w in profile.stacks.items():
-            if len(stack) < 2 or w <= 0:
-                continue
-            a, b = names[stack[-2]], names[stack[-1]]
-            if a == b or b not in sized:
-                continue
-            calls[(a, b)] += w * cps / (n_of(b) * cpi)
+        for stack, execs in zip(*executions(profile, sizes, hw)):
+            if len(stack) >= 2 and stack[-2] != stack[-1]:
+                calls[(stack[-2], stack[-1])] += execs * cps / cpi
     else:
         selfw, childw = profile.self_weight, profile.children_weight
         for (ia, ib), w in profile.edges.items():

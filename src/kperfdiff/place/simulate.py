@@ -31,6 +31,10 @@ The trace (how a profile becomes a sequence of executed code)
     instruction at a return site inside i (at a fixed offset derived from
     j's name). A stack of one frame is the body alone.
 
+:func:`executions` is the one definition of "which kernel stacks ran, and
+how many times": the trace uses it, and so does the cost model
+(:mod:`.model`) for its call counts and per-function fills.
+
 :func:`run` takes any trace of ``("call", caller, callee)``,
 ``("body", fn, first_instr, n_instr)`` steps, so the worked examples and
 hand-counted tests drive the same code.
@@ -38,6 +42,7 @@ hand-counted tests drive the same code.
 from __future__ import annotations
 
 import zlib
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -76,6 +81,54 @@ class ICache:
         return False
 
 
+class AttributingICache(ICache):
+    """The same cache (same hits and fills), also saying whose placement would
+    have avoided each miss. Each set keeps an LRU stack deeper than its ways
+    (``depth`` lines, default 4 x ways), each line tagged with the function
+    that touched it last. A miss on a line that is still in the stack at
+    position p (p other lines touched since, p >= ways) would have been a hit
+    had p - ways + 1 of those lines never been fetched: every other function
+    owning that many of them could avoid the miss alone by leaving main
+    memory. The miss is shared equally among them (their Shapley values in
+    the game "is the miss avoided"; a function the miss's own line belongs to
+    is not among them, as its own fills are counted whole). Misses only a
+    combination of functions could avoid, and lines deeper than the stack,
+    are credited to no one."""
+
+    def __init__(self, size: int, line: int, ways: int, depth: int | None = None):
+        super().__init__(size, line, ways)
+        self.depth = max(ways, depth or 4 * ways)
+        self.owner: dict[int, str] = {}
+        self.relief: dict[str, float] = defaultdict(float)
+
+    def touch(self, line_no: int, fn: str) -> bool:
+        s = self.sets[line_no % self.nsets]          # least recent first
+        try:
+            k = s.index(line_no)
+        except ValueError:
+            k = -1
+        hit = k >= 0 and len(s) - 1 - k < self.ways
+        if hit:
+            self.hits += 1
+        else:
+            self.fills += 1
+            if k >= 0:
+                need = len(s) - k - self.ways
+                counts: dict[str, int] = defaultdict(int)
+                for other in s[k + 1:]:
+                    counts[self.owner[other]] += 1
+                savers = [g for g, c in counts.items() if c >= need and g != fn]
+                for g in savers:
+                    self.relief[g] += 1.0 / len(savers)
+        if k >= 0:
+            del s[k]
+        elif len(s) >= self.depth:
+            del self.owner[s.pop(0)]
+        s.append(line_no)
+        self.owner[line_no] = fn
+        return hit
+
+
 @dataclass
 class SimResult:
     label: str
@@ -86,9 +139,15 @@ class SimResult:
     crossing_calls: int
     cycles: float
     placed_bytes: int = 0
+    # with run(..., attribute=True): fills and main-memory instructions per function (the
+    # function whose line missed), and calls per (caller, callee)
+    fn_fills: dict = field(default_factory=dict)
+    fn_instr: dict = field(default_factory=dict)
+    edge_calls: dict = field(default_factory=dict)
+    fn_relief: dict = field(default_factory=dict)       # others' fills each could avoid (AttributingICache)
 
     def as_dict(self) -> dict:
-        return dict(self.__dict__)
+        return {k: v for k, v in self.__dict__.items() if not isinstance(v, dict)}
 
 
 def layout(names_in_order: list[str], sizes: dict[str, int], addrs: dict[str, int], fast: set[str], hw: HwModel,
@@ -121,17 +180,23 @@ def layout(names_in_order: list[str], sizes: dict[str, int], addrs: dict[str, in
 
 
 def run(trace, sizes: dict[str, int], addr: dict[str, int], fast: set[str], hw: HwModel,
-        label: str = "", cache: ICache | None = None) -> SimResult:
-    """Execute a trace; ``sizes`` in bytes, ``addr`` byte addresses of main-memory code."""
-    ic = cache or ICache(hw.icache_size, hw.line_size, hw.ways)
+        label: str = "", cache: ICache | None = None, *, attribute: bool = False) -> SimResult:
+    """Execute a trace; ``sizes`` in bytes, ``addr`` byte addresses of main-memory code.
+    ``attribute`` also counts fills and instructions per function and calls per edge."""
+    ic = cache or (AttributingICache if attribute else ICache)(hw.icache_size, hw.line_size, hw.ways)
     ib, lsz = hw.instruction_bytes, hw.line_size
     fast_i = cached_i = calls = cross = 0
     lines_of: dict[tuple, range] = {}
+    fn_fills: dict[str, int] = defaultdict(int)
+    fn_instr: dict[str, int] = defaultdict(int)
+    edge_calls: dict[tuple[str, str], int] = defaultdict(int)
     for step in trace:
         if step[0] == "call":
             calls += 1
             if (step[1] in fast) != (step[2] in fast):
                 cross += 1
+            if attribute:
+                edge_calls[(step[1], step[2])] += 1
             continue
         _, fn, first, n = step
         if n <= 0:
@@ -145,10 +210,19 @@ def run(trace, sizes: dict[str, int], addr: dict[str, int], fast: set[str], hw: 
         if rng is None:
             a = addr[fn] + first * ib
             rng = lines_of[key] = range(a // lsz, (a + n * ib - 1) // lsz + 1)
-        for ln in rng:
-            ic.access(ln)
+        if attribute:
+            before = ic.fills
+            touch = ic.touch if isinstance(ic, AttributingICache) else (lambda ln, _fn: ic.access(ln))
+            for ln in rng:
+                touch(ln, fn)
+            fn_fills[fn] += ic.fills - before
+            fn_instr[fn] += n
+        else:
+            for ln in rng:
+                ic.access(ln)
     cycles = fast_i * hw.t_fast + cached_i * hw.t_cache + ic.fills * hw.t_fill + cross * hw.veneer_cycles
-    return SimResult(label, ic.fills, fast_i, cached_i, calls, cross, cycles)
+    return SimResult(label, ic.fills, fast_i, cached_i, calls, cross, cycles, 0, dict(fn_fills), dict(fn_instr),
+                     dict(edge_calls), dict(getattr(ic, "relief", {})))
 
 
 @dataclass
@@ -161,8 +235,11 @@ class Trace:
     notes: list[str] = field(default_factory=list)
 
 
-def reconstruct(profile: Profile, sizes: SizeTable, hw: HwModel, *, events: int = 20000, seed: int = 1) -> Trace:
-    """The profile's kernel stacks as a sequence of executed code (module docstring)."""
+def executions(profile: Profile, sizes: SizeTable, hw: HwModel) -> tuple[list[tuple[str, ...]], list[float]]:
+    """The kernel stacks the trace is made of, and how many executions of each
+    leaf's body a stack's weight stands for (weight / leaf instructions, in
+    profile weight units). Only the kernel part of a stack (from its first
+    kernel frame), and only stacks whose leaf the size file sizes."""
     names = [s.name for s in profile.symbols]
     kern = [s.kernel for s in profile.symbols]
     if not any(kern):
@@ -184,6 +261,14 @@ def reconstruct(profile: Profile, sizes: SizeTable, hw: HwModel, *, events: int 
             continue
         stacks.append(ks)
         weights.append(w / max(1, sized[ks[-1]] // ib))
+    return stacks, weights
+
+
+def reconstruct(profile: Profile, sizes: SizeTable, hw: HwModel, *, events: int = 20000, seed: int = 1) -> Trace:
+    """The profile's kernel stacks as a sequence of executed code (module docstring)."""
+    ib = hw.instruction_bytes
+    sized = sizes.sizes
+    stacks, weights = executions(profile, sizes, hw)
     if not stacks:
         return Trace([], [], {}, 0, 0, ["no kernel stack ends in a function the size file sizes"])
     w = np.array(weights)
@@ -226,12 +311,13 @@ def reconstruct(profile: Profile, sizes: SizeTable, hw: HwModel, *, events: int 
 
 def simulate_placements(trace: Trace, sizes: SizeTable, hw: HwModel, placements: list[tuple[str, set[str]]],
                         *, relink: bool = True) -> list[SimResult]:
-    """Run the trace with no placement first, then with each (label, functions)."""
+    """Run the trace with no placement first (its fills, instructions and calls
+    attributed per function and edge), then with each (label, functions)."""
     out = []
     for label, fast in [("no placement", set())] + list(placements):
         fast = set(fast)
         addr = layout(trace.names, trace.sizes, sizes.addrs, fast, hw, relink=relink)
-        r = run(trace.steps, trace.sizes, addr, fast, hw, label)
+        r = run(trace.steps, trace.sizes, addr, fast, hw, label, attribute=not fast)
         r.placed_bytes = sum(hw.aligned(trace.sizes.get(f, sizes.sizes.get(f, 0))) for f in fast)
         out.append(r)
     return out
