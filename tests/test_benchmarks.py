@@ -22,10 +22,7 @@ def test_benchmark_tiny(bench, binaries):
     reason = unmet_requirement(bench, FACTS, FACTS["swap_active"])
     if reason:
         pytest.skip(reason)
-    params = dict(bench.params)
-    params.update(bench.tiny_params)
-    if bench.family == "proc":
-        params.setdefault("hello", str(binaries["hello"]))
+    params = bench.run_params(tiny=True, hello=str(binaries["hello"]))
     argv = worker.worker_argv(binaries[bench.family], bench.name, params, intervals=3, min_batch_ns=1_000_000,
                               warmup=1)
     out = worker.run_copies(argv, 1, timeout=bench.timeout)[0]
@@ -46,3 +43,15 @@ def test_catalogue_is_complete():
             "pageout"} <= families
     assert len([b for b in BENCHES if "quick" in b.suites]) >= 20
     assert "syscall.null" in names
+
+
+def test_run_params_precedence():
+    fork = catalogue.get("proc.fork")
+    assert fork.run_params(hello="/h")["hello"] == "/h"
+    assert fork.run_params(hello="/h", overrides={"hello": "/mine"})["hello"] == "/mine"
+    assert "hello" not in catalogue.get("syscall.null").run_params(hello="/h")
+    gups = catalogue.get("gups.4k")
+    assert gups.run_params()["log2_words"] == gups.params["log2_words"]
+    assert gups.run_params(tiny=True)["log2_words"] == gups.tiny_params["log2_words"]
+    assert gups.run_params(tiny=True, overrides={"log2_words": "12"})["log2_words"] == "12"
+    assert gups.params["log2_words"] != "12"  # the catalogue itself is not changed

@@ -798,12 +798,8 @@ def run_experiment(store, exp: Experiment, opts: RunOptions, log=None) -> RunOut
 
 def _measure_cell(exp, v, c, b, binaries, overrides, facts, swap_ready, swap, profilers, run, bopts, measure,
                   unmet_requirement) -> dict:
-    params = dict(b.params)
-    if exp.tiny:
-        params.update(b.tiny_params)
-    params.update(overrides[v.label].get(b.name, {}))
-    if b.family == "proc" and "hello" in binaries:
-        params.setdefault("hello", str(binaries["hello"]))
+    params = b.run_params(tiny=exp.tiny, overrides=overrides[v.label].get(b.name),
+                          hello=str(binaries["hello"]) if "hello" in binaries else None)
     if "swap" in b.requires and not swap_ready[v.label] and exp.allow_swap_setup:
         from .bench.swap import temporary_swap
         swap.enter_context(temporary_swap())

@@ -35,6 +35,19 @@ class Benchmark:
     lmbench: str = ""
     differences: str = ""
 
+    def run_params(self, *, tiny: bool = False, overrides: dict[str, str] | None = None,
+                   hello: str | None = None) -> dict[str, str]:
+        """The parameters a worker is given: the catalogue's, then the small ones when ``tiny``
+        (tests), then ``overrides``; proc.* also learn where the tiny program they start is
+        (``hello``), unless an override already says."""
+        params = dict(self.params)
+        if tiny:
+            params.update(self.tiny_params)
+        params.update(overrides or {})
+        if self.family == "proc" and hello:
+            params.setdefault("hello", hello)
+        return params
+
 
 @dataclass(frozen=True)
 class Family:

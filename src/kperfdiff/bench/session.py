@@ -215,12 +215,8 @@ def run_bench(store: Store, opts: BenchOptions) -> Outcome:
     swap_ready = facts.get("swap_active", False)
     with run_lifecycle(store, run, progress), contextlib.ExitStack() as swap:
         for b, copies in cells:
-            params = dict(b.params)
-            if opts.tiny:
-                params.update(b.tiny_params)
-            params.update(overrides.get(b.name, {}))
-            if b.family == "proc" and "hello" in binaries:
-                params.setdefault("hello", str(binaries["hello"]))
+            params = b.run_params(tiny=opts.tiny, overrides=overrides.get(b.name),
+                                  hello=str(binaries["hello"]) if "hello" in binaries else None)
             what = f"{b.name} -P {copies}"
             progress.step(what)
             if "swap" in b.requires and not swap_ready and opts.allow_swap_setup:

@@ -138,13 +138,9 @@ def run_benchmarks(target: Target, cells, opts, artefact_dir=None, first_rep: in
     owners: list[tuple[int, int]] = []
     for ci, c in enumerate(cells):
         b = c.bench
-        params = dict(b.params)
-        if getattr(opts, "tiny", False):
-            params.update(b.tiny_params)
-        params.update(c.params or {})
-        if b.family == "proc":
-            params.setdefault("hello", "@BIN@/kpd-hello")  # kpd-hello in the target's bin dir
-        c.params = params
+        # kpd-hello lies in the target's bin dir, which the job script substitutes for @BIN@
+        c.params = params = b.run_params(tiny=getattr(opts, "tiny", False), overrides=c.params,
+                                         hello="@BIN@/kpd-hello")
         argv = [f"kpd-{b.family}", b.name]
         intervals = getattr(opts, "intervals", None) or b.intervals
         if intervals is not None:
