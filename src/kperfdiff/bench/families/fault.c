@@ -297,6 +297,19 @@ struct fcow {
 	size_t size;
 };
 
+/* The region of the cow and prot rounds: size= bytes (16 MB) of private
+ * anonymous memory in 4 KB pages, every page present and written once. */
+static void populate_4k(struct fcow *w)
+{
+	w->size = param_size("size", 16L << 20, 1L << 20);
+	w->p = map_aligned(w->size);
+	if (madvise(w->p, w->size, MADV_NOHUGEPAGE) < 0)
+		kpd_die("madvise(MADV_NOHUGEPAGE)");
+	for (size_t off = 0; off < w->size; off += PAGE)
+		w->p[off] = 1;
+	kpd_info("bytes_per_round", "%zu", w->size);
+}
+
 static long long round_cow(void *c, long long *ops)
 {
 	struct fcow *w = c;
@@ -335,13 +348,7 @@ static long long round_cow(void *c, long long *ops)
 static void run_cow(void)
 {
 	struct fcow w;
-	w.size = param_size("size", 16L << 20, 1L << 20);
-	w.p = map_aligned(w.size);
-	if (madvise(w.p, w.size, MADV_NOHUGEPAGE) < 0)
-		kpd_die("madvise(MADV_NOHUGEPAGE)");
-	for (size_t off = 0; off < w.size; off += PAGE)
-		w.p[off] = 1;
-	kpd_info("bytes_per_round", "%zu", w.size);
+	populate_4k(&w);
 	split_latency(round_cow, &w);
 	munmap(w.p, w.size);
 }
@@ -386,13 +393,7 @@ static void run_prot(void)
 {
 	struct fcow w;
 	long long m0;
-	w.size = param_size("size", 16L << 20, 1L << 20);
-	w.p = map_aligned(w.size);
-	if (madvise(w.p, w.size, MADV_NOHUGEPAGE) < 0)
-		kpd_die("madvise(MADV_NOHUGEPAGE)");
-	for (size_t off = 0; off < w.size; off += PAGE)
-		w.p[off] = 1;
-	kpd_info("bytes_per_round", "%zu", w.size);
+	populate_4k(&w);
 	m0 = minflt();
 	split_latency(round_prot, &w);
 	kpd_info("faults_per_page", "%.3f", (double)(minflt() - m0) / (double)kpd.total_ops);
