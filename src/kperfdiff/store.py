@@ -638,12 +638,13 @@ class Store:
 def result_names(results: list[Result]) -> list[str]:
     """Each result's benchmark name, with the parameters that tell apart results of the same name
     and copy count in one list (``boot.init [mem=4G]``); the name alone where nothing varies."""
-    varying: dict[str, set[str]] = {}
+    groups: dict[tuple[str, int], list[dict]] = {}
     for r in results:
-        for s in results:
-            if s.benchmark == r.benchmark and s.copies == r.copies and s is not r:
-                keys = set(r.params) | set(s.params)
-                varying.setdefault(r.benchmark, set()).update(k for k in keys if r.params.get(k) != s.params.get(k))
+        groups.setdefault((r.benchmark, r.copies), []).append(r.params)
+    varying: dict[str, set[str]] = {}
+    for (bench, _), params in groups.items():
+        keys = set().union(*params)
+        varying.setdefault(bench, set()).update(k for k in keys if len({p.get(k) for p in params}) > 1)
     out = []
     for r in results:
         keys = sorted(varying.get(r.benchmark, ()))
