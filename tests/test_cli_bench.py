@@ -113,3 +113,33 @@ def test_allow_swap_setup_runs_pageout_and_removes_the_swap(home):
     without = json.loads(run_cli("bench", "--only", "pageout.anon", "--format", "json", *TINY).stdout)["results"][0]
     if not before:
         assert without["status"] == "skipped" and "--allow-swap-setup" in without["reason"]
+
+
+def test_reps_run_in_rotated_rounds(home):
+    """Repetitions are spread over the run: one of every benchmark per round, the order rotated."""
+    p = run_cli("bench", "--only", "syscall.null,syscall.stat", "--reps", "3", "--format", "json", *TINY, check=0)
+    j = json.loads(p.stdout)
+    from kperfdiff.store import Store
+    s = Store.open(home / "kperfdiff.db")
+    rows = {r.benchmark: r for r in s.results(j["run"]["id"])}
+    # each result keeps all 3 repetitions, and its intervals come from 3 processes
+    for name in ("syscall.null", "syscall.stat"):
+        assert sorted({x[0] for x in rows[name].raw}) == [0, 1, 2]
+        assert rows[name].stop == "3 repetitions (fixed count)"
+    out = j["results"][0]
+    assert out["reps"] == 3 and out["half_width_pct"] > 0 and out["centre"] > 0
+    text = run_cli("show", str(j["run"]["id"]), check=0).stdout
+    assert "+-95%" in text
+
+
+def test_precision_adds_repetitions_and_says_why_it_stopped(home):
+    loose = json.loads(run_cli("bench", "--only", "syscall.null", "--reps", "3", "--precision", "1000",
+                               "--format", "json", *TINY, check=0).stdout)["results"][0]
+    assert loose["reps"] == 3 and loose["stop"].startswith("precision reached")
+    tight = json.loads(run_cli("bench", "--only", "syscall.null", "--reps", "3", "--precision", "0.0001",
+                               "--max-time", "1", "--format", "json", *TINY, check=0).stdout)["results"][0]
+    assert tight["reps"] >= 3 and tight["stop"].startswith(("time limit (1 s)", "repetition limit"))
+    text = run_cli("show", "2", check=0).stdout
+    assert "time limit" in text or "repetition limit" in text
+    for bad in ("0", "-1", "nan", "inf", "x"):
+        assert_one_sentence_error(run_cli("bench", "--only", "syscall.null", "--precision", bad, *TINY))

@@ -21,19 +21,17 @@ def add(s, run_id, bench, reps, *, copies=1, unit="ns/op", better="lower", statu
                         monitors=monitors or {}, info=[])
 
 
-def make_store(path, *, emulated=False, label_b="B"):
+def make_store(path, *, emulated=False, label_b="B", p2_reps=1):
     """Two runs with known values.
 
     x.lat (lower is better), P=1, 3 reps per side:
-      A reps [10,11,12] [10,10,14] [9,12,13]  -> per-rep medians 11, 10, 12 -> median 11
-      B reps [8,9,10]   [8,8,9]    [9,10,11]  -> per-rep medians 9, 8, 10   -> median 9
-      change = 11/9 - 1 = +22.22 %; bootstrap of the per-rep medians: the
-      resampled median is the smallest/middle/largest value with probability
-      7/27, 13/27, 7/27, so the 2.5th and 97.5th percentiles of the change are
-      its extremes: 10/10 - 1 = 0 and 12/8 - 1 = +50 -> [0, +50], not significant.
-    x.lat P=2, 1 rep per side (pooled intervals):
-      A [10..14] median 12, B [20..24] median 22: change 12/22 - 1 = -45.45 %;
-      every resampled change lies in [10/24 - 1, 14/20 - 1] = [-58.33, -30]: significant.
+      A reps [10,11,12] [10,10,14] [9,12,13]  -> per-rep medians 11, 10, 12
+      B reps [8,9,10]   [8,8,9]    [9,10,11]  -> per-rep medians 9, 8, 10
+      centres = geometric means 1320^(1/3) and 720^(1/3); change = A/B - 1 = (11/6)^(1/3) - 1;
+      interval: Welch's t on the logarithms of the per-rep medians (checked by hand below).
+    x.lat P=2, 1 rep per side: A [10..14] median 12, B [20..24] median 22: change 12/22 - 1,
+      too few repetitions for an interval (``p2_reps``: that many copies of each rep, shifted by
+      +0, +1, +2..., so the report has a significant mover).
     y.tput (higher is better), P=1, 1 rep: A [1,2,3] median 2; B [3,4,5] median 4: +100 %.
     """
     s = st.Store.open(path)
@@ -43,8 +41,8 @@ def make_store(path, *, emulated=False, label_b="B"):
     rb = s.start_run(label=label_b, machine_id=mb)
     add(s, ra.id, "x.lat", [[10, 11, 12], [10, 10, 14], [9, 12, 13]], monitors={"vmstat.thp_fault_alloc": 3})
     add(s, rb.id, "x.lat", [[8, 9, 10], [8, 8, 9], [9, 10, 11]], monitors={"vmstat.thp_fault_alloc": 300})
-    add(s, ra.id, "x.lat", [[10, 11, 12, 13, 14]], copies=2)
-    add(s, rb.id, "x.lat", [[20, 21, 22, 23, 24]], copies=2)
+    add(s, ra.id, "x.lat", [[10 + k, 11 + k, 12 + k, 13 + k, 14 + k] for k in range(p2_reps)], copies=2)
+    add(s, rb.id, "x.lat", [[20 + k, 21 + k, 22 + k, 23 + k, 24 + k] for k in range(p2_reps)], copies=2)
     add(s, ra.id, "y.tput", [[1, 2, 3]], unit="GUP/s", better="higher")
     add(s, rb.id, "y.tput", [[3, 4, 5]], unit="GUP/s", better="higher")
     for r in (ra, rb):
@@ -52,44 +50,94 @@ def make_store(path, *, emulated=False, label_b="B"):
     return s, ra, rb
 
 
+def hand_welch_log(a, b):
+    """Welch's interval of mean(log b) - mean(log a), written out (95%)."""
+    from scipy import stats as sst
+    la, lb = [math.log(x) for x in a], [math.log(x) for x in b]
+    ma, mb = sum(la) / len(la), sum(lb) / len(lb)
+    va = sum((x - ma) ** 2 for x in la) / (len(la) - 1) / len(la)
+    vb = sum((x - mb) ** 2 for x in lb) / (len(lb) - 1) / len(lb)
+    df = (va + vb) ** 2 / (va ** 2 / (len(la) - 1) + vb ** 2 / (len(lb) - 1))
+    t = sst.t.ppf(0.975, df)
+    d = mb - ma
+    return d, d - t * math.sqrt(va + vb), d + t * math.sqrt(va + vb), 2 * sst.t.sf(abs(d) / math.sqrt(va + vb), df)
+
+
 def test_numbers_match_hand_computation(tmp_path):
     s, ra, rb = make_store(tmp_path / "k.db")
     c = cm.from_runs(s, [str(ra.id), str(rb.id)])
     blk = c.blocks[0]
     a = blk.cells[("x.lat", 1)]
-    assert (a.base, a.new) == (11.0, 9.0)
-    assert a.change == pytest.approx(200 / 9)
-    assert a.method == "per-rep"
-    assert a.low == pytest.approx(0.0) and a.high == pytest.approx(50.0)
-    assert a.significant is False
+    assert a.base == pytest.approx(1320 ** (1 / 3)) and a.new == pytest.approx(720 ** (1 / 3))
+    assert a.change == pytest.approx(((11 / 6) ** (1 / 3) - 1) * 100)
+    assert a.method == "nested"
+    d, lo, hi, p = hand_welch_log([11, 10, 12], [9, 8, 10])
+    # lower is better: speed ratio = exp(-d), so the ends swap
+    assert a.low == pytest.approx((math.exp(-hi) - 1) * 100)
+    assert a.high == pytest.approx((math.exp(-lo) - 1) * 100)
+    assert a.p == pytest.approx(p)
+    # one cell has a test (the others have one repetition per side); BH over one p is p itself
+    assert blk.tests == 1 and a.q == pytest.approx(p)
+    assert a.significant is bool(p <= 0.05) and a.significant is False
     b = blk.cells[("x.lat", 2)]
-    assert (b.base, b.new, b.method) == (12.0, 22.0, "pooled")
+    assert (b.base, b.new, b.method) == (12.0, 22.0, "")
     assert b.change == pytest.approx((12 / 22 - 1) * 100)
-    assert (10 / 24 - 1) * 100 - 1e-9 <= b.low <= b.high <= -30 + 1e-9
-    assert b.significant is True
+    assert math.isnan(b.low) and b.significant is False and "too few repetitions" in b.note
     y = blk.cells[("y.tput", 1)]
     assert (y.base, y.new, y.change) == (2.0, 4.0, 100.0)
+    assert y.significant is False
     # CV of all intervals of the side (sample stdev / mean)
     vals = [10, 11, 12, 10, 10, 14, 9, 12, 13]
     mean = sum(vals) / len(vals)
     sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
     assert a.cv_base == pytest.approx(sd / mean)
-    # geometric means through speed ratios: 11/9 (x.lat P1), 12/22 (x.lat P2), 4/2 (y.tput P1)
-    assert blk.geomean_by_cores[1] == pytest.approx((math.sqrt(11 / 9 * 2.0) - 1) * 100)
-    assert blk.geomean_by_key["x.lat"] == pytest.approx((math.sqrt(11 / 9 * 12 / 22) - 1) * 100)
+    # geometric means through speed ratios: (11/6)^(1/3) (x.lat P1), 12/22 (x.lat P2), 4/2 (y.tput P1)
+    r1 = (11 / 6) ** (1 / 3)
+    assert blk.geomean_by_cores[1] == pytest.approx((math.sqrt(r1 * 2.0) - 1) * 100)
+    assert blk.geomean_by_key["x.lat"] == pytest.approx((math.sqrt(r1 * 12 / 22) - 1) * 100)
+
+
+def test_significance_is_controlled_over_the_table(tmp_path):
+    """Three cells with p-values that pass alone but not after Benjamini-Hochberg."""
+    s = st.Store.open(tmp_path / "k.db")
+    ra = s.start_run(label="A", machine_id=None)
+    rb = s.start_run(label="B", machine_id=None)
+    a_reps = [[10.0], [10.4], [9.6], [10.2], [9.8]]
+    shifted = [[v[0] * 0.99] for v in a_reps]          # 1% faster, tiny spread: p very small
+    add(s, ra.id, "x.one", a_reps)
+    add(s, rb.id, "x.one", [[10.1], [10.3], [9.9], [10.5], [9.7]])
+    add(s, ra.id, "x.two", [[10.0], [10.1], [9.9], [10.0], [10.0]])
+    add(s, rb.id, "x.two", [[v[0] * 0.9] for v in [[10.0], [10.1], [9.9], [10.0], [10.0]]])
+    add(s, ra.id, "x.three", a_reps)
+    add(s, rb.id, "x.three", shifted)
+    c = cm.from_runs(s, ["A", "B"])
+    blk = c.blocks[0]
+    ps = {k: x.p for (k, _c), x in blk.cells.items()}
+    from scipy import stats as sst
+    q = dict(zip(ps, sst.false_discovery_control(list(ps.values()))))
+    for (k, _c), x in blk.cells.items():
+        assert x.q == pytest.approx(q[k])
+        assert x.significant is bool(q[k] <= 0.05)
+    assert blk.tests == 3
+    assert blk.cells[("x.two", 1)].significant and not blk.cells[("x.one", 1)].significant
+    text = rc.render(c, "text")
+    assert "false discoveries controlled over the 3" in text
 
 
 def test_text_layout_and_formats(tmp_path):
     s, ra, rb = make_store(tmp_path / "k.db", emulated=True)
     c = cm.from_runs(s, [str(ra.id), str(rb.id)])
     text = rc.render(c, "text")
-    assert "POSITIVE = BETTER" in text and "interval method: bootstrap" in text
+    assert "POSITIVE = BETTER" in text and "interval method: two-level random-effects" in text
+    assert "Benjamini-Hochberg" in text
     assert ">> change: B (emulated) vs A (baseline), % (positive = better)" in text
     assert "P | x.lat | y.tput | geomean" in text
-    assert "1 | +22.2% [+0.0, +50.0] | +100.0% [" in text
-    assert "2 | -45.5% [" in text and "] * | - |" in text
+    lo, hi = c.blocks[0].cells[("x.lat", 1)].low, c.blocks[0].cells[("x.lat", 1)].high
+    ch = ((11 / 6) ** (1 / 3) - 1) * 100
+    assert f"1 | {ch:+.1f}% [{lo:+.1f}, {hi:+.1f}] | +100.0% [no interval] |" in text
+    assert "2 | -45.5% [no interval] | - |" in text
     assert "geomean |" in text
-    assert "interval over pooled intervals" in text and "EMULATED" in text
+    assert "too few repetitions for an interval (1 and 1; 3 per side are needed)" in text and "EMULATED" in text
     md = rc.render(c, "markdown")
     assert "| P | x.lat | y.tput | geomean |" in md
     rows = rc.render(c, "csv").splitlines()
@@ -97,8 +145,9 @@ def test_text_layout_and_formats(tmp_path):
     assert len(rows) == 1 + 3
     j = json.loads(rc.render(c, "json"))
     cell = next(x for x in j["comparisons"][0]["cells"] if x["key"] == "x.lat" and x["cores"] == 1)
-    assert cell["base"] == 11.0 and cell["significant"] is False
+    assert cell["base"] == pytest.approx(1320 ** (1 / 3)) and cell["significant"] is bool(cell["q"] <= 0.05)
     assert j["variants"][1]["emulated"] is True and j["sign"] == "positive change = better"
+    assert j["version"] == 2 and j["alpha"] == 0.05
 
 
 def test_failed_side_is_never_significant(tmp_path):

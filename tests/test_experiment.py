@@ -127,9 +127,10 @@ def test_v1_store_is_upgraded(tmp_path):
     conn.commit()
     conn.close()
     s = st.Store.open(path)
-    assert s.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "2"
+    assert s.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "3"
     r = s.results(1)[0]
     assert r.median == 5.0 and r.values == [5.0] and r.cell is None and r.experiment_id is None
+    assert r.noise == [] and r.stop is None and r.disturbed == []     # schema 3
     eid = s.create_experiment(name="e", path="", file_hash="h", spec={}, cells=1)
     s.add_cell_result(1, experiment_id=eid, cell="A|x|P1|r0", rep=0, bench_key="x", benchmark="x.y", params={},
                       copies=1, status="ok", reason=None, unit="ns/op", better="lower", summary=None, raw=[])
@@ -283,3 +284,21 @@ def test_env_cpus_and_dry_run(tmp_path, home):
     run = next(x for x in s.experiment_runs(s.find_experiment("envcpu")["id"]) if x.variant == "A")
     assert run.options["cpus"] == "0" and run.options["env"] == {"KPD_TEST": "1"}
     assert all(x.status == "ok" for x in s.results(run.id))
+
+
+def test_precision_adds_interleaved_repetitions(tmp_path, home):
+    """precision = P: after the matrix, rounds of every imprecise column for both variants, until the
+    change's interval is within +-P points or max_time; the table says which ended it."""
+    p = write(tmp_path, fast(name="prec", reps=3, extra="precision = 0.0001\nmax_time = 2"))
+    r = run_cli("run", p, "--no-progress", "--format", "json", check=0)
+    cells = _cells(home / "kperfdiff.db", "prec")
+    reps = sorted({int(c.split("|r")[1]) for c, _ in cells})
+    assert len(reps) > 3 and reps == list(range(len(reps)))           # extra repetitions, none skipped
+    by_variant = {v: sum(1 for c, _ in cells if c.startswith(v + "|")) for v in "AB"}
+    assert by_variant["A"] == by_variant["B"]                          # both variants, interleaved
+    assert "time limit (2 s)" in r.stderr or "repetition limit" in r.stderr
+    text = run_cli("compare", "--experiment", "prec", check=0).stdout
+    assert "syscall.null -P 1: time limit (2 s)" in text or "syscall.null -P 1: repetition limit" in text
+    loose = write(tmp_path, fast(name="loose", reps=3, extra="precision = 1000"), name="l.toml")
+    r = run_cli("run", loose, "--no-progress", check=0)
+    assert "precision reached" in r.stderr and len(_cells(home / "kperfdiff.db", "loose")) == 2 * 3

@@ -40,25 +40,40 @@ def test_signed_change_direction():
         stats.signed_change(1, 2, "sideways")
 
 
-def test_bootstrap_detects_real_change_and_not_noise():
-    rng = np.random.default_rng(1)
-    a = 100 + rng.normal(0, 1, 30)
-    b = 90 + rng.normal(0, 1, 30)
-    ch = stats.bootstrap_median_change(a, b, "lower")
-    assert ch.significant
-    assert ch.low < ch.change < ch.high
-    assert 8 < ch.change < 14
-    same = stats.bootstrap_median_change(a, a + rng.normal(0, 1, 30) * 0.01, "lower")
-    assert same.low <= 0 <= same.high or not same.significant
-    # deterministic: same inputs, same interval
-    again = stats.bootstrap_median_change(a, b, "lower")
-    assert (again.low, again.high) == (ch.low, ch.high)
+def test_nested_change_direction_and_ends():
+    base = [[100, 101, 99], [102, 100, 101], [98, 99, 100]]
+    faster = [[v / 1.25 for v in r] for r in base]
+    ch = stats.nested_change(base, faster, "lower")
+    assert ch.change == pytest.approx(25.0)
+    assert ch.low < 25.0 < ch.high and ch.p < 0.01 and ch.significant is False   # decided per table
+    up = stats.nested_change(base, faster, "higher")          # the same numbers as a throughput
+    assert up.change == pytest.approx(-20.0) and up.low < -20 < up.high
 
 
-def test_bootstrap_single_values_not_significant():
-    ch = stats.bootstrap_median_change([1.0], [2.0], "lower")
-    assert not ch.significant and math.isnan(ch.low)
-    assert ch.change == pytest.approx(-50.0)
+def test_nested_change_identical_repetitions():
+    same = [[5.0, 5.0], [5.0, 5.0], [5.0, 5.0]]
+    ch = stats.nested_change(same, same, "lower")
+    assert (ch.change, ch.low, ch.high, ch.p) == (0.0, 0.0, 0.0, 1.0)
+    other = [[4.0, 4.0]] * 3
+    ch = stats.nested_change(same, other, "lower")
+    assert ch.change == pytest.approx(25.0) and ch.p == 0.0
+
+
+def test_nested_change_refuses_bad_input():
+    with pytest.raises(ValueError):
+        stats.nested_change([[1.0]] * 3, [[1.0]] * 3, "sideways")
+    ch = stats.nested_change([[0.0]] * 3, [[1.0]] * 3, "lower")
+    assert math.isnan(ch.change) and "zero or negative" in ch.reason
+
+
+def test_centre_half_width():
+    reps = [[10.0], [11.0], [12.0]]
+    lg = [math.log(x) for x in (10, 11, 12)]
+    m = sum(lg) / 3
+    se = math.sqrt(sum((x - m) ** 2 for x in lg) / 2 / 3)
+    from scipy import stats as sst
+    assert stats.centre_half_width(reps) == pytest.approx((math.exp(sst.t.ppf(0.975, 2) * se) - 1) * 100)
+    assert math.isnan(stats.centre_half_width(reps[:2]))
 
 
 def test_welch_against_hand_computation():
@@ -74,6 +89,12 @@ def test_welch_against_hand_computation():
     assert lo == pytest.approx(2.5 - t * se)
     assert hi == pytest.approx(2.5 + t * se)
     assert p == pytest.approx(2 * sst.t.sf(2.5 / se, df))
+
+
+def test_fdr_significant_marks_by_q():
+    q, sig = stats.fdr_significant([0.01, 0.04, 0.03, 0.20, float("nan")])
+    assert list(sig) == [True, False, False, False, False]
+    assert q[0] == pytest.approx(0.04)
 
 
 def test_benjamini_hochberg_hand_computed():

@@ -5,6 +5,7 @@ logs to stderr. Errors become one sentence and a non-zero exit status
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
@@ -44,6 +45,16 @@ def _positive_int_list(text: str) -> list[int]:
     return out
 
 
+def _positive_number(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return v
+
+
 def _positive_int(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 1 or more")
@@ -76,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "a list like 1,2 or 1-4 runs each (default: 1)")
     b.add_argument("--reps", type=_positive_int, default=1,
                    help="repeat each benchmark in N fresh processes (default: 1)")
+    b.add_argument("--precision", type=_positive_number, default=None, metavar="P",
+                   help="after --reps, add repetitions (fresh processes, one round of every benchmark at a time) "
+                        "until the 95%% interval of every benchmark's centre is within +-P%% of it, or --max-time "
+                        "runs out; each result says which ended it")
+    b.add_argument("--max-time", type=_positive_number, default=None, metavar="S",
+                   help="with --precision: stop adding repetitions after S seconds of measuring (default: 600)")
     b.add_argument("--intervals", type=_positive_int, default=None,
                    help="timed intervals per process (default: 11, or the benchmark's own)")
     b.add_argument("--min-batch-ms", type=float, default=10.0,
@@ -315,9 +332,12 @@ def _add_experiment_parsers(sub) -> None:
     e.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
     c = sub.add_parser("compare", help="compare benchmark results of runs or of an experiment's variants",
-                       description="For each benchmark and core count: the baseline's median, each variant's, "
-                                   "the change in % (positive = better) with a bootstrap confidence interval, a "
-                                   "significance mark and the CV; one block per variant, a geometric-mean row.")
+                       description="For each benchmark and core count: the baseline's centre (geometric mean of "
+                                   "the per-repetition medians), each variant's, the change in % (positive = "
+                                   "better) with a two-level 95% confidence interval over the repetitions "
+                                   "(Kalibera & Jones; 3 repetitions per side at least), a significance mark "
+                                   "(Benjamini-Hochberg q <= 0.05 over the table's cells), a mark for disturbed "
+                                   "measurements and the CV; one block per variant, a geometric-mean row.")
     c.add_argument("runs", nargs="*", metavar="RUN", help="run ids or labels; the first is the baseline")
     c.add_argument("--experiment", metavar="ID|NAME", help="compare the variants of an experiment")
     c.add_argument("--stack", action="store_true",

@@ -8,21 +8,26 @@ Method
 ------
 * A **column** is a benchmark, or an experiment's templated entry such as
   ``gups.{pages}`` that each variant fills with its own benchmark.
-* **Median** of a side: with at least ``MIN_REPS`` (3) repetitions on both
-  sides, the median of the per-repetition medians; otherwise the median of all
-  intervals pooled.
-* **Change**: :func:`kperfdiff.stats.signed_change` of the two medians: the
+* A **repetition** is one fresh set of worker processes; the intervals timed
+  inside one process are not independent of each other, repetitions are.
+* **Centre** of a side (the value the tables print): the geometric mean of the
+  per-repetition medians (:func:`kperfdiff.stats.nested_centre`).
+* **Change**: :func:`kperfdiff.stats.signed_change` of the two centres: the
   speed ratio minus one, in percent (base/new - 1 for times, new/base - 1 for
   throughputs), so **positive is better** and the scale is symmetric: +25% is
   1.25x as fast, -50% half as fast.
-* **Interval**: :func:`kperfdiff.stats.bootstrap_median_change` (percentile
-  bootstrap, 4000 resamples, 95%, fixed seed) over the per-repetition medians
-  when both sides have >= 3 repetitions (repetitions are the independent
-  units: each is a fresh process), else over the pooled intervals (which
-  understates the variation between processes; the output says which).
-* **Significant** (``*``) only when the interval excludes 0; a cell without
-  an interval, or with a failed or missing side, is never significant. No
-  correction for multiple comparisons is applied (the table says so).
+* **Interval and test**: :func:`kperfdiff.stats.nested_change`, the two-level
+  random-effects interval of Kalibera and Jones (Welch's t on the logarithms of
+  the per-repetition medians). With fewer than ``stats.MIN_REPS`` (3)
+  repetitions on a side there is no interval, and the cell says so.
+* **Significant** (``*``) only when the cell's Benjamini-Hochberg q-value over
+  all the cells of its table (one variant against one reference) is at most
+  ``alpha`` (0.05): on a table where nothing changed, the chance that any cell
+  is marked is at most 5%. A cell without an interval, with a failed or
+  missing side, is never significant.
+* **Disturbed** (``!``): a repetition measured while the machine was noisy
+  (steal, other runnable tasks, involuntary switches; :mod:`kperfdiff.noise`)
+  marks its cell, with the reason in the notes and in JSON.
 * **CV**: standard deviation / mean of all intervals of the side.
 * **Geometric mean** of the changes through their speed ratios (1 + change/100)
   (:func:`kperfdiff.stats.geometric_mean_change`), per core count over the
@@ -38,8 +43,8 @@ import numpy as np
 from . import stats
 from .errors import InputError
 
-COMPARE_VERSION = 1
-MIN_REPS = 3
+COMPARE_VERSION = 2
+MIN_REPS = stats.MIN_REPS
 
 
 @dataclass
@@ -54,6 +59,8 @@ class Sample:
     reason: str | None = None
     monitors: dict = field(default_factory=dict)              # summed over repetitions
     n_results: int = 0
+    disturbed: list[str] = field(default_factory=list)        # why repetitions were disturbed (noise)
+    stop: str | None = None                                   # why the repetitions stopped (--precision)
 
     @property
     def pooled(self) -> list[float]:
@@ -61,7 +68,14 @@ class Sample:
 
     @property
     def rep_medians(self) -> list[float]:
-        return [float(np.median(r)) for r in self.reps if r]
+        return [float(x) for x in stats.repetition_medians(self.reps)]
+
+    @property
+    def centre(self) -> float:
+        """The value tables print: the geometric mean of the per-repetition medians."""
+        if self.status != "ok" or not self.pooled:
+            return math.nan
+        return stats.nested_centre(self.reps)
 
     @property
     def cv(self) -> float:
@@ -93,12 +107,15 @@ class CellChange:
     low: float
     high: float
     significant: bool
-    method: str                  # "per-rep" or "pooled" or "" when not computed
+    method: str                  # "nested" or "" when no interval was computed
     cv_base: float
     cv_new: float
     reps_base: int
     reps_new: int
     note: str = ""
+    p: float = math.nan          # two-sided p-value of the cell alone
+    q: float = math.nan          # Benjamini-Hochberg q-value over the cell's table
+    disturbed: list[str] = field(default_factory=list)   # noise reasons of either side
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -115,6 +132,7 @@ class Block:
     geomean_by_cores: dict[int, float]
     geomean_by_key: dict[str, float]
     geomean: float
+    tests: int = 0               # cells with a test, over which false discoveries are controlled
 
 
 @dataclass
@@ -127,6 +145,7 @@ class Comparison:
     experiment: dict | None = None
     confidence: float = stats.DEFAULT_CONFIDENCE
     templates: dict[str, dict[str, str]] = field(default_factory=dict)  # key -> variant -> benchmark
+    alpha: float = stats.DEFAULT_ALPHA
 
     @property
     def baseline(self) -> Side:
@@ -136,50 +155,57 @@ class Comparison:
         return next(s for s in self.sides if s.label == label)
 
 
-METHOD_TEXT = ("bootstrap of medians ({n} resamples, {c:.0%} percentile interval) over the per-repetition medians "
-               "when both sides have >= {m} repetitions, else over all intervals pooled")
-
-
-def method_text(confidence: float = stats.DEFAULT_CONFIDENCE) -> str:
-    return METHOD_TEXT.format(n=stats.DEFAULT_BOOTSTRAP, c=confidence, m=MIN_REPS)
+def method_text(confidence: float = stats.DEFAULT_CONFIDENCE, alpha: float = stats.DEFAULT_ALPHA) -> str:
+    return (stats.nested_method_text(confidence) + f"; significant = Benjamini-Hochberg q <= {alpha:g} over the "
+            f"cells of each table, so on a table where nothing changed any cell is marked with probability "
+            f"at most {alpha:.0%}")
 
 
 def compare_cell(key: str, cores: int, a: Sample | None, b: Sample | None, *,
                  confidence: float = stats.DEFAULT_CONFIDENCE) -> CellChange:
-    """The change of one column at one core count, B against A."""
+    """The change of one column at one core count, B against A (significance is decided per table)."""
     nan = math.nan
     ba = a.benchmark if a else ""
     bb = b.benchmark if b else ""
+    disturbed = sorted({f"{who}: {r}" for s, who in ((a, "baseline"), (b, "variant")) if s for r in s.disturbed})
 
-    def empty(note):
-        return CellChange(key, cores, ba, bb, (a or b).unit if (a or b) else None,
-                          (a or b).better if (a or b) else None, _med(a), _med(b), nan, nan, nan, False, "",
+    def cell(base, new, ch, lo, hi, method, note="", p=nan):
+        first = a or b
+        return CellChange(key, cores, ba, bb, first.unit if first else None, first.better if first else None,
+                          base, new, ch, lo, hi, False, method,
                           a.cv if a and a.status == "ok" else nan, b.cv if b and b.status == "ok" else nan,
-                          len(a.reps) if a else 0, len(b.reps) if b else 0, note)
+                          len(a.reps) if a else 0, len(b.reps) if b else 0, note, p, nan, disturbed)
+
     for s, who in ((a, "baseline"), (b, "variant")):
         if s is None or s.status == "missing":
-            return empty(f"{who} not measured")
+            return cell(_med(a), _med(b), nan, nan, nan, "", f"{who} not measured")
         if s.status != "ok" or not s.pooled:
-            return empty(f"{who} {s.status}" + (f": {s.reason}" if s.reason else ""))
+            return cell(_med(a), _med(b), nan, nan, nan, "", f"{who} {s.status}" + (f": {s.reason}" if s.reason else ""))
     if a.unit != b.unit or a.better != b.better:
-        return empty(f"units differ ({a.unit} vs {b.unit})")
-    per_rep = len(a.rep_medians) >= MIN_REPS and len(b.rep_medians) >= MIN_REPS
-    xa, xb = (a.rep_medians, b.rep_medians) if per_rep else (a.pooled, b.pooled)
-    ch = stats.bootstrap_median_change(xa, xb, a.better, confidence=confidence)
-    return CellChange(key, cores, ba, bb, a.unit, a.better, ch.base, ch.new, ch.change, ch.low, ch.high,
-                      ch.significant, "per-rep" if per_rep else "pooled", a.cv, b.cv, len(a.reps), len(b.reps))
+        return cell(_med(a), _med(b), nan, nan, nan, "", f"units differ ({a.unit} vs {b.unit})")
+    ch = stats.nested_change(a.reps, b.reps, a.better, confidence=confidence)
+    return cell(ch.base, ch.new, ch.change, ch.low, ch.high, "" if math.isnan(ch.low) else "nested", ch.reason,
+                ch.p)
 
 
 def _med(s: Sample | None) -> float:
-    if s is None or s.status != "ok" or not s.pooled:
-        return math.nan
-    rm = s.rep_medians
-    return float(np.median(rm)) if len(rm) >= MIN_REPS else float(np.median(s.pooled))
+    return s.centre if s is not None else math.nan
+
+
+def control_false_discoveries(cells, alpha: float = stats.DEFAULT_ALPHA) -> int:
+    """Mark the significant cells of one table (Benjamini-Hochberg over the cells with a test);
+    returns how many cells were tested."""
+    cells = list(cells)
+    q, sig = stats.fdr_significant([c.p for c in cells], alpha=alpha)
+    for c, qv, sg in zip(cells, q, sig):
+        c.q = float(qv)
+        c.significant = bool(sg)
+    return int(sum(1 for c in cells if not math.isnan(c.p)))
 
 
 def compare(sides: list[Side], pairs: list[tuple[str, str, str]], *, title: str = "",
             experiment: dict | None = None, confidence: float = stats.DEFAULT_CONFIDENCE,
-            templates: dict | None = None) -> Comparison:
+            templates: dict | None = None, alpha: float = stats.DEFAULT_ALPHA) -> Comparison:
     """Compare sides: ``pairs`` are (variant, reference, kind) labels."""
     keys: list[str] = []
     cores: list[int] = []
@@ -197,12 +223,13 @@ def compare(sides: list[Side], pairs: list[tuple[str, str, str]], *, title: str 
         cells = {(k, c): compare_cell(k, c, a.samples.get((k, c)), b.samples.get((k, c)), confidence=confidence)
                  for k in keys for c in cores
                  if (k, c) in a.samples or (k, c) in b.samples}
+        tests = control_false_discoveries(cells.values(), alpha)
         gc = {c: stats.geometric_mean_change([x.change for (k, cc), x in cells.items() if cc == c]) for c in cores}
         gk = {k: stats.geometric_mean_change([x.change for (kk, c), x in cells.items() if kk == k]) for k in keys}
         g = stats.geometric_mean_change([x.change for x in cells.values()])
-        blocks.append(Block(var, ref, kind, cells, gc, gk, g))
+        blocks.append(Block(var, ref, kind, cells, gc, gk, g, tests))
     return Comparison(title=title, sides=sides, keys=keys, cores=cores, blocks=blocks, experiment=experiment,
-                      confidence=confidence, templates=templates or {})
+                      confidence=confidence, templates=templates or {}, alpha=alpha)
 
 
 # -- reading the store --------------------------------------------------------------
@@ -224,6 +251,9 @@ def _add_result(side: Side, r, key: str) -> None:
         for mk, mv in (r.monitors or {}).items():
             s.monitors[mk] = s.monitors.get(mk, 0) + mv
         s.monitors["_reps"] = s.monitors.get("_reps", 0) + len(by_rep)
+        s.disturbed.extend(r.disturbed)
+        if r.stop:
+            s.stop = r.stop
     elif s.status != "ok":
         s.status = r.status
         s.reason = r.reason

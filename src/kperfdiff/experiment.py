@@ -10,6 +10,9 @@ An experiment file (TOML; commented examples in ``examples/``)::
     benchmarks = ["gups.{pages}", "proc.fork", "fault.*"]
     cores = [1, 2]                       # copy counts (-P)
     reps = 3                             # fresh processes per cell
+    precision = 3                        # optional: more repetitions (interleaved, all variants) until
+                                         # every change's 95% interval is within +-3 points
+    max_time = 300                       # optional: seconds of measuring for those (default 600)
     intervals = 5                        # optional: timed intervals per process
     min_batch_ms = 10                    # optional: minimum batch length
     timeout = 120                        # optional: per-process timeout (s)
@@ -85,7 +88,8 @@ from .errors import BenchError, InputError, KperfdiffError
 KNOB_ROOTS = ("/sys/", "/proc/sys/")
 CPU_LIST_RE = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=-]*$")
-TOP_KEYS = {"name", "description", "baseline", "stack", "benchmarks", "cores", "reps", "intervals", "min_batch_ms",
+TOP_KEYS = {"name", "description", "baseline", "stack", "benchmarks", "cores", "reps", "precision", "max_time",
+            "intervals", "min_batch_ms",
             "timeout", "profile", "profile_freq", "tiny", "allow_swap_setup", "params", "variant", "variants"}
 VARIANT_KEYS = {"label", "target", "vars", "knobs", "cmdline", "env", "cpus", "params", "description"}
 
@@ -117,6 +121,8 @@ class Experiment:
     cores: list[int]
     reps: int = 3
     stack: list[str] = field(default_factory=list)
+    precision: float | None = None
+    max_time: float | None = None
     intervals: int | None = None
     min_batch_ms: float | None = None
     timeout: float | None = None
@@ -328,6 +334,7 @@ def parse_data(data: dict, p: Path | str = "<experiment>") -> Experiment:
     desc = data.get("description", "")
     return Experiment(name=name, path=str(p), variants=variants, baseline=baseline, benchmarks=list(benches),
                       cores=list(cores), reps=pos_int("reps", 3), stack=list(stack),
+                      precision=pos_num("precision"), max_time=pos_num("max_time"),
                       intervals=pos_int("intervals", None), min_batch_ms=pos_num("min_batch_ms"),
                       timeout=pos_num("timeout"), profile=flag("profile"),
                       profile_freq=pos_int("profile_freq", None), tiny=flag("tiny"),
@@ -746,14 +753,15 @@ def run_experiment(store, exp: Experiment, opts: RunOptions, log=None) -> RunOut
                     progress.note(f"kperfdiff: {c.variant}: {b.name} skipped: {m['reason']}")
                 progress.advance()
 
-            try:
-                for i, c in enumerate(todo):
+            def measure_cells(batch_cells: list[Cell]) -> None:
+                for i, c in enumerate(batch_cells):
                     if c.id in finished:
                         continue
                     v = exp.variant(c.variant)
                     if v.target != "local":
                         # a guest boots (or a board connects) once for all of this variant's cells of this rep
-                        batch = [x for x in todo if x.variant == c.variant and x.rep == c.rep and x.id not in finished]
+                        batch = [x for x in batch_cells
+                                 if x.variant == c.variant and x.rep == c.rep and x.id not in finished]
                         progress.step(f"{c.variant}: {len(batch)} cells on {v.target}, rep {c.rep + 1}/{exp.reps}"
                                       f"{eta(i)}")
                         for x, b, m, keep in _measure_remote(exp, v, batch, bench_by_name, overrides, runs[v.label],
@@ -771,6 +779,14 @@ def run_experiment(store, exp: Experiment, opts: RunOptions, log=None) -> RunOut
                            (lambda rid, c=c, b=b, m=m, prof=prof: prof.collect(store, runs[c.variant], rid, b,
                                                                                 c.cores, m)) if prof else
                            (lambda rid: None))
+
+            try:
+                measure_cells(todo)
+                if exp.precision:
+                    binaries = binaries or build.build_all(sorted({b.family for b in bench_by_name.values()}))
+                    for (key, cores), text in _adaptive_rounds(store, exp, eid, columns, measure_cells,
+                                                               progress, log).items():
+                        store.set_cell_stop(eid, key, cores, text)
             finally:
                 progress.close()
             remaining_failed = sum(1 for s in store.cell_states(eid).values() if s == "failed")
@@ -794,6 +810,44 @@ def run_experiment(store, exp: Experiment, opts: RunOptions, log=None) -> RunOut
             log(f"kperfdiff: warning: {pr}; the original value is kept in the store and the next kperfdiff run "
                 f"tries again")
     return RunOutcome(store.get_experiment(eid), measured, len(all_cells), failed, 1 if failed else 0)
+
+
+def _adaptive_rounds(store, exp: Experiment, eid: int, columns, measure_cells, progress, log) -> dict:
+    """After the matrix: more repetitions of the (column, core count) groups whose changes are not
+    yet precise to ``exp.precision`` points, one round of every such group at a time, all variants
+    interleaved and rotated (:func:`kperfdiff.bench.rounds.run_rounds`). Returns why each group stopped."""
+    from . import compare
+    from .bench import rounds
+
+    labels = [v.label for v in exp.variants]
+    groups = [(key, cores) for key, _ in columns[labels[0]] for cores in exp.cores]
+
+    def cells_of(g, r: int) -> list[Cell]:
+        key, cores = g
+        return [Cell(label, key, dict(columns[label])[key].name, cores, r)
+                for label in rounds.rotated(labels, r + groups.index(g))]
+
+    def measure_round(order, r):
+        states = store.cell_states(eid)
+        batch = [c for g in order for c in cells_of(g, r) if states.get(c.id) not in ("ok", "skipped")]
+        progress.total += len(batch)
+        measure_cells(batch)
+        states = store.cell_states(eid)
+        return {g for g in order if any(states.get(c.id) != "ok" for c in cells_of(g, r))}
+
+    def half_widths(gs):
+        cmp = compare.from_experiment(store, str(eid))
+        out = {}
+        for g in gs:
+            hw = [(x.high - x.low) / 2 for blk in cmp.blocks for k, x in blk.cells.items() if k == g]
+            out[g] = max(hw) if hw and not any(math.isnan(h) for h in hw) else math.nan
+        return out
+
+    policy = rounds.RepetitionPolicy(reps=exp.reps, precision=exp.precision, max_time=exp.max_time)
+    why = rounds.run_rounds(groups, measure_round, half_widths, policy, first=exp.reps)
+    for (key, cores), text in why.items():
+        log(f"kperfdiff: {key} -P {cores}: {text}")
+    return why
 
 
 def _measure_cell(exp, v, c, b, binaries, overrides, facts, swap_ready, swap, profilers, run, bopts, measure,

@@ -11,8 +11,6 @@ from dataclasses import dataclass
 import numpy as np
 
 DEFAULT_CONFIDENCE = 0.95
-DEFAULT_BOOTSTRAP = 4000
-DEFAULT_SEED = 20130527  # fixed, so a table is the same every time it is made
 
 
 @dataclass(frozen=True)
@@ -79,53 +77,131 @@ def signed_change(base: float, new: float, better: str) -> float:
     return (speed_ratio(base, new, better) - 1.0) * 100.0
 
 
+MIN_REPS = 3        # repetitions per side below which no interval is given
+DEFAULT_ALPHA = 0.05
+
+
 @dataclass(frozen=True)
 class Change:
-    """A change between two samples, stated the way a reader needs it."""
+    """A change between two nested samples, stated the way a reader needs it."""
 
-    base: float          # the statistic of the baseline (median)
-    new: float           # the statistic of the variant (median)
+    base: float          # centre of the baseline (geometric mean of its per-repetition medians)
+    new: float           # centre of the variant
     change: float        # signed percent, positive = better
-    low: float           # confidence interval of change, percent
+    low: float           # confidence interval of change, percent (nan: no interval)
     high: float
     confidence: float
-    significant: bool    # the interval excludes zero
+    p: float             # two-sided p-value of "no change" (nan: no test)
+    significant: bool    # set by the caller after false-discovery control (see fdr_significant)
     method: str
+    reason: str = ""     # why there is no interval, when there is none
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def bootstrap_median_change(base, new, better: str, *, confidence: float = DEFAULT_CONFIDENCE,
-                            n_boot: int = DEFAULT_BOOTSTRAP, seed: int = DEFAULT_SEED) -> Change:
-    """Signed percent change of medians (:func:`signed_change`) with a percentile bootstrap interval.
+NESTED_METHOD = ("two-level random-effects interval (Kalibera & Jones, ISMM 2013): each repetition (a fresh "
+                 "process) is summarised by the median of its intervals; the change is the ratio of the geometric "
+                 "means of those per-repetition medians, and its {c:.0%} interval and p-value come from Welch's "
+                 "t-test on their logarithms (scipy.stats.ttest_ind, unequal variances), whose spread between "
+                 "repetitions already carries the spread inside them; at least {m} repetitions per side")
 
-    Method: resample each side with replacement ``n_boot`` times, take the
-    signed change of the resampled medians, and report the (1-c)/2 and
-    (1+c)/2 percentiles. Significant only when the interval excludes zero.
-    With fewer than 2 values on a side there is no interval (nan, not
-    significant).
+
+def nested_method_text(confidence: float = DEFAULT_CONFIDENCE) -> str:
+    return NESTED_METHOD.format(c=confidence, m=MIN_REPS)
+
+
+def repetition_medians(reps) -> np.ndarray:
+    """The median of each repetition's interval values (empty repetitions left out)."""
+    return np.asarray([float(np.median(np.asarray(r, dtype=np.float64))) for r in reps if len(r)],
+                      dtype=np.float64)
+
+
+def nested_centre(reps) -> float:
+    """Centre of a nested sample: the geometric mean of its per-repetition medians
+    (with one repetition, that repetition's median). nan when a median is not positive."""
+    m = repetition_medians(reps)
+    if m.size == 0 or np.any(m <= 0):
+        return math.nan
+    if m.size == 1 or np.all(m == m[0]):
+        return float(m[0])
+    return float(np.exp(np.mean(np.log(m))))
+
+
+def nested_change(base_reps, new_reps, better: str, *, confidence: float = DEFAULT_CONFIDENCE,
+                  min_reps: int = MIN_REPS) -> Change:
+    """Signed percent change (:func:`signed_change`) of ``new`` against ``base``, each a list of
+    repetitions (lists of interval values), with a two-level interval.
+
+    Method (Kalibera and Jones, "Rigorous benchmarking in reasonable time", ISMM 2013, the
+    random-effects model): repetitions are the independent units (fresh processes) and the
+    intervals inside one are not independent of each other, so each repetition is reduced to
+    the median of its intervals. The logarithms of those medians have a variance that is the
+    between-repetition variance plus the within-repetition variance over the intervals per
+    repetition, so a t interval over them accounts for both levels. Welch's t-test on the
+    logarithms (``scipy.stats.ttest_ind(equal_var=False)``) gives the interval of the log ratio
+    of geometric means and a two-sided p-value; the interval is mapped back through exp to a
+    speed ratio and then to percent. With fewer than ``min_reps`` repetitions on a side there
+    is no interval and no test: the reason says so. ``significant`` is left False: the caller
+    decides it over a whole table with :func:`fdr_significant`.
     """
-    a = np.asarray(list(base), dtype=np.float64)
-    b = np.asarray(list(new), dtype=np.float64)
-    if a.size == 0 or b.size == 0:
+    from scipy import stats as sst
+
+    if better not in ("lower", "higher"):
+        raise ValueError(f"better must be 'lower' or 'higher', not {better!r}")
+    ma, mb = repetition_medians(base_reps), repetition_medians(new_reps)
+    if ma.size == 0 or mb.size == 0:
         raise ValueError("both sides need values")
-    ma, mb = float(np.median(a)), float(np.median(b))
-    point = signed_change(ma, mb, better)
-    method = f"bootstrap of medians, {n_boot} resamples, {confidence:.0%} percentile interval"
-    if a.size < 2 or b.size < 2 or math.isnan(point):
-        return Change(ma, mb, point, math.nan, math.nan, confidence, False, method)
-    rng = np.random.default_rng(seed)
-    ra = np.median(a[rng.integers(0, a.size, size=(n_boot, a.size))], axis=1)
-    rb = np.median(b[rng.integers(0, b.size, size=(n_boot, b.size))], axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ch = (speed_ratio(ra, rb, better) - 1.0) * 100.0
-    ch = ch[np.isfinite(ch) & (ra > 0) & (rb > 0)]
-    if ch.size == 0:
-        return Change(ma, mb, point, math.nan, math.nan, confidence, False, method)
-    lo, hi = np.percentile(ch, [(1 - confidence) / 2 * 100, (1 + confidence) / 2 * 100])
-    sig = bool(lo > 0 or hi < 0)
-    return Change(ma, mb, point, float(lo), float(hi), confidence, sig, method)
+    ca, cb = nested_centre(base_reps), nested_centre(new_reps)
+    method = nested_method_text(confidence)
+    point = signed_change(ca, cb, better) if not (math.isnan(ca) or math.isnan(cb)) else math.nan
+
+    def none(reason: str) -> Change:
+        return Change(ca, cb, point, math.nan, math.nan, confidence, math.nan, False, method, reason)
+
+    if math.isnan(point):
+        return none("a median is zero or negative, so there is no ratio")
+    if ma.size < min_reps or mb.size < min_reps:
+        return none(f"too few repetitions for an interval ({ma.size} and {mb.size}; {min_reps} per side "
+                    f"are needed)")
+    la, lb = np.log(ma), np.log(mb)
+    d = float(lb.mean() - la.mean())           # log(new/base) of the geometric means
+    if la.std() == 0 and lb.std() == 0:
+        lo = hi = d
+        p = 0.0 if d != 0 else 1.0
+    else:
+        res = sst.ttest_ind(lb, la, equal_var=False)
+        ci = res.confidence_interval(confidence)
+        lo, hi, p = float(ci.low), float(ci.high), float(res.pvalue)
+    sign = -1.0 if better == "lower" else 1.0    # speed ratio = exp(sign * d)
+    ends = sorted(((math.exp(sign * lo) - 1) * 100, (math.exp(sign * hi) - 1) * 100))
+    return Change(ca, cb, point, ends[0], ends[1], confidence, p, False, method)
+
+
+def centre_half_width(reps, *, confidence: float = DEFAULT_CONFIDENCE, min_reps: int = MIN_REPS) -> float:
+    """Half-width, in percent of the centre, of the t interval of one nested sample's centre
+    (the geometric mean of its per-repetition medians): (exp(t * se) - 1) * 100 with se the
+    standard error of the log medians. nan with fewer than ``min_reps`` repetitions."""
+    from scipy import stats as sst
+
+    m = repetition_medians(reps)
+    if m.size < min_reps or np.any(m <= 0):
+        return math.nan
+    lg = np.log(m)
+    se = float(lg.std(ddof=1) / math.sqrt(lg.size))
+    return (math.exp(float(sst.t.ppf((1 + confidence) / 2, lg.size - 1)) * se) - 1) * 100
+
+
+def fdr_significant(pvalues, *, alpha: float = DEFAULT_ALPHA) -> tuple[np.ndarray, np.ndarray]:
+    """Benjamini-Hochberg over one table: (q-values, significant flags) in input order.
+
+    A cell is significant when its q-value is at most ``alpha``, which controls the expected
+    share of false discoveries among the table's significant cells at ``alpha``; when nothing
+    changed at all (an A/A table) it bounds the chance that ANY cell is called significant by
+    ``alpha``. NaN p-values (cells without a test) are never significant and do not count.
+    """
+    q = benjamini_hochberg(pvalues)
+    return q, np.asarray([bool(v <= alpha) if not math.isnan(v) else False for v in q], dtype=bool)
 
 
 def welch_interval(a, b, *, confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float, float, float]:
@@ -153,24 +229,16 @@ def welch_interval(a, b, *, confidence: float = DEFAULT_CONFIDENCE) -> tuple[flo
 
 
 def benjamini_hochberg(pvalues) -> np.ndarray:
-    """Benjamini-Hochberg q-values (false discovery rate adjusted p-values).
+    """Benjamini-Hochberg q-values (false discovery rate adjusted p-values), by
+    ``scipy.stats.false_discovery_control(method="bh")``, in the input order.
+    NaN p-values stay NaN and do not count in the number of tests."""
+    from scipy import stats as sst
 
-    q_(i) = min over j >= i of p_(j) * m / j, capped at 1, returned in the
-    input order. NaN p-values stay NaN and do not count in m.
-    """
     p = np.asarray(list(pvalues), dtype=np.float64)
     q = np.full(p.shape, np.nan)
     ok = ~np.isnan(p)
-    m = int(ok.sum())
-    if m == 0:
-        return q
-    pv = p[ok]
-    order = np.argsort(pv, kind="mergesort")
-    ranked = pv[order] * m / np.arange(1, m + 1)
-    ranked = np.minimum.accumulate(ranked[::-1])[::-1]
-    out = np.empty(m)
-    out[order] = np.minimum(ranked, 1.0)
-    q[ok] = out
+    if ok.any():
+        q[ok] = sst.false_discovery_control(np.clip(p[ok], 0.0, 1.0), method="bh")
     return q
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from . import __version__
 from .errors import InputError, StoreError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 RUN_STATES = ("running", "complete", "interrupted", "failed")
 
 SCHEMA = """
@@ -140,6 +140,15 @@ ALTER TABLE result ADD COLUMN bench_key TEXT;
 CREATE UNIQUE INDEX IF NOT EXISTS result_cell ON result(experiment_id, cell) WHERE cell IS NOT NULL;
 CREATE INDEX IF NOT EXISTS run_experiment ON run(experiment_id);
 """,
+    # 2 -> 3: noise. ``noise`` holds, per repetition of a result, what disturbed the machine
+    # while it was measured (kperfdiff.noise: steal, other runnable tasks, involuntary
+    # switches, migrations, run-queue wait, CPU frequency) and the reasons it was judged
+    # disturbed; ``stop`` says why the repetitions stopped where they did (a fixed count,
+    # --precision reached, or --max-time / the repetition limit ran out).
+    2: """
+ALTER TABLE result ADD COLUMN noise TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE result ADD COLUMN stop TEXT;
+""",
 }
 
 
@@ -194,6 +203,14 @@ class Result:
     cell: str | None = None
     rep: int | None = None
     bench_key: str | None = None
+    # schema 3: per repetition {"rep": n, ...noise, "disturbed": [reasons]}, and why the repetitions stopped
+    noise: list = field(default_factory=list)
+    stop: str | None = None
+
+    @property
+    def disturbed(self) -> list[str]:
+        """Why repetitions of this result were disturbed, one reason per repetition and cause."""
+        return [f"rep {n.get('rep', 0) + 1}: {r}" for n in self.noise for r in n.get("disturbed", [])]
 
 
 def default_path() -> Path:
@@ -412,24 +429,44 @@ class Store:
                    reason: str | None, unit: str | None, better: str | None, summary: dict | None,
                    raw: list[tuple], overhead: float | None = None, ops: int | None = None,
                    cpu_ns: int | None = None, wall_s: float | None = None, monitors: dict | None = None,
-                   info: list | None = None, started_at: float | None = None) -> int:
-        """Store one result and its raw intervals in one transaction."""
-        s = summary or {}
+                   info: list | None = None, started_at: float | None = None, noise: list | None = None,
+                   stop: str | None = None, replace: int | None = None, experiment_id: int | None = None,
+                   cell: str | None = None, rep: int | None = None, bench_key: str | None = None) -> int:
+        """Store one result and its raw intervals in one transaction.
 
-        def w():
-            cur = self.conn.execute(
-                "INSERT INTO result (run_id, benchmark, params, copies, status, reason, unit, better, n, median, "
-                "min, max, q1, q3, mean, stdev, cv, overhead, ops, cpu_ns, wall_s, monitors, info, started_at, "
-                "ended_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (run_id, benchmark, json.dumps(params, sort_keys=True), copies, status, reason, unit, better,
-                 s.get("n"), s.get("median"), s.get("min"), s.get("max"), s.get("q1"), s.get("q3"),
-                 s.get("mean"), _nan_none(s.get("stdev")), _nan_none(s.get("cv")), overhead, ops, cpu_ns, wall_s,
-                 json.dumps(monitors or {}, sort_keys=True), json.dumps(info or []), started_at, time.time()))
-            rid = cur.lastrowid
-            self.conn.executemany("INSERT INTO interval VALUES (?,?,?,?,?,?,?)",
-                                  [(rid, *r) for r in raw])
-            return rid
-        return self._write(w)
+        ``replace``: the id of a result of the same run that this one supersedes (a
+        benchmark that gained repetitions): its row and intervals are rewritten in the
+        same transaction, keeping its id (and so its profiles), so a reader sees the old
+        result or the new one, never a mix.
+        """
+        return self._write(lambda: self._insert_result(
+            run_id, benchmark, params, copies, status, reason, unit, better, summary, raw, overhead, ops, cpu_ns,
+            wall_s, monitors, info, started_at, noise, stop, replace, experiment_id, cell, rep, bench_key))
+
+    def _insert_result(self, run_id, benchmark, params, copies, status, reason, unit, better, summary, raw,
+                       overhead, ops, cpu_ns, wall_s, monitors, info, started_at, noise, stop, replace,
+                       experiment_id, cell, rep, bench_key) -> int:
+        s = summary or {}
+        cols = ("run_id, benchmark, params, copies, status, reason, unit, better, n, median, min, max, q1, q3, "
+                "mean, stdev, cv, overhead, ops, cpu_ns, wall_s, monitors, info, started_at, ended_at, "
+                "experiment_id, cell, rep, bench_key, noise, stop").split(", ")
+        values = (run_id, benchmark, json.dumps(params, sort_keys=True), copies, status, reason, unit, better,
+                  s.get("n"), s.get("median"), s.get("min"), s.get("max"), s.get("q1"), s.get("q3"),
+                  s.get("mean"), _nan_none(s.get("stdev")), _nan_none(s.get("cv")), overhead, ops, cpu_ns, wall_s,
+                  json.dumps(monitors or {}, sort_keys=True), json.dumps(info or []), started_at, time.time(),
+                  experiment_id, cell, rep, bench_key, json.dumps(noise or []), stop)
+        if replace is not None:
+            cur = self.conn.execute(f"UPDATE result SET {', '.join(c + '=?' for c in cols)} WHERE id=? AND run_id=?",
+                                    (*values, replace, run_id))
+            if cur.rowcount != 1:
+                raise StoreError(f"result {replace} of run {run_id} is not in the store {self.path}")
+            self.conn.execute("DELETE FROM interval WHERE result_id=?", (replace,))
+            rid = replace
+        else:
+            rid = self.conn.execute(f"INSERT INTO result ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                                    values).lastrowid
+        self.conn.executemany("INSERT INTO interval VALUES (?,?,?,?,?,?,?)", [(rid, *r) for r in raw])
+        return rid
 
     def results(self, run_id: int, with_raw: bool = True) -> list[Result]:
         out = []
@@ -440,7 +477,8 @@ class Store:
                          q3=r["q3"], mean=r["mean"], stdev=r["stdev"], cv=r["cv"], overhead=r["overhead"],
                          ops=r["ops"], cpu_ns=r["cpu_ns"], wall_s=r["wall_s"], monitors=json.loads(r["monitors"]),
                          info=json.loads(r["info"]), experiment_id=r["experiment_id"], cell=r["cell"],
-                         rep=r["rep"], bench_key=r["bench_key"])
+                         rep=r["rep"], bench_key=r["bench_key"], noise=json.loads(r["noise"] or "[]"),
+                         stop=r["stop"])
             if with_raw:
                 res.raw = [tuple(x) for x in self.conn.execute(
                     "SELECT rep, copy, seq, value, ops, ns FROM interval WHERE result_id=? ORDER BY rep, copy, seq",
@@ -581,36 +619,30 @@ class Store:
                         unit: str | None, better: str | None, summary: dict | None, raw: list[tuple],
                         overhead: float | None = None, ops: int | None = None, cpu_ns: int | None = None,
                         wall_s: float | None = None, monitors: dict | None = None, info: list | None = None,
-                        started_at: float | None = None) -> int:
+                        started_at: float | None = None, noise: list | None = None, stop: str | None = None) -> int:
         """Store one experiment cell and its raw intervals in one transaction.
 
         A failed cell of the same key (an earlier attempt) is replaced in the
         same transaction; a finished (ok or skipped) cell is never replaced:
         the unique index on (experiment_id, cell) refuses a second one.
         """
-        s = summary or {}
-
         def w():
             self.conn.execute("DELETE FROM result WHERE experiment_id=? AND cell=? AND status='failed'",
                               (experiment_id, cell))
-            cur = self.conn.execute(
-                "INSERT INTO result (run_id, benchmark, params, copies, status, reason, unit, better, n, median, "
-                "min, max, q1, q3, mean, stdev, cv, overhead, ops, cpu_ns, wall_s, monitors, info, started_at, "
-                "ended_at, experiment_id, cell, rep, bench_key) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (run_id, benchmark, json.dumps(params, sort_keys=True), copies, status, reason, unit, better,
-                 s.get("n"), s.get("median"), s.get("min"), s.get("max"), s.get("q1"), s.get("q3"),
-                 s.get("mean"), _nan_none(s.get("stdev")), _nan_none(s.get("cv")), overhead, ops, cpu_ns, wall_s,
-                 json.dumps(monitors or {}, sort_keys=True), json.dumps(info or []), started_at, time.time(),
-                 experiment_id, cell, rep, bench_key))
-            rid = cur.lastrowid
-            self.conn.executemany("INSERT INTO interval VALUES (?,?,?,?,?,?,?)", [(rid, *r) for r in raw])
-            return rid
+            return self._insert_result(run_id, benchmark, params, copies, status, reason, unit, better, summary,
+                                       raw, overhead, ops, cpu_ns, wall_s, monitors, info, started_at, noise, stop,
+                                       None, experiment_id, cell, rep, bench_key)
         try:
             return self._write(w)
         except sqlite3.IntegrityError:
             raise StoreError(f"cell {cell} of experiment {experiment_id} is already stored; "
                              f"it is never measured twice") from None
+
+    def set_cell_stop(self, exp_id: int, bench_key: str, copies: int, text: str) -> None:
+        """Say, on every cell of one column and core count of an experiment, why its repetitions stopped."""
+        self._write(lambda: self.conn.execute(
+            "UPDATE result SET stop=? WHERE experiment_id=? AND bench_key=? AND copies=?",
+            (text, exp_id, bench_key, copies)))
 
     # -- knobs changed by a running experiment (schema 2) ---------------------
     def save_knob(self, exp_id: int, path: str, original: str) -> None:

@@ -21,7 +21,7 @@ from .. import machine, monitors, stats
 from ..errors import UsageError
 from ..progress import Progress
 from ..store import Result, Run, Store
-from . import build, catalogue, worker
+from . import build, catalogue, rounds, worker
 from .catalogue import Benchmark
 
 
@@ -44,12 +44,18 @@ class BenchOptions:
     profile_freq: int | None = None
     target: str = "local"
     command: str = ""
+    precision: float | None = None   # percent: add repetitions until every interval is this tight
+    max_time: float | None = None    # seconds: stop adding repetitions after this long
+
+    def policy(self) -> rounds.RepetitionPolicy:
+        return rounds.RepetitionPolicy(reps=self.reps, precision=self.precision, max_time=self.max_time)
 
     def recorded(self) -> dict:
         """The options a run keeps in the store."""
         return {"suite": self.suite, "only": self.only, "parallel": self.parallel, "reps": self.reps,
                 "intervals": self.intervals, "params": self.params, "min_batch_ns": self.min_batch_ns,
-                "profile": self.profile, "target": self.target}
+                "profile": self.profile, "target": self.target, "precision": self.precision,
+                "max_time": self.max_time}
 
     @classmethod
     def from_args(cls, args) -> "BenchOptions":
@@ -59,6 +65,7 @@ class BenchOptions:
                    label=args.label, params=args.param, allow_swap_setup=args.allow_swap_setup,
                    timeout=args.timeout, progress=not args.no_progress,
                    profile=args.profile, profile_freq=args.profile_freq, target=args.target or "local",
+                   precision=args.precision, max_time=args.max_time,
                    command=shlex.join(["kperfdiff", *sys.argv[1:]]))
 
 
@@ -149,21 +156,27 @@ def aggregate(b: Benchmark, reps: list[tuple[int, list, dict, float]], started: 
             "started_at": started, "overhead": (sorted(overheads)[len(overheads) // 2] if overheads else None)}
 
 
+def measure_repetition(b: Benchmark, binary, params: dict[str, str], copies: int, opts: BenchOptions, rep: int,
+                       prefix=None) -> tuple:
+    """One repetition: ``copies`` fresh worker processes, with the kernel's counters read around them.
+    Returns (rep, outputs, monitor deltas, wall seconds), what :func:`aggregate` pools."""
+    argv = worker.worker_argv(binary, b.name, params, intervals=opts.intervals or b.intervals,
+                              min_batch_ns=opts.min_batch_ns)
+    before = monitors.snapshot()
+    outs = worker.run_copies(argv, copies, opts.timeout or b.timeout, prefix=prefix)
+    after = monitors.snapshot()
+    return rep, outs, monitors.delta(before, after), outs[0].wall_s if outs else 0.0
+
+
 def measure(b: Benchmark, binary, params: dict[str, str], copies: int, reps: int, opts: BenchOptions,
             prefix_for_rep=None) -> dict:
     """Run one benchmark ``reps`` times with ``copies`` copies on this machine; pool and summarise."""
-    intervals = opts.intervals or b.intervals
-    argv = worker.worker_argv(binary, b.name, params, intervals=intervals, min_batch_ns=opts.min_batch_ns)
-    timeout = opts.timeout or b.timeout
     started = time.time()
-    done: list[tuple[int, list, dict, float]] = []
+    done: list[tuple] = []
     for rep in range(reps):
-        prefix = prefix_for_rep(rep) if prefix_for_rep else None
-        before = monitors.snapshot()
-        outs = worker.run_copies(argv, copies, timeout, prefix=prefix)
-        after = monitors.snapshot()
-        done.append((rep, outs, monitors.delta(before, after), outs[0].wall_s if outs else 0.0))
-        if any(o.status != "ok" for o in outs):
+        done.append(measure_repetition(b, binary, params, copies, opts, rep,
+                                       prefix_for_rep(rep) if prefix_for_rep else None))
+        if any(o.status != "ok" for o in done[-1][1]):
             break
     return aggregate(b, done, started)
 
@@ -194,7 +207,10 @@ def note_status(progress: Progress, name: str, m: dict) -> bool:
 
 
 def run_bench(store: Store, opts: BenchOptions) -> Outcome:
-    """Run the chosen benchmarks into a new run of ``store``."""
+    """Run the chosen benchmarks into a new run of ``store``, in rounds (:mod:`.rounds`):
+    one repetition of every benchmark per round, the order rotated each round; a
+    benchmark's result is stored after its first repetition and rewritten (same id)
+    after each further one, so Ctrl-C keeps every repetition measured."""
     benches = catalogue.select(opts.suite, opts.only)
     overrides = parse_param_overrides(opts.params, benches)
     from ..targets import parse_target_spec
@@ -209,43 +225,74 @@ def run_bench(store: Store, opts: BenchOptions) -> Outcome:
     mid = store.add_machine(facts)
     run = store.start_run(label=opts.label, variant=opts.variant, machine_id=mid, command=opts.command,
                           options=opts.recorded())
-    cells = [(b, p) for b in benches for p in opts.parallel]
-    progress = Progress(len(cells), enabled=opts.progress)
+    by_name = {b.name: b for b in benches}
+    cells = [(b.name, p) for b in benches for p in opts.parallel]     # (benchmark, copies)
+    policy = opts.policy()
+    progress = Progress(len(cells) * policy.reps, enabled=opts.progress)
     failed = False
     swap_ready = facts.get("swap_active", False)
+    done: dict[tuple, list] = {c: [] for c in cells}       # the repetitions measured so far
+    stored: dict[tuple, int] = {}                          # result id of each cell
+    params_of = {(n, p): by_name[n].run_params(tiny=opts.tiny, overrides=overrides.get(n),
+                                               hello=str(binaries["hello"]) if "hello" in binaries else None)
+                 for n, p in cells}
+    started = {c: time.time() for c in cells}
+
     with run_lifecycle(store, run, progress), contextlib.ExitStack() as swap:
-        for b, copies in cells:
-            params = b.run_params(tiny=opts.tiny, overrides=overrides.get(b.name),
-                                  hello=str(binaries["hello"]) if "hello" in binaries else None)
-            what = f"{b.name} -P {copies}"
-            progress.step(what)
-            if "swap" in b.requires and not swap_ready and opts.allow_swap_setup:
-                from .swap import temporary_swap
-                swap.enter_context(temporary_swap())
-                swap_ready = True
-            reason = unmet_requirement(b, facts, swap_ready)
-            if reason:
-                m = {"status": "skipped", "reason": reason, "raw": [], "info": [], "monitors": {},
-                     "started_at": time.time()}
-            else:
-                prefix_for_rep = profiler.prefix_for(run, b, copies) if profiler else None
-                m = measure(b, binaries[b.family], params, copies, opts.reps, opts, prefix_for_rep)
-            rid = store_measurement(store, run, b, params, copies, m)
-            if profiler and m["status"] == "ok":
-                profiler.collect(store, run, rid, b, copies, m)
-            failed |= note_status(progress, b.name, m)
-            progress.advance()
+        def measure_round(order, rep):
+            nonlocal failed, swap_ready
+            stop = set()
+            for cell in order:
+                b, copies = by_name[cell[0]], cell[1]
+                progress.step(f"{b.name} -P {copies}" + (f" rep {rep + 1}" if policy.reps > 1 or rep else ""))
+                if "swap" in b.requires and not swap_ready and opts.allow_swap_setup:
+                    from .swap import temporary_swap
+                    swap.enter_context(temporary_swap())
+                    swap_ready = True
+                reason = unmet_requirement(b, facts, swap_ready)
+                if reason:
+                    m = {"status": "skipped", "reason": reason, "raw": [], "info": [], "monitors": {},
+                         "started_at": started[cell]}
+                else:
+                    prefix = profiler.prefix_for(run, b, copies)(rep) if profiler else None
+                    done[cell].append(measure_repetition(b, binaries[b.family], params_of[cell], copies, opts,
+                                                         rep, prefix))
+                    m = aggregate(b, done[cell], started[cell])
+                m["stop"] = why.get(cell)
+                stored[cell] = store_measurement(store, run, b, params_of[cell], copies, m, replace=stored.get(cell))
+                if profiler and m["status"] == "ok":
+                    profiler.collect(store, run, stored[cell], b, copies,
+                                     {"procs": [x for x in m["procs"] if x[0] == rep]})
+                if m["status"] != "ok":
+                    stop.add(cell)
+                    failed |= note_status(progress, b.name, m)
+                progress.advance()
+            return stop
+
+        def half_widths(groups):
+            return {c: stats.centre_half_width([[v for o in outs for v in o.values] for _r, outs, *_ in done[c]])
+                    for c in groups}
+
+        why: dict = {}
+        why.update(rounds.run_rounds(cells, measure_round, half_widths, policy))
+        for cell, rid in stored.items():    # the reason each cell stopped, kept with its result
+            b, copies = by_name[cell[0]], cell[1]
+            if done[cell]:
+                store_measurement(store, run, b, params_of[cell], copies,
+                                  {**aggregate(b, done[cell], started[cell]), "stop": why.get(cell)}, replace=rid)
     run = store.get_run(run.id)
     return Outcome(run, store.results(run.id), 1 if failed else 0)
 
 
-def store_measurement(store: Store, run: Run, b: Benchmark, params: dict, copies: int, m: dict) -> int:
-    """Store one measurement dict (from measure() or a target) as a result of ``run``."""
+def store_measurement(store: Store, run: Run, b: Benchmark, params: dict, copies: int, m: dict, *,
+                      replace: int | None = None) -> int:
+    """Store one measurement dict (from aggregate() or a target) as a result of ``run``
+    (rewriting result ``replace`` when the benchmark gained repetitions)."""
     return store.add_result(run.id, benchmark=b.name, params=params, copies=copies, status=m["status"],
                             reason=m.get("reason"), unit=m.get("unit", b.unit), better=m.get("better", b.better),
                             summary=m.get("summary"), raw=m["raw"], overhead=m.get("overhead"), ops=m.get("ops"),
                             cpu_ns=m.get("cpu_ns"), wall_s=m.get("wall_s"), monitors=m["monitors"], info=m["info"],
-                            started_at=m["started_at"])
+                            started_at=m["started_at"], noise=m.get("noise"), stop=m.get("stop"), replace=replace)
 
 
 def store_target_profiles(store: Store, run: Run, result_id: int, b: Benchmark, copies: int, m: dict,

@@ -4,12 +4,13 @@ from __future__ import annotations
 import datetime as dt
 import math
 
-from .. import monitors
+from .. import monitors, stats
 from ..bench.catalogue import Benchmark
 from ..store import Result, Run, result_names
 from .table import Table, to_json, to_text
 
 JSON_VERSION = 1
+DISTURBED = "!"
 
 
 def _num(v: float | None) -> str:
@@ -47,8 +48,23 @@ def _result_json(r: Result) -> dict:
             "reason": r.reason, "unit": r.unit, "better": r.better,
             "summary": {k: getattr(r, k) for k in ("n", "median", "min", "max", "q1", "q3", "mean", "stdev", "cv")},
             "overhead": r.overhead, "ops": r.ops, "cpu_ns": r.cpu_ns, "wall_s": r.wall_s,
-            "monitors": r.monitors, "info": r.info,
+            "monitors": r.monitors, "info": r.info, "reps": len(_rep_values(r)),
+            "centre": stats.nested_centre(_rep_values(r)) if r.raw else None,
+            "half_width_pct": _none_nan(stats.centre_half_width(_rep_values(r))) if r.raw else None,
+            "stop": r.stop, "noise": r.noise, "disturbed": r.disturbed,
             "intervals": [{"rep": x[0], "copy": x[1], "value": x[3], "ops": x[4], "ns": x[5]} for x in r.raw]}
+
+
+def _rep_values(r: Result) -> list[list[float]]:
+    """The interval values of each repetition (all copies pooled)."""
+    by_rep: dict[int, list[float]] = {}
+    for rep, _copy, _seq, value, _ops, _ns in r.raw:
+        by_rep.setdefault(rep, []).append(value)
+    return [by_rep[k] for k in sorted(by_rep)]
+
+
+def _none_nan(v: float) -> float | None:
+    return None if math.isnan(v) else v
 
 
 def _run_json(run: Run) -> dict:
@@ -58,19 +74,30 @@ def _run_json(run: Run) -> dict:
 
 
 def results_table(results: list[Result]) -> Table:
-    t = Table(["benchmark", "P", "median", "unit", "min", "q1", "q3", "CV", "n", "note"],
-              align=["l", "r", "r", "l", "r", "r", "r", "r", "r", "l"])
+    t = Table(["benchmark", "P", "median", "unit", "min", "q1", "q3", "CV", "n", "reps", "+-95%", "note"],
+              align=["l", "r", "r", "l", "r", "r", "r", "r", "r", "r", "r", "l"])
     for name, r in zip(result_names(results), results):
         if r.status != "ok":
-            t.rows.append([name, r.copies, "-", r.unit or "", "-", "-", "-", "-", "-",
+            t.rows.append([name, r.copies, "-", r.unit or "", "-", "-", "-", "-", "-", "-", "-",
                            f"{r.status}: {r.reason}"])
             continue
+        reps = _rep_values(r)
+        hw = stats.centre_half_width(reps)
         note = "higher is better" if r.better == "higher" else ""
         thp = [i.get("anon_huge_kb") for i in r.info if i.get("anon_huge_kb") is not None]
         if thp:
             note = (note + "; " if note else "") + f"AnonHugePages {thp[0]} kB"
+        if r.disturbed:
+            note = (note + "; " if note else "") + f"{DISTURBED} disturbed"
         t.rows.append([name, r.copies, _num(r.median), r.unit, _num(r.min), _num(r.q1), _num(r.q3),
-                       _pct(r.cv), r.n, note])
+                       _pct(r.cv), r.n, len(reps), "-" if math.isnan(hw) else f"{hw:.1f}%", note])
+    notes = [f"  {n}: {x}" for n, r in zip(result_names(results), results) for x in r.disturbed]
+    notes += [f"  {n}: {r.stop}" for n, r in zip(result_names(results), results)
+              if r.stop and not r.stop.endswith("(fixed count)")]
+    if any(len(_rep_values(r)) < stats.MIN_REPS for r in results if r.status == "ok"):
+        notes.append(f"  +-95% = half-width of the 95% interval of the centre (geometric mean of the "
+                     f"per-repetition medians); it needs {stats.MIN_REPS} repetitions or more (--reps)")
+    t.notes = notes
     return t
 
 

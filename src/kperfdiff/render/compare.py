@@ -14,6 +14,7 @@ from .bench import _num
 from .table import Table, to_csv, to_json, to_markdown, to_text
 
 SIG = "*"
+DISTURBED = "!"
 
 
 def _pct(v: float, digits: int = 1) -> str:
@@ -28,7 +29,8 @@ def change_cell(c: CellChange | None) -> str:
     if math.isnan(c.change):
         return "n/a" if c.note else "-"
     ci = f" [{_pct(c.low)}, {_pct(c.high)}]" if not math.isnan(c.low) else " [no interval]"
-    return f"{_pct(c.change)}%{ci}{' ' + SIG if c.significant else ''}"
+    return (f"{_pct(c.change)}%{ci}{' ' + SIG if c.significant else ''}"
+            f"{' ' + DISTURBED if c.disturbed else ''}")
 
 
 def side_label(cmp: Comparison, label: str) -> str:
@@ -38,12 +40,13 @@ def side_label(cmp: Comparison, label: str) -> str:
 
 def header_lines(cmp: Comparison) -> list[str]:
     out = [f"kperfdiff compare: {cmp.title}; baseline {side_label(cmp, cmp.baseline.label)}"]
-    out.append("change = speed ratio of the medians - 1, in %: base/new - 1 for times, new/base - 1 for throughputs, "
-               "so POSITIVE = BETTER (+25% = 1.25x as fast, -50% = half as fast); "
-               f"[low, high] = {cmp.confidence:.0%} confidence interval; {SIG} = significant (the interval "
-               f"excludes 0), no mark = not significant; no correction for multiple comparisons")
-    out.append("interval method: " + method_text(cmp.confidence) + "; median = median of the per-repetition "
-               "medians (>= 3 repetitions) or of the pooled intervals; CV = stdev/mean of all intervals")
+    out.append("change = speed ratio of the centres - 1, in %: base/new - 1 for times, new/base - 1 for "
+               "throughputs, so POSITIVE = BETTER (+25% = 1.25x as fast, -50% = half as fast); "
+               f"[low, high] = {cmp.confidence:.0%} confidence interval of the cell alone; {SIG} = significant after "
+               f"Benjamini-Hochberg over the cells of its table (q <= {cmp.alpha:g}), no mark = not significant; "
+               f"{DISTURBED} = measured while the machine was disturbed (reasons below the table)")
+    out.append("interval method: " + method_text(cmp.confidence, cmp.alpha) + "; centre = geometric mean of the "
+               "per-repetition medians; CV = stdev/mean of all intervals")
     if any(s.emulated for s in cmp.sides):
         out.append("EMULATED: results marked (emulated) come from an emulated machine; their times are not "
                    "those of real hardware")
@@ -61,7 +64,7 @@ def _col(cmp: Comparison, key: str) -> str:
 def medians_table(cmp: Comparison, label: str) -> Table:
     side = cmp.side(label)
     what = "baseline" if label == cmp.baseline.label else "variant"
-    t = Table(["P"] + [_col(cmp, k) for k in cmp.keys], title=f"medians: {side_label(cmp, label)} ({what})",
+    t = Table(["P"] + [_col(cmp, k) for k in cmp.keys], title=f"centres: {side_label(cmp, label)} ({what})",
               align=["r"] * (len(cmp.keys) + 1))
     for c in cmp.cores:
         row: list = [c]
@@ -72,9 +75,8 @@ def medians_table(cmp: Comparison, label: str) -> Table:
             elif s.status != "ok":
                 row.append(s.status)
             else:
-                from ..compare import _med
                 cv = s.cv
-                row.append(f"{_num(_med(s))} (cv {'-' if math.isnan(cv) else f'{cv * 100:.1f}%'}, "
+                row.append(f"{_num(s.centre)}{' ' + DISTURBED if s.disturbed else ''} (cv {'-' if math.isnan(cv) else f'{cv * 100:.1f}%'}, "
                            f"{len(s.reps)} reps)")
         t.rows.append(row)
     return t
@@ -95,9 +97,18 @@ def block_table(cmp: Comparison, blk: Block) -> Table:
     t.rows.append(["geomean"] + [_pct(blk.geomean_by_key.get(k, math.nan)) + "%" for k in cmp.keys]
                   + [_pct(blk.geomean) + "%"])
     notes = sorted({f"  {k} -P {c}: {x.note}" for (k, c), x in blk.cells.items() if x.note})
-    pooled = sorted({f"{k} -P {c}" for (k, c), x in blk.cells.items() if x.method == "pooled"})
-    if pooled:
-        notes.append(f"  interval over pooled intervals (fewer than 3 repetitions): {', '.join(pooled)}")
+    notes += sorted({f"  {k} -P {c} {DISTURBED} {r}" for (k, c), x in blk.cells.items() for r in x.disturbed})
+    stops = {}
+    for (k, c), x in blk.cells.items():
+        for who in (cmp.side(blk.reference), cmp.side(blk.variant)):
+            smp = who.samples.get((k, c))
+            if smp is not None and smp.stop and not smp.stop.endswith("(fixed count)"):
+                stops[(k, c)] = smp.stop
+    notes += [f"  {k} -P {c}: {text}" for (k, c), text in stops.items()]
+    if blk.tests:
+        sig = sum(1 for x in blk.cells.values() if x.significant)
+        notes.append(f"  {sig} of {blk.tests} cells significant, false discoveries controlled over the "
+                     f"{blk.tests} (Benjamini-Hochberg, q <= {cmp.alpha:g})")
     t.notes = notes
     return t
 
@@ -127,7 +138,8 @@ def long_rows(cmp: Comparison) -> list[dict]:
                          "cores": c, "benchmark_reference": x.benchmark_base, "benchmark_variant": x.benchmark_new,
                          "unit": x.unit, "better": x.better, "median_reference": x.base, "median_variant": x.new,
                          "change_pct": x.change, "ci_low_pct": x.low, "ci_high_pct": x.high,
-                         "significant": x.significant, "interval_over": x.method, "cv_reference": x.cv_base,
+                         "significant": x.significant, "p": x.p, "q": x.q, "interval_method": x.method,
+                         "disturbed": "; ".join(x.disturbed), "cv_reference": x.cv_base,
                          "cv_variant": x.cv_new, "reps_reference": x.reps_base, "reps_variant": x.reps_new,
                          "emulated": cmp.side(blk.variant).emulated or cmp.side(blk.reference).emulated,
                          "note": x.note})
@@ -150,17 +162,20 @@ def to_json_all(cmp: Comparison) -> str:
         "title": cmp.title,
         "sign": "positive change = better",
         "confidence": cmp.confidence,
-        "method": method_text(cmp.confidence),
+        "method": method_text(cmp.confidence, cmp.alpha),
+        "alpha": cmp.alpha,
+        "fdr": "benjamini-hochberg per comparison",
         "experiment": {k: exp[k] for k in ("id", "name", "state", "file_hash", "path")} if exp else None,
         "baseline": cmp.baseline.label,
         "variants": [{"label": s.label, "runs": s.run_ids, "emulated": s.emulated,
                       "medians": [{"column": k, "cores": c, "benchmark": smp.benchmark, "unit": smp.unit,
                                    "better": smp.better, "status": smp.status, "reason": smp.reason,
+                                   "centre": smp.centre, "disturbed": smp.disturbed,
                                    "reps": [list(r) for r in smp.reps]}
                                   for (k, c), smp in s.samples.items()]} for s in cmp.sides],
         "columns": cmp.keys, "cores": cmp.cores,
         "comparisons": [{"variant": b.variant, "reference": b.reference, "kind": b.kind,
-                         "geomean_pct": b.geomean, "geomean_by_cores": b.geomean_by_cores,
+                         "geomean_pct": b.geomean, "geomean_by_cores": b.geomean_by_cores, "tests": b.tests,
                          "geomean_by_column": b.geomean_by_key,
                          "cells": [x.as_dict() for x in b.cells.values()]} for b in cmp.blocks],
     })

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 
-from ..compare import Comparison, _med
+from ..compare import Comparison
 from ..errors import InputError, KperfdiffError
 from . import svgplot
 from .bench import FACT_ORDER, _num
@@ -257,7 +257,7 @@ def plots(cmp: Comparison) -> dict[str, str]:
                     continue
                 unit = smp.unit or unit
                 rm = smp.rep_medians
-                pts.append((c, _med(smp), min(rm) if rm else math.nan, max(rm) if rm else math.nan))
+                pts.append((c, smp.centre, min(rm) if rm else math.nan, max(rm) if rm else math.nan))
             series[s.label] = pts
         out[f"scaling-{n}"] = svgplot.scaling(f"{k}: median over core counts", unit, cmp.cores, series)
     for m, blk in enumerate(cmp.blocks):

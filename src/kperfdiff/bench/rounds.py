@@ -1,0 +1,115 @@
+"""Repetitions in rounds: the one place that decides what is measured next.
+
+``kperfdiff bench`` and ``kperfdiff run`` measure in rounds. A *group* is what
+one repetition is decided for: a benchmark at one copy count in ``bench``; a
+column at one core count, with all its variants, in an experiment. Round r
+measures one repetition of every group still going, starting at a different
+group each round (rotated by r), so slow drift of the machine (heat, memory
+fragmentation, a neighbour's batch job) is spread over every group instead of
+landing on the repetitions of one benchmark measured back to back.
+
+How many rounds (:class:`RepetitionPolicy`):
+
+* ``reps`` rounds are always measured (a fixed count).
+* With ``precision`` P (percent), after those, a group goes on to further
+  rounds while the half-width of its interval is above P: the interval of its
+  centre in ``bench`` (:func:`kperfdiff.stats.centre_half_width`), the widest
+  interval of its changes in an experiment. It stops when the half-width is at
+  most P, when ``max_time`` seconds of measuring have passed, or at
+  ``max_reps`` repetitions, and :func:`run_rounds` says which for every group.
+  Stopping on precision (never on the change itself) keeps the intervals
+  honest: the half-width does not depend on the sign or size of the change.
+* A group whose repetition failed or was skipped is not measured again.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+
+DEFAULT_MAX_REPS = 50
+DEFAULT_MAX_TIME = 600.0     # seconds of adaptive measuring when --precision has no --max-time
+
+
+@dataclass(frozen=True)
+class RepetitionPolicy:
+    reps: int = 1
+    precision: float | None = None     # percent half-width, or None for a fixed count
+    max_time: float | None = None      # seconds for the whole loop (fixed rounds included)
+    max_reps: int = DEFAULT_MAX_REPS
+
+    def __post_init__(self):
+        if self.reps < 1:
+            raise ValueError("reps must be 1 or more")
+        if self.precision is not None and not (math.isfinite(self.precision) and self.precision > 0):
+            raise ValueError("precision must be a positive number of percent")
+        if self.max_time is not None and not (math.isfinite(self.max_time) and self.max_time > 0):
+            raise ValueError("max_time must be a positive number of seconds")
+
+    @property
+    def adaptive(self) -> bool:
+        return self.precision is not None
+
+    def describe(self) -> str:
+        if not self.adaptive:
+            return f"{self.reps} repetitions"
+        return (f"at least {self.reps} repetitions, more until every interval half-width is at most "
+                f"{self.precision:g}% (at most {self.max_reps} repetitions, "
+                f"{self.max_time or DEFAULT_MAX_TIME:g} s)")
+
+
+def rotated(items: Sequence, k: int) -> list:
+    """``items`` starting at position k (mod its length)."""
+    if not items:
+        return []
+    k %= len(items)
+    return list(items[k:]) + list(items[:k])
+
+
+def run_rounds(groups: Sequence[Hashable], measure_round: Callable[[list, int], set],
+               half_widths: Callable[[list], dict], policy: RepetitionPolicy, *, first: int = 0,
+               clock: Callable[[], float] = time.monotonic) -> dict:
+    """Measure ``groups`` in rounds; return why each group stopped (a sentence per group).
+
+    ``measure_round(groups_in_order, r)`` measures repetition r of those groups and
+    returns the set of groups that failed or were skipped (not measured again).
+    ``half_widths(groups)`` gives each group's current interval half-width in percent
+    (nan when there is none yet); only called when ``policy.precision`` is set.
+    ``first``: the repetition to start at (an experiment's adaptive rounds follow
+    the repetitions its matrix already measured).
+    """
+    t0 = clock()
+    limit = policy.max_time if policy.max_time is not None else (DEFAULT_MAX_TIME if policy.adaptive else None)
+    active = list(groups)
+    why: dict = {}
+    r = first
+    while active:
+        if r >= policy.reps:
+            if not policy.adaptive:
+                for g in active:
+                    why[g] = f"{r} repetitions (fixed count)"
+                break
+            hw = half_widths(list(active))
+            out_of_time = limit is not None and clock() - t0 >= limit
+            for g in list(active):
+                h = hw.get(g, math.nan)
+                shown = "no interval yet" if math.isnan(h) else f"+-{h:.1f}%"
+                if not math.isnan(h) and h <= policy.precision:
+                    why[g] = f"precision reached: {shown} <= +-{policy.precision:g}% after {r} repetitions"
+                elif r >= policy.max_reps:
+                    why[g] = f"repetition limit: {shown} > +-{policy.precision:g}% after {r} repetitions"
+                elif out_of_time:
+                    why[g] = f"time limit ({limit:g} s): {shown} > +-{policy.precision:g}% after {r} repetitions"
+                else:
+                    continue
+                active.remove(g)
+            if not active:
+                break
+        stopped = measure_round(rotated(active, r), r) or set()
+        r += 1
+        for g in stopped:
+            if g in active:
+                active.remove(g)
+                why[g] = f"stopped after {r} repetitions: the benchmark failed or was skipped"
+    return why
