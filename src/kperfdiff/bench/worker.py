@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import noise as nz
+
 PROTOCOL_VERSION = 1
 
 
@@ -37,6 +39,8 @@ class WorkerOutput:
     wall_s: float = 0.0
     stderr: str = ""
     declared_error: bool = False  # the error came from the worker's own `error` line
+    noise: nz.ProcessNoise | None = None    # this copy's switches, migrations, run-queue wait
+    rep_noise: nz.Noise | None = None       # the whole repetition's (run_copies with sampler=True)
 
     @property
     def status(self) -> str:
@@ -140,8 +144,40 @@ def _kill(procs: list[subprocess.Popen]) -> None:
             pass
 
 
+SAMPLE_EVERY = 0.1   # seconds between reads of the workers' /proc sched counters
+
+
+def _wait4(p: subprocess.Popen, timeout: float, tracker: nz.TaskTracker):
+    """Reap ``p`` with ``os.wait4`` within ``timeout`` seconds, reading its sched counters
+    until it has exited (a zombie keeps them: waitid WNOWAIT sees the exit without reaping).
+    Sets ``p.returncode`` as Popen would (negative signal number when killed; 0 on ECHILD,
+    someone else reaped it) and returns the rusage, or None. Raises TimeoutExpired."""
+    if p.returncode is not None:
+        return None
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            exited = os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            p.returncode = 0
+            return None
+        tracker.sample([p.pid])
+        if exited is not None:
+            break
+        if time.monotonic() >= end:
+            raise subprocess.TimeoutExpired(p.args, timeout)
+        time.sleep(0.01)
+    try:
+        _, status, rusage = os.wait4(p.pid, 0)
+    except ChildProcessError:
+        p.returncode = 0
+        return None
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return rusage
+
+
 def run_copies(argv: list[str], copies: int, timeout: float, *, env: dict | None = None,
-               prefix=None) -> list[WorkerOutput]:
+               prefix=None, sampler: bool = True) -> list[WorkerOutput]:
     """Run ``copies`` workers at once and return their parsed outputs.
 
     With more than one copy each worker gets ``--sync``: it prints ``ready``
@@ -150,11 +186,27 @@ def run_copies(argv: list[str], copies: int, timeout: float, *, env: dict | None
     process group, killed whole on timeout or Ctrl-C. ``prefix`` wraps the
     command (for example ``perf record ... --``): a list of words, or a
     function of the copy index returning one (one perf.data per copy).
+
+    Every output carries its copy's :class:`~kperfdiff.noise.ProcessNoise` (``noise``);
+    with ``sampler`` each also carries the repetition's :class:`~kperfdiff.noise.Noise`
+    (``rep_noise``, the same object), see :func:`run_copies_with_noise`.
     """
+    return run_copies_with_noise(argv, copies, timeout, env=env, prefix=prefix, sampler=sampler)[0]
+
+
+def run_copies_with_noise(argv: list[str], copies: int, timeout: float, *, env: dict | None = None,
+                          prefix=None, sampler: bool = True) -> tuple[list[WorkerOutput], nz.Noise | None]:
+    """:func:`run_copies`, also returning the repetition's noise: with ``sampler``, system
+    snapshots before and after and a :class:`~kperfdiff.noise.RunnableSampler` during the
+    copies (None without). The copies' sched counters are read every ``SAMPLE_EVERY`` s."""
     bench = argv[1]
     sync = copies > 1
     cmd = list(argv) + (["--sync"] if sync and "--sync" not in argv else [])
     procs: list[subprocess.Popen] = []
+    tracker = nz.TaskTracker()
+    rusages: dict[int, object] = {}
+    runnable = nz.RunnableSampler(lambda: [p.pid for p in procs if p.returncode is None])
+    before = nz.system_snapshot() if sampler else None
     t0 = time.monotonic()
     deadline = t0 + timeout
     bufs: dict[int, list[bytes]] = {}
@@ -168,6 +220,8 @@ def run_copies(argv: list[str], copies: int, timeout: float, *, env: dict | None
             procs.append(p)
             bufs[p.pid] = []
             errs[p.pid] = []
+        if sampler:     # once every copy is known, lest a copy being forked count as other work
+            runnable.__enter__()
         sel = selectors.DefaultSelector()
         for p in procs:
             sel.register(p.stdout, selectors.EVENT_READ, (p, bufs))
@@ -175,12 +229,17 @@ def run_copies(argv: list[str], copies: int, timeout: float, *, env: dict | None
         ready: set[int] = set()
         released = not sync
         open_streams = 2 * len(procs)
+        sampled = 0.0
         while open_streams:
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            if now - sampled >= SAMPLE_EVERY:
+                tracker.sample([p.pid for p in procs])
+                sampled = now
+            left = deadline - now
             if left <= 0:
                 timed_out = True
                 break
-            for key, _ in sel.select(timeout=min(left, 0.5)):
+            for key, _ in sel.select(timeout=min(left, max(0.0, sampled + SAMPLE_EVERY - now))):
                 p, store = key.data
                 chunk = os.read(key.fd, 65536)
                 if not chunk:
@@ -205,7 +264,7 @@ def run_copies(argv: list[str], copies: int, timeout: float, *, env: dict | None
             _kill(procs)
         for p in procs:
             try:
-                p.wait(timeout=max(1.0, deadline - time.monotonic()))
+                rusages[p.pid] = _wait4(p, max(1.0, deadline - time.monotonic()), tracker)
             except subprocess.TimeoutExpired:
                 timed_out = True
                 _kill(procs)
@@ -213,6 +272,8 @@ def run_copies(argv: list[str], copies: int, timeout: float, *, env: dict | None
         _kill(procs)
         raise
     finally:
+        if sampler:
+            runnable.__exit__(None, None, None)
         for p in procs:
             for s in (p.stdin, p.stdout, p.stderr):
                 try:
@@ -226,6 +287,7 @@ def run_copies(argv: list[str], copies: int, timeout: float, *, env: dict | None
         o.exit_status = p.returncode
         o.wall_s = wall
         o.stderr = b"".join(errs[p.pid]).decode("utf-8", "replace")[-2000:]
+        o.noise = tracker.process_noise(p.pid, rusages.get(p.pid))
         if timed_out:
             o.error = f"timed out after {timeout:g} s"
         elif p.returncode is not None and p.returncode < 0:
@@ -234,4 +296,9 @@ def run_copies(argv: list[str], copies: int, timeout: float, *, env: dict | None
             last = o.stderr.strip().splitlines()[-1:] or ["no message"]
             o.error = f"exited with status {p.returncode}: {last[0][:200]}"
         outs.append(o)
-    return outs
+    rep = None
+    if sampler:
+        rep = nz.system_noise(before, nz.system_snapshot(), runnable, [o.noise for o in outs])
+        for o in outs:
+            o.rep_noise = rep
+    return outs, rep
