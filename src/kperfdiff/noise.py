@@ -147,7 +147,7 @@ def tasks_of(pid: int, proc: Path = PROC) -> list[tuple[int, int]]:
         for t in tids:
             out.append((p, t))
             kids = _read(proc / str(p) / "task" / str(t) / "children")
-            todo.extend(int(c) for c in (kids or "").split())
+            todo.extend(int(c) for c in (kids or "").split() if c.isdigit())
     return out
 
 
