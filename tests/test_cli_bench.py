@@ -143,3 +143,27 @@ def test_precision_adds_repetitions_and_says_why_it_stopped(home):
     assert "time limit" in text or "repetition limit" in text
     for bad in ("0", "-1", "nan", "inf", "x"):
         assert_one_sentence_error(run_cli("bench", "--only", "syscall.null", "--precision", bad, *TINY))
+
+
+def test_noise_is_recorded_and_a_disturbed_result_is_marked(home):
+    """Two busy loops beside the benchmark: every repetition is marked disturbed, with the reason, in
+    the table, the JSON and compare; the busy machine is announced before the run."""
+    import sys
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        p = run_cli("bench", "--only", "syscall.null", "--reps", "3", "--format", "json", *TINY, check=0)
+        p2 = run_cli("bench", "--only", "syscall.null", "--reps", "3", *TINY, check=0)
+    finally:
+        for lp in loops:
+            lp.kill()
+            lp.wait()
+    r = json.loads(p.stdout)["results"][0]
+    assert [n["rep"] for n in r["noise"]] == [0, 1, 2]
+    for n in r["noise"]:
+        assert {"steal_pct", "other_runnable_mean", "nivcsw", "migrations", "run_delay_pct"} <= set(n)
+        assert any("other runnable tasks" in x or "involuntary" in x or "run-queue" in x for x in n["disturbed"])
+    assert r["disturbed"]
+    assert "the machine is busy" in p.stderr
+    assert "! disturbed" in p2.stdout and "repetitions disturbed" in p2.stdout
+    cmp = run_cli("compare", "1", "2", check=0).stdout
+    assert "syscall.null -P 1 ! baseline: 3 of 3 repetitions disturbed" in cmp

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import stats
+from . import noise, stats
 from .errors import InputError
 
 COMPARE_VERSION = 2
@@ -59,7 +59,12 @@ class Sample:
     reason: str | None = None
     monitors: dict = field(default_factory=dict)              # summed over repetitions
     n_results: int = 0
-    disturbed: list[str] = field(default_factory=list)        # why repetitions were disturbed (noise)
+    noise: list[dict] = field(default_factory=list)           # per repetition (kperfdiff.noise), renumbered
+
+    @property
+    def disturbed(self) -> str | None:
+        """How many repetitions were disturbed, and why (None: none was)."""
+        return noise.summarise(self.noise, len(self.reps))
     stop: str | None = None                                   # why the repetitions stopped (--precision)
 
     @property
@@ -167,7 +172,7 @@ def compare_cell(key: str, cores: int, a: Sample | None, b: Sample | None, *,
     nan = math.nan
     ba = a.benchmark if a else ""
     bb = b.benchmark if b else ""
-    disturbed = sorted({f"{who}: {r}" for s, who in ((a, "baseline"), (b, "variant")) if s for r in s.disturbed})
+    disturbed = [f"{who}: {s.disturbed}" for s, who in ((a, "baseline"), (b, "variant")) if s and s.disturbed]
 
     def cell(base, new, ch, lo, hi, method, note="", p=nan):
         first = a or b
@@ -251,7 +256,9 @@ def _add_result(side: Side, r, key: str) -> None:
         for mk, mv in (r.monitors or {}).items():
             s.monitors[mk] = s.monitors.get(mk, 0) + mv
         s.monitors["_reps"] = s.monitors.get("_reps", 0) + len(by_rep)
-        s.disturbed.extend(r.disturbed)
+        first = len(s.reps) - len(by_rep)       # repetitions are numbered across results
+        order = {rep: i for i, rep in enumerate(sorted(by_rep))}
+        s.noise.extend({**n, "rep": first + order.get(n.get("rep"), 0)} for n in r.noise)
         if r.stop:
             s.stop = r.stop
     elif s.status != "ok":

@@ -718,6 +718,11 @@ def run_experiment(store, exp: Experiment, opts: RunOptions, log=None) -> RunOut
                 if profiler_cls else {}
             swap_ready = {label: (f or {}).get("swap_active", False) for label, f in facts.items()}
             progress = Progress(len(todo), enabled=opts.progress)
+            if todo and any(v.target == "local" for v in exp.variants):
+                from . import noise
+                busy = noise.busy_check()
+                if busy:
+                    log(busy)
             if todo:
                 log(f"kperfdiff: experiment {exp.name} (id {eid}): {len(todo)} cells to measure "
                     f"({len(exp.variants)} variants x {len(columns[exp.variants[0].label])} benchmarks x "
@@ -740,7 +745,7 @@ def run_experiment(store, exp: Experiment, opts: RunOptions, log=None) -> RunOut
                     reason=m.get("reason"), unit=m.get("unit", b.unit), better=m.get("better", b.better),
                     summary=m.get("summary"), raw=m["raw"], overhead=m.get("overhead"), ops=m.get("ops"),
                     cpu_ns=m.get("cpu_ns"), wall_s=m.get("wall_s"), monitors=m["monitors"], info=m["info"],
-                    started_at=m["started_at"])
+                    started_at=m["started_at"], noise=m.get("noise"))
                 if m["status"] == "ok":
                     profile_store(rid)
                 finished.add(c.id)
@@ -879,6 +884,8 @@ def _measure_cell(exp, v, c, b, binaries, overrides, facts, swap_ready, swap, pr
         inf["rep"] = rep
     if "procs" in m:
         m["procs"] = [(rep, *p[1:]) for p in m["procs"]]
+    for n in m.get("noise", []):
+        n["rep"] = rep
     m["_params"] = params
     return m
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import __version__
+from .noise import summarise as noise_summary
 from .errors import InputError, StoreError
 
 SCHEMA_VERSION = 3
@@ -211,6 +212,11 @@ class Result:
     def disturbed(self) -> list[str]:
         """Why repetitions of this result were disturbed, one reason per repetition and cause."""
         return [f"rep {n.get('rep', 0) + 1}: {r}" for n in self.noise for r in n.get("disturbed", [])]
+
+    @property
+    def disturbed_summary(self) -> str | None:
+        """One line: how many repetitions were disturbed and why (kperfdiff.noise.summarise)."""
+        return noise_summary(self.noise, len({x[0] for x in self.raw}) or None)
 
 
 def default_path() -> Path:

@@ -17,7 +17,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from .. import machine, monitors, stats
+from .. import machine, monitors, noise, stats
 from ..errors import UsageError
 from ..progress import Progress
 from ..store import Result, Run, Store
@@ -114,11 +114,21 @@ def unmet_requirement(b: Benchmark, facts: dict, swap_ready: bool) -> str | None
     return None
 
 
+def repetition_noise(rep: int, outs: list) -> list[dict]:
+    """What disturbed one repetition (:mod:`kperfdiff.noise`), with the reasons it counts as
+    disturbed under the stated thresholds: [] when nothing was sampled (a remote target)."""
+    n = outs[0].rep_noise if outs else None
+    if n is None:
+        return []
+    reasons = noise.disturbance(n, copies=len(outs), cpus=os.cpu_count() or 1)
+    return [{"rep": rep, **n.as_dict(), "disturbed": reasons}]
+
+
 def aggregate(b: Benchmark, reps: list[tuple[int, list, dict, float]], started: float) -> dict:
     """Pool the worker outputs of one benchmark's processes into a measurement.
 
     ``reps``: (rep, outputs of its copies, monitor deltas, wall seconds) per
-    repetition. The first copy that failed or skipped decides the status;
+    repetition; each repetition's noise comes with its outputs (``rep_noise``). The first copy that failed or skipped decides the status;
     otherwise every interval is pooled and summarised. Used for local runs
     and for results brought back from a target alike.
     """
@@ -129,12 +139,14 @@ def aggregate(b: Benchmark, reps: list[tuple[int, list, dict, float]], started: 
     ops = cpu = 0
     overheads = []
     wall = 0.0
+    noise_reps: list[dict] = []
     for rep, outs, mon_delta, wall_s in reps:
         monitors.add(mon_total, mon_delta)
+        noise_reps += repetition_noise(rep, outs)
         for copy, o in enumerate(outs):
             if o.status != "ok":
                 return {"status": o.status, "reason": o.error or o.skip, "raw": raw, "info": infos,
-                        "monitors": mon_total, "started_at": started, "outputs": outs}
+                        "monitors": mon_total, "started_at": started, "outputs": outs, "noise": noise_reps}
             if o.unit != b.unit or o.better != b.better:
                 return {"status": "failed", "started_at": started, "raw": raw, "info": infos, "monitors": mon_total,
                         "reason": f"the worker reported {o.unit} ({o.better} is better) but the catalogue says "
@@ -152,6 +164,7 @@ def aggregate(b: Benchmark, reps: list[tuple[int, list, dict, float]], started: 
                 "info": infos, "monitors": mon_total, "started_at": started}
     summary = stats.summarize([r[3] for r in raw]).as_dict()
     return {"status": "ok", "reason": None, "raw": raw, "info": infos, "monitors": mon_total, "summary": summary,
+            "noise": noise_reps,
             "unit": b.unit, "better": b.better, "ops": ops, "procs": procs, "cpu_ns": cpu, "wall_s": wall,
             "started_at": started, "overhead": (sorted(overheads)[len(overheads) // 2] if overheads else None)}
 
@@ -229,6 +242,9 @@ def run_bench(store: Store, opts: BenchOptions) -> Outcome:
     cells = [(b.name, p) for b in benches for p in opts.parallel]     # (benchmark, copies)
     policy = opts.policy()
     progress = Progress(len(cells) * policy.reps, enabled=opts.progress)
+    busy = noise.busy_check()
+    if busy:
+        progress.note(busy)
     failed = False
     swap_ready = facts.get("swap_active", False)
     done: dict[tuple, list] = {c: [] for c in cells}       # the repetitions measured so far

@@ -91,7 +91,8 @@ def results_table(results: list[Result]) -> Table:
             note = (note + "; " if note else "") + f"{DISTURBED} disturbed"
         t.rows.append([name, r.copies, _num(r.median), r.unit, _num(r.min), _num(r.q1), _num(r.q3),
                        _pct(r.cv), r.n, len(reps), "-" if math.isnan(hw) else f"{hw:.1f}%", note])
-    notes = [f"  {n}: {x}" for n, r in zip(result_names(results), results) for x in r.disturbed]
+    notes = [f"  {n}: {DISTURBED} {r.disturbed_summary}" for n, r in zip(result_names(results), results)
+             if r.disturbed_summary]
     notes += [f"  {n}: {r.stop}" for n, r in zip(result_names(results), results)
               if r.stop and not r.stop.endswith("(fixed count)")]
     if any(len(_rep_values(r)) < stats.MIN_REPS for r in results if r.status == "ok"):
