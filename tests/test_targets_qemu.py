@@ -95,12 +95,12 @@ def test_arm64_guest_runs_a_benchmark_from_a_kernel_image_path():
         opts = BenchOptions(reps=1, intervals=3, tiny=True)
         (m,) = run_benchmarks(t, [(catalogue.get("proc.fork"), 1)], opts)
         elapsed = time.monotonic() - t0
-        assert m["status"] == "ok", m.get("reason")
-        assert len(m["raw"]) == 3 and m["unit"] == "ns/op"
-        f = m["facts"]
+        assert m.status == "ok", m.reason
+        assert len(m.raw) == 3 and m.unit == "ns/op"
+        f = m.facts
         assert f["arch"] == "arm64" and f["emulated"] is True and f["virtualisation"] == "tcg"
         assert f["kernel_release"] == k.release and f["cpus"] == 2
-        assert m["monitors"].get("vmstat.pgfault", 0) > 0
+        assert m.monitors.get("vmstat.pgfault", 0) > 0
         assert t.last_boot.init_s is not None and elapsed < 120
     finally:
         t.close()
@@ -112,9 +112,9 @@ def test_x86_64_guest_runs_a_benchmark_from_a_debian_package():
     try:
         opts = BenchOptions(reps=2, intervals=3, tiny=True)
         (m,) = run_benchmarks(t, [(catalogue.get("syscall.null"), 1)], opts)
-        assert m["status"] == "ok", m.get("reason")
-        assert len(m["raw"]) == 6
-        f = m["facts"]
+        assert m.status == "ok", m.reason
+        assert len(m.raw) == 6
+        f = m.facts
         assert f["arch"] == "x86_64" and f["emulated"] is True and f["clocksource"] == "tsc"
         assert f["kernel_source"].startswith("debian:linux-image-")
     finally:
@@ -163,15 +163,15 @@ def test_arm64_profile_and_boot_timing(tmp_path):
     try:
         opts = BenchOptions(reps=1, intervals=3, tiny=True, profile=True)
         (m,) = run_benchmarks(t, [(catalogue.get("proc.fork"), 1)], opts)
-        assert m["status"] == "ok", m.get("reason")
-        (rep, copy, pd), = m["profiles"]
-        assert Path(pd).stat().st_size > 0 and Path(m["kallsyms"]).stat().st_size > 100000
+        assert m.status == "ok", m.reason
+        (rep, copy, pd), = m.profiles
+        assert Path(pd).stat().st_size > 0 and Path(m.kallsyms).stat().st_size > 100000
         res = boot.measure_boots(t, ["1G", "2G"], boots=2)
-        assert {r["benchmark"] for r in res} == {b.name for b in boot.BOOT_BENCHMARKS}
+        assert {r.benchmark for r in res} == {b.name for b in boot.BOOT_BENCHMARKS}
         for r in res:
-            assert r["status"] == "ok", r.get("reason")
-            assert len(r["raw"]) == 2 and r["facts"]["emulated"] is True
-        init = next(r for r in res if r["benchmark"] == "boot.initcalls")
-        assert init["initcalls"] and init["initcalls"][0][1] > 0
+            assert r.status == "ok", r.reason
+            assert len(r.raw) == 2 and r.facts["emulated"] is True
+        init = next(r for r in res if r.benchmark == "boot.initcalls")
+        assert init.extra["initcalls"] and init.extra["initcalls"][0][1] > 0
     finally:
         t.close()

@@ -92,12 +92,12 @@ def test_runs_a_benchmark_remotely_and_cleans_up(sshd):
         opts = BenchOptions(reps=2, intervals=3, tiny=True, min_batch_ns=1_000_000)
         b = catalogue.get("syscall.null")
         (m,) = run_benchmarks(t, [(b, 2)], opts)
-        assert m["status"] == "ok", m.get("reason")
-        assert {r[0] for r in m["raw"]} == {0, 1} and {r[1] for r in m["raw"]} == {0, 1}
-        assert len(m["raw"]) == 2 * 2 * 3
-        assert m["unit"] == "ns/op" and m["summary"]["n"] == 12
-        assert m["facts"]["emulated"] is False and m["facts"]["arch"] in ("x86_64", "arm64")
-        assert m["monitors"]  # vmstat/interrupts deltas came back
+        assert m.status == "ok", m.reason
+        assert {r[0] for r in m.raw} == {0, 1} and {r[1] for r in m.raw} == {0, 1}
+        assert len(m.raw) == 2 * 2 * 3
+        assert m.unit == "ns/op" and m.summary["n"] == 12
+        assert m.facts["emulated"] is False and m.facts["arch"] in ("x86_64", "arm64")
+        assert m.monitors  # vmstat/interrupts deltas came back
         remote = t.remote_dir
         assert t.remote(["test", "-d", remote], check=False).returncode == 0
     finally:

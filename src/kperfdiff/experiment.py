@@ -83,6 +83,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import machine
+from .bench.measurement import Measurement, store_measurement
 from .errors import BenchError, InputError, KperfdiffError
 
 KNOB_ROOTS = ("/sys/", "/proc/sys/")
@@ -737,25 +738,20 @@ def run_experiment(store, exp: Experiment, opts: RunOptions, log=None) -> RunOut
                 left = (time.monotonic() - t0) / i * (len(todo) - i)
                 return f" (ETA {int(left // 60):02d}:{int(left % 60):02d})"
 
-            def stored(c, b, m, params, profile_store) -> None:
+            def stored(c: Cell, m: Measurement, profile_store) -> None:
                 nonlocal measured, failed
-                rid = store.add_cell_result(
-                    runs[c.variant].id, experiment_id=eid, cell=c.id, rep=c.rep, bench_key=c.key,
-                    benchmark=b.name, params=params, copies=c.cores, status=m["status"],
-                    reason=m.get("reason"), unit=m.get("unit", b.unit), better=m.get("better", b.better),
-                    summary=m.get("summary"), raw=m["raw"], overhead=m.get("overhead"), ops=m.get("ops"),
-                    cpu_ns=m.get("cpu_ns"), wall_s=m.get("wall_s"), monitors=m["monitors"], info=m["info"],
-                    started_at=m["started_at"], noise=m.get("noise"))
-                if m["status"] == "ok":
+                rid = store_measurement(store, runs[c.variant].id, m, experiment_id=eid, cell=c.id, rep=c.rep,
+                                        bench_key=c.key)
+                if m.ok:
                     profile_store(rid)
                 finished.add(c.id)
                 measured += 1
-                if m["status"] == "failed":
+                if m.status == "failed":
                     failed += 1
-                    progress.note(f"kperfdiff: {c.variant}: {b.name} -P {c.cores} rep {c.rep + 1} failed: "
-                                  f"{m['reason']}")
-                elif m["status"] == "skipped" and c.rep == 0:
-                    progress.note(f"kperfdiff: {c.variant}: {b.name} skipped: {m['reason']}")
+                    progress.note(f"kperfdiff: {c.variant}: {m.benchmark} -P {c.cores} rep {c.rep + 1} failed: "
+                                  f"{m.reason}")
+                elif m.status == "skipped" and c.rep == 0:
+                    progress.note(f"kperfdiff: {c.variant}: {m.benchmark} skipped: {m.reason}")
                 progress.advance()
 
             def measure_cells(batch_cells: list[Cell]) -> None:
@@ -769,18 +765,17 @@ def run_experiment(store, exp: Experiment, opts: RunOptions, log=None) -> RunOut
                                  if x.variant == c.variant and x.rep == c.rep and x.id not in finished]
                         progress.step(f"{c.variant}: {len(batch)} cells on {v.target}, rep {c.rep + 1}/{exp.reps}"
                                       f"{eta(i)}")
-                        for x, b, m, keep in _measure_remote(exp, v, batch, bench_by_name, overrides, runs[v.label],
-                                                             store, facts):
-                            stored(x, b, m, m.get("params") or {}, keep)
+                        for x, m, keep in _measure_remote(exp, v, batch, bench_by_name, overrides, runs[v.label],
+                                                          store, facts):
+                            stored(x, m, keep)
                         continue
                     b = bench_by_name[c.benchmark]
                     progress.step(f"{c.variant}: {c.benchmark} -P {c.cores} rep {c.rep + 1}/{exp.reps}{eta(i)}")
                     guard.apply(v.knobs)
                     m = _measure_cell(exp, v, c, b, binaries, overrides, facts, swap_ready, swap, profilers,
                                       runs[v.label], bopts, measure, unmet_requirement)
-                    params = m.pop("_params")
                     prof = profilers.get(v.label)
-                    stored(c, b, m, params,
+                    stored(c, m,
                            (lambda rid, c=c, b=b, m=m, prof=prof: prof.collect(store, runs[c.variant], rid, b,
                                                                                 c.cores, m)) if prof else
                            (lambda rid: None))
@@ -856,7 +851,7 @@ def _adaptive_rounds(store, exp: Experiment, eid: int, columns, measure_cells, p
 
 
 def _measure_cell(exp, v, c, b, binaries, overrides, facts, swap_ready, swap, profilers, run, bopts, measure,
-                  unmet_requirement) -> dict:
+                  unmet_requirement) -> Measurement:
     params = b.run_params(tiny=exp.tiny, overrides=overrides[v.label].get(b.name),
                           hello=str(binaries["hello"]) if "hello" in binaries else None)
     if "swap" in b.requires and not swap_ready[v.label] and exp.allow_swap_setup:
@@ -866,8 +861,7 @@ def _measure_cell(exp, v, c, b, binaries, overrides, facts, swap_ready, swap, pr
             swap_ready[k] = True
     reason = unmet_requirement(b, facts[v.label], swap_ready[v.label])
     if reason:
-        return {"status": "skipped", "reason": reason, "raw": [], "info": [], "monitors": {},
-                "started_at": time.time(), "_params": params}
+        return Measurement.skipped(b, reason, params=params, copies=c.cores)
     words = _prefix_words(v)
     prof = profilers.get(v.label)
     rep = c.rep
@@ -878,22 +872,13 @@ def _measure_cell(exp, v, c, b, binaries, overrides, facts, swap_ready, swap, pr
         per_copy = prof.prefix_for(run, b, c.cores)(rep)
         return lambda copy: words + per_copy(copy)
 
-    m = measure(b, binaries[b.family], params, c.cores, 1, bopts, prefix_for_rep)
-    m["raw"] = [(rep, *r[1:]) for r in m.get("raw", [])]
-    for inf in m.get("info", []):
-        inf["rep"] = rep
-    if "procs" in m:
-        m["procs"] = [(rep, *p[1:]) for p in m["procs"]]
-    for n in m.get("noise", []):
-        n["rep"] = rep
-    m["_params"] = params
-    return m
+    return measure(b, binaries[b.family], params, c.cores, 1, bopts, prefix_for_rep).as_repetition(rep)
 
 
 def _measure_remote(exp, v, batch, bench_by_name, overrides, run, store, facts):
     """Measure a batch of one variant's cells (one rep) in one job on its target.
 
-    Yields (cell, benchmark, measurement, profile-storing function) per cell.
+    Yields (cell, measurement, profile-storing function) per cell.
     The first job also says what machine the target is, which the variant's
     run then records.
     """
@@ -906,14 +891,14 @@ def _measure_remote(exp, v, batch, bench_by_name, overrides, run, store, facts):
     with targets.open_target(v.target, cmdline=v.cmdline) as t:
         ms = targets.run_benchmarks(t, cells, opts, artefact_dir=run.artefact_dir, first_rep=batch[0].rep)
         event = getattr(t, "perf_event", None) or "cpu-clock"
-    if ms and facts.get(v.label) is None and ms[0].get("facts"):
-        facts[v.label] = ms[0]["facts"]
-        store.set_run_machine(run.id, store.add_machine(ms[0]["facts"]))
+    if ms and facts.get(v.label) is None and ms[0].facts:
+        facts[v.label] = ms[0].facts
+        store.set_run_machine(run.id, store.add_machine(ms[0].facts))
     for x, tc, m in zip(batch, cells, ms):
         def keep(rid, tc=tc, m=m):
-            if m.get("profiles"):
-                store_target_profiles(store, run, rid, tc.bench, tc.copies, m, m.get("facts") or {}, event)
-        yield x, tc.bench, m, keep
+            if m.profiles:
+                store_target_profiles(store, run, rid, tc.bench, tc.copies, m, m.facts or {}, event)
+        yield x, m, keep
 
 
 def describe_plan(pl: dict) -> str:

@@ -176,9 +176,10 @@ class BenchProfiler:
             return for_copy
         return for_rep
 
-    def collect(self, store, run, result_id: int, bench, copies: int, m: dict) -> None:
+    def collect(self, store, run, result_id: int, bench, copies: int, m) -> None:
+        """Store the profiles of the processes of measurement ``m`` (a bench.measurement.Measurement)."""
         folder = Path(run.artefact_dir)
-        for rep, copy, ops, cpu_ns in m.get("procs", []):
+        for rep, copy, ops, cpu_ns in m.procs:
             s = self.stem(bench.name, copies, rep, copy)
             pd = folder / f"{s}.perf.data"
             if not pd.exists():

@@ -22,6 +22,7 @@ from ..errors import UsageError
 from ..progress import Progress
 from ..store import Result, Run, Store
 from . import build, catalogue, rounds, worker
+from .measurement import Measurement, aggregate, store_measurement
 from .catalogue import Benchmark
 
 
@@ -114,61 +115,6 @@ def unmet_requirement(b: Benchmark, facts: dict, swap_ready: bool) -> str | None
     return None
 
 
-def repetition_noise(rep: int, outs: list) -> list[dict]:
-    """What disturbed one repetition (:mod:`kperfdiff.noise`), with the reasons it counts as
-    disturbed under the stated thresholds: [] when nothing was sampled (a remote target)."""
-    n = outs[0].rep_noise if outs else None
-    if n is None:
-        return []
-    reasons = noise.disturbance(n, copies=len(outs), cpus=os.cpu_count() or 1)
-    return [{"rep": rep, **n.as_dict(), "disturbed": reasons}]
-
-
-def aggregate(b: Benchmark, reps: list[tuple[int, list, dict, float]], started: float) -> dict:
-    """Pool the worker outputs of one benchmark's processes into a measurement.
-
-    ``reps``: (rep, outputs of its copies, monitor deltas, wall seconds) per
-    repetition; each repetition's noise comes with its outputs (``rep_noise``). The first copy that failed or skipped decides the status;
-    otherwise every interval is pooled and summarised. Used for local runs
-    and for results brought back from a target alike.
-    """
-    raw: list[tuple] = []
-    procs: list[tuple[int, int, int, int]] = []  # rep, copy, ops, cpu ns
-    infos: list[dict] = []
-    mon_total: dict[str, int] = {}
-    ops = cpu = 0
-    overheads = []
-    wall = 0.0
-    noise_reps: list[dict] = []
-    for rep, outs, mon_delta, wall_s in reps:
-        monitors.add(mon_total, mon_delta)
-        noise_reps += repetition_noise(rep, outs)
-        for copy, o in enumerate(outs):
-            if o.status != "ok":
-                return {"status": o.status, "reason": o.error or o.skip, "raw": raw, "info": infos,
-                        "monitors": mon_total, "started_at": started, "outputs": outs, "noise": noise_reps}
-            if o.unit != b.unit or o.better != b.better:
-                return {"status": "failed", "started_at": started, "raw": raw, "info": infos, "monitors": mon_total,
-                        "reason": f"the worker reported {o.unit} ({o.better} is better) but the catalogue says "
-                                  f"{b.unit} ({b.better})", "outputs": outs}
-            raw.extend((rep, copy, seq, v, n, ns) for seq, (v, n, ns) in enumerate(o.intervals))
-            infos.append({"rep": rep, "copy": copy, **o.info})
-            ops += o.ops
-            cpu += o.cpu_user_ns + o.cpu_sys_ns
-            procs.append((rep, copy, o.ops, o.cpu_user_ns + o.cpu_sys_ns))
-            if o.overhead is not None:
-                overheads.append(o.overhead)
-        wall += wall_s
-    if not raw:
-        return {"status": "failed", "reason": "no process of this benchmark reported a result", "raw": [],
-                "info": infos, "monitors": mon_total, "started_at": started}
-    summary = stats.summarize([r[3] for r in raw]).as_dict()
-    return {"status": "ok", "reason": None, "raw": raw, "info": infos, "monitors": mon_total, "summary": summary,
-            "noise": noise_reps,
-            "unit": b.unit, "better": b.better, "ops": ops, "procs": procs, "cpu_ns": cpu, "wall_s": wall,
-            "started_at": started, "overhead": (sorted(overheads)[len(overheads) // 2] if overheads else None)}
-
-
 def measure_repetition(b: Benchmark, binary, params: dict[str, str], copies: int, opts: BenchOptions, rep: int,
                        prefix=None) -> tuple:
     """One repetition: ``copies`` fresh worker processes, with the kernel's counters read around them.
@@ -182,7 +128,7 @@ def measure_repetition(b: Benchmark, binary, params: dict[str, str], copies: int
 
 
 def measure(b: Benchmark, binary, params: dict[str, str], copies: int, reps: int, opts: BenchOptions,
-            prefix_for_rep=None) -> dict:
+            prefix_for_rep=None) -> Measurement:
     """Run one benchmark ``reps`` times with ``copies`` copies on this machine; pool and summarise."""
     started = time.time()
     done: list[tuple] = []
@@ -191,7 +137,7 @@ def measure(b: Benchmark, binary, params: dict[str, str], copies: int, reps: int
                                        prefix_for_rep(rep) if prefix_for_rep else None))
         if any(o.status != "ok" for o in done[-1][1]):
             break
-    return aggregate(b, done, started)
+    return aggregate(b, done, started, params=params, copies=copies)
 
 
 @contextlib.contextmanager
@@ -210,13 +156,13 @@ def run_lifecycle(store: Store, run: Run, progress: Progress):
         store.finish_run(run.id, state)
 
 
-def note_status(progress: Progress, name: str, m: dict) -> bool:
+def note_status(progress: Progress, name: str, m: Measurement) -> bool:
     """Say on stderr why a benchmark failed or was skipped; True when it failed."""
-    if m["status"] == "failed":
-        progress.note(f"kperfdiff: {name} failed: {m['reason']}")
-    elif m["status"] == "skipped":
-        progress.note(f"kperfdiff: {name} skipped: {m['reason']}")
-    return m["status"] == "failed"
+    if m.status == "failed":
+        progress.note(f"kperfdiff: {name} failed: {m.reason}")
+    elif m.status == "skipped":
+        progress.note(f"kperfdiff: {name} skipped: {m.reason}")
+    return m.status == "failed"
 
 
 def run_bench(store: Store, opts: BenchOptions) -> Outcome:
@@ -267,19 +213,18 @@ def run_bench(store: Store, opts: BenchOptions) -> Outcome:
                     swap_ready = True
                 reason = unmet_requirement(b, facts, swap_ready)
                 if reason:
-                    m = {"status": "skipped", "reason": reason, "raw": [], "info": [], "monitors": {},
-                         "started_at": started[cell]}
+                    m = Measurement.skipped(b, reason, params=params_of[cell], copies=copies,
+                                            started_at=started[cell])
                 else:
                     prefix = profiler.prefix_for(run, b, copies)(rep) if profiler else None
                     done[cell].append(measure_repetition(b, binaries[b.family], params_of[cell], copies, opts,
                                                          rep, prefix))
-                    m = aggregate(b, done[cell], started[cell])
-                m["stop"] = why.get(cell)
-                stored[cell] = store_measurement(store, run, b, params_of[cell], copies, m, replace=stored.get(cell))
-                if profiler and m["status"] == "ok":
-                    profiler.collect(store, run, stored[cell], b, copies,
-                                     {"procs": [x for x in m["procs"] if x[0] == rep]})
-                if m["status"] != "ok":
+                    m = aggregate(b, done[cell], started[cell], params=params_of[cell], copies=copies)
+                m.stop = why.get(cell)
+                stored[cell] = store_measurement(store, run.id, m, replace=stored.get(cell))
+                if profiler and m.ok:
+                    profiler.collect(store, run, stored[cell], b, copies, m.of_repetition(rep))
+                if not m.ok:
                     stop.add(cell)
                     failed |= note_status(progress, b.name, m)
                 progress.advance()
@@ -294,40 +239,30 @@ def run_bench(store: Store, opts: BenchOptions) -> Outcome:
         for cell, rid in stored.items():    # the reason each cell stopped, kept with its result
             b, copies = by_name[cell[0]], cell[1]
             if done[cell]:
-                store_measurement(store, run, b, params_of[cell], copies,
-                                  {**aggregate(b, done[cell], started[cell]), "stop": why.get(cell)}, replace=rid)
+                m = aggregate(b, done[cell], started[cell], params=params_of[cell], copies=copies)
+                m.stop = why.get(cell)
+                store_measurement(store, run.id, m, replace=rid)
     run = store.get_run(run.id)
     return Outcome(run, store.results(run.id), 1 if failed else 0)
 
 
-def store_measurement(store: Store, run: Run, b: Benchmark, params: dict, copies: int, m: dict, *,
-                      replace: int | None = None) -> int:
-    """Store one measurement dict (from aggregate() or a target) as a result of ``run``
-    (rewriting result ``replace`` when the benchmark gained repetitions)."""
-    return store.add_result(run.id, benchmark=b.name, params=params, copies=copies, status=m["status"],
-                            reason=m.get("reason"), unit=m.get("unit", b.unit), better=m.get("better", b.better),
-                            summary=m.get("summary"), raw=m["raw"], overhead=m.get("overhead"), ops=m.get("ops"),
-                            cpu_ns=m.get("cpu_ns"), wall_s=m.get("wall_s"), monitors=m["monitors"], info=m["info"],
-                            started_at=m["started_at"], noise=m.get("noise"), stop=m.get("stop"), replace=replace)
-
-
-def store_target_profiles(store: Store, run: Run, result_id: int, b: Benchmark, copies: int, m: dict,
+def store_target_profiles(store: Store, run: Run, result_id: int, b: Benchmark, copies: int, m: Measurement,
                           facts: dict, event: str) -> None:
     """Record the profiles a target brought back, with meta files beside them like local ones."""
     from pathlib import Path
 
     from ..record import finish_recording
-    procs = {(rep, copy): (ops, cpu) for rep, copy, ops, cpu in m.get("procs", [])}
-    for rep, copy, path in m.get("profiles", []):
+    procs = {(rep, copy): (ops, cpu) for rep, copy, ops, cpu in m.procs}
+    for rep, copy, path in m.profiles:
         ops, cpu = procs.get((rep, copy), (None, None))
         meta = finish_recording(Path(path), facts, {
             "command": f"kperfdiff worker {b.name}", "benchmark": b.name, "copies": copies, "rep": rep,
             "copy": copy, "event": event, "ops": ops, "cpu_time_ns": cpu,
             "run_id": run.id, "label": run.label, "target": run.target})
         store.add_profile(run_id=run.id, result_id=result_id, benchmark=b.name, rep=rep, path=str(path),
-                          kallsyms=m.get("kallsyms"), event=meta["event"], samples=None, cpu_time_ns=cpu, ops=ops,
+                          kallsyms=m.kallsyms, event=meta["event"], samples=None, cpu_time_ns=cpu, ops=ops,
                           meta={"copies": copies, "copy": copy, "hw_events": meta["hw_events"],
-                                "symfs": m.get("symfs")})
+                                "symfs": m.symfs})
 
 
 def run_bench_on_target(store: Store, opts: BenchOptions, benches: list[Benchmark],
@@ -345,12 +280,12 @@ def run_bench_on_target(store: Store, opts: BenchOptions, benches: list[Benchmar
         with target:
             ms = targets.run_benchmarks(target, cells, opts, artefact_dir=run.artefact_dir)
         progress.advance()
-        facts = ms[0]["facts"] if ms else {}
+        facts = (ms[0].facts or {}) if ms else {}
         if facts:
             store.set_run_machine(run.id, store.add_machine(facts))
         for c, m in zip(cells, ms):
-            rid = store_measurement(store, run, c.bench, m.get("params") or {}, c.copies, m)
-            if m["status"] == "ok" and m.get("profiles"):
+            rid = store_measurement(store, run.id, m)
+            if m.ok and m.profiles:
                 store_target_profiles(store, run, rid, c.bench, c.copies, m, facts,
                                       getattr(target, "perf_event", None) or "cpu-clock")
             failed |= note_status(progress, c.bench.name, m)
@@ -362,7 +297,7 @@ def run_boot_timing(store: Store, spec: str, mems: list[str], boots: int, *, lab
                     command: str = "", progress: bool = True) -> Outcome:
     """`kperfdiff target boot`: the boot.* benchmarks of a guest, stored as a run like any other."""
     from .. import targets
-    from ..targets.boot import BOOT_BENCHMARKS, measure_boots
+    from ..targets.boot import measure_boots
     from ..targets.qemu import QemuTarget
     target = targets.open_target(spec)
     if not isinstance(target, QemuTarget):
@@ -370,7 +305,6 @@ def run_boot_timing(store: Store, spec: str, mems: list[str], boots: int, *, lab
     run = store.start_run(label=label, target=spec, machine_id=None, command=command,
                           options={"boot": True, "mems": mems, "boots": boots, "target": spec})
     bar = Progress(len(mems) * boots, enabled=progress)
-    by_name = {b.name: b for b in BOOT_BENCHMARKS}
     failed = False
 
     def step(what: str) -> None:
@@ -380,10 +314,10 @@ def run_boot_timing(store: Store, spec: str, mems: list[str], boots: int, *, lab
     with run_lifecycle(store, run, bar):
         with target:
             ms = measure_boots(target, mems, boots, progress=step)
-        if ms and ms[0].get("facts"):
-            store.set_run_machine(run.id, store.add_machine(ms[0]["facts"]))
+        if ms and ms[0].facts:
+            store.set_run_machine(run.id, store.add_machine(ms[0].facts))
         for m in ms:
-            store_measurement(store, run, by_name[m["benchmark"]], m["params"], 1, m)
-            failed |= note_status(bar, m["benchmark"], m)
+            store_measurement(store, run.id, m)
+            failed |= note_status(bar, m.benchmark, m)
     run = store.get_run(run.id)
     return Outcome(run, store.results(run.id), 1 if failed else 0)

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..bench.measurement import Measurement, aggregate
 from ..errors import UsageError
 from .base import Invocation, InvocationResult, Target
 
@@ -114,15 +115,15 @@ def unmet_on_target(b, facts: dict) -> str | None:
     return None
 
 
-def run_benchmarks(target: Target, cells, opts, artefact_dir=None, first_rep: int = 0) -> list[dict]:
-    """Measure each cell on target, all in one job; per-cell dicts shaped as session.measure()'s.
+def run_benchmarks(target: Target, cells, opts, artefact_dir=None, first_rep: int = 0) -> list[Measurement]:
+    """Measure each cell on target, all in one job; one Measurement per cell.
 
     ``cells``: Cell, (Benchmark, copies[, params]) or Benchmark items. ``opts``:
     a bench.session.BenchOptions (reps, intervals, min_batch_ns, timeout,
     tiny, profile, profile_freq). Each cell gets ``reps`` invocations; with
-    ``opts.profile`` every copy is recorded with perf record -g and the dict
+    ``opts.profile`` every copy is recorded with perf record -g and the measurement
     carries ``profiles`` [(rep, copy, local perf.data path)] and ``kallsyms``.
-    Every dict also carries ``facts`` (the target's), so results from an
+    Every one also carries ``facts`` (the target's), so results from an
     emulated guest are labelled emulated. Profiles live in the target's
     temporary folder until close(); give ``artefact_dir`` to have them (and
     kallsyms) copied there, named ``<bench>.P<copies>.r<rep>.c<copy>.perf.data``.
@@ -165,20 +166,19 @@ def run_benchmarks(target: Target, cells, opts, artefact_dir=None, first_rep: in
     for ci, c in enumerate(cells):
         reason = unmet_on_target(c.bench, facts)
         if reason:
-            out.append({"status": "skipped", "reason": reason, "raw": [], "info": [], "monitors": {},
-                        "started_at": started, "facts": facts, "params": c.params, "copies": c.copies})
+            m = Measurement.skipped(c.bench, reason, params=c.params, copies=c.copies, started_at=started)
+            m.facts = facts
+            out.append(m)
             continue
         m = _measure_cell(c, per_cell.get(ci, []), started)
-        m["facts"] = facts
-        m["params"] = c.params
-        m["copies"] = c.copies
-        if artefact_dir is not None and m.get("profiles"):
+        m.facts = facts
+        if artefact_dir is not None and m.profiles:
             _keep_profiles(m, Path(artefact_dir), target.binaries())
         out.append(m)
     return out
 
 
-def _keep_profiles(m: dict, folder: Path, binaries: dict[str, Path]) -> None:
+def _keep_profiles(m: Measurement, folder: Path, binaries: dict[str, Path]) -> None:
     """Copy a cell's profiles, the kallsyms and the benchmark binaries (as a symfs) into folder."""
     folder.mkdir(parents=True, exist_ok=True)
     if binaries:
@@ -188,25 +188,24 @@ def _keep_profiles(m: dict, folder: Path, binaries: dict[str, Path]) -> None:
             if not dst.exists():
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(local, dst)
-        m["symfs"] = str(symfs)
+        m.symfs = str(symfs)
     kept = []
-    for rep, copy, path in m["profiles"]:
+    for rep, copy, path in m.profiles:
         dst = folder / Path(path).name
         shutil.copy2(path, dst)
         kept.append((rep, copy, str(dst)))
-    m["profiles"] = kept
-    if m.get("kallsyms"):
+    m.profiles = kept
+    if m.kallsyms:
         dst = folder / "kallsyms"
         if not dst.exists():
-            shutil.copy2(m["kallsyms"], dst)
-        m["kallsyms"] = str(dst)
+            shutil.copy2(m.kallsyms, dst)
+        m.kallsyms = str(dst)
 
 
-def _measure_cell(c: Cell, runs: list[tuple[int, InvocationResult]], started: float) -> dict:
-    from ..bench.session import aggregate
+def _measure_cell(c: Cell, runs: list[tuple[int, InvocationResult]], started: float) -> Measurement:
     reps = [(rep, r.outputs(), r.monitor_delta(), r.wall_s) for rep, r in runs]
-    m = aggregate(c.bench, reps, started)
-    if m["status"] != "ok":
+    m = aggregate(c.bench, reps, started, params=c.params, copies=c.copies)
+    if not m.ok:
         return m
     profiles: list[tuple[int, int, str]] = []
     kallsyms = None
@@ -218,6 +217,6 @@ def _measure_cell(c: Cell, runs: list[tuple[int, InvocationResult]], started: fl
                     profiles.append((rep, copy, str(pd)))
         if "kallsyms" in r.files:
             kallsyms = str(r.files["kallsyms"])
-    m["profiles"] = profiles
-    m["kallsyms"] = kallsyms
+    m.profiles = profiles
+    m.kallsyms = kallsyms
     return m

@@ -26,6 +26,7 @@ import time
 
 from .. import stats
 from ..bench.catalogue import Benchmark
+from ..bench.measurement import Measurement
 from ..errors import BenchError
 from .qemu import QemuTarget
 
@@ -64,11 +65,10 @@ def first_timestamp(dmesg: str) -> float | None:
 
 
 def measure_boots(target: QemuTarget, mems: list[str] | None = None, boots: int = 3,
-                  timeout: float = 180.0, top: int = 10, progress=None) -> list[dict]:
-    """Boot the target's kernel ``boots`` times at each memory size; one dict per (benchmark, mem).
-
-    Dicts are shaped as session.measure()'s, plus ``benchmark``, ``params``
-    ({"mem": SIZE}), ``copies`` (1) and ``facts`` (emulated, virtualisation).
+                  timeout: float = 180.0, top: int = 10, progress=None) -> list[Measurement]:
+    """Boot the target's kernel ``boots`` times at each memory size; one Measurement per (benchmark, mem),
+    with ``params`` {"mem": SIZE}, one boot per repetition, the guest's ``facts`` (emulated,
+    virtualisation) and the slowest initcalls in ``extra``.
     """
     mems = mems or DEFAULT_MEMS
     target.prepare([])
@@ -104,20 +104,19 @@ def measure_boots(target: QemuTarget, mems: list[str] | None = None, boots: int 
         slow = slowest_initcalls(initcalls, top)
         for b in BOOT_BENCHMARKS:
             vals = per[b.name]
-            base = {"benchmark": b.name, "params": {"mem": mem}, "copies": 1, "facts": facts,
-                    "started_at": started, "monitors": {}}
+            m = Measurement("ok", b.name, UNIT, "lower", params={"mem": mem}, copies=1, facts=facts,
+                            started_at=started)
             if error or not vals:
-                results.append({**base, "status": "failed", "reason": error or "no boot completed", "raw": [],
-                                "info": []})
+                m.status, m.reason = "failed", error or "no boot completed"
+                results.append(m)
                 continue
-            raw = [(rep, 0, 0, v, 1, int(total * 1e9)) for rep, (v, total) in enumerate(vals)]
-            info = [{"rep": 0, "copy": 0, "mem": mem, "boots": str(len(vals)),
-                     "slowest_initcalls": "; ".join(f"{n} {us / 1000:.2f} ms" for n, us in slow)}]
-            results.append({**base, "status": "ok", "reason": None, "raw": raw, "info": info,
-                            "summary": stats.summarize([r[3] for r in raw]).as_dict(), "unit": UNIT,
-                            "better": "lower", "ops": len(vals), "procs": [], "cpu_ns": 0,
-                            "wall_s": sum(t for _, t in vals), "overhead": None,
-                            "initcalls": slow})
+            m.raw = [(rep, 0, 0, v, 1, int(total * 1e9)) for rep, (v, total) in enumerate(vals)]
+            m.info = [{"rep": 0, "copy": 0, "mem": mem, "boots": str(len(vals)),
+                       "slowest_initcalls": "; ".join(f"{n} {us / 1000:.2f} ms" for n, us in slow)}]
+            m.summary = stats.summarize([r[3] for r in m.raw]).as_dict()
+            m.ops, m.cpu_ns, m.wall_s = len(vals), 0, sum(t for _, t in vals)
+            m.extra = {"initcalls": slow}
+            results.append(m)
     return results
 
 
