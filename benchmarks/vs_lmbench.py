@@ -1,0 +1,368 @@
+#!/usr/bin/env python3
+"""Agreement of kperfdiff's benchmarks with lmbench 3 (a harness, not a test).
+
+For every catalogue benchmark with an ``lmbench`` field, runs kperfdiff (its
+real CLI, one fresh process per round) and the equivalent lmbench command
+(its own binaries), alternating, for several rounds on this machine, then
+prints per benchmark: the median over rounds of each side (ns per op), the
+ratio kperfdiff/lmbench, the coefficient of variation of each side's round
+results, and a verdict:
+
+    agree                  ratio within 0.8-1.2
+    differs: <reason>      outside, and the benchmark's ``differences`` field
+                           states why (a clause beginning "vs lmbench:")
+    DISAGREES              outside, with no stated reason
+    failed: <why>          one side gave no number
+
+    LMBENCH_BIN=/work/lmbench-src/bin/x86_64 .venv/bin/python benchmarks/vs_lmbench.py \
+        [--rounds 5] [--only PATTERNS] [--param BENCH:KEY=VALUE] [--format text|json|markdown]
+
+lmbench prints its results on stderr; the parsers below read each tool's
+format and convert to ns per operation (lat_fs prints files per second,
+lat_mmap "<size MB> <microseconds>", lat_ctx "<procs> <microseconds>").
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+KPERFDIFF = ROOT / ".venv" / "bin" / "kperfdiff"
+AGREE = (0.8, 1.2)
+HOW_TO_BUILD = ("set LMBENCH_BIN (or --lmbench-bin) to the bin directory of an lmbench 3 build, "
+                "made outside this repository, e.g. from github.com/intel/lmbench: cd src && "
+                "make all O=../bin/x86_64 CC=gcc CFLAGS='-O2 -I/usr/include/tirpc -std=gnu89' "
+                "LDLIBS='-ltirpc -lm'")
+SERVERS = {"lat_tcp", "lat_udp", "lat_connect"}  # need `tool -s` before, `tool -S host` after
+
+
+class ParseError(ValueError):
+    pass
+
+
+# ---------------------------------------------------------------- parsers
+_MICRO = re.compile(r"^(?P<label>[^\n:]+):\s+(?P<v>[0-9.]+(?:e[-+]?\d+)?)\s+microseconds\s*$", re.M)
+
+
+def parse_micro(text: str, label: str | None = None) -> float:
+    """lmbench's micro() line, "<label>: <x> microseconds" -> ns. With label, the line
+    whose label starts with it (lat_syscall "Simple syscall", lat_pagefault "Pagefaults on")."""
+    for m in _MICRO.finditer(text):
+        if label is None or m["label"].strip().startswith(label):
+            return float(m["v"]) * 1000.0
+    raise ParseError(f"no '{label or '...'}: X microseconds' line in lmbench's output: {text.strip()[:200]!r}")
+
+
+def parse_lat_mmap(text: str) -> float:
+    """lat_mmap prints "<size in MB> <microseconds per mapping>" -> ns."""
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            try:
+                float(parts[0])
+                return float(parts[1]) * 1000.0
+            except ValueError:
+                continue
+    raise ParseError(f"no '<MB> <microseconds>' line in lat_mmap's output: {text.strip()[:200]!r}")
+
+
+def parse_lat_ctx(text: str, procs: int) -> float:
+    """lat_ctx prints '"size=<k>k ovr=<us>' then "<procs> <microseconds per switch>" -> ns."""
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == str(procs):
+            return float(parts[1]) * 1000.0
+    raise ParseError(f"no '{procs} <microseconds>' line in lat_ctx's output: {text.strip()[:200]!r}")
+
+
+def parse_lat_fs(text: str, size_k: int, which: str) -> float:
+    """lat_fs prints "<size>k <files> <creates/s> <deletes/s>" per size -> ns per file."""
+    col = {"create": 2, "delete": 3}[which]
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[0] == f"{size_k}k":
+            rate = float(parts[col])
+            if rate <= 0:
+                raise ParseError(f"lat_fs gave no {which} rate for {size_k}k: {line!r}")
+            return 1e9 / rate
+    raise ParseError(f"no '{size_k}k <n> <create/s> <delete/s>' line in lat_fs's output: {text.strip()[:200]!r}")
+
+
+def parse_lmbench(tool: str, args: list[str], bench: str, text: str) -> float:
+    """ns per operation from one lmbench run's stderr, for kperfdiff benchmark ``bench``."""
+    if tool == "lat_mmap":
+        return parse_lat_mmap(text)
+    if tool == "lat_ctx":
+        return parse_lat_ctx(text, int(args[-1]))
+    if tool == "lat_fs":
+        size = args[args.index("-s") + 1] if "-s" in args else "0"
+        size_k = int(re.sub(r"[kK]$", "", size)) if size != "0" else 0
+        return parse_lat_fs(text, size_k, "delete" if ".delete." in bench else "create")
+    return parse_micro(text)
+
+
+# ---------------------------------------------------------------- running
+@dataclass
+class Pair:
+    name: str
+    lmbench: str
+    params: dict[str, str]
+    differences: str
+    kpd: list[float] = field(default_factory=list)
+    lmb: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def stated_reason(differences: str) -> str | None:
+    """The clause of a differences field beginning "vs lmbench:", up to the next sentence."""
+    m = re.search(r"vs lmbench:\s*(.+?)(?:\.\s+(?=[A-Z])|\.?$)", differences, re.S)
+    return m.group(1).strip().rstrip(".") if m else None
+
+
+def lmbench_argv(bin_dir: Path, spec: str, files: dict[int, Path]) -> tuple[str, list[str]]:
+    words = shlex.split(spec)
+    tool, args = words[0], words[1:]
+    if "FILE" in args:
+        size = 16 << 20
+        if tool == "lat_mmap":
+            size = _bytes(args[0])
+        args = [str(files[size]) if a == "FILE" else a for a in args]
+    return tool, args
+
+
+def _bytes(s: str) -> int:
+    m = re.fullmatch(r"(\d+)([kKmMgG]?)", s)
+    if not m:
+        raise ValueError(f"not a size: {s}")
+    return int(m[1]) << {"": 0, "k": 10, "m": 20, "g": 30}[m[2].lower()]
+
+
+def run_lmbench(bin_dir: Path, tool: str, args: list[str], timeout: float) -> str:
+    exe = bin_dir / tool
+    if tool in SERVERS:
+        # The server forks itself into the background: give it no pipe to hold open.
+        subprocess.run([str(exe), "-s"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=30, check=False)
+        time.sleep(0.2)
+    try:
+        r = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=timeout,
+                           cwd=tempfile.gettempdir())
+    finally:
+        if tool in SERVERS:
+            subprocess.run([str(exe), "-S", "localhost"], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30, check=False)
+    if r.returncode != 0 and not r.stderr.strip():
+        raise ParseError(f"{tool} exited with status {r.returncode} and no output")
+    return r.stderr + r.stdout
+
+
+def run_kperfdiff(store: Path, name: str, params: dict[str, str], timeout: float) -> float:
+    cmd = [str(KPERFDIFF), "--store", str(store), "bench", "--only", name, "--reps", "1",
+           "--format", "json", "--no-progress"]
+    for k, v in params.items():
+        cmd += ["--param", f"{name}:{k}={v}"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise ParseError(f"kperfdiff failed: {(r.stderr.strip().splitlines() or ['?'])[-1]}")
+    res = [x for x in json.loads(r.stdout)["results"] if x["benchmark"] == name]
+    if not res or res[0]["status"] != "ok":
+        raise ParseError(f"kperfdiff gave no result: {res[0].get('reason') if res else 'none'}")
+    unit, med = res[0]["unit"], res[0]["summary"]["median"]
+    scale = {"ns/op": 1.0, "us/op": 1e3, "ms/op": 1e6}.get(unit)
+    if scale is None:
+        raise ParseError(f"unit {unit} cannot be compared with lmbench's microseconds")
+    return med * scale
+
+
+def cv(xs: list[float]) -> float | None:
+    return statistics.stdev(xs) / statistics.mean(xs) if len(xs) >= 2 and statistics.mean(xs) else None
+
+
+def summarise(p: Pair) -> dict:
+    k = statistics.median(p.kpd) if p.kpd else None
+    m = statistics.median(p.lmb) if p.lmb else None
+    ratio = k / m if k and m else None
+    if ratio is None:
+        verdict = "failed: " + (p.errors[0] if p.errors else "no result")
+    elif AGREE[0] <= ratio <= AGREE[1]:
+        verdict = "agree"
+    elif (why := stated_reason(p.differences)):
+        verdict = "differs: " + why
+    else:
+        verdict = "DISAGREES"
+    shown = {k: v for k, v in p.params.items() if k != "file"}  # file=: the shared temporary file
+    return {"benchmark": p.name + "".join(f" {k}={v}" for k, v in shown.items()),
+            "lmbench": p.lmbench, "kperfdiff_ns": k, "lmbench_ns": m, "ratio": ratio,
+            "kperfdiff_cv": cv(p.kpd), "lmbench_cv": cv(p.lmb), "rounds": len(p.kpd),
+            "kperfdiff_rounds": p.kpd, "lmbench_rounds": p.lmb, "verdict": verdict,
+            "errors": p.errors}
+
+
+# ---------------------------------------------------------------- output
+def _f(x: float | None, pct: bool = False) -> str:
+    if x is None:
+        return "-"
+    if pct:
+        return f"{100 * x:.0f}%"
+    return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def render(rows: list[dict], fmt: str, meta: dict) -> str:
+    if fmt == "json":
+        return json.dumps({"version": 1, **meta, "results": rows}, indent=2)
+    head = ["benchmark", "kperfdiff ns", "lmbench ns", "ratio", "CV kpd", "CV lmb", "verdict"]
+    body = [[r["benchmark"], _f(r["kperfdiff_ns"]), _f(r["lmbench_ns"]),
+             f"{r['ratio']:.2f}" if r["ratio"] else "-", _f(r["kperfdiff_cv"], True),
+             _f(r["lmbench_cv"], True), r["verdict"]] for r in rows]
+    if fmt == "markdown":
+        out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+        out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in body]
+        return "\n".join(out)
+    widths = [max(len(head[i]), *(len(b[i]) for b in body)) for i in range(len(head) - 1)]
+    fmt_row = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1]
+    return "\n".join([fmt_row(head)] + [fmt_row(b) for b in body])
+
+
+# ---------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--lmbench-bin", default=os.environ.get("LMBENCH_BIN"),
+                    help="lmbench's bin directory (default: $LMBENCH_BIN)")
+    ap.add_argument("--rounds", type=int, default=5, help="alternating rounds (default: 5)")
+    ap.add_argument("--only", help="comma-separated kperfdiff names or shell patterns")
+    ap.add_argument("--param", action="append", default=[], metavar="BENCH:KEY=VALUE",
+                    help="run kperfdiff's BENCH with KEY=VALUE (repeatable; BENCH may be a pattern)")
+    ap.add_argument("--fs-dir", help="run fs.* (kperfdiff dir=) and lat_fs in this directory "
+                    "instead of the catalogue's (e.g. a tmpfs, to leave the file system's own "
+                    "state out of the comparison)")
+    ap.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    ap.add_argument("--render", metavar="JSON", help="only print a table saved with --format json, "
+                    "in --format (measures nothing)")
+    ap.add_argument("--timeout", type=float, default=300, help="per process, seconds (default: 300)")
+    a = ap.parse_args(argv)
+
+    if a.render:
+        try:
+            saved = json.loads(Path(a.render).read_text())
+            rows = saved.pop("results")
+        except (OSError, ValueError, KeyError) as e:
+            print(f"vs_lmbench: cannot read the saved table {a.render}: {e}", file=sys.stderr)
+            return 2
+        for r in rows:
+            r["benchmark"] = re.sub(r" file=\S+", "", r["benchmark"])
+        print(render(rows, a.format, saved))
+        return 0
+    if not a.lmbench_bin:
+        print(f"vs_lmbench: no lmbench binaries: {HOW_TO_BUILD}.", file=sys.stderr)
+        return 2
+    bin_dir = Path(a.lmbench_bin)
+    if not (bin_dir / "lat_syscall").is_file():
+        print(f"vs_lmbench: {bin_dir} holds no lmbench lat_syscall binary: {HOW_TO_BUILD}.", file=sys.stderr)
+        return 2
+    if a.rounds < 1:
+        print("vs_lmbench: --rounds must be at least 1.", file=sys.stderr)
+        return 2
+    if not KPERFDIFF.exists():
+        print(f"vs_lmbench: {KPERFDIFF} is missing; run make setup first.", file=sys.stderr)
+        return 2
+
+    from fnmatch import fnmatch
+    from kperfdiff.bench import catalogue
+    overrides: list[tuple[str, str, str]] = []
+    for p in a.param:
+        m = re.fullmatch(r"([^:]+):([A-Za-z_]\w*)=(.*)", p)
+        if not m:
+            print(f"vs_lmbench: --param {p!r} is not BENCH:KEY=VALUE.", file=sys.stderr)
+            return 2
+        overrides.append((m[1], m[2], m[3]))
+    try:
+        chosen = [b for b in catalogue.select("full", a.only) if b.lmbench]
+    except Exception as e:  # a pattern matching nothing
+        print(f"vs_lmbench: {e}", file=sys.stderr)
+        return 2
+    if not chosen:
+        print("vs_lmbench: none of the chosen benchmarks has an lmbench equivalent.", file=sys.stderr)
+        return 2
+    pairs = [Pair(b.name, b.lmbench, {k: v for pat, k, v in overrides if fnmatch(b.name, pat)},
+                  b.differences) for b in chosen]
+    if a.fs_dir:
+        if not Path(a.fs_dir).is_dir():
+            print(f"vs_lmbench: --fs-dir {a.fs_dir} is not a directory.", file=sys.stderr)
+            return 2
+        for p, b in zip(pairs, chosen):
+            if b.family == "fs":
+                p.params.setdefault("dir", a.fs_dir)
+                words = shlex.split(p.lmbench)
+                p.lmbench = shlex.join(words[:-1] + [a.fs_dir])
+
+    work = Path(tempfile.mkdtemp(prefix="kpd-vs-lmbench-", dir="/var/tmp"))
+    try:
+        files: dict[int, Path] = {}
+        for size in {16 << 20} | {_bytes(shlex.split(b.lmbench)[1]) for b in chosen
+                                   if b.lmbench.startswith("lat_mmap")}:
+            f = files[size] = work / f"file.{size >> 20}m"
+            with open(f, "wb") as fh:  # written and synced, as kperfdiff's own files are
+                fh.write(b"m" * size)
+                fh.flush()
+                os.fsync(fh.fileno())
+        hello = bin_dir / "hello"
+        if any(b.lmbench.startswith("lat_proc") for b in chosen) and hello.exists():
+            # lat_proc exec and shell run /tmp/hello (lmbench's own script copies it there).
+            if not Path("/tmp/hello").exists():
+                shutil.copy2(hello, "/tmp/hello")
+        # Where lmbench maps a file, kperfdiff maps the same one (file=): how the page cache
+        # holds a file (folio sizes, dirty or clean, allocated blocks) changes the cost of
+        # faulting it in far more than either method does.
+        for p, b in zip(pairs, chosen):
+            if "FILE" in shlex.split(b.lmbench) and "file" not in p.params and (
+                    b.family in ("fault", "mmap")):
+                _, largs = lmbench_argv(bin_dir, b.lmbench, files)
+                p.params["file"] = next(x for x in largs if x.startswith(str(work)))
+        store = work / "store.db"
+        try:
+            measure(pairs, bin_dir, files, store, a.rounds, a.timeout)
+        except KeyboardInterrupt:  # keep what was measured
+            print("vs_lmbench: interrupted; the table holds the rounds done so far.", file=sys.stderr)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    rows = [summarise(p) for p in pairs]
+    meta = {"rounds": a.rounds, "fs_dir": a.fs_dir, "lmbench_bin": str(bin_dir), "kernel": os.uname().release,
+            "cpus": os.cpu_count()}
+    print(render(rows, a.format, meta))
+    return 0
+
+
+def measure(pairs: list[Pair], bin_dir: Path, files: dict[int, Path], store: Path, rounds: int,
+            timeout: float) -> None:
+    """Both sides of every pair, alternating which goes first, round after round."""
+    for rnd in range(rounds):
+        for i, p in enumerate(pairs):
+            print(f"[round {rnd + 1}/{rounds}] {p.name} ~ {p.lmbench}", file=sys.stderr)
+            tool, args = lmbench_argv(bin_dir, p.lmbench, files)
+            sides = ["kpd", "lmb"] if (rnd + i) % 2 == 0 else ["lmb", "kpd"]
+            for side in sides:
+                try:
+                    if side == "kpd":
+                        p.kpd.append(run_kperfdiff(store, p.name, p.params, timeout))
+                    else:
+                        p.lmb.append(parse_lmbench(tool, args, p.name,
+                                                   run_lmbench(bin_dir, tool, args, timeout)))
+                except (ParseError, subprocess.TimeoutExpired, OSError, KeyError, ValueError) as e:
+                    p.errors.append(f"{side}: {e}")
+                    print(f"  {side}: {e}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
