@@ -1,4 +1,5 @@
-"""Specific checks of the lmbench-style families: signal, select, proc, ipc, fs.
+"""Specific checks of the lmbench-style families: signal, select, proc, ipc, fs, ctx,
+and of benchmarks/vs_lmbench.py's readers of lmbench's output.
 
 The generic test (tests/test_benchmarks.py) runs every catalogue entry with
 tiny settings; these tests check what it cannot see: self-measured
@@ -7,8 +8,10 @@ temporary file outlives a worker.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
+import sys
 import subprocess
 import time
 from pathlib import Path
@@ -23,7 +26,7 @@ TINY = ["--intervals", "3", "--warmup", "1", "--min-batch-ns", "1000000"]
 
 @pytest.fixture(scope="module")
 def binaries() -> dict[str, Path]:
-    return build.build_all(["signal", "select", "proc", "ipc", "fs"])
+    return build.build_all(["signal", "select", "proc", "ipc", "fs", "ctx"])
 
 
 def run(binary: Path, bench: str, *args: str, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
@@ -163,3 +166,129 @@ def test_ipc_cpus_same_pins_both(binaries):
     assert (w, pe) == ("worker", "peer") and wc == pc
     p = run(binaries["ipc"], "ipc.pipe", *TINY, "cpus=sideways")
     assert p.returncode != 0 and "error parameter cpus=sideways" in p.stdout
+
+
+def test_ctx_cpus_placements(binaries):
+    # same: one CPU for the whole ring; split: members alternate between two
+    # CPUs; any: nothing pinned (lmbench). pin=0/1 are the older spelling.
+    ncpu = len(os.sched_getaffinity(0))
+    for cpus, alias in (("same", "pin=1"), ("split", None), ("any", "pin=0")):
+        for arg in filter(None, (f"cpus={cpus}", alias)):
+            p = run(binaries["ctx"], "ctx.2p.0k", *TINY, arg)
+            o = worker.parse_output(p.stdout, "ctx.2p.0k")
+            assert p.returncode == 0, p.stdout + p.stderr
+            if cpus == "split" and ncpu < 2:
+                assert o.status == "skip"
+                continue
+            assert o.status == "ok" and len(o.values) == 3, p.stdout
+            policy, a, b = o.info["cpus"].split()
+            assert policy == cpus
+            if cpus == "same":
+                assert a == b != "-1"
+            elif cpus == "split":
+                assert a != b and "-1" not in (a, b)
+            else:
+                assert a == b == "-1"
+    p = run(binaries["ctx"], "ctx.2p.0k", *TINY, "cpus=sideways")
+    assert p.returncode != 0 and "error parameter cpus=sideways" in p.stdout
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_ctx_split_runs_members_on_two_cpus(binaries):
+    # Under split the ring member the worker forks really runs on the other CPU.
+    p = subprocess.Popen([str(binaries["ctx"]), "ctx.2p.0k", "--sync", "cpus=split", *TINY],
+                         stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        while (line := p.stdout.readline()) and line.strip() != "ready":
+            pass
+        assert line.strip() == "ready"
+        kids = [pid for pid in session_members(p.pid) if pid != p.pid]
+        assert len(kids) == 1
+        assert os.sched_getaffinity(kids[0]) != os.sched_getaffinity(p.pid)
+        assert len(os.sched_getaffinity(kids[0])) == len(os.sched_getaffinity(p.pid)) == 1
+        p.stdin.write("g")
+        p.stdin.close()
+        assert p.wait(timeout=60) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+# ------------------------------------------------ benchmarks/vs_lmbench.py
+
+ROOT = Path(__file__).resolve().parent.parent
+LMB_DATA = Path(__file__).with_name("data") / "lmbench"
+
+
+@pytest.fixture(scope="module")
+def vs():
+    spec = importlib.util.spec_from_file_location("vs_lmbench", ROOT / "benchmarks" / "vs_lmbench.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["vs_lmbench"] = mod  # dataclasses look their module up
+    try:
+        spec.loader.exec_module(mod)
+        yield mod
+    finally:
+        sys.modules.pop("vs_lmbench", None)
+
+
+@pytest.mark.parametrize("fixture,spec,bench,ns", [
+    ("lat_syscall_null.txt", "lat_syscall null", "syscall.null", 303.7),
+    ("lat_syscall_open.txt", "lat_syscall open", "syscall.open", 2800.7),
+    ("lat_sig_prot.txt", "lat_sig prot FILE", "signal.prot", 444.9),
+    ("lat_pagefault.txt", "lat_pagefault FILE", "fault.file", 264.6),
+    ("lat_proc_shell.txt", "lat_proc shell", "proc.shell", 1183200.0),
+    ("lat_select_tcp.txt", "lat_select -n 100 tcp", "select.tcp.100", 4857.0),
+    ("lat_tcp.txt", "lat_tcp localhost", "ipc.tcp", 14143.2),
+    ("lat_udp.txt", "lat_udp localhost", "ipc.udp", 15098.4),
+    ("lat_connect.txt", "lat_connect localhost", "ipc.connect", 30620.1),
+    ("lat_mmap_16m.txt", "lat_mmap 16m FILE", "mmap.16m", 146000.0),       # "<MB> <us>"
+    ("lat_ctx_16k_8.txt", "lat_ctx -s 16 8", "ctx.8p.16k", 3980.0),         # "<procs> <us>"
+    ("lat_fs_0.txt", "lat_fs -s 0 /tmp", "fs.create.0k", 1e9 / 161482),     # files per second
+    ("lat_fs_0.txt", "lat_fs -s 0 /tmp", "fs.delete.0k", 1e9 / 222102),
+    ("lat_fs_0.txt", "lat_fs -s 10k /tmp", "fs.create.10k", 1e9 / 84382),
+    ("lat_fs_0.txt", "lat_fs -s 10k /tmp", "fs.delete.10k", 1e9 / 137030),
+])
+def test_vs_lmbench_parsers(vs, fixture, spec, bench, ns):
+    tool, *args = spec.split()
+    text = (LMB_DATA / fixture).read_text()
+    assert vs.parse_lmbench(tool, args, bench, text) == pytest.approx(ns, rel=1e-6)
+
+
+def test_vs_lmbench_parsers_reject_other_output(vs):
+    with pytest.raises(vs.ParseError):
+        vs.parse_lmbench("lat_syscall", ["null"], "syscall.null", "lat_syscall: usage\n")
+    with pytest.raises(vs.ParseError):  # lat_ctx lines for another ring size
+        vs.parse_lmbench("lat_ctx", ["-s", "16", "2"], "ctx.2p.16k",
+                         (LMB_DATA / "lat_ctx_16k_8.txt").read_text())
+
+
+def test_vs_lmbench_catalogue_commands_have_parsers(vs):
+    # Every lmbench command the catalogue names is one the harness can read.
+    from kperfdiff.bench import catalogue
+    known = {"lat_syscall", "lat_sig", "lat_pagefault", "lat_proc", "lat_select", "lat_tcp",
+             "lat_udp", "lat_connect", "lat_mmap", "lat_ctx", "lat_fs", "lat_pipe", "lat_unix"}
+    tools = {b.lmbench.split()[0] for b in catalogue.load_catalogue() if b.lmbench}
+    assert tools <= known
+
+
+def test_vs_lmbench_verdict_uses_stated_reason(vs):
+    p = vs.Pair("x.y", "lat_x", {}, "minor detail; vs lmbench: 2x because of Z. Other sentence.")
+    p.kpd, p.lmb = [200.0, 210.0], [100.0, 100.0]
+    assert vs.summarise(p)["verdict"] == "differs: 2x because of Z"
+    p.differences = "minor detail"
+    assert vs.summarise(p)["verdict"] == "DISAGREES"
+    p.kpd = [110.0, 90.0]
+    r = vs.summarise(p)
+    assert r["verdict"] == "agree" and r["ratio"] == pytest.approx(1.0)
+
+
+def test_vs_lmbench_without_lmbench_exits_2():
+    env = {k: v for k, v in os.environ.items() if k != "LMBENCH_BIN"}
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "vs_lmbench.py")],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 2 and p.stdout == ""
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "LMBENCH_BIN" in lines[0] and "lmbench" in lines[0], p.stderr

@@ -11,12 +11,18 @@
  *     value = trip_ns / procs - overhead_ns        (ns per context switch)
  *
  * Names ctx.<procs>p.<size>k give the defaults; params procs= and size=
- * override them. pin=1 (default) runs the whole ring, and the overhead
- * measurement, on one CPU (the first this process may use), so that every
- * hop is a real switch on that CPU; pin=0 lets the scheduler spread the
- * ring over CPUs as lmbench does, where a hop may instead be a cross-CPU
- * wake-up of an idle CPU, and the result swings between the two cases
- * (measured here: 7.6 and 2.6 us in one run for ctx.2p.16k). Children die with the parent (PR_SET_PDEATHSIG) and leave
+ * override them. cpus= places the ring:
+ *   same  (default) every member, and the overhead measurement, on one CPU
+ *         (the first this process may use): every hop is a switch there;
+ *   split members alternate between two CPUs (0, 2, 4... on the first,
+ *         1, 3, 5... on the second): every hop of an even ring is a
+ *         cross-CPU wake-up; skipped with one CPU;
+ *   any   no pinning, as lmbench: the scheduler spreads the ring, a hop may
+ *         be either kind, and on a small SMP machine the result swings
+ *         between the two from run to run (measured here: 7.6 and 2.6 us
+ *         in one run for ctx.2p.16k).
+ * pin=1 and pin=0, the older spelling, mean same and any. Children die
+ * with the parent (PR_SET_PDEATHSIG) and leave
  * when their pipe closes, so none is ever left behind.
  */
 #include "kpd.h"
@@ -76,6 +82,15 @@ static int xread(int fd)
 		kpd_die("read on pipe");
 	}
 	return v;
+}
+
+static void pin_to(int cpu)
+{
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	if (sched_setaffinity(0, sizeof set, &set) < 0)
+		kpd_fail("cannot pin to CPU %d: %s", cpu, strerror(errno));
 }
 
 /* Member i (>0) of the ring: read from p[i-1], sum, write to p[i]. */
@@ -151,7 +166,9 @@ static void parse_name(const char *name, long *procs, long *kb)
 int main(int argc, char **argv)
 {
 	struct ring r;
-	long procs = -1, kb = -1, size, pin;
+	long procs = -1, kb = -1, size;
+	int cpu[2] = { -1, -1 }; /* member i runs on cpu[i % 2]; -1: not pinned */
+	const char *cpus;
 	double ovh;
 	long n;
 	pid_t parent = getpid();
@@ -170,23 +187,30 @@ int main(int argc, char **argv)
 	if (size > (1L << 30) || size % (long)sizeof(int))
 		kpd_fail("parameter size=%ld must be a multiple of 4 up to 1g", size);
 
-	pin = kpd_param_long("pin", 1);
-	if (pin != 0 && pin != 1)
-		kpd_fail("parameter pin=%ld must be 0 or 1", pin);
-	if (pin) {
+	cpus = kpd_param_str("cpus", NULL);
+	if (!cpus) {
+		long pin = kpd_param_long("pin", 1);
+		if (pin != 0 && pin != 1)
+			kpd_fail("parameter pin=%ld must be 0 or 1", pin);
+		cpus = pin ? "same" : "any";
+	}
+	if (strcmp(cpus, "same") == 0 || strcmp(cpus, "split") == 0) {
 		cpu_set_t set;
-		int cpu = -1;
 		if (sched_getaffinity(0, sizeof set, &set) < 0)
 			kpd_die("sched_getaffinity");
-		for (int c = 0; c < CPU_SETSIZE && cpu < 0; c++)
+		for (int c = 0, k = 0; c < CPU_SETSIZE && k < 2; c++)
 			if (CPU_ISSET(c, &set))
-				cpu = c;
-		CPU_ZERO(&set);
-		CPU_SET(cpu, &set);
-		if (sched_setaffinity(0, sizeof set, &set) < 0)
-			kpd_die("sched_setaffinity");
-		kpd_info("cpu", "%d", cpu);
-	}
+				cpu[k++] = c;
+		if (strcmp(cpus, "same") == 0)
+			cpu[1] = cpu[0];
+		else if (cpu[1] < 0)
+			kpd_skip("cpus=split needs two CPUs, this process may use one");
+		pin_to(cpu[0]);
+		kpd_info("cpus", "%s %d %d", cpus, cpu[0], cpu[1]);
+	} else if (strcmp(cpus, "any") == 0)
+		kpd_info("cpus", "any -1 -1");
+	else
+		kpd_fail("parameter cpus=%s must be same, split or any", cpus);
 
 	r.procs = (int)procs;
 	r.size = size;
@@ -230,6 +254,8 @@ int main(int argc, char **argv)
 					close(r.p[j][1]);
 			}
 			free(r.data);
+			if (cpu[i % 2] != cpu[0])
+				pin_to(cpu[i % 2]);
 			member(&r, i);
 		}
 		r.pids[i] = pid;
