@@ -42,7 +42,7 @@ KPERFDIFF = ROOT / ".venv" / "bin" / "kperfdiff"
 AGREE = (0.8, 1.2)
 HOW_TO_BUILD = ("set LMBENCH_BIN (or --lmbench-bin) to the bin directory of an lmbench 3 build, "
                 "made outside this repository, e.g. from github.com/intel/lmbench: cd src && "
-                "make all O=../bin/x86_64 CC=gcc CFLAGS='-O2 -I/usr/include/tirpc -std=gnu89' "
+                "make all O=../bin/x86_64 CC=gcc CFLAGS='-O2 -I/usr/include/tirpc -DHAVE_uint=1 -std=gnu89 -fcommon' "
                 "LDLIBS='-ltirpc -lm'")
 SERVERS = {"lat_tcp", "lat_udp", "lat_connect"}  # need `tool -s` before, `tool -S host` after
 
@@ -259,8 +259,14 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError, KeyError) as e:
             print(f"vs_lmbench: cannot read the saved table {a.render}: {e}", file=sys.stderr)
             return 2
+        from kperfdiff.bench import catalogue
+        stated = {b.name: stated_reason(b.differences) for b in catalogue.load_catalogue()}
         for r in rows:
             r["benchmark"] = re.sub(r" file=\S+", "", r["benchmark"])
+            # the verdict under today's catalogue (a reason may have been stated since)
+            why = stated.get(r["benchmark"].split()[0])
+            if r["ratio"] and not AGREE[0] <= r["ratio"] <= AGREE[1]:
+                r["verdict"] = f"differs: {why}" if why else "DISAGREES"
         print(render(rows, a.format, saved))
         return 0
     if not a.lmbench_bin:
