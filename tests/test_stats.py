@@ -110,3 +110,10 @@ def test_geometric_mean_change():
     # ratios 1.1 and 0.9 -> sqrt(0.99) - 1
     assert stats.geometric_mean_change([10, -10]) == pytest.approx((math.sqrt(0.99) - 1) * 100)
     assert math.isnan(stats.geometric_mean_change([]))
+
+
+def test_ratio_half_width():
+    # +700% [+600, +800]: ratios 7..9 around 8 -> sqrt(9/7) - 1
+    assert stats.ratio_half_width(600, 800) == pytest.approx((math.sqrt(9 / 7) - 1) * 100)
+    assert stats.ratio_half_width(-10, 10) == pytest.approx((math.sqrt(1.1 / 0.9) - 1) * 100)
+    assert math.isnan(stats.ratio_half_width(float("nan"), 1)) and math.isnan(stats.ratio_half_width(-100, 5))

@@ -11,7 +11,7 @@ An experiment file (TOML; commented examples in ``examples/``)::
     cores = [1, 2]                       # copy counts (-P)
     reps = 3                             # fresh processes per cell
     precision = 3                        # optional: more repetitions (interleaved, all variants) until
-                                         # every change's 95% interval is within +-3 points
+                                         # every change's speed ratio is known to +-3% (95% interval)
     max_time = 300                       # optional: seconds of measuring for those (default 600)
     intervals = 5                        # optional: timed intervals per process
     min_batch_ms = 10                    # optional: minimum batch length
@@ -814,9 +814,10 @@ def run_experiment(store, exp: Experiment, opts: RunOptions, log=None) -> RunOut
 
 def _adaptive_rounds(store, exp: Experiment, eid: int, columns, measure_cells, progress, log) -> dict:
     """After the matrix: more repetitions of the (column, core count) groups whose changes are not
-    yet precise to ``exp.precision`` points, one round of every such group at a time, all variants
+    yet known to +-``exp.precision`` percent of their speed ratio (:func:`kperfdiff.stats.ratio_half_width`
+    of the 95% interval), one round of every such group at a time, all variants
     interleaved and rotated (:func:`kperfdiff.bench.rounds.run_rounds`). Returns why each group stopped."""
-    from . import compare
+    from . import compare, stats
     from .bench import rounds
 
     labels = [v.label for v in exp.variants]
@@ -839,7 +840,7 @@ def _adaptive_rounds(store, exp: Experiment, eid: int, columns, measure_cells, p
         cmp = compare.from_experiment(store, str(eid))
         out = {}
         for g in gs:
-            hw = [(x.high - x.low) / 2 for blk in cmp.blocks for k, x in blk.cells.items() if k == g]
+            hw = [stats.ratio_half_width(x.low, x.high) for blk in cmp.blocks for k, x in blk.cells.items() if k == g]
             out[g] = max(hw) if hw and not any(math.isnan(h) for h in hw) else math.nan
         return out
 

@@ -192,6 +192,16 @@ def centre_half_width(reps, *, confidence: float = DEFAULT_CONFIDENCE, min_reps:
     return (math.exp(float(sst.t.ppf((1 + confidence) / 2, lg.size - 1)) * se) - 1) * 100
 
 
+def ratio_half_width(low_pct: float, high_pct: float) -> float:
+    """Relative half-width, in percent, of an interval of a change given as signed percents
+    (speed ratio - 1): (sqrt(high ratio / low ratio) - 1) * 100, the half-width on the log
+    scale the interval is made on. A change of +700% [+600, +800] is known to +-6.9%; nan
+    when either end is missing or not above -100%."""
+    if math.isnan(low_pct) or math.isnan(high_pct) or low_pct <= -100 or high_pct <= -100:
+        return math.nan
+    return (math.sqrt((1 + high_pct / 100) / (1 + low_pct / 100)) - 1) * 100
+
+
 def fdr_significant(pvalues, *, alpha: float = DEFAULT_ALPHA) -> tuple[np.ndarray, np.ndarray]:
     """Benjamini-Hochberg over one table: (q-values, significant flags) in input order.
 
