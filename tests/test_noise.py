@@ -94,7 +94,6 @@ def _clean(**kw):
 @pytest.mark.parametrize("field, at, beyond, word", [
     ("steal_pct", 5.0, 5.1, "steal 5.1% of CPU time (limit 5%)"),
     ("other_runnable_mean", 0.5, 0.6, "other runnable tasks"),
-    ("nivcsw_per_s", 50.0, 51.0, "involuntary context switches"),
     ("run_delay_pct", 10.0, 10.5, "waited for a CPU 10.5%"),
 ])
 def test_disturbance_limits(field, at, beyond, word):
@@ -102,6 +101,12 @@ def test_disturbance_limits(field, at, beyond, word):
     assert nz.disturbance(_clean(**{field: at}), copies=1, cpus=2) == []
     reasons = nz.disturbance(_clean(**{field: beyond}), copies=1, cpus=2)
     assert len(reasons) == 1 and word in reasons[0]
+
+
+def test_frequent_cheap_preemptions_are_not_a_disturbance():
+    # syscall.null on an idle 2-vCPU VM: 185 involuntary switches a second (kernel threads,
+    # the VM's agent) but only 1.7% of its runnable time lost to them
+    assert nz.disturbance(_clean(nivcsw=185, nivcsw_per_s=185.0, run_delay_pct=1.7), copies=1, cpus=2) == []
 
 
 def test_other_runnable_limit_counts_free_cpus():

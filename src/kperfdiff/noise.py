@@ -46,13 +46,11 @@ THRESHOLDS = {
     # other work shares caches, memory bandwidth and SMT siblings): half a CPU of
     # other work is a third of the CPU time of a single copy it has to share with.
     "other_runnable_mean": 0.5,
-    # Involuntary switches per second of each copy: a task alone on its CPU is not
-    # preempted (the tick preempts only when another task is runnable), so each one
-    # is another task taking our CPU for up to a slice (0.7-3 ms by default):
-    # 50 a second is then up to 4-15% of the time. Counted only for single-task
-    # copies: in a ping-pong the woken partner preempts the waker (ctx.2p.0k alone
-    # on an idle CPU: ~0.7 involuntary switch per voluntary one, 10^5 a second).
-    "nivcsw_per_s": 50.0,
+    # Involuntary switches are recorded but are no limit: on an idle 2-vCPU VM a
+    # single-process worker is preempted 10-190 times a second (kernel threads,
+    # the VM's agent), yet loses only 0.1-1.7% of its runnable time to them
+    # (run-queue wait below). The time lost is what disturbs a measurement, so the
+    # limit is on that time.
     # Share of a task's runnable time spent waiting on a run queue. Counted only for
     # single-task copies that, together, did not outnumber the CPUs: then any wait
     # is for someone else's task; 10% directly slows a CPU-bound measure by 10%.
@@ -402,9 +400,9 @@ def disturbance(noise: Noise, *, copies: int, cpus: int) -> list[str]:
     """Why ``noise`` makes its measurement disturbed, one sentence per cause; [] when clean.
 
     Only what other work does to us counts (:data:`THRESHOLDS`): steal and other runnable
-    tasks beyond the CPUs we leave free (less one) always; involuntary switches per copy
-    and run-queue wait only when each copy is one task (``tasks_per_copy`` <= 1) and our
-    tasks did not outnumber the CPUs. Cooperating processes (ping-pong in ctx, ipc) switch
+    tasks beyond the CPUs we leave free (less one) always; run-queue wait only when each
+    copy is one task (``tasks_per_copy`` <= 1) and our tasks did not outnumber the CPUs.
+    Involuntary switches are recorded, not judged: they are frequent and cheap. Cooperating processes (ping-pong in ctx, ipc) switch
     voluntarily, preempt each other on wake-up and wait for each other by design.
     """
     th, out = THRESHOLDS, []
@@ -416,9 +414,6 @@ def disturbance(noise: Noise, *, copies: int, cpus: int) -> list[str]:
                    f"with {copies} of {cpus} CPUs in use)")
     own = noise.own_runnable_max if noise.own_runnable_max is not None else copies
     alone = noise.tasks_per_copy <= 1 and own <= cpus and copies <= cpus
-    if alone and noise.nivcsw_per_s is not None and noise.nivcsw_per_s > th["nivcsw_per_s"]:
-        out.append(f"{noise.nivcsw_per_s:.0f} involuntary context switches per second per copy "
-                   f"(limit {th['nivcsw_per_s']:g})")
     if alone and noise.run_delay_pct is not None and noise.run_delay_pct > th["run_delay_pct"]:
         out.append(f"waited for a CPU {noise.run_delay_pct:.1f}% of its runnable time "
                    f"(limit {th['run_delay_pct']:g}%)")
