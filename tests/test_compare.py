@@ -21,7 +21,7 @@ def add(s, run_id, bench, reps, *, copies=1, unit="ns/op", better="lower", statu
                         monitors=monitors or {}, info=[])
 
 
-def make_store(path, *, emulated=False, label_b="B", p2_reps=1):
+def make_store(path, *, emulated=False, label_b="B", p2_reps=1, extra_runs=0):
     """Two runs with known values.
 
     x.lat (lower is better), P=1, 3 reps per side:
@@ -32,6 +32,8 @@ def make_store(path, *, emulated=False, label_b="B", p2_reps=1):
     x.lat P=2, 1 rep per side: A [10..14] median 12, B [20..24] median 22: change 12/22 - 1,
       too few repetitions for an interval (``p2_reps``: that many copies of each rep, shifted by
       +0, +1, +2..., so the report has a significant mover).
+    ``extra_runs``: that many more runs per machine with the same values (history for the
+    run-level interval of separate runs; their labels are A.1, B.1, ...).
     y.tput (higher is better), P=1, 1 rep: A [1,2,3] median 2; B [3,4,5] median 4: +100 %.
     """
     s = st.Store.open(path)
@@ -47,7 +49,22 @@ def make_store(path, *, emulated=False, label_b="B", p2_reps=1):
     add(s, rb.id, "y.tput", [[3, 4, 5]], unit="GUP/s", better="higher")
     for r in (ra, rb):
         s.finish_run(r.id, "complete")
+    for i in range(extra_runs):
+        for m, label, base in ((ma, "A", 10), (mb, "B", 20)):
+            r = s.start_run(label=f"{label}.{i + 1}", machine_id=m)
+            add(s, r.id, "x.lat", [[base + k, base + 1 + k, base + 2 + k, base + 3 + k, base + 4 + k]
+                                   for k in range(p2_reps)], copies=2)
+            s.finish_run(r.id, "complete")
     return s, ra, rb
+
+
+def two_level(c):
+    """The comparison of ``c``'s sides without the run history: the two-level path that
+    experiments (variants interleaved in one run) take."""
+    for side in c.sides:
+        for smp in side.samples.values():
+            smp.history = None
+    return cm.compare(c.sides, [(b.variant, b.reference, b.kind) for b in c.blocks], title=c.title)
 
 
 def hand_welch_log(a, b):
@@ -65,7 +82,7 @@ def hand_welch_log(a, b):
 
 def test_numbers_match_hand_computation(tmp_path):
     s, ra, rb = make_store(tmp_path / "k.db")
-    c = cm.from_runs(s, [str(ra.id), str(rb.id)])
+    c = two_level(cm.from_runs(s, [str(ra.id), str(rb.id)]))
     blk = c.blocks[0]
     a = blk.cells[("x.lat", 1)]
     assert a.base == pytest.approx(1320 ** (1 / 3)) and a.new == pytest.approx(720 ** (1 / 3))
@@ -97,6 +114,46 @@ def test_numbers_match_hand_computation(tmp_path):
     assert blk.geomean_by_key["x.lat"] == pytest.approx((math.sqrt(r1 * 12 / 22) - 1) * 100)
 
 
+def test_separate_runs_include_the_drift_between_runs(tmp_path):
+    """Two separate runs: the interval also holds the drift between runs of the benchmark on
+    that machine, estimated from every stored run of it there (three-level model)."""
+    s = st.Store.open(tmp_path / "k.db")
+    m = s.add_machine({"arch": "x86_64", "cpus": 2})
+    centres = [10.0, 10.4, 9.8, 10.2]                 # four runs whose centres drift
+    runs = []
+    for i, c0 in enumerate(centres):
+        r = s.start_run(label=f"r{i}", machine_id=m)
+        add(s, r.id, "x.lat", [[c0 - 0.1], [c0], [c0 + 0.1]])
+        s.finish_run(r.id, "complete")
+        runs.append(r)
+    c = cm.from_runs(s, ["r0", "r1"])
+    x = c.blocks[0].cells[("x.lat", 1)]
+    assert x.method == "runs" and x.runs == 4
+    from scipy import stats as sst
+    logs = [[math.log(c0 - 0.1), math.log(c0), math.log(c0 + 0.1)] for c0 in centres]
+    cen = [sum(lg) / 3 for lg in logs]
+    w = [sum((v - cc) ** 2 for v in lg) / 2 / 3 for lg, cc in zip(logs, cen)]
+    grand = sum(cen) / 4
+    run_var = max(0.0, sum((cc - grand) ** 2 for cc in cen) / 3 - sum(w) / 4)
+    total = w[0] + w[1] + 2 * run_var
+    df = total ** 2 / (w[0] ** 2 / 2 + w[1] ** 2 / 2 + (2 * run_var) ** 2 / 3)
+    d = cen[1] - cen[0]
+    t = sst.t.ppf(0.975, df)
+    assert x.low == pytest.approx((math.exp(-(d + t * math.sqrt(total))) - 1) * 100)
+    assert x.high == pytest.approx((math.exp(-(d - t * math.sqrt(total))) - 1) * 100)
+    # the two-level interval of the same two runs is far narrower: the drift is what widens it
+    narrow = two_level(c).blocks[0].cells[("x.lat", 1)]
+    assert narrow.high - narrow.low < (x.high - x.low) / 3
+    assert "drift between runs" in rc.render(c, "text")
+    # one run per side, on two machines, nothing else stored: no interval, and why
+    s2 = st.Store.open(tmp_path / "k2.db")
+    for label, arch in (("a", "x86_64"), ("b", "arm64")):
+        r = s2.start_run(label=label, machine_id=s2.add_machine({"arch": arch}))
+        add(s2, r.id, "x.lat", [[1.0], [1.1], [1.2]])
+    y = cm.from_runs(s2, ["a", "b"]).blocks[0].cells[("x.lat", 1)]
+    assert math.isnan(y.low) and not y.significant and "drift between runs cannot be estimated" in y.note
+
+
 def test_significance_is_controlled_over_the_table(tmp_path):
     """Three cells with p-values that pass alone but not after Benjamini-Hochberg."""
     s = st.Store.open(tmp_path / "k.db")
@@ -110,7 +167,7 @@ def test_significance_is_controlled_over_the_table(tmp_path):
     add(s, rb.id, "x.two", [[v[0] * 0.9] for v in [[10.0], [10.1], [9.9], [10.0], [10.0]]])
     add(s, ra.id, "x.three", a_reps)
     add(s, rb.id, "x.three", shifted)
-    c = cm.from_runs(s, ["A", "B"])
+    c = two_level(cm.from_runs(s, ["A", "B"]))
     blk = c.blocks[0]
     ps = {k: x.p for (k, _c), x in blk.cells.items()}
     from scipy import stats as sst
@@ -126,7 +183,7 @@ def test_significance_is_controlled_over_the_table(tmp_path):
 
 def test_text_layout_and_formats(tmp_path):
     s, ra, rb = make_store(tmp_path / "k.db", emulated=True)
-    c = cm.from_runs(s, [str(ra.id), str(rb.id)])
+    c = two_level(cm.from_runs(s, [str(ra.id), str(rb.id)]))
     text = rc.render(c, "text")
     assert "POSITIVE = BETTER" in text and "interval method: two-level random-effects" in text
     assert "Benjamini-Hochberg" in text

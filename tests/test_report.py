@@ -34,7 +34,7 @@ def add_profiles(s, run, folder, hot):
 
 @pytest.fixture
 def evil_store(tmp_path, home):
-    s, ra, rb = make_store(home / "kperfdiff.db", label_b=EVIL, p2_reps=3)
+    s, ra, rb = make_store(home / "kperfdiff.db", label_b=EVIL, p2_reps=3, extra_runs=2)
     add_profiles(s, ra, tmp_path / "pa", "unmap_vmas")
     add_profiles(s, rb, tmp_path / "pb", EVIL)
     return s, ra, rb

@@ -35,6 +35,7 @@ Method
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 
@@ -60,6 +61,9 @@ class Sample:
     monitors: dict = field(default_factory=dict)              # summed over repetitions
     n_results: int = 0
     noise: list[dict] = field(default_factory=list)           # per repetition (kperfdiff.noise), renumbered
+    history: list[list[list[float]]] | None = None            # separate runs: every stored run of it here
+    params: dict = field(default_factory=dict)
+    machine_id: int | None = None
 
     @property
     def disturbed(self) -> str | None:
@@ -121,6 +125,7 @@ class CellChange:
     p: float = math.nan          # two-sided p-value of the cell alone
     q: float = math.nan          # Benjamini-Hochberg q-value over the cell's table
     disturbed: list[str] = field(default_factory=list)   # noise reasons of either side
+    runs: int = 0                # stored runs the drift between runs was estimated from (separate runs)
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -188,9 +193,16 @@ def compare_cell(key: str, cores: int, a: Sample | None, b: Sample | None, *,
             return cell(_med(a), _med(b), nan, nan, nan, "", f"{who} {s.status}" + (f": {s.reason}" if s.reason else ""))
     if a.unit != b.unit or a.better != b.better:
         return cell(_med(a), _med(b), nan, nan, nan, "", f"units differ ({a.unit} vs {b.unit})")
-    ch = stats.nested_change(a.reps, b.reps, a.better, confidence=confidence)
-    return cell(ch.base, ch.new, ch.change, ch.low, ch.high, "" if math.isnan(ch.low) else "nested", ch.reason,
-                ch.p)
+    if a.history is not None and b.history is not None:
+        ch = stats.run_level_change(a.reps, b.reps, a.better, [a.history, b.history] if a.history is not b.history
+                                    else [a.history], confidence=confidence)
+        kind = "runs"
+    else:
+        ch = stats.nested_change(a.reps, b.reps, a.better, confidence=confidence)
+        kind = "nested"
+    out = cell(ch.base, ch.new, ch.change, ch.low, ch.high, "" if math.isnan(ch.low) else kind, ch.reason, ch.p)
+    out.runs = ch.runs
+    return out
 
 
 def _med(s: Sample | None) -> float:
@@ -252,7 +264,7 @@ def _add_result(side: Side, r, key: str) -> None:
         s.reps.extend(by_rep[i] for i in sorted(by_rep))
         s.status = "ok"
         s.reason = None
-        s.unit, s.better = r.unit, r.better
+        s.unit, s.better, s.params = r.unit, r.better, r.params
         for mk, mv in (r.monitors or {}).items():
             s.monitors[mk] = s.monitors.get(mk, 0) + mv
         s.monitors["_reps"] = s.monitors.get("_reps", 0) + len(by_rep)
@@ -315,6 +327,20 @@ def from_experiment(store, ref: str) -> Comparison:
     return cmp
 
 
+def _attach_run_history(store, sides: list[Side]) -> None:
+    """Separate runs: give every sample the stored runs of its benchmark on its machine (one list
+    per machine, shared by the samples of that machine), for the run-level interval."""
+    cache: dict[tuple, list] = {}
+    for side in sides:
+        for (_key, copies), smp in side.samples.items():
+            if smp.status != "ok":
+                continue
+            k = (smp.machine_id, smp.benchmark, json.dumps(smp.params, sort_keys=True), copies)
+            if k not in cache:
+                cache[k] = store.run_history(smp.machine_id, smp.benchmark, smp.params, copies)
+            smp.history = cache[k]
+
+
 def from_runs(store, refs: list[str], *, stack: bool = False) -> Comparison:
     if len(refs) < 2:
         raise InputError("compare needs at least two runs (the first is the baseline), or --experiment")
@@ -327,6 +353,9 @@ def from_runs(store, refs: list[str], *, stack: bool = False) -> Comparison:
             label = f"{label} (run {run.id})"
         seen[label] = run.id
         sides.append(_side_from_runs(store, label, [run]))
+        for smp in sides[-1].samples.values():
+            smp.machine_id = run.machine_id
+    _attach_run_history(store, sides)
     labels = [s.label for s in sides]
     pairs = [(lab, labels[0], "baseline") for lab in labels[1:]]
     if stack:

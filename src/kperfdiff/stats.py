@@ -95,6 +95,7 @@ class Change:
     significant: bool    # set by the caller after false-discovery control (see fdr_significant)
     method: str
     reason: str = ""     # why there is no interval, when there is none
+    runs: int = 0        # stored runs the drift between runs was estimated from (run_level_change)
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -176,6 +177,79 @@ def nested_change(base_reps, new_reps, better: str, *, confidence: float = DEFAU
     sign = -1.0 if better == "lower" else 1.0    # speed ratio = exp(sign * d)
     ends = sorted(((math.exp(sign * lo) - 1) * 100, (math.exp(sign * hi) - 1) * 100))
     return Change(ca, cb, point, ends[0], ends[1], confidence, p, False, method)
+
+
+RUN_LEVEL_METHOD = ("three-level random-effects interval (Kalibera & Jones, ISMM 2013, with runs as the top "
+                    "level): as the two-level one, plus the drift between runs of the benchmark on the same "
+                    "machine, estimated from every stored bench run of it there (the compared runs included) "
+                    "as the variance of the run centres beyond what their repetitions explain; Welch-"
+                    "Satterthwaite degrees of freedom; {c:.0%} interval")
+
+
+def run_level_change(base_reps, new_reps, better: str, histories, *, confidence: float = DEFAULT_CONFIDENCE,
+                     min_reps: int = MIN_REPS) -> Change:
+    """:func:`nested_change` for two separate runs (each side one run): the interval also holds
+    the drift between runs, which the repetitions of one run cannot see.
+
+    Method (a third, top level in Kalibera and Jones's random-effects model): ``histories`` is a
+    list of groups, one per machine configuration, each the repetitions of every stored run of
+    this benchmark there (including the two compared). Each run's centre is the mean of the
+    logarithms of its per-repetition medians, with within-run variance s^2/n. The run-level
+    variance is the pooled variance of the run centres around their machine's mean, less the
+    mean within-run variance (method of moments, floored at 0), with degrees of freedom the
+    number of runs less the number of machines. The difference of the two log centres then
+    has variance se_a^2 + se_b^2 + 2 * run variance, degrees of freedom by Welch-Satterthwaite,
+    and a t interval and two-sided p-value. With no degree of freedom for the run level (one
+    run per side, no other runs stored) there is no interval, and the reason says why.
+    """
+    from scipy import stats as sst
+
+    base = nested_change(base_reps, new_reps, better, confidence=confidence, min_reps=min_reps)
+    method = RUN_LEVEL_METHOD.format(c=confidence)
+    if math.isnan(base.p):
+        return Change(base.base, base.new, base.change, math.nan, math.nan, confidence, math.nan, False, method,
+                      base.reason)
+    la, lb = np.log(repetition_medians(base_reps)), np.log(repetition_medians(new_reps))
+    sa, sb = float(la.var(ddof=1) / la.size), float(lb.var(ddof=1) / lb.size)
+    dev2 = within = 0.0
+    runs = groups = 0
+    for group in histories:
+        cs, ws = [], []
+        for reps in group:
+            m = repetition_medians(reps)
+            if m.size < min_reps or np.any(m <= 0):
+                continue
+            lg = np.log(m)
+            cs.append(float(lg.mean()))
+            ws.append(float(lg.var(ddof=1) / lg.size))
+        if len(cs) >= 1:
+            c = np.asarray(cs)
+            dev2 += float(((c - c.mean()) ** 2).sum())
+            within += sum(ws)
+            runs += len(cs)
+            groups += 1
+    df_run = runs - groups
+    if df_run < 1:
+        return Change(base.base, base.new, base.change, math.nan, math.nan, confidence, math.nan, False, method,
+                      "one run per side and no other stored runs of this benchmark on these machines, so the "
+                      "drift between runs cannot be estimated; repeat the runs, or compare the variants "
+                      "inside one experiment (kperfdiff run), where they are interleaved")
+    run_var = max(0.0, dev2 / df_run - within / runs)
+    d = float(lb.mean() - la.mean())
+    total = sa + sb + 2 * run_var
+    if total == 0:
+        lo = hi = d
+        p = 0.0 if d != 0 else 1.0
+    else:
+        parts = [(sa, la.size - 1), (sb, lb.size - 1), (2 * run_var, df_run)]
+        df = total ** 2 / sum(v ** 2 / k for v, k in parts if v > 0 and k > 0)
+        t = float(sst.t.ppf((1 + confidence) / 2, df))
+        se = math.sqrt(total)
+        lo, hi = d - t * se, d + t * se
+        p = float(2 * sst.t.sf(abs(d) / se, df))
+    sign = -1.0 if better == "lower" else 1.0
+    ends = sorted(((math.exp(sign * lo) - 1) * 100, (math.exp(sign * hi) - 1) * 100))
+    return Change(base.base, base.new, base.change, ends[0], ends[1], confidence, p, False, method, "", runs)
 
 
 def centre_half_width(reps, *, confidence: float = DEFAULT_CONFIDENCE, min_reps: int = MIN_REPS) -> float:

@@ -493,6 +493,26 @@ class Store:
             out.append(res)
         return out
 
+    def run_history(self, machine_id: int | None, benchmark: str, params: dict, copies: int,
+                    limit: int = 100) -> list[list[list[float]]]:
+        """The repetitions (interval values per repetition) of one benchmark, parameter set and
+        copy count in every `bench` run (not experiment cells) on one machine configuration,
+        newest ``limit`` runs: what the drift between runs of this benchmark has been here."""
+        if machine_id is None:
+            return []
+        rows = self.conn.execute(
+            "SELECT result.id FROM result JOIN run ON run.id = result.run_id WHERE run.machine_id=? "
+            "AND result.benchmark=? AND result.params=? AND result.copies=? AND result.status='ok' "
+            "AND result.experiment_id IS NULL ORDER BY result.id DESC LIMIT ?",
+            (machine_id, benchmark, json.dumps(params, sort_keys=True), copies, limit)).fetchall()
+        out = []
+        for (rid,) in rows:
+            reps: dict[int, list[float]] = {}
+            for rep, value in self.conn.execute("SELECT rep, value FROM interval WHERE result_id=?", (rid,)):
+                reps.setdefault(rep, []).append(value)
+            out.append([reps[k] for k in sorted(reps)])
+        return out
+
     # -- profiles ------------------------------------------------------------
     def add_profile(self, *, run_id: int, result_id: int | None, benchmark: str, rep: int, path: str,
                     kallsyms: str | None, event: str | None, samples: int | None, cpu_time_ns: int | None,

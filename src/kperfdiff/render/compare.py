@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from .. import stats
 from ..compare import COMPARE_VERSION, Block, CellChange, Comparison, method_text
 from .bench import _num
 from .table import Table, to_csv, to_json, to_markdown, to_text
@@ -47,6 +48,11 @@ def header_lines(cmp: Comparison) -> list[str]:
                f"{DISTURBED} = measured while the machine was disturbed (reasons below the table)")
     out.append("interval method: " + method_text(cmp.confidence, cmp.alpha) + "; centre = geometric mean of the "
                "per-repetition medians; CV = stdev/mean of all intervals")
+    runs = [x.runs for b in cmp.blocks for x in b.cells.values() if x.method == "runs"]
+    if runs:
+        out.append(f"separate runs: each interval also holds the drift between runs, from {min(runs)}-"
+                   f"{max(runs)} stored runs of each benchmark on its machine: " + stats.RUN_LEVEL_METHOD.format(
+                       c=cmp.confidence))
     if any(s.emulated for s in cmp.sides):
         out.append("EMULATED: results marked (emulated) come from an emulated machine; their times are not "
                    "those of real hardware")
