@@ -11,7 +11,9 @@ kperfdiff's claim (issue 9) is that this rate is at most 5%.
 
 Every run goes through the real command line into a temporary store (or
 ``--store``, kept for inspection). Runs are independent pairs: table i compares
-runs 2i and 2i+1, so no run is used twice.
+runs 2i and 2i+1, so no run is used twice. `compare` of separate runs estimates
+the drift between runs from the runs stored so far, so the store grows as a
+user's would: table 1 has only its own two runs to go by.
 """
 from __future__ import annotations
 

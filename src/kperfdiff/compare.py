@@ -20,6 +20,10 @@ Method
   random-effects interval of Kalibera and Jones (Welch's t on the logarithms of
   the per-repetition medians). With fewer than ``stats.MIN_REPS`` (3)
   repetitions on a side there is no interval, and the cell says so.
+* **Separate runs** (:func:`from_runs`): each side is one run made at its own
+  time, so the interval also holds the drift between runs
+  (:func:`kperfdiff.stats.run_level_change`), estimated from every stored bench
+  run of the benchmark on the same machine configuration.
 * **Significant** (``*``) only when the cell's Benjamini-Hochberg q-value over
   all the cells of its table (one variant against one reference) is at most
   ``alpha`` (0.05): on a table where nothing changed, the chance that any cell
