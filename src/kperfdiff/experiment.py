@@ -82,7 +82,8 @@ import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import machine
+from . import compare, machine, stats
+from .bench import rounds
 from .bench.measurement import Measurement, store_measurement
 from .errors import BenchError, InputError, KperfdiffError
 
@@ -817,9 +818,6 @@ def _adaptive_rounds(store, exp: Experiment, eid: int, columns, measure_cells, p
     yet known to +-``exp.precision`` percent of their speed ratio (:func:`kperfdiff.stats.ratio_half_width`
     of the 95% interval), one round of every such group at a time, all variants
     interleaved and rotated (:func:`kperfdiff.bench.rounds.run_rounds`). Returns why each group stopped."""
-    from . import compare, stats
-    from .bench import rounds
-
     labels = [v.label for v in exp.variants]
     groups = [(key, cores) for key, _ in columns[labels[0]] for cores in exp.cores]
 
@@ -917,7 +915,6 @@ def describe_plan(pl: dict) -> str:
 
 def run_cli(args) -> int:
     """`kperfdiff run FILE`: run or resume, then print the comparison (and write the report)."""
-    from . import compare
     from .render import compare as rcompare
     from .store import Store
     exp = parse(args.file)
