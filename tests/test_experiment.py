@@ -299,6 +299,9 @@ def test_precision_adds_interleaved_repetitions(tmp_path, home):
     assert "time limit (2 s)" in r.stderr or "repetition limit" in r.stderr
     text = run_cli("compare", "--experiment", "prec", check=0).stdout
     assert "syscall.null -P 1: time limit (2 s)" in text or "syscall.null -P 1: repetition limit" in text
+    # running the finished experiment again measures nothing more: its columns said why they stopped
+    again = run_cli("run", p, "--no-progress", check=0)
+    assert len(_cells(home / "kperfdiff.db", "prec")) == len(cells) and "time limit" not in again.stderr
     loose = write(tmp_path, fast(name="loose", reps=3, extra="precision = 1000"), name="l.toml")
     r = run_cli("run", loose, "--no-progress", check=0)
     assert "precision reached" in r.stderr and len(_cells(home / "kperfdiff.db", "loose")) == 2 * 3

@@ -819,7 +819,8 @@ def _adaptive_rounds(store, exp: Experiment, eid: int, columns, measure_cells, p
     of the 95% interval), one round of every such group at a time, all variants
     interleaved and rotated (:func:`kperfdiff.bench.rounds.run_rounds`). Returns why each group stopped."""
     labels = [v.label for v in exp.variants]
-    groups = [(key, cores) for key, _ in columns[labels[0]] for cores in exp.cores]
+    ended = store.cell_stops(eid)      # a run that finished (or a rerun of a complete one) measures no more
+    groups = [(key, cores) for key, _ in columns[labels[0]] for cores in exp.cores if (key, cores) not in ended]
 
     def cells_of(g, r: int) -> list[Cell]:
         key, cores = g
@@ -843,7 +844,7 @@ def _adaptive_rounds(store, exp: Experiment, eid: int, columns, measure_cells, p
         return out
 
     policy = rounds.RepetitionPolicy(reps=exp.reps, precision=exp.precision, max_time=exp.max_time)
-    why = rounds.run_rounds(groups, measure_round, half_widths, policy, first=exp.reps)
+    why = rounds.run_rounds(groups, measure_round, half_widths, policy, first=exp.reps) if groups else {}
     for (key, cores), text in why.items():
         log(f"kperfdiff: {key} -P {cores}: {text}")
     return why

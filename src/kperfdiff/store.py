@@ -664,6 +664,11 @@ class Store:
             raise StoreError(f"cell {cell} of experiment {experiment_id} is already stored; "
                              f"it is never measured twice") from None
 
+    def cell_stops(self, exp_id: int) -> dict[tuple[str, int], str]:
+        """(column, copies) -> why its repetitions stopped, for the columns of an experiment that have a reason."""
+        return {(r[0], r[1]): r[2] for r in self.conn.execute(
+            "SELECT bench_key, copies, stop FROM result WHERE experiment_id=? AND stop IS NOT NULL", (exp_id,))}
+
     def set_cell_stop(self, exp_id: int, bench_key: str, copies: int, text: str) -> None:
         """Say, on every cell of one column and core count of an experiment, why its repetitions stopped."""
         self._write(lambda: self.conn.execute(
