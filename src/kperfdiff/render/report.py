@@ -259,7 +259,7 @@ def plots(cmp: Comparison) -> dict[str, str]:
                 rm = smp.rep_medians
                 pts.append((c, smp.centre, min(rm) if rm else math.nan, max(rm) if rm else math.nan))
             series[s.label] = pts
-        out[f"scaling-{n}"] = svgplot.scaling(f"{k}: median over core counts", unit, cmp.cores, series)
+        out[f"scaling-{n}"] = svgplot.scaling(f"{k}: centre over core counts", unit, cmp.cores, series)
     for m, blk in enumerate(cmp.blocks):
         vals = {(c, k): (x.change, x.significant) for (k, c), x in blk.cells.items()}
         out[f"heatmap-{m}"] = svgplot.heatmap(block_title(cmp, blk), cmp.cores, cmp.keys, vals)

@@ -113,9 +113,9 @@ def _legend(series: list[str], x0: float, y0: float) -> list[str]:
 
 
 def scaling(title: str, unit: str, xs: list[int], series: dict[str, list[tuple[int, float, float, float]]]) -> str:
-    """Median over core counts per series, with min..max of the per-repetition medians as whiskers.
+    """Centre (geometric mean of the per-repetition medians) over core counts per series, with min..max of the per-repetition medians as whiskers.
 
-    ``series[name] = [(cores, median, low, high), ...]``.
+    ``series[name] = [(cores, centre, low, high), ...]``.
     """
     W, H, L, R, T, B = 560, 260, 70, 12, 30, 46
     vals = [v for pts in series.values() for p in pts for v in p[1:] if _finite(v)]
