@@ -292,3 +292,23 @@ def test_vs_lmbench_without_lmbench_exits_2():
     assert p.returncode == 2 and p.stdout == ""
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and "LMBENCH_BIN" in lines[0] and "lmbench" in lines[0], p.stderr
+
+
+@pytest.mark.parametrize("offset, expect", [(None, 0), ("1536k", 1536 << 10), ("4k", 4096)])
+def test_mmap_places_every_mapping_past_a_2m_boundary(tmp_path, offset, expect):
+    # Where a 1 MB mapping lands relative to a 2 MB boundary decides its cost (whole-folio
+    # mapping or page by page), so the worker places it itself rather than leave it to ASLR.
+    f = tmp_path / "file"
+    f.write_bytes(b"m" * (1 << 20))
+    args = [*TINY, f"file={f}"] + ([f"pmd_offset={offset}"] if offset else [])
+    p = run(build.build_family("mmap"), "mmap.1m", *args)
+    o = worker.parse_output(p.stdout, "mmap.1m")
+    assert p.returncode == 0 and o.status == "ok", p.stdout + p.stderr
+    assert int(o.info["pmd_offset"]) == expect
+
+
+def test_mmap_bad_pmd_offset_is_an_error(tmp_path):
+    f = tmp_path / "file"
+    f.write_bytes(b"m" * (1 << 20))
+    p = run(build.build_family("mmap"), "mmap.1m", *TINY, f"file={f}", "pmd_offset=2m")
+    assert p.returncode != 0 and "error pmd_offset=" in p.stdout
