@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shlex
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -55,6 +56,23 @@ def test_job_script_quotes_every_word(tmp_path):
         words = shlex.split(ln)
         assert not any(w in (";", "&&", "|") for w in words), ln
     assert shlex.quote(f"x={nasty}") in text
+
+
+@pytest.mark.parametrize("source, waits", [("tsc-early", True), ("tsc", False)])
+def test_job_waits_for_the_boot_clocksource_to_be_replaced(tmp_path, monkeypatch, source, waits):
+    # A guest that measured on "tsc-early" would time across the switch to "tsc".
+    cs = tmp_path / "current_clocksource"
+    cs.write_text(source + "\n")
+    monkeypatch.setitem(base.FACT_FILES, "clocksource", str(cs))
+    monkeypatch.setattr(base, "EARLY_CLOCKSOURCE_WAIT", 2)
+    script = tmp_path / "job.sh"
+    script.write_text(base.job_script([], str(tmp_path / "bin"), str(tmp_path / "out")))
+    t0 = time.monotonic()
+    subprocess.run(["sh", str(script)], check=True, timeout=30)
+    took = time.monotonic() - t0
+    assert (took >= 2) == waits, took
+    assert (tmp_path / "out" / "facts" / "clocksource").read_text().strip() == source
+    assert (tmp_path / "out" / "complete").exists()
 
 
 def test_elf_and_modinfo_reader():
