@@ -6,9 +6,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMPS := .build
 # Debian packages the project needs on a fresh machine.
-APT_PACKAGES := linux-perf gcc libc6-dev make gcc-aarch64-linux-gnu libc6-dev-arm64-cross \
+APT_PACKAGES := python3 python3-venv linux-perf gcc libc6-dev make gcc-aarch64-linux-gnu libc6-dev-arm64-cross \
                 iproute2 procps util-linux file chromium \
                 qemu-system-arm qemu-system-x86 openssh-server openssh-client
+# Rust comes from rustup when it is there, otherwise from Debian's current toolchain.
+RUST_APT_PACKAGES := rustc-web cargo-web
+export PATH := $(if $(wildcard $(HOME)/.cargo/bin/cargo),$(HOME)/.cargo/bin:)$(PATH)
 PY_REQUIREMENTS := requirements-dev.txt
 NATIVE_SOURCES := $(shell find native/src -name '*.rs' 2>/dev/null) native/Cargo.toml $(wildcard native/Cargo.lock)
 PYTEST_ARGS ?=
@@ -20,12 +23,14 @@ setup: $(STAMPS)/apt $(STAMPS)/venv $(STAMPS)/native
 $(STAMPS)/apt: Makefile
 	@mkdir -p $(STAMPS)
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
+	command -v cargo >/dev/null || missing="$$missing $(RUST_APT_PACKAGES)"; \
+	if [ -n "$$(echo $$missing)" ]; then \
+	  [ "$$(id -u)" = 0 ] || { echo "set-up installs Debian packages ($$missing) with apt-get: run make as root" >&2; exit 1; }; \
 	  echo "installing Debian packages:" $$missing; \
 	  export DEBIAN_FRONTEND=noninteractive; \
 	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
-	@command -v cargo >/dev/null || { echo "cargo is missing: install Rust with rustup (https://rustup.rs) and rerun make" >&2; exit 1; }
+	@command -v cargo >/dev/null || { echo "cargo is still missing after installing $(RUST_APT_PACKAGES)" >&2; exit 1; }
 	@touch $@
 
 $(STAMPS)/venv: $(PY_REQUIREMENTS) $(STAMPS)/apt
@@ -46,6 +51,12 @@ DEMO_STORE ?= demo-out/kperfdiff.db
 demo: setup
 	@mkdir -p demo-out
 	$(BIN)/kperfdiff --store $(DEMO_STORE) run examples/superpages.toml --report demo-out/superpages.html
+	@echo; echo "next, ready to paste:"; K="$(BIN)/kperfdiff --store $(DEMO_STORE)"; \
+	echo "  $$K runs"; \
+	echo "  $$K show superpages/huge"; \
+	echo "  $$K compare --experiment superpages --format markdown"; \
+	echo "  $$K diff superpages/4k:fault.anon.4k superpages/huge:fault.anon.huge --children --top 10"; \
+	echo "  $$K report --experiment superpages --format markdown -o demo-out/superpages.md"
 
 test: setup test-native test-python
 

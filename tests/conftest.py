@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,11 +36,12 @@ def run_cli(*args, env=None, check=None, timeout=600, **kw) -> subprocess.Comple
 
 
 def assert_one_sentence_error(p: subprocess.CompletedProcess) -> None:
-    """A user error: non-zero exit, no traceback, one line on stderr starting kperfdiff:."""
+    """A user error: non-zero exit, no traceback, one line on stderr starting with the
+    command it was given to (`kperfdiff: ` or, for a bad flag, `kperfdiff bench: `)."""
     assert p.returncode != 0
     assert "Traceback" not in p.stderr, p.stderr
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    assert lines and lines[-1].startswith("kperfdiff: "), p.stderr
+    assert lines and re.match(r"kperfdiff( [a-z][a-z-]*)*: (?!kperfdiff)", lines[-1]), p.stderr
 
 
 def session_members(sid: int) -> list[int]:

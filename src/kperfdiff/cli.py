@@ -20,7 +20,30 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports a usage error as one sentence and exit 2."""
 
     def error(self, message):  # noqa: D401 - argparse API
-        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+        raise UsageError(f"{message} (see {self.prog} --help)", prog=self.prog)
+
+
+# Options that belong to kperfdiff itself, accepted before or after the sub-command
+# (`kperfdiff --store S runs` and `kperfdiff runs --store S` are the same).
+GLOBAL_OPTIONS = (
+    (("--store",), dict(metavar="PATH",
+                        help="results store (SQLite file); default $KPERFDIFF_HOME/kperfdiff.db "
+                             "or $XDG_DATA_HOME/kperfdiff/kperfdiff.db")),
+    (("--debug",), dict(action="store_true", help="show tracebacks on errors")),
+)
+
+
+def _accept_global_options(parser: argparse.ArgumentParser) -> None:
+    """Give every sub-command (and sub-sub-command) the global options, defaulting to
+    whatever was given before the sub-command."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                taken = {o for a in sub._actions for o in a.option_strings}
+                for flags, kw in GLOBAL_OPTIONS:
+                    if not taken.intersection(flags):
+                        sub.add_argument(*flags, **dict(kw, default=argparse.SUPPRESS))
+                _accept_global_options(sub)
 
 
 def _positive_int_list(text: str) -> list[int]:
@@ -66,10 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
                 description="Kernel performance workbench: benchmark kernels, profile them, "
                             "and rank the kernel functions where one spends more time than another.")
     p.add_argument("--version", action="version", version=f"kperfdiff {__version__}")
-    p.add_argument("--store", metavar="PATH",
-                   help="results store (SQLite file); default $KPERFDIFF_HOME/kperfdiff.db "
-                        "or $XDG_DATA_HOME/kperfdiff/kperfdiff.db")
-    p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    for flags, kw in GLOBAL_OPTIONS:
+        p.add_argument(*flags, **kw)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     b = sub.add_parser("bench", help="run OS micro-benchmarks and store the results",
@@ -158,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_diff_parser(sub)
     _add_place_parser(sub)
     _add_experiment_parsers(sub)
+    _accept_global_options(p)
     return p
 
 
@@ -220,7 +242,7 @@ def _add_diff_parser(sub) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:])  # before or after the sub-command
     try:
         args = parser.parse_args(argv)
         if not args.command:
@@ -230,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     except KperfdiffError as e:
         if debug:
             raise
-        print(f"kperfdiff: {e}", file=sys.stderr)
+        print(f"{getattr(e, 'prog', 'kperfdiff')}: {e}", file=sys.stderr)
         return e.exit_status
     except KeyboardInterrupt:
         print("kperfdiff: interrupted", file=sys.stderr)

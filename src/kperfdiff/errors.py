@@ -18,11 +18,17 @@ class InputError(KperfdiffError):
 
 
 class UsageError(InputError):
-    """The command line is wrong."""
+    """The command line is wrong; ``prog`` names the (sub-)command it was given to."""
+
+    def __init__(self, message: str, prog: str = "kperfdiff"):
+        super().__init__(message)
+        self.prog = prog
 
 
 class StoreError(KperfdiffError):
     """The results store cannot be opened, read or written."""
+
+    exit_status = 2
 
 
 class BenchError(KperfdiffError):

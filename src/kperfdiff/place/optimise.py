@@ -27,8 +27,13 @@ All four maximise the same predicted gain (:func:`.model.evaluate`):
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import itertools
 import math
+import os
+import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 
@@ -229,6 +234,27 @@ def _model(problem: Problem, keep: np.ndarray, cap: int):
                 idx=idx, scale=scale)
 
 
+@contextlib.contextmanager
+def solver_output_captured():
+    """Route what native code prints on file descriptor 1 (HiGHS writes debug lines such as
+    ``HighsMipSolverData::transformNewIntegerFeasibleSolution`` with printf, even with
+    disp off) into a temporary file, so stdout carries only kperfdiff's own output (a
+    ``--format json`` document must parse). The captured lines are dropped."""
+    sys.stdout.flush()
+    libc = ctypes.CDLL(None)
+    saved = os.dup(1)
+    try:
+        with tempfile.TemporaryFile() as sink:
+            os.dup2(sink.fileno(), 1)
+            try:
+                yield
+            finally:
+                libc.fflush(None)          # C stdio's buffer still holds the solver's lines
+                os.dup2(saved, 1)
+    finally:
+        os.close(saved)
+
+
 def _solve(mod, *, integer: bool, time_limit: float | None, rel_gap: float):
     from scipy.optimize import Bounds, LinearConstraint, milp
     n, m = mod["n"], mod["m"]
@@ -238,8 +264,9 @@ def _solve(mod, *, integer: bool, time_limit: float | None, rel_gap: float):
     if time_limit is not None:
         opts["time_limit"] = max(0.5, float(time_limit))
     integrality = np.concatenate([np.ones(n), np.zeros(m)]) if integer else np.zeros(n + m)
-    return milp(mod["c"], constraints=LinearConstraint(mod["A"], mod["lo"], mod["hi"]), integrality=integrality,
-                bounds=Bounds(np.zeros(n + m), mod["ub"]), options=opts)
+    with solver_output_captured():
+        return milp(mod["c"], constraints=LinearConstraint(mod["A"], mod["lo"], mod["hi"]),
+                    integrality=integrality, bounds=Bounds(np.zeros(n + m), mod["ub"]), options=opts)
 
 
 _STATUS = {0: "optimal", 1: "time limit", 2: "infeasible", 3: "unbounded", 4: "solver error"}
