@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, UsageError
 from ..render.table import Table
 
 EPILOG = """\
@@ -339,5 +339,5 @@ def _cmd_simulate(args) -> int:
 def run(args) -> int:
     cmd = getattr(args, "place_command", None)
     if not cmd:
-        raise InputError("kperfdiff place needs a sub-command: plan, sweep, model or simulate (see kperfdiff place --help)")
+        raise UsageError("needs a sub-command: plan, sweep, model or simulate (see kperfdiff place --help)", prog="kperfdiff place")
     return {"plan": _cmd_plan, "sweep": _cmd_sweep, "model": _cmd_model, "simulate": _cmd_simulate}[cmd](args)
