@@ -14,6 +14,14 @@ KPERFDIFF = Path(sys.executable).with_name("kperfdiff")
 DATA = ROOT / "tests" / "data"
 
 
+@pytest.fixture(autouse=True)
+def private_state_dir(tmp_path, monkeypatch):
+    """Each test keeps its pending knob restores in its own directory, not the machine's."""
+    d = tmp_path / "state"
+    monkeypatch.setenv("KPERFDIFF_STATE_DIR", str(d))
+    return d
+
+
 @pytest.fixture
 def home(tmp_path, monkeypatch):
     """A fresh KPERFDIFF_HOME so each test has its own store."""

@@ -187,7 +187,8 @@ def test_resume_after_kill_no_duplicate_or_lost_cells(tmp_path, home):
 
 
 @root_only
-def test_knob_restored_after_worker_failure(tmp_path, home):
+def test_knob_restored_after_worker_failure(tmp_path, home, private_state_dir):
+    state_dir = private_state_dir
     orig = Path(KNOB).read_text().strip()
     new = "3" if orig != "3" else "4"
     # gups rejects log2_words=5: every cell of variant B fails
@@ -198,13 +199,13 @@ def test_knob_restored_after_worker_failure(tmp_path, home):
     assert Path(KNOB).read_text().strip() == orig
     s = st.Store.open(home / "kperfdiff.db")
     exp = s.find_experiment("fails")
-    assert exp["state"] == "failed" and s.saved_knobs() == []
+    assert exp["state"] == "failed" and not (state_dir / "pending-knobs.json").exists()
     states = s.cell_states(exp["id"])
     assert sorted(states.values()) == ["failed", "failed", "ok", "ok"]
 
 
 @root_only
-def test_knob_restored_after_ctrl_c(tmp_path, home):
+def test_knob_restored_after_ctrl_c(tmp_path, home, private_state_dir):
     orig = Path(KNOB).read_text().strip()
     new = "3" if orig != "3" else "4"
     p = write(tmp_path, fast(name="ctrlc", benches='["syscall.null", "syscall.read"]', cores="[1, 2]", reps=6,
@@ -222,24 +223,59 @@ def test_knob_restored_after_ctrl_c(tmp_path, home):
     assert "interrupted" in err and "Traceback" not in err
     assert Path(KNOB).read_text().strip() == orig
     s = st.Store.open(db)
-    assert s.find_experiment("ctrlc")["state"] == "interrupted" and s.saved_knobs() == []
+    assert s.find_experiment("ctrlc")["state"] == "interrupted"
+    assert not (private_state_dir / "pending-knobs.json").exists()
 
 
 @root_only
-def test_crash_left_knob_is_repaired_by_next_run(tmp_path, home):
+def test_knob_left_by_kill_9_is_repaired_by_any_command_with_any_store(tmp_path, home, private_state_dir):
+    """A real run is killed with SIGKILL while its knob is changed; the next command, with another
+    store and not a run, puts the knob back from the machine's pending-restore file."""
     orig = Path(KNOB).read_text().strip()
     new = "3" if orig != "3" else "4"
-    s = st.Store.open(home / "kperfdiff.db")
-    eid = s.create_experiment(name="crashed", path="", file_hash="h", spec={}, cells=1)
-    s.save_knob(eid, KNOB, orig)
-    s.conn.execute("UPDATE knob_saved SET pid=?", (2 ** 22 + 4321,))   # its owner is dead
-    Path(KNOB).write_text(new)
+    p = write(tmp_path, fast(name="kill9", benches='["syscall.null", "syscall.read"]', cores="[1, 2]", reps=6,
+                             a=f'knobs = {{ "{KNOB}" = "{new}" }}', b=f'knobs = {{ "{KNOB}" = "{new}" }}'))
+    pending = private_state_dir / "pending-knobs.json"
+    proc = subprocess.Popen([str(KPERFDIFF), "run", str(p), "--no-progress"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
     try:
-        r = run_cli("run", write(tmp_path, fast(name="after")), "--no-progress", check=0)
-        assert f"restored {KNOB}" in r.stderr
+        deadline = time.time() + 120
+        while time.time() < deadline and len(_cells(home / "kperfdiff.db", "kill9")) < 2 and proc.poll() is None:
+            time.sleep(0.05)
+        assert Path(KNOB).read_text().strip() == new and pending.exists()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert Path(KNOB).read_text().strip() == new        # nothing could put it back
+        other = tmp_path / "elsewhere"
+        other.mkdir()
+        r = run_cli("runs", env={"KPERFDIFF_HOME": str(other)}, check=0)
+        assert f"restored {KNOB} to {orig!r}" in r.stderr
         assert Path(KNOB).read_text().strip() == orig
+        assert not pending.exists()
+        r = run_cli("runs", env={"KPERFDIFF_HOME": str(other)}, check=0)
+        assert "restored" not in r.stderr                   # repaired once
     finally:
+        proc.kill()
         Path(KNOB).write_text(orig)
+
+
+@root_only
+def test_knob_of_a_live_run_is_left_alone(tmp_path, private_state_dir):
+    """An entry whose process still runs is not touched, and a second run may not take the knob."""
+    from kperfdiff import knobs
+    orig = Path(KNOB).read_text().strip()
+    holder = subprocess.Popen(["sleep", "60"])
+    try:
+        pr = knobs.PendingRestores(private_state_dir)
+        pr._write([knobs.Pending(KNOB, orig, holder.pid, knobs._start_time(holder.pid), knobs._boot_id(), 0.0)])
+        assert pr.repair(print) == [] and len(pr.entries()) == 1
+        with pytest.raises(knobs.BenchError, match=f"set by kperfdiff process {holder.pid}"):
+            pr.remember(KNOB, orig)
+    finally:
+        holder.kill()
+        holder.wait()
+    pr.repair(print)                                        # owner gone: put back, entry dropped
+    assert pr.entries() == [] and Path(KNOB).read_text().strip() == orig
 
 
 @root_only

@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__
+from . import __version__, limits
 from .errors import KperfdiffError, UsageError
 
 FORMATS = ["text", "json", "csv", "markdown"]
@@ -46,42 +46,44 @@ def _accept_global_options(parser: argparse.ArgumentParser) -> None:
                 _accept_global_options(sub)
 
 
-def _positive_int_list(text: str) -> list[int]:
-    out = []
+def _copy_counts(text: str) -> list[int]:
+    """-P: ``1,2`` or ``1-4``; each count from 1 to limits.MAX_COPIES, checked before a range is expanded."""
+    out: list[int] = []
     for part in text.split(","):
-        part = part.strip()
-        if "-" in part:
-            lo, _, hi = part.partition("-")
-            if not (lo.isdigit() and hi.isdigit()):
-                raise argparse.ArgumentTypeError(f"{text!r} is not a list of core counts like 1,2 or 1-4")
-            vals = range(int(lo), int(hi) + 1)
-        elif part.isdigit():
-            vals = [int(part)]
-        else:
+        lo, dash, hi = part.strip().partition("-")
+        if not lo.isdigit() or (dash and not hi.isdigit()):
             raise argparse.ArgumentTypeError(f"{text!r} is not a list of core counts like 1,2 or 1-4")
-        for v in vals:
-            if v < 1:
-                raise argparse.ArgumentTypeError(f"core counts must be 1 or more, not {v}")
-            out.append(v)
-    if not out:
-        raise argparse.ArgumentTypeError("an empty list of core counts")
+        a, b = int(lo), int(hi or lo)
+        if a < 1 or b > limits.MAX_COPIES or b < a:
+            raise argparse.ArgumentTypeError(f"{text!r}: core counts run from 1 to {limits.MAX_COPIES}, "
+                                             f"and a range from low to high")
+        out.extend(range(a, b + 1))
+        if len(out) > limits.MAX_CORE_COUNTS:
+            raise argparse.ArgumentTypeError(f"{text!r} asks for more than {limits.MAX_CORE_COUNTS} core counts")
     return out
 
 
-def _positive_number(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        v = math.nan
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
-    return v
+def _number(most: float):
+    """An argparse type: a finite number above 0 and at most ``most``."""
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            v = math.nan
+        if not limits.number_in_range(v, 0, most):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number above 0 and at most {most:g}")
+        return v
+    return parse
 
 
-def _positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 1 or more")
-    return int(text)
+def _whole(most: int):
+    """An argparse type: a whole number from 1 to ``most``."""
+    def parse(text: str) -> int:
+        t = text.strip()
+        if not t.isdigit() or len(t) > 12 or not 1 <= int(t) <= most:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to {most}")
+        return int(t)
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,20 +105,20 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--only", metavar="PATTERNS",
                    help="comma-separated names or shell patterns (syscall.*,fault.anon.*); "
                         "overrides --suite")
-    b.add_argument("-P", dest="parallel", metavar="LIST", type=_positive_int_list, default=[1],
+    b.add_argument("-P", dest="parallel", metavar="LIST", type=_copy_counts, default=[1],
                    help="run N copies in parallel processes and report the per-copy figure; "
                         "a list like 1,2 or 1-4 runs each (default: 1)")
-    b.add_argument("--reps", type=_positive_int, default=1,
+    b.add_argument("--reps", type=_whole(limits.MAX_REPS), default=1,
                    help="repeat each benchmark in N fresh processes (default: 1)")
-    b.add_argument("--precision", type=_positive_number, default=None, metavar="P",
+    b.add_argument("--precision", type=_number(limits.MAX_PRECISION_PCT), default=None, metavar="P",
                    help="after --reps, add repetitions (fresh processes, one round of every benchmark at a time) "
                         "until the 95%% interval of every benchmark's centre is within +-P%% of it, or --max-time "
                         "runs out; each result says which ended it")
-    b.add_argument("--max-time", type=_positive_number, default=None, metavar="S",
+    b.add_argument("--max-time", type=_number(limits.MAX_TIMEOUT_S), default=None, metavar="S",
                    help="with --precision: stop adding repetitions after S seconds of measuring (default: 600)")
-    b.add_argument("--intervals", type=_positive_int, default=None,
+    b.add_argument("--intervals", type=_whole(limits.MAX_INTERVALS), default=None,
                    help="timed intervals per process (default: 11, or the benchmark's own)")
-    b.add_argument("--min-batch-ms", type=float, default=10.0,
+    b.add_argument("--min-batch-ms", type=_number(limits.MAX_MIN_BATCH_MS), default=10.0,
                    help="minimum length of one timed batch in ms (default: 10)")
     b.add_argument("--label", default="", help="a label for this run (e.g. the kernel or patch)")
     b.add_argument("--param", action="append", default=[], metavar="BENCH:KEY=VALUE",
@@ -125,12 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--allow-swap-setup", action="store_true",
                    help="create a temporary zram device or swap file for benchmarks that need swap, "
                         "and remove it afterwards")
-    b.add_argument("--timeout", type=float, default=None,
+    b.add_argument("--timeout", type=_number(limits.MAX_TIMEOUT_S), default=None,
                    help="per-process timeout in seconds (default: the benchmark's own)")
     b.add_argument("--profile", action="store_true",
                    help="record every benchmark process with perf record -g (kernel and user) into the run's "
                         "artefact folder, with kallsyms, build ids and hardware counts where available")
-    b.add_argument("--profile-freq", type=_positive_int, default=None, metavar="HZ",
+    b.add_argument("--profile-freq", type=_whole(limits.MAX_PROFILE_FREQ), default=None, metavar="HZ",
                    help="sampling frequency for --profile (default: perf's, 4000 Hz)")
     b.add_argument("--target", default="local", metavar="SPEC",
                    help="where to run: local (default), qemu:arm64 or qemu:x86_64 (an emulated guest; options "
@@ -146,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="folder to write into (default: kperfdiff-record)")
     rc.add_argument("-e", "--event", default=None,
                     help="sampling event (default: cycles where the PMU counts it, else cpu-clock)")
-    rc.add_argument("-F", "--freq", type=_positive_int, default=None, help="sampling frequency in Hz")
+    rc.add_argument("-F", "--freq", type=_whole(limits.MAX_PROFILE_FREQ), default=None, help="sampling frequency in Hz")
     rc.add_argument("--name", default="perf", help="file name stem (default: perf -> perf.perf.data)")
     rc.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND [ARG...]")
 
@@ -171,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     tb = tsub.add_parser("boot", help="time a guest kernel's boot at several memory sizes")
     tb.add_argument("spec", help="qemu:arm64[,kernel=...] or qemu:x86_64[,kernel=...]")
     tb.add_argument("--mem", default="1G,4G,16G", help="guest memory sizes (default: 1G,4G,16G)")
-    tb.add_argument("--boots", type=_positive_int, default=3, help="boots per memory size (default: 3)")
+    tb.add_argument("--boots", type=_whole(limits.MAX_BOOTS), default=3, help="boots per memory size (default: 3)")
     tb.add_argument("--label", default="", help="a label for the run")
     tb.add_argument("--format", choices=["text", "json"], default="text")
     tb.add_argument("--no-progress", action="store_true")
@@ -248,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.command:
             parser.print_help(sys.stderr)
             return 2
+        from .knobs import repair_pending
+        repair_pending(lambda m: print(m, file=sys.stderr, flush=True), strict=False)
         return COMMANDS[args.command](args)
     except KperfdiffError as e:
         if debug:
@@ -348,6 +352,9 @@ def _add_experiment_parsers(sub) -> None:
                    help="start the experiment again from zero (the old results stay in the store, marked "
                         "superseded); needed when the file changed after a partial run")
     e.add_argument("--dry-run", action="store_true", help="check the file and print the matrix; run nothing")
+    e.add_argument("--allow-knob", action="append", metavar="PATH",
+                   help="let the file set this knob although it is not one of the performance knobs kperfdiff "
+                        "sets by default (repeatable; the always-refused ones stay refused)")
     e.add_argument("--report", metavar="HTML", help="also write the HTML report there, print the kperfdiff "
                                                     "table of the benchmark that moved most, and its path")
     e.add_argument("--format", choices=FORMATS, default="text", help="format of the comparison table")

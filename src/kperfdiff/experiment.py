@@ -59,11 +59,13 @@ Running (:func:`run_experiment`):
 * **Knobs.** Before anything is measured every knob of every variant is
   checked by writing its value and reading it back, then restoring the
   original; a knob that cannot be set (file absent, not root, value refused)
-  stops the run with the reason. The original values are written to the
-  store before the first change and removed only once restored, and knobs
-  are restored in a ``finally`` with SIGINT/SIGTERM/SIGHUP blocked, so Ctrl-C,
-  a kill or a failing benchmark leaves the machine as it was; after a crash
-  (SIGKILL, power loss) the next ``kperfdiff run`` restores them first.
+  stops the run with the reason. Only performance knobs are accepted without
+  ``--allow-knob`` and dangerous files never (see :mod:`kperfdiff.knobs`).
+  The original values are written to the machine's pending-restore file
+  before the first change and removed only once restored, and knobs are
+  restored in a ``finally`` with SIGINT/SIGTERM/SIGHUP blocked, so Ctrl-C, a
+  kill or a failing benchmark leaves the machine as it was; after a crash
+  (SIGKILL) the next kperfdiff command of any kind restores them first.
 """
 from __future__ import annotations
 
@@ -82,13 +84,17 @@ import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import compare, machine, stats
+from . import compare, knobs as knobmod, limits, machine, stats
 from .bench import rounds
 from .bench.measurement import Measurement, store_measurement
 from .errors import BenchError, InputError, KperfdiffError
 
-KNOB_ROOTS = ("/sys/", "/proc/sys/")
-CPU_LIST_RE = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+# Environment variables that make a program load or run other code (the benchmarks run as root).
+UNSAFE_ENV = {"PATH", "IFS", "ENV", "BASH_ENV", "SHELLOPTS", "BASHOPTS", "PS4", "GCONV_PATH", "LOCPATH",
+              "NLSPATH", "HOSTALIASES", "RESOLV_HOST_CONF", "MALLOC_TRACE", "PYTHONPATH", "PYTHONHOME",
+              "PYTHONSTARTUP", "PYTHONINSPECT", "PERL5LIB", "PERL5OPT", "PERLLIB", "RUBYLIB", "RUBYOPT",
+              "NODE_OPTIONS", "NODE_PATH"}
+UNSAFE_ENV_PREFIXES = ("LD_",)
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=-]*$")
 TOP_KEYS = {"name", "description", "baseline", "stack", "benchmarks", "cores", "reps", "precision", "max_time",
             "intervals", "min_batch_ms",
@@ -175,7 +181,12 @@ def _scalar_str(path, where: str, v) -> str:
     if isinstance(v, bool):
         return "1" if v else "0"
     if isinstance(v, (str, int, float)):
-        return str(v)
+        s = str(v)
+        if "\0" in s:
+            raise _err(path, where, "has a NUL character in it")
+        if len(s) > limits.MAX_VALUE_CHARS:
+            raise _err(path, where, f"is longer than {limits.MAX_VALUE_CHARS} characters")
+        return s
     raise _err(path, where, f"must be a string or a number, not {type(v).__name__}")
 
 
@@ -184,6 +195,9 @@ def _str_table(path, where: str, v) -> dict[str, str]:
         return {}
     if not isinstance(v, dict):
         raise _err(path, where, "must be a table of names to values, as in { KEY = \"value\" }")
+    for k in v:
+        if "\0" in str(k):
+            raise _err(path, where, f"key {str(k)!r} has a NUL character in it")
     return {str(k): _scalar_str(path, f"{where}.{k}", x) for k, x in v.items()}
 
 
@@ -197,13 +211,16 @@ def _params_table(path, where: str, v) -> dict[str, str]:
 
 
 def _placeholders(text: str) -> list[str]:
+    """The ``{names}`` in a benchmark entry; a conversion or format spec (``{x!r}``, ``{x:>9}``)
+    gives "?" (malformed): placeholders only substitute a variant's vars."""
     try:
-        return [f for _, f, _, _ in string.Formatter().parse(text) if f is not None]
+        return [f if not spec and not conv else "?"
+                for _, f, spec, conv in string.Formatter().parse(text) if f is not None]
     except ValueError:
         return ["?"]
 
 
-def parse(path: str | Path) -> Experiment:
+def parse(path: str | Path, allow_knobs=frozenset()) -> Experiment:
     """Read and check an experiment file; every problem is one sentence naming the file and field."""
     p = Path(path)
     try:
@@ -221,10 +238,11 @@ def parse(path: str | Path) -> Experiment:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ExperimentError(f"{p}: not valid TOML ({e})") from None
-    return parse_data(data, p)
+    return parse_data(data, p, allow_knobs)
 
 
-def parse_data(data: dict, p: Path | str = "<experiment>") -> Experiment:
+def parse_data(data: dict, p: Path | str = "<experiment>", allow_knobs=frozenset()) -> Experiment:
+    """Check parsed TOML; ``allow_knobs`` are the paths given with ``--allow-knob``."""
     unknown = sorted(set(data) - TOP_KEYS)
     if unknown:
         raise _err(p, unknown[0], f"is not an experiment field (known: {', '.join(sorted(TOP_KEYS))})")
@@ -262,8 +280,9 @@ def parse_data(data: dict, p: Path | str = "<experiment>") -> Experiment:
                                                 f"for a guest give a kernel command line with cmdline")
         knobs = _str_table(p, f"{where}.knobs", rv.get("knobs"))
         for k in knobs:
-            if not k.startswith(KNOB_ROOTS) or ".." in k.split("/"):
-                raise _err(p, f"{where}.knobs key {k!r}", "must be an absolute path under /sys/ or /proc/sys/")
+            why = knobmod.check_knob_path(k, allow_knobs)
+            if why:
+                raise _err(p, f"{where}.knobs key {k!r}", why)
         cmdline = rv.get("cmdline", "")
         if not isinstance(cmdline, str):
             raise _err(p, f"{where}.cmdline", "must be a string (a kernel command line)")
@@ -274,11 +293,19 @@ def parse_data(data: dict, p: Path | str = "<experiment>") -> Experiment:
         for k in env:
             if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
                 raise _err(p, f"{where}.env key {k!r}", "is not an environment variable name")
+            if k in UNSAFE_ENV or k.startswith(UNSAFE_ENV_PREFIXES):
+                raise _err(p, f"{where}.env key {k!r}", "is never set by kperfdiff: it makes the benchmark "
+                                                       "programs (run as root) load or run other code")
         cpus = rv.get("cpus", "")
         if isinstance(cpus, list):
             cpus = ",".join(str(c) for c in cpus)
-        if not isinstance(cpus, str) or (cpus and not CPU_LIST_RE.match(cpus.replace(" ", ""))):
+        if not isinstance(cpus, str):
             raise _err(p, f"{where}.cpus", f"{cpus!r} is not a CPU list like \"0\", \"0-3\" or \"0,2\"")
+        if cpus:
+            try:
+                limits.parse_cpu_list(cpus)
+            except ValueError as e:
+                raise _err(p, f"{where}.cpus", str(e)) from None
         variants.append(Variant(label=label, target=target, vars=_str_table(p, f"{where}.vars", rv.get("vars")),
                                 knobs=knobs, cmdline=cmdline, env=env, cpus=cpus.replace(" ", ""),
                                 params=_params_table(p, f"{where}.params", rv.get("params")),
@@ -305,26 +332,27 @@ def parse_data(data: dict, p: Path | str = "<experiment>") -> Experiment:
     cores = data.get("cores", [1])
     if isinstance(cores, int) and not isinstance(cores, bool):
         cores = [cores]
-    if (not isinstance(cores, list) or not cores
-            or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in cores)):
-        raise _err(p, "cores", "must be a list of copy counts of 1 or more, like [1, 2, 4]")
+    if (not isinstance(cores, list) or not cores or len(cores) > limits.MAX_CORE_COUNTS
+            or not all(limits.int_in_range(c, 1, limits.MAX_COPIES) for c in cores)):
+        raise _err(p, "cores", f"must be a list of at most {limits.MAX_CORE_COUNTS} copy counts from 1 to "
+                               f"{limits.MAX_COPIES}, like [1, 2, 4]")
     if len(set(cores)) != len(cores):
         raise _err(p, "cores", "lists a core count twice")
 
-    def pos_int(key, default):
+    def pos_int(key, default, most):
         v = data.get(key, default)
         if v is None:
             return None
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise _err(p, key, "must be a whole number of 1 or more")
+        if not limits.int_in_range(v, 1, most):
+            raise _err(p, key, f"must be a whole number from 1 to {most}")
         return v
 
-    def pos_num(key):
+    def pos_num(key, most):
         v = data.get(key)
         if v is None:
             return None
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0 or not math.isfinite(v):
-            raise _err(p, key, "must be a positive number")
+        if not limits.number_in_range(v, 0, most):
+            raise _err(p, key, f"must be a number above 0 and at most {most}")
         return float(v)
 
     def flag(key):
@@ -335,11 +363,13 @@ def parse_data(data: dict, p: Path | str = "<experiment>") -> Experiment:
 
     desc = data.get("description", "")
     return Experiment(name=name, path=str(p), variants=variants, baseline=baseline, benchmarks=list(benches),
-                      cores=list(cores), reps=pos_int("reps", 3), stack=list(stack),
-                      precision=pos_num("precision"), max_time=pos_num("max_time"),
-                      intervals=pos_int("intervals", None), min_batch_ms=pos_num("min_batch_ms"),
-                      timeout=pos_num("timeout"), profile=flag("profile"),
-                      profile_freq=pos_int("profile_freq", None), tiny=flag("tiny"),
+                      cores=list(cores), reps=pos_int("reps", 3, limits.MAX_REPS), stack=list(stack),
+                      precision=pos_num("precision", limits.MAX_PRECISION_PCT),
+                      max_time=pos_num("max_time", limits.MAX_TIMEOUT_S),
+                      intervals=pos_int("intervals", None, limits.MAX_INTERVALS),
+                      min_batch_ms=pos_num("min_batch_ms", limits.MAX_MIN_BATCH_MS),
+                      timeout=pos_num("timeout", limits.MAX_TIMEOUT_S), profile=flag("profile"),
+                      profile_freq=pos_int("profile_freq", None, limits.MAX_PROFILE_FREQ), tiny=flag("tiny"),
                       allow_swap_setup=flag("allow_swap_setup"),
                       params=_params_table(p, "params", data.get("params")),
                       description=desc if isinstance(desc, str) else "")
@@ -401,6 +431,10 @@ def resolve(exp: Experiment) -> dict[str, list[tuple[str, object]]]:
 def cells(exp: Experiment, columns: dict[str, list[tuple[str, object]]]) -> list[Cell]:
     """Every cell in run order: repetition outermost, variants interleaved and rotated."""
     labels = [v.label for v in exp.variants]
+    n = len(labels) * len(columns[labels[0]]) * len(exp.cores) * exp.reps
+    if n > limits.MAX_CELLS:
+        raise _err(exp.path, "reps", f"x variants x benchmarks x cores make {n} cells, more than the "
+                                     f"{limits.MAX_CELLS} one experiment may have")
     out = []
     slot = 0
     for rep in range(exp.reps):
@@ -447,117 +481,6 @@ def check_params(exp: Experiment, columns) -> dict[str, dict[str, dict[str, str]
                 raise _err(exp.path, f"{where} key {k!r}", "applies to no benchmark of the experiment "
                                                           "(or that benchmark has no such parameter)") from None
     return {v.label: variant_params(exp, v, [b for _, b in columns[v.label]]) for v in exp.variants}
-
-
-# -- knobs --------------------------------------------------------------------------
-
-def _knob_value(text: str) -> str:
-    """The current value of a sysfs/procfs file: the [selected] word of a choice list, else the stripped text."""
-    m = re.search(r"\[([^\]\s]+)\]", text)
-    if m:
-        return m.group(1)
-    return " ".join(text.split())
-
-
-def read_knob(path: str) -> str:
-    try:
-        return _knob_value(Path(path).read_text())
-    except FileNotFoundError:
-        raise BenchError(f"the knob {path} does not exist on this machine") from None
-    except OSError as e:
-        raise BenchError(f"cannot read the knob {path}: {e.strerror}") from None
-
-
-def write_knob(path: str, value: str) -> None:
-    """Write a value and check the kernel kept it."""
-    try:
-        with open(path, "w") as f:
-            f.write(value)
-    except FileNotFoundError:
-        raise BenchError(f"the knob {path} does not exist on this machine") from None
-    except PermissionError:
-        who = "" if os.geteuid() == 0 else " (kperfdiff is not running as root)"
-        raise BenchError(f"cannot set the knob {path} to {value!r}: permission denied{who}") from None
-    except OSError as e:
-        raise BenchError(f"the kernel refused {value!r} for the knob {path}: {e.strerror}") from None
-    now = read_knob(path)
-    if now != " ".join(value.split()):
-        raise BenchError(f"the knob {path} reads {now!r} after writing {value!r}; give the value the file "
-                         f"reports")
-
-
-class KnobGuard:
-    """Applies variants' knobs and puts every changed file back.
-
-    The original of a file is saved in the store before its first change and
-    forgotten only after it is restored, so a crash can be repaired later.
-    """
-
-    def __init__(self, store, exp_id: int):
-        self.store = store
-        self.exp_id = exp_id
-        self.original: dict[str, str] = {}
-        self.current: dict[str, str] = {}
-
-    def apply(self, knobs: dict[str, str]) -> None:
-        # files set by the previous variant but not by this one go back first
-        for path in [p for p in self.current if p not in knobs]:
-            self._set(path, self.original[path])
-            del self.current[path]
-        for path, value in knobs.items():
-            if path not in self.original:
-                orig = read_knob(path)
-                self.store.save_knob(self.exp_id, path, orig)
-                self.original[path] = orig
-            if self.current.get(path) != value:
-                self._set(path, value)
-                self.current[path] = value
-
-    def _set(self, path, value):
-        write_knob(path, value)
-
-    def restore(self) -> list[str]:
-        """Put every file back (signals blocked meanwhile); returns the problems."""
-        problems = []
-        with _signals_blocked():
-            for path, orig in self.original.items():
-                try:
-                    write_knob(path, orig)
-                    self.store.forget_knob(self.exp_id, path)
-                except KperfdiffError as e:
-                    problems.append(str(e))
-            self.original.clear()
-            self.current.clear()
-        return problems
-
-
-@contextlib.contextmanager
-def _signals_blocked():
-    sigs = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-    try:
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
-    except (ValueError, OSError):
-        old = None
-    try:
-        yield
-    finally:
-        if old is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-def repair_knobs(store, log=print) -> None:
-    """Restore knobs left changed by an experiment whose process died."""
-    for row in store.saved_knobs():
-        if store.knob_owner_alive(row):
-            continue
-        try:
-            write_knob(row["path"], row["original"])
-        except KperfdiffError as e:
-            raise BenchError(f"experiment {row['experiment_id']} stopped without restoring {row['path']} and it "
-                             f"cannot be restored now ({e}); set it to {row['original']!r} by hand") from None
-        store.forget_knob(row["experiment_id"], row["path"])
-        log(f"kperfdiff: restored {row['path']} to {row['original']!r} (left changed by experiment "
-            f"{row['experiment_id']}, which stopped without restoring it)")
 
 
 @contextlib.contextmanager
@@ -633,10 +556,7 @@ def _check_cpus(exp: Experiment) -> None:
     for v in exp.variants:
         if not v.cpus:
             continue
-        want = set()
-        for part in v.cpus.split(","):
-            lo, _, hi = part.partition("-")
-            want.update(range(int(lo), int(hi or lo) + 1))
+        want = set(limits.parse_cpu_list(v.cpus))
         missing = sorted(want - allowed)
         if missing:
             raise InputError(f"{exp.path}: variant {v.label!r}.cpus names CPU {missing[0]}, which this machine "
@@ -665,7 +585,7 @@ def run_experiment(store, exp: Experiment, opts: RunOptions, log=None) -> RunOut
     columns = resolve(exp)
     overrides = check_params(exp, columns)
     all_cells = cells(exp, columns)
-    repair_knobs(store, log)
+    knobmod.repair_pending(log, strict=True)
     profiler_cls = None
     if exp.profile:
         from .record import BenchProfiler, require_perf
@@ -680,7 +600,7 @@ def run_experiment(store, exp: Experiment, opts: RunOptions, log=None) -> RunOut
     if resumed:
         log(f"kperfdiff: resuming experiment {exp.name} (id {eid}): {done_before} of {len(all_cells)} cells "
             f"already stored")
-    guard = KnobGuard(store, eid)
+    guard = knobmod.KnobGuard()
     state = "failed"
     runs: dict[str, object] = {}
     measured = failed = 0
@@ -802,7 +722,7 @@ def run_experiment(store, exp: Experiment, opts: RunOptions, log=None) -> RunOut
         try:
             swap.close()
         finally:
-            with _signals_blocked():
+            with knobmod.signals_blocked():
                 for r in runs.values():
                     store.finish_run(r.id, "complete" if state == "complete" else
                                      ("failed" if state == "failed" else "interrupted"))
@@ -918,7 +838,7 @@ def run_cli(args) -> int:
     """`kperfdiff run FILE`: run or resume, then print the comparison (and write the report)."""
     from .render import compare as rcompare
     from .store import Store
-    exp = parse(args.file)
+    exp = parse(args.file, frozenset(args.allow_knob or ()))
     if args.dry_run:
         sys.stdout.write(describe_plan(plan(exp)))
         return 0

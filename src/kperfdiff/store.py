@@ -106,9 +106,9 @@ MIGRATIONS: dict[int, str] = {
     # 1 -> 2: experiments (kperfdiff run FILE). An experiment owns one run per
     # variant; each cell (variant x benchmark x copies x rep) is one result row
     # with a unique ``cell`` key inside its experiment, so a resumed experiment
-    # can never store a cell twice. ``knob_saved`` holds the original value of
-    # every sysfs/procfs file an experiment changed until it is restored, so a
-    # crash can be repaired by the next `kperfdiff run`.
+    # can never store a cell twice. ``knob_saved`` is no longer used: the
+    # originals of changed knobs live in one file per machine (kperfdiff.knobs),
+    # so a crash is repaired whatever store the next command is given.
     1: """
 CREATE TABLE IF NOT EXISTS experiment (
     id INTEGER PRIMARY KEY,
@@ -674,28 +674,6 @@ class Store:
         self._write(lambda: self.conn.execute(
             "UPDATE result SET stop=? WHERE experiment_id=? AND bench_key=? AND copies=?",
             (text, exp_id, bench_key, copies)))
-
-    # -- knobs changed by a running experiment (schema 2) ---------------------
-    def save_knob(self, exp_id: int, path: str, original: str) -> None:
-        """Remember a file's original value before it is changed (kept if already saved)."""
-        self._write(lambda: self.conn.execute(
-            "INSERT OR IGNORE INTO knob_saved (experiment_id, path, original, pid, boot_id, saved_at) "
-            "VALUES (?,?,?,?,?,?)", (exp_id, path, original, os.getpid(), _boot_id(), time.time())))
-
-    def forget_knob(self, exp_id: int, path: str) -> None:
-        self._write(lambda: self.conn.execute("DELETE FROM knob_saved WHERE experiment_id=? AND path=?",
-                                              (exp_id, path)))
-
-    def saved_knobs(self, exp_id: int | None = None) -> list[dict]:
-        q = "SELECT * FROM knob_saved"
-        args: tuple = ()
-        if exp_id is not None:
-            q += " WHERE experiment_id=?"
-            args = (exp_id,)
-        return [dict(r) for r in self.conn.execute(q + " ORDER BY experiment_id, saved_at", args)]
-
-    def knob_owner_alive(self, row: dict) -> bool:
-        return row.get("boot_id") == _boot_id() and _pid_alive(row.get("pid")) and row.get("pid") != os.getpid()
 
 
 def result_names(results: list[Result]) -> list[str]:

@@ -35,6 +35,11 @@ class Benchmark:
     lmbench: str = ""
     differences: str = ""
 
+    @property
+    def param_names(self) -> set[str]:
+        """The parameters an override may set (proc.* also take ``hello``, the program they start)."""
+        return set(self.params) | set(self.tiny_params) | ({"hello"} if self.family == "proc" else set())
+
     def run_params(self, *, tiny: bool = False, overrides: dict[str, str] | None = None,
                    hello: str | None = None) -> dict[str, str]:
         """The parameters a worker is given: the catalogue's, then the small ones when ``tiny``

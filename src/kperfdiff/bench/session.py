@@ -13,11 +13,12 @@ import contextlib
 import fnmatch
 import os
 import shlex
+import stat
 import sys
 import time
 from dataclasses import dataclass, field
 
-from .. import machine, monitors, noise, stats
+from .. import limits, machine, monitors, noise, stats
 from ..errors import UsageError
 from ..progress import Progress
 from ..store import Result, Run, Store
@@ -77,6 +78,33 @@ class Outcome:
     exit_status: int
 
 
+# Parameters that name a program the benchmark starts (as root, when kperfdiff runs as root).
+PROGRAM_PARAMS = {"hello"}
+
+
+def _untrusted_program(path: str) -> str | None:
+    """Why ``path`` may not be started by a benchmark, or None: it must be a regular file that only
+    root (or the user running kperfdiff) can change, in directories nobody else can change."""
+    if not os.path.isabs(path):
+        return f"{path!r} must be an absolute path"
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return f"{path} does not exist"
+    if not stat.S_ISREG(st.st_mode) or not os.access(path, os.X_OK):
+        return f"{path} is not an executable file"
+    me = os.geteuid()
+    p = os.path.realpath(path)
+    while True:
+        st = os.stat(p)
+        if st.st_uid not in (0, me) or (st.st_mode & 0o022 and not (st.st_mode & stat.S_ISVTX)):
+            return (f"{p} can be changed by users other than root, so kperfdiff will not start {path} "
+                    f"(as root) from it")
+        if p == "/":
+            return None
+        p = os.path.dirname(p)
+
+
 def parse_param_overrides(items: list[str], benches: list[Benchmark]) -> dict[str, dict[str, str]]:
     """``BENCH:KEY=VALUE`` (BENCH may be a pattern; ``*`` for all) -> per-benchmark overrides.
 
@@ -89,14 +117,23 @@ def parse_param_overrides(items: list[str], benches: list[Benchmark]) -> dict[st
         key, eq, value = kv.partition("=")
         if not colon or not eq or not key:
             raise UsageError(f"--param {item!r} is not of the form BENCH:KEY=VALUE")
+        if "\0" in item or len(value) > limits.MAX_VALUE_CHARS:
+            raise UsageError(f"--param {item[:60]!r} has a NUL character or a value longer than "
+                             f"{limits.MAX_VALUE_CHARS} characters")
         hit = False
         for b in benches:
-            exact = b.name == pat
-            if exact or (fnmatch.fnmatchcase(b.name, pat) and key in b.params):
+            if b.name == pat and key not in b.param_names:
+                known = ", ".join(sorted(b.param_names)) or "none"
+                raise UsageError(f"--param {item!r}: {b.name} has no parameter {key!r} (its parameters: {known})")
+            if b.name == pat or (fnmatch.fnmatchcase(b.name, pat) and key in b.param_names):
                 out.setdefault(b.name, {})[key] = value
                 hit = True
         if not hit:
             raise UsageError(f"--param {item!r} applies to no chosen benchmark")
+        if key in PROGRAM_PARAMS:
+            why = _untrusted_program(value)
+            if why:
+                raise UsageError(f"--param {item!r}: {why}")
     return out
 
 
