@@ -347,3 +347,20 @@ def test_compute_modes():
         assert head.startswith(f"{mode} | symbol |")
     d = diff_profiles([a], [b], DiffOptions(compute="delta"))
     assert any(r.score < 0 for r in d.common[:5])
+
+
+def test_merge_adds_parallel_copies_into_one_replicate():
+    """The copies of one repetition become one profile: weights, samples and stacks add up, and a
+    symbol found in only one copy keeps its weight."""
+    from kperfdiff.profile import load, merge
+    a = load(DATA / "text" / "forkexec.folded")
+    b = load(DATA / "text" / "mixed.folded")
+    m = merge([a, b], "two copies")
+    assert m.total_weight == a.total_weight + b.total_weight and m.samples == a.samples + b.samples
+    for prof in (a, b):
+        for s, w in zip(prof.symbols, prof.self_weight):
+            other = (b if prof is a else a)
+            w_other = dict(zip(other.symbols, other.self_weight)).get(s, 0.0)
+            assert m.self_weight[m.index()[s]] == pytest.approx(w + w_other)
+    assert sum(m.stacks.values()) == pytest.approx(sum(a.stacks.values()) + sum(b.stacks.values()))
+    assert merge([a], "one") is a

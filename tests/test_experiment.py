@@ -248,11 +248,11 @@ def test_knob_left_by_kill_9_is_repaired_by_any_command_with_any_store(tmp_path,
         assert Path(KNOB).read_text().strip() == new        # nothing could put it back
         other = tmp_path / "elsewhere"
         other.mkdir()
-        r = run_cli("runs", env={"KPERFDIFF_HOME": str(other)}, check=0)
+        r = run_cli("bench", "--list", env={"KPERFDIFF_HOME": str(other)}, check=0)
         assert f"restored {KNOB} to {orig!r}" in r.stderr
         assert Path(KNOB).read_text().strip() == orig
         assert not pending.exists()
-        r = run_cli("runs", env={"KPERFDIFF_HOME": str(other)}, check=0)
+        r = run_cli("bench", "--list", env={"KPERFDIFF_HOME": str(other)}, check=0)
         assert "restored" not in r.stderr                   # repaired once
     finally:
         proc.kill()

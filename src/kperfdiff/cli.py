@@ -196,7 +196,8 @@ def _add_diff_parser(sub) -> None:
                     "(page fault entry, syscall entry, clear page...) are compared under a shared role.")
     d.add_argument("a", help="profile A: perf.data, perf script text, perf report --stdio text, folded stacks, "
                              "several of them comma-separated (repeated runs: A1,A2,A3), "
-                             "or a store reference RUN[:benchmark]")
+                             "or a store reference RUN[:benchmark[@CORES]] (one profile per repetition, its "
+                             "parallel copies added together)")
     d.add_argument("b", help="profile B, in any of the same forms")
     d.add_argument("--top", type=int, default=5, metavar="N",
                    help="rows per section (default: 5, as the original kperfdiff tables; 0 = all)")
@@ -270,9 +271,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
-def _open_store(args):
+def _open_store(args, create: bool = True):
+    """The store of --store (or the default); commands that only read pass create=False."""
     from .store import Store
-    return Store.open(args.store)
+    return Store.open(args.store, create=create)
 
 
 def _cmd_bench(args) -> int:
@@ -293,14 +295,14 @@ def _cmd_bench(args) -> int:
 
 def _cmd_runs(args) -> int:
     from .render import bench as rb
-    store = _open_store(args)
+    store = _open_store(args, create=False)
     sys.stdout.write(rb.run_list(store.list_runs(), args.format))
     return 0
 
 
 def _cmd_show(args) -> int:
     from .render import bench as rb
-    store = _open_store(args)
+    store = _open_store(args, create=False)
     run = store.find_run(args.run)
     sys.stdout.write(rb.show(run, store.machine(run.machine_id), store.results(run.id), args.format,
                              raw=args.raw))

@@ -396,7 +396,7 @@ def run_cli(args) -> int:
     from .render import compare as render
     from .render.report import load_comparison
     from .store import Store
-    store = Store.open(args.store)
+    store = Store.open(args.store, create=False)
     cmp = load_comparison(store, args)
     sys.stdout.write(render.render(cmp, args.format))
     return 0

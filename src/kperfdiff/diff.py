@@ -525,56 +525,64 @@ def _parse_ops(text: str | None):
     return (vals[0], vals[-1])
 
 
-def _resolve_side(spec: str, args) -> list[tuple[Path, dict]]:
-    """Files (comma-separated allowed) or store references -> (path, meta) list."""
+def _resolve_side(spec: str, args) -> list[tuple[list[Path], dict]]:
+    """Files (comma-separated allowed) or store references -> one (paths, meta) per replicate; the
+    paths of one replicate are the parallel copies of one repetition, merged when loaded."""
     if os.path.exists(spec):
-        return [(Path(spec), {})]
+        return [([Path(spec)], {})]
     out = []
     for part in [s.strip() for s in spec.split(",")] if "," in spec else [spec]:
         if not part:
             raise InputError(f"{spec!r} has an empty entry between commas")
         if os.path.exists(part):
-            out.append((Path(part), {}))
+            out.append(([Path(part)], {}))
             continue
         out.extend(_store_refs(part, args))
     return out
 
 
-def _store_refs(ref: str, args) -> list[tuple[Path, dict]]:
-    """A reference to profiles in the results store: RUN or RUN:benchmark (RUN an id or label)."""
+def _store_refs(ref: str, args) -> list[tuple[list[Path], dict]]:
+    """A reference to profiles in the results store: RUN, RUN:benchmark or RUN:benchmark@CORES
+    (RUN an id or label)."""
     from .errors import KperfdiffError
     from .store import Store, default_path
     path = Path(args.store) if getattr(args, "store", None) else default_path()
     if not path.exists():
         raise InputError(f"{ref}: no such file, and there is no results store at {path} to look it up in")
     try:
-        refs = Store.open(path).profile_refs(ref)
+        refs = Store.open(path, create=False).profile_refs(ref)
     except KperfdiffError as e:
         raise InputError(f"{ref} is not a file, and {str(e)[:1].lower()}{str(e)[1:]}") from None
     if not refs:
         raise InputError(f"{ref} is neither a file nor a run with profiles in the store")
-    return [(Path(p), dict(m or {})) for p, m in refs]
+    return [(list(paths), dict(m or {})) for paths, m in refs]
 
 
 def _load_side(spec: str, args, side: str) -> list[Profile]:
-    from .profile import load, sniff
+    from .profile import load, merge, sniff
     kall = getattr(args, f"kallsyms_{side}", None) or args.kallsyms
     symfs_dir = getattr(args, f"symfs_{side}", None) or args.symfs
     profs = []
-    for path, meta in _resolve_side(spec, args):
-        if not path.is_file():
+    for paths, meta in _resolve_side(spec, args):
+        copies = []
+        for path in paths:
             if path.is_dir():
                 raise InputError(f"{path} is a directory, not a profile; name the perf.data inside it")
-        fmt = sniff(path)
-        k = kall or meta.get("kallsyms")
-        if fmt == "perf.data":
-            fs = symfs_dir or meta.get("symfs")
-            prof = load(path, kallsyms=k, symfs=[fs] if fs else None, event=args.event)
-        else:
-            from .ingest import text
-            prof = text.load(path, fmt, event=args.event, kernel_frames=args.folded_kernel)
-            if not prof.label:
-                prof.label = prof.arch or path.stem
+            if not path.exists():
+                raise InputError(f"{path} is missing (named by run {meta.get('run_id')} in the store; was the "
+                                 f"store's .artefacts folder moved without it?)")
+            fmt = sniff(path)
+            k = kall or meta.get("kallsyms")
+            if fmt == "perf.data":
+                fs = symfs_dir or meta.get("symfs")
+                prof = load(path, kallsyms=k, symfs=[fs] if fs else None, event=args.event)
+            else:
+                from .ingest import text
+                prof = text.load(path, fmt, event=args.event, kernel_frames=args.folded_kernel)
+                if not prof.label:
+                    prof.label = prof.arch or path.stem
+            copies.append(prof)
+        prof = merge(copies, f"{paths[0]}" + (f" (+{len(paths) - 1} parallel copies)" if len(paths) > 1 else ""))
         for key in ("ops", "cpu_time_ns"):
             if meta.get(key):
                 prof.meta[key] = meta[key]

@@ -113,3 +113,52 @@ def load(path: str | Path, *, kallsyms: str | Path | None = None, symfs: list[st
     elif not prof.label:
         prof.label = prof.arch or path.stem
     return prof
+
+
+def merge(profiles: list[Profile], source: str) -> Profile:
+    """One profile of several recorded side by side (the parallel copies of one repetition): weights,
+    samples, stacks and edges add up; operations and CPU time add up where every part has them.
+    Repetitions stay separate profiles: they, not copies, are a diff's replicates."""
+    if len(profiles) == 1:
+        return profiles[0]
+    if not profiles:
+        raise InputError(f"{source}: no profiles to merge")
+    first = profiles[0]
+    for p in profiles[1:]:
+        if p.weight_unit != first.weight_unit or p.event != first.event:
+            raise InputError(f"{source}: its parts sample different events ({first.event} in "
+                             f"{first.weight_unit}, {p.event} in {p.weight_unit}), so they cannot be added")
+    index: dict[Symbol, int] = {}
+    symbols: list[Symbol] = []
+    for p in profiles:
+        for s in p.symbols:
+            if s not in index:
+                index[s] = len(symbols)
+                symbols.append(s)
+    self_w = np.zeros(len(symbols))
+    children_w = np.zeros(len(symbols))
+    stacks: dict[tuple[int, ...], float] = {}
+    edges: dict[tuple[int, int], float] = {}
+    for p in profiles:
+        m = np.array([index[s] for s in p.symbols], dtype=np.int64)
+        if len(m):
+            np.add.at(self_w, m, p.self_weight)
+            np.add.at(children_w, m, p.children_weight)
+        for st, w in p.stacks.items():
+            k = tuple(int(m[i]) for i in st)
+            stacks[k] = stacks.get(k, 0.0) + w
+        for (a, b), w in p.edges.items():
+            k = (int(m[a]), int(m[b]))
+            edges[k] = edges.get(k, 0.0) + w
+    meta = dict(first.meta)
+    meta["warnings"] = [w for p in profiles for w in p.meta.get("warnings", [])]
+    meta["merged_from"] = len(profiles)
+    for key in ("ops", "cpu_time_ns"):
+        vals = [p.meta.get(key) for p in profiles]
+        meta[key] = sum(vals) if all(vals) else None
+    if any(p.meta.get("has_children") is False for p in profiles):
+        meta["has_children"] = False
+    return Profile(source=source, event=first.event, symbols=symbols, self_weight=self_w,
+                   children_weight=children_w, total_weight=sum(p.total_weight for p in profiles),
+                   samples=sum(p.samples for p in profiles), stacks=stacks, edges=edges,
+                   weight_unit=first.weight_unit, label=first.label, arch=first.arch, meta=meta)

@@ -245,26 +245,105 @@ def _boot_id() -> str:
         return ""
 
 
+def _sql_int(v: int) -> bool:
+    """An id SQLite can hold (a bigger number names no row)."""
+    return -2 ** 63 <= v < 2 ** 63
+
+
+def _check_is_store(p: Path) -> None:
+    """Refuse, without changing a byte of it, a file that is not a kperfdiff store."""
+    try:
+        with open(p, "rb") as f:
+            head = f.read(20)
+    except OSError as e:
+        raise StoreError(f"cannot read the store {p}: {e.strerror}") from None
+    if head[:16] != b"SQLite format 3\x00":
+        raise StoreError(f"{p} is not a kperfdiff store (not an SQLite file)")
+    # A WAL-mode file with no -wal beside it is open nowhere: read it as immutable, which creates no
+    # -wal and -shm files (read-only mode would). Otherwise read-only mode changes nothing.
+    wal_closed = len(head) == 20 and head[18] == 2 and not Path(f"{p}-wal").exists()
+    try:
+        conn = sqlite3.connect(f"{p.resolve().as_uri()}?{'immutable=1' if wal_closed else 'mode=ro'}", uri=True)
+    except sqlite3.Error as e:
+        raise StoreError(f"cannot open the store {p}: {e}") from None
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if tables and "meta" not in tables:
+            raise StoreError(f"{p} is an SQLite file but not a kperfdiff store; give another with --store")
+        if "meta" in tables:
+            row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if row is None or not str(row[0]).isdigit() or len(str(row[0])) > 6:
+                raise StoreError(f"{p} has a schema_version of {None if row is None else str(row[0])[:20]!r}, "
+                                 f"not a number: it is damaged or not a kperfdiff store")
+            if int(row[0]) > SCHEMA_VERSION:
+                raise StoreError(f"the store {p} was written by a newer kperfdiff (schema {int(row[0])}, this "
+                                 f"one reads up to {SCHEMA_VERSION}); upgrade kperfdiff or use another --store")
+    except sqlite3.DatabaseError as e:
+        raise StoreError(f"cannot read the store {p}: {e}") from None
+    finally:
+        conn.close()
+
+
 class Store:
     def __init__(self, path: Path, conn: sqlite3.Connection):
         self.path = path
         self.conn = conn
+        self.dir = Path(os.path.abspath(path)).parent   # artefact paths are kept relative to it
+
+    # -- artefact paths ----------------------------------------------------------
+    # Artefacts (perf.data, kallsyms, the run folders) are kept relative to the
+    # store's folder, so a store copied or moved with its .artefacts folder works
+    # from any directory and on any machine. Paths outside the folder stay absolute.
+    def stored_path(self, path: str | Path) -> str:
+        p = Path(os.path.abspath(path))
+        try:
+            return p.relative_to(self.dir).as_posix()
+        except ValueError:
+            return str(p)
+
+    def artefact_path(self, text: str | None) -> Path | None:
+        """Where a stored artefact path is now. Paths written by older kperfdiff versions (relative to
+        the directory the run started in, or absolute) are found again through their
+        ``NAME.artefacts`` folder beside the store when the store has moved."""
+        if not text:
+            return None
+        p = Path(text)
+        here = p if p.is_absolute() else self.dir / p
+        if here.exists():
+            return here
+        parts = p.parts
+        for i in range(len(parts) - 1, -1, -1):
+            if parts[i].endswith(".artefacts"):
+                moved = self.dir.joinpath(*parts[i:])
+                if moved.exists():
+                    return moved
+                break
+        if not p.is_absolute() and p.exists():
+            return Path(os.path.abspath(p))
+        return here
 
     # -- opening ------------------------------------------------------------
     @classmethod
-    def open(cls, path: str | Path | None = None) -> "Store":
+    def open(cls, path: str | Path | None = None, *, create: bool = True) -> "Store":
+        """Open the store at ``path`` (default: :func:`default_path`). ``create=False`` (the commands
+        that only read) refuses a store that does not exist instead of making an empty one. A file
+        that is not a kperfdiff store is refused before anything is written to it."""
         p = Path(path) if path else default_path()
+        if "\0" in str(p):
+            raise StoreError("the store path has a NUL character in it")
         if p.exists() and p.is_dir():
             raise StoreError(f"the store {p} is a directory; give the path of a file with --store")
-        try:
-            p.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise StoreError(f"cannot create the store's folder {p.parent}: {e.strerror}; "
-                             f"choose another place with --store") from None
-        if p.exists() and p.stat().st_size > 0:
-            with open(p, "rb") as f:
-                if f.read(16) != b"SQLite format 3\x00":
-                    raise StoreError(f"{p} is not a kperfdiff store (not an SQLite file)")
+        if not p.exists() or (p.is_file() and p.stat().st_size == 0 and not create):
+            if not create:
+                raise StoreError(f"there is no results store at {p}; give one with --store, or make one with "
+                                 f"kperfdiff bench or kperfdiff run")
+            try:
+                p.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise StoreError(f"cannot create the store's folder {p.parent}: {e.strerror}; "
+                                 f"choose another place with --store") from None
+        elif p.stat().st_size > 0:
+            _check_is_store(p)
         try:
             conn = sqlite3.connect(p, timeout=30, isolation_level=None)
             conn.row_factory = sqlite3.Row
@@ -371,7 +450,7 @@ class Store:
         return json.loads(row[0]) if row else {}
 
     def artefact_root(self) -> Path:
-        return self.path.parent / (self.path.stem + ".artefacts")
+        return self.dir / (self.path.stem + ".artefacts")
 
     def start_run(self, *, label: str = "", variant: str = "", target: str = "local", machine_id: int | None,
                   command: str = "", options: dict | None = None, experiment_hash: str | None = None) -> Run:
@@ -385,7 +464,7 @@ class Store:
                  json.dumps(options or {}), os.getpid(), _boot_id(), experiment_hash))
             rid = cur.lastrowid
             adir = self.artefact_root() / f"run-{rid}"
-            self.conn.execute("UPDATE run SET artefact_dir=? WHERE id=?", (str(adir), rid))
+            self.conn.execute("UPDATE run SET artefact_dir=? WHERE id=?", (self.stored_path(adir), rid))
             return rid
         rid = self._write(w)
         return self.get_run(rid)
@@ -400,16 +479,16 @@ class Store:
         self._write(lambda: self.conn.execute("UPDATE run SET state=?, ended_at=? WHERE id=?",
                                               (state, time.time(), run_id)))
 
-    @staticmethod
-    def _run(row) -> Run:
+    def _run(self, row) -> Run:
         return Run(id=row["id"], label=row["label"], variant=row["variant"], target=row["target"],
                    machine_id=row["machine_id"], tool_version=row["tool_version"], started_at=row["started_at"],
                    ended_at=row["ended_at"], state=row["state"], command=row["command"],
-                   options=json.loads(row["options"] or "{}"), artefact_dir=row["artefact_dir"],
+                   options=json.loads(row["options"] or "{}"),
+                   artefact_dir=str(self.artefact_path(row["artefact_dir"])) if row["artefact_dir"] else None,
                    experiment_hash=row["experiment_hash"])
 
     def get_run(self, run_id: int) -> Run:
-        row = self.conn.execute("SELECT * FROM run WHERE id=?", (run_id,)).fetchone()
+        row = self.conn.execute("SELECT * FROM run WHERE id=?", (run_id,)).fetchone() if _sql_int(run_id) else None
         if not row:
             raise InputError(f"there is no run {run_id} in the store {self.path}")
         return self._run(row)
@@ -521,7 +600,8 @@ class Store:
             return self.conn.execute(
                 "INSERT INTO profile (result_id, run_id, benchmark, rep, path, kallsyms, event, samples, "
                 "cpu_time_ns, ops, meta) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (result_id, run_id, benchmark, rep, path, kallsyms, event, samples, cpu_time_ns, ops,
+                (result_id, run_id, benchmark, rep, self.stored_path(path),
+                 self.stored_path(kallsyms) if kallsyms else None, event, samples, cpu_time_ns, ops,
                  json.dumps(meta or {}))).lastrowid
         return self._write(w)
 
@@ -531,16 +611,30 @@ class Store:
         if benchmark:
             q += " AND benchmark=?"
             args.append(benchmark)
-        return [dict(r) | {"meta": json.loads(r["meta"])} for r in self.conn.execute(q + " ORDER BY id", args)]
+        out = []
+        for r in self.conn.execute(q + " ORDER BY id", args):
+            d = dict(r) | {"meta": json.loads(r["meta"] or "{}")}
+            d["path"] = str(self.artefact_path(d["path"]))
+            d["kallsyms"] = str(self.artefact_path(d["kallsyms"])) if d["kallsyms"] else None
+            if d["meta"].get("symfs"):
+                d["meta"]["symfs"] = str(self.artefact_path(d["meta"]["symfs"]))
+            out.append(d)
+        return out
 
-    def profile_refs(self, spec: str) -> list[tuple[Path, dict]]:
-        """Resolve ``RUN``, ``RUN:benchmark`` or ``R1,R2:benchmark`` to profile files and their facts.
+    def profile_refs(self, spec: str) -> list[tuple[list[Path], dict]]:
+        """Resolve ``RUN``, ``RUN:BENCH``, ``RUN:BENCH@CORES`` or ``R1,R2:BENCH`` to the profile files of
+        each repetition and their facts.
 
-        A run with profiles of several benchmarks needs the benchmark named.
+        A run with profiles of several benchmarks needs the benchmark named, and one with several
+        core counts needs ``@CORES``. The parallel copies of one repetition come back together (one
+        replicate, to be merged); repetitions are the replicates.
         """
-        out: list[tuple[Path, dict]] = []
+        out: list[tuple[list[Path], dict]] = []
         for part in spec.split(","):
             ref, _, bench = part.strip().partition(":")
+            bench, at, cores_text = bench.partition("@")
+            if at and not (cores_text.isdigit() and len(cores_text) < 6 and int(cores_text) >= 1):
+                raise InputError(f"{part.strip()!r}: @ takes a core count, as in {ref}:{bench or 'BENCHMARK'}@2")
             run = self.find_run(ref)
             profs = self.profiles(run.id, bench or None)
             if not profs:
@@ -551,13 +645,31 @@ class Store:
             if len(benches) > 1:
                 raise InputError(f"run {run.id} has profiles of several benchmarks ({', '.join(benches)}); "
                                  f"name one as {run.id}:BENCHMARK")
+
+            def cores_of(p):
+                return int((p.get("meta") or {}).get("copies") or 1)
+            counts = sorted({cores_of(p) for p in profs})
+            if at:
+                profs = [p for p in profs if cores_of(p) == int(cores_text)]
+                if not profs:
+                    raise InputError(f"run {run.id} has no profile of {benches[0]} at {cores_text} cores "
+                                     f"(it has {', '.join(map(str, counts))})")
+            elif len(counts) > 1:
+                raise InputError(f"run {run.id} has profiles of {benches[0]} at {', '.join(map(str, counts))} "
+                                 f"cores; choose one as {run.id}:{benches[0]}@N")
             facts = self.machine(run.machine_id)
+            by_rep: dict[int, list[dict]] = {}
             for p in profs:
-                out.append((Path(p["path"]), {
-                    "label": run.label or f"run {run.id}", "arch": facts.get("arch"), "ops": p["ops"],
-                    "cpu_time_ns": p["cpu_time_ns"], "kallsyms": p["kallsyms"], "run_id": run.id,
-                    "benchmark": p["benchmark"], "emulated": bool(facts.get("emulated")),
-                    "symfs": (p.get("meta") or {}).get("symfs")}))
+                by_rep.setdefault(p["rep"], []).append(p)
+            for rep, ps in sorted(by_rep.items()):
+                ops = [p["ops"] for p in ps]
+                cpu = [p["cpu_time_ns"] for p in ps]
+                out.append(([Path(p["path"]) for p in ps], {
+                    "label": run.label or f"run {run.id}", "arch": facts.get("arch"),
+                    "ops": sum(ops) if all(ops) else None, "cpu_time_ns": sum(cpu) if all(cpu) else None,
+                    "kallsyms": ps[0]["kallsyms"], "run_id": run.id, "rep": rep, "cores": cores_of(ps[0]),
+                    "benchmark": ps[0]["benchmark"], "emulated": bool(facts.get("emulated")),
+                    "symfs": (ps[0].get("meta") or {}).get("symfs")}))
         return out
 
     # -- experiments (schema 2) ----------------------------------------------
@@ -577,7 +689,8 @@ class Store:
         return d
 
     def get_experiment(self, exp_id: int) -> dict:
-        row = self.conn.execute("SELECT * FROM experiment WHERE id=?", (exp_id,)).fetchone()
+        row = self.conn.execute("SELECT * FROM experiment WHERE id=?", (exp_id,)).fetchone() \
+            if _sql_int(exp_id) else None
         if not row:
             raise InputError(f"there is no experiment {exp_id} in the store {self.path}")
         return self._experiment(row)

@@ -98,15 +98,25 @@ def _side_facts(store, side) -> dict:
 
 
 def load_profiles(entries: list[dict], label: str) -> list:
-    from ..profile import load
+    """One profile per repetition (its parallel copies merged), at most MAX_PROFILES_PER_SIDE;
+    a missing file is an error naming it, never a silently smaller side."""
+    from ..errors import InputError
+    from ..profile import load, merge
+    by_rep: dict = {}
+    for p in entries:
+        by_rep.setdefault((p.get("run_id") or 0, p.get("rep") or 0), []).append(p)
     out = []
-    for p in entries[:MAX_PROFILES_PER_SIDE]:
-        if not Path(p["path"]).exists():
-            continue
-        prof = load(p["path"], kallsyms=p.get("kallsyms"), label=label)
-        for k in ("ops", "cpu_time_ns"):
-            if p.get(k):
-                prof.meta[k] = p[k]
+    for rep in sorted(by_rep)[:MAX_PROFILES_PER_SIDE]:
+        copies = []
+        for p in by_rep[rep]:
+            if not Path(p["path"]).exists():
+                raise InputError(f"the profile {p['path']} is missing from the store's artefact folder")
+            prof = load(p["path"], kallsyms=p.get("kallsyms"), label=label)
+            for k in ("ops", "cpu_time_ns"):
+                if p.get(k):
+                    prof.meta[k] = p[k]
+            copies.append(prof)
+        prof = merge(copies, by_rep[rep][0]["path"])
         prof.label = label
         out.append(prof)
     return out
@@ -402,7 +412,7 @@ def load_comparison(store, args) -> Comparison:
 
 def run_cli(args) -> int:
     from ..store import Store
-    store = Store.open(args.store)
+    store = Store.open(args.store, create=False)
     cmp = load_comparison(store, args)
     out = write(store, cmp, args.output, args.format, profiles=not args.no_profiles)
     print(f"kperfdiff: report written to {out}", file=sys.stderr)
