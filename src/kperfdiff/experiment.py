@@ -223,6 +223,9 @@ def _placeholders(text: str) -> list[str]:
 def parse(path: str | Path, allow_knobs=frozenset()) -> Experiment:
     """Read and check an experiment file; every problem is one sentence naming the file and field."""
     p = Path(path)
+    from .profile import check_input_file
+    if p.exists() and not p.is_dir():
+        check_input_file(p, "experiment")
     try:
         text = p.read_text()
     except FileNotFoundError:

@@ -80,10 +80,14 @@ def find_kallsyms(path: Path, build_ids: list | None = None) -> Path | None:
 
 
 def _read(path: Path, kallsyms, symfs) -> tuple[dict, Path | None]:
+    from ..profile import check_input_file
     n = _native()
+    check_input_file(path, "perf.data")
     ks = Path(kallsyms) if kallsyms is not None else find_kallsyms(path)
-    if ks is not None and not Path(ks).is_file():
-        raise InputError(f"kallsyms file {ks} does not exist")
+    if ks is not None:
+        if not os.path.lexists(ks):
+            raise InputError(f"kallsyms file {ks} does not exist")
+        check_input_file(ks, "kallsyms")
     if isinstance(symfs, (str, os.PathLike)):
         symfs = [symfs]
     try:

@@ -35,7 +35,11 @@ folded stacks
     frame kernel or user. Other annotations (``_[j]``, ``_[i]``, ``_[w]``)
     are removed. Counts are sample counts.
 
-Unreadable lines are skipped and counted in ``meta['warnings']``.
+Unreadable lines are skipped and counted in ``meta['warnings']``, with the
+first one's line number. A count or period must be a finite number from 0 to
+2^64 (perf's counters are 64-bit) and a percentage at most 100; a line
+breaking that is unreadable. A perf report whose self percentages add up to
+more than 100% (beyond its rounding to 0.01% a row) is refused.
 """
 from __future__ import annotations
 
@@ -51,6 +55,8 @@ from ..profile import Profile, Symbol
 KIND_SCRIPT = "perf-script"
 KIND_REPORT = "perf-report"
 KIND_FOLDED = "folded"
+MAX_COUNT = float(2 ** 64)      # a sample period, a count: perf's counters are 64-bit
+ROUNDING_PCT = 0.005            # perf report prints percentages to 0.01
 
 # -- perf script ---------------------------------------------------------------
 
@@ -125,13 +131,24 @@ def _is_entry(name: str) -> bool:
 # -- sniffing ----------------------------------------------------------------
 
 def _parse_count(tok: str) -> float | None:
+    """A count or period: a finite number from 0 to 2^64, else None."""
+    if len(tok) > 40:
+        return None
     try:
         v = float(tok)
     except ValueError:
         return None
-    if v != v or v < 0 or v == float("inf"):
+    if not 0 <= v <= MAX_COUNT:       # also refuses nan
         return None
     return v
+
+
+def _is_number(tok: str) -> bool:
+    try:
+        float(tok)
+    except ValueError:
+        return False
+    return True
 
 
 def sniff_text(path, head_text: str) -> str:
@@ -162,8 +179,8 @@ def sniff_text(path, head_text: str) -> str:
     folded = 0
     for ln in data:
         parts = ln.rsplit(None, 1)
-        if len(parts) == 2 and not ln[:1].isspace() and _parse_count(parts[1]) is not None:
-            folded += 1
+        if len(parts) == 2 and not ln[:1].isspace() and _is_number(parts[1]):
+            folded += 1     # a count out of range still makes a folded line (the loader says which)
     if folded >= max(1, int(0.9 * len(data))):
         return KIND_FOLDED
     raise InputError(f"{path} is not a profile kperfdiff can read: expected perf.data, `perf script` output, "
@@ -333,7 +350,13 @@ def _load_script(path: Path, event: str | None) -> Profile:
             cur_rest = m.group("rest")
             p = m.group("period")
             if p is not None:
-                cur_weight = float(p)
+                w = _parse_count(p)
+                if w is None:          # a period no 64-bit counter can hold: this sample is unreadable
+                    cur_event = None
+                    skipped += 1
+                    first_bad = first_bad or lineno
+                    continue
+                cur_weight = w
                 periods_seen[ev] = True
             else:
                 cur_weight = 1.0
@@ -401,12 +424,21 @@ def _load_report(path: Path, event: str | None) -> Profile:
             if line.startswith("#"):
                 m = _SAMPLES.match(line)
                 if m:
-                    cur = _ReportSection(m.group(3), float(m.group(1)) * _UNIT[m.group(2)])
+                    n = _parse_count(m.group(1))
+                    n = n * _UNIT[m.group(2)] if n is not None else None
+                    if n is None or n > MAX_COUNT:
+                        n = 0.0
+                        skipped += 1
+                        first_bad = first_bad or lineno
+                    cur = _ReportSection(m.group(3), n)
                     sections.append(cur)
                     continue
                 m = _EVCOUNT.match(line)
                 if m and cur is not None:
-                    cur.event_count = float(m.group(1))
+                    cur.event_count = _parse_count(m.group(1))
+                    if cur.event_count is None:
+                        skipped += 1
+                        first_bad = first_bad or lineno
                     continue
                 if re.match(r"^#\s*\.+", line) and pending_header is not None and cur is not None:
                     cur.columns = _columns(pending_header, line)
@@ -452,6 +484,10 @@ def _load_report(path: Path, event: str | None) -> Profile:
         total, unit = (sec.samples or 100.0), "samples"
     nm = len(sec.members)
     syms = list(sec.rows)
+    self_sum = sum(sec.rows[s][col] for s in syms)
+    if self_sum > 100 + ROUNDING_PCT * len(syms):
+        raise InputError(f"{path}: the self percentages of {ev} add up to {self_sum:.2f}%, more than 100%; it "
+                         f"is not one perf report --stdio (are two pasted together?)")
     selfw = np.array([sec.rows[s][col] for s in syms]) / 100.0 * total
     childw = np.array([sec.rows[s][nm + col] for s in syms]) / 100.0 * total
     return Profile(source=str(path), event=ev, symbols=syms, self_weight=selfw, children_weight=childw,
@@ -483,7 +519,9 @@ def _parse_report_row(sec: _ReportSection, line: str) -> bool:
         lo = 0 if i == 0 else s
         hi = starts[i + 1] if i + 1 < len(cols) and starts[i + 1] >= 0 else len(before)
         cells[n] = before[lo:min(hi, len(before))].strip()
-    pcts = [float(x) for x in re.findall(r"(\d+(?:\.\d+)?)%", before)]
+    pcts = [float(x) for x in re.findall(r"(\d{1,3}(?:\.\d+)?)%", before)]
+    if any(not 0 <= p <= 100 for p in pcts) or re.search(r"(?:\d{4,}|-\d+)(?:\.\d+)?%", before):
+        return False               # no share is above 100%
     n = len(sec.members)
     has_children = "Children" in cells and "Self" in cells
     if len(pcts) < (2 * n if has_children else n):
@@ -498,6 +536,9 @@ def _parse_report_row(sec: _ReportSection, line: str) -> bool:
         pass
     sym = Symbol(name, dso if dso else ("[kernel.kallsyms]" if kernel else ""), kernel)
     acc = sec.rows.setdefault(sym, [0.0] * (2 * n))
+    if any(acc[j] + selfp[j] > 100 + ROUNDING_PCT or acc[n + j] + child[j] > 100 + ROUNDING_PCT
+           for j in range(n)):
+        return False               # the same function again, past 100%: unreadable, not added
     for j in range(n):
         acc[j] += selfp[j]
         acc[n + j] += child[j]

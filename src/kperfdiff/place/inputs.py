@@ -85,9 +85,17 @@ class SizeTable:
         return f"sizes from {src} (ELF symbol sizes)"
 
 
+def _regular(path: Path, what: str) -> None:
+    """A FIFO or a device named as an input is refused before it is read (it would block or never end)."""
+    from ..profile import check_input_file
+    if path.exists() and not path.is_dir():
+        check_input_file(path, what)
+
+
 def load_sizes(path: str | Path) -> SizeTable:
     """Read function sizes from a vmlinux, System.map or kallsyms file."""
     path = Path(path)
+    _regular(path, "size")
     try:
         data = path.read_bytes()
     except IsADirectoryError:
@@ -312,6 +320,7 @@ _HW_KEYS = {
 def load_hw(path: str | Path) -> HwModel:
     """Read a hardware model TOML file; every problem is one sentence."""
     path = Path(path)
+    _regular(path, "hardware model")
     try:
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
@@ -397,6 +406,7 @@ class Group:
 
 
 def _read_toml(path: Path, what: str) -> dict:
+    _regular(path, what)
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
@@ -473,6 +483,7 @@ def match_any(name: str, patterns: list[str]) -> bool:
 def read_placement(path: str | Path) -> list[str]:
     """A hand-written placement: one function per line; '#' comments; blank lines."""
     path = Path(path)
+    _regular(path, "placement")
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:

@@ -45,6 +45,9 @@ class RoleTable:
 
 
 def _read(path: Path) -> tuple[list[tuple[str, list[str], str]], list[str]]:
+    from ..profile import check_input_file
+    if Path(path).exists():
+        check_input_file(Path(path), "equivalence map")
     try:
         with open(path, "rb") as f:
             data = tomllib.load(f)

@@ -1,0 +1,44 @@
+"""Long runs of the text-reader fuzzer (tests/fuzzing.py): executions and the count of each outcome.
+
+    .venv/bin/python benchmarks/fuzz_text.py --executions 20000 --seed 1 [--save DIR]
+    .venv/bin/python benchmarks/fuzz_text.py --seconds 600
+
+Exit status 1 if any input crashed a reader or gave a Profile that breaks an invariant; --save keeps
+those inputs (minimise one into tests/data/text/fuzz/ with a test).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from fuzzing import fuzz  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--executions", type=int, default=None)
+    ap.add_argument("--seconds", type=float, default=None)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--save", type=Path, default=None, help="keep failing inputs in this folder")
+    a = ap.parse_args()
+    if a.executions is None and a.seconds is None:
+        a.executions = 20000
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory() as d:
+        counts, examples = fuzz(Path(d), executions=a.executions, seconds=a.seconds, seed=a.seed, save=a.save)
+    n = sum(counts.values())
+    dt = time.monotonic() - t0
+    print(f"text readers: {n} mutated files in {dt:.0f} s (seed {a.seed}): " +
+          ", ".join(f"{counts[k]} {k}" for k in ("ok", "error", "crash", "wrong")))
+    for outcome, ex in examples.items():
+        for name, detail in ex:
+            print(f"  {outcome}: from {name}: {detail[:160]}")
+    return 1 if counts["crash"] or counts["wrong"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
