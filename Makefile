@@ -62,7 +62,7 @@ test: setup test-native test-python
 
 # The Rust tests need the real HOME (rustup's toolchains live there).
 test-native: setup
-	cargo test --release -q --manifest-path native/Cargo.toml
+	cargo test --release -q --manifest-path native/Cargo.toml -- --show-output
 
 # The Python tests must not depend on HOME: .ci/run runs them with an empty one.
 test-python: setup

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 mod elfsyms;
 mod intern;
 mod kallsyms;
+mod layout;
 pub mod reader;
 
 pyo3::create_exception!(_native, PerfDataError, pyo3::exceptions::PyException, "A perf.data file cannot be read.");
@@ -135,5 +136,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(read_perf_data, m)?)?;
     m.add_function(wrap_pyfunction!(crate_sample_read_defect, m)?)?;
     m.add("PerfDataError", m.py().get_type::<PerfDataError>())?;
+    // Every call into the reader catches panics and turns them into a PerfDataError
+    // sentence; the default hook would also print the panic on stderr.
+    std::panic::set_hook(Box::new(|_| {}));
     Ok(())
 }

@@ -16,13 +16,13 @@
 use crate::elfsyms::{self, ElfSyms};
 use crate::intern::{self, ChainMap, SliceSet};
 use crate::kallsyms::Kallsyms;
+use crate::layout;
 use byteorder::{BigEndian, ByteOrder, LittleEndian};
 use linux_perf_data::{Endianness, PerfFileReader, PerfFileRecord};
 use linux_perf_event_reader::{
     CommOrExecRecord, ForkOrExitRecord, Mmap2FileId, Mmap2Record, MmapRecord, RawData,
 };
 use rustc_hash::FxHashMap;
-use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 // perf_event.h constants.
@@ -44,6 +44,8 @@ const FORMAT_GROUP: u64 = 1 << 3;
 const FORMAT_LOST: u64 = 1 << 4;
 const ATTR_FLAG_FREQ: u64 = 1 << 10;
 const ATTR_FLAG_SAMPLE_ID_ALL: u64 = 1 << 18;
+
+const MISC_MMAP_BUILD_ID: u16 = 1 << 14;
 
 const REC_MMAP: u32 = 1;
 const REC_LOST: u32 = 2;
@@ -121,44 +123,6 @@ pub struct Output {
     pub stack_offsets: Vec<u64>,
     pub warnings: Vec<String>,
     pub stats: Vec<(String, u64)>,
-}
-
-/// Presents the file to `linux-perf-data` with a corrected header when the
-/// file is cut short: the data size is clamped to what is there and the
-/// feature sections (which lived after the data) are dropped.
-struct PatchedFile<'a> {
-    header: Vec<u8>,
-    data: &'a [u8],
-    pos: u64,
-}
-
-impl Read for PatchedFile<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let pos = self.pos as usize;
-        if pos >= self.data.len() {
-            return Ok(0);
-        }
-        let src = if pos < self.header.len() { &self.header[pos..] } else { &self.data[pos..] };
-        let n = src.len().min(buf.len());
-        buf[..n].copy_from_slice(&src[..n]);
-        self.pos += n as u64;
-        Ok(n)
-    }
-}
-
-impl Seek for PatchedFile<'_> {
-    fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
-        let new = match to {
-            SeekFrom::Start(p) => p as i128,
-            SeekFrom::End(d) => self.data.len() as i128 + d as i128,
-            SeekFrom::Current(d) => self.pos as i128 + d as i128,
-        };
-        if new < 0 {
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "seek before start"));
-        }
-        self.pos = new as u64;
-        Ok(self.pos)
-    }
 }
 
 struct Attr {
@@ -257,10 +221,14 @@ struct State<'o> {
     // accumulation
     acc: Vec<Acc>,
     read_storage: FxHashMap<u64, u64>,
+    read_resync: rustc_hash::FxHashSet<u64>,
     // counters
     rec_counts: [u64; 128],
     samples_seen: u64,
     malformed: u64,
+    malformed_other: u64,
+    read_backwards: u64,
+    overflowed: u64,
     unknown_ids: u64,
     lost_events: u64,
     lost_samples: u64,
@@ -532,6 +500,11 @@ impl<'o> State<'o> {
                 }
             }
             REC_MMAP2 => {
+                // linux-perf-event-reader asserts (panics) on a build id longer than 20 bytes
+                if misc & MISC_MMAP_BUILD_ID != 0 && body.get(32).is_some_and(|&n| n > 20) {
+                    self.malformed_other += 1;
+                    return;
+                }
                 if let Ok(r) = Mmap2Record::parse::<T>(raw, misc) {
                     let path = r.path.as_slice();
                     let bid = match r.file_id {
@@ -688,8 +661,18 @@ impl<'o> State<'o> {
                     self.unknown_ids += 1;
                     continue;
                 };
-                let prev = self.read_storage.insert(id, value).unwrap_or(0);
-                let w = value.wrapping_sub(prev);
+                let prev = self.read_storage.insert(id, value);
+                // A counter never goes back: a value below the previous one is damaged (it
+                // would wrap to an enormous weight). It is skipped, and so is the next one,
+                // which only restarts counting from a sound value.
+                if !self.read_resync.is_empty() && self.read_resync.remove(&id) {
+                    continue;
+                }
+                let Some(w) = value.checked_sub(prev.unwrap_or(0)) else {
+                    self.read_backwards += 1;
+                    self.read_resync.insert(id);
+                    continue;
+                };
                 if w == 0 {
                     continue;
                 }
@@ -708,8 +691,14 @@ impl<'o> State<'o> {
     #[inline]
     fn deliver(&mut self, ev: usize, stack: u32, w: u64) {
         let a = &mut self.acc[ev];
+        // The weights of an event add up in 64 bits, as perf's do; a sample that would
+        // overflow them (a damaged period of 2^64-1) is skipped rather than wrapped.
+        let Some(total) = a.weight.checked_add(w) else {
+            self.overflowed += 1;
+            return;
+        };
         a.samples += 1;
-        a.weight += w;
+        a.weight = total;
         let s = stack as usize;
         if a.by_stack.len() <= s {
             a.by_stack.resize(self.stacks.len().max(s + 1), (0, 0));
@@ -914,10 +903,6 @@ pub fn crate_sample_read_defect() -> bool {
     }
 }
 
-fn u64_at<T: ByteOrder>(d: &[u8], off: usize) -> u64 {
-    T::read_u64(&d[off..off + 8])
-}
-
 pub fn read(path: &Path, opts: &Options) -> Result<Output, String> {
     let name = path.display().to_string();
     let file = std::fs::File::open(path).map_err(|e| format!("cannot open {name}: {e}"))?;
@@ -931,13 +916,21 @@ pub fn read(path: &Path, opts: &Options) -> Result<Output, String> {
     // SAFETY: read-only private map; a file changed underneath would give
     // wrong numbers but every access is bounds-checked against the map length.
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| format!("cannot map {name}: {e}"))?;
-    let data: &[u8] = &map;
+    read_data(&name, &map, Some(&map), opts)
+}
+
+/// Reads a perf.data file already in memory (`name` is used in messages).
+pub fn read_bytes(name: &str, data: &[u8], opts: &Options) -> Result<Output, String> {
+    read_data(name, data, None, opts)
+}
+
+fn read_data(name: &str, data: &[u8], map: Option<&memmap2::Mmap>, opts: &Options) -> Result<Output, String> {
     if data.len() < 8 {
         return Err(format!("{name} is not a perf.data file (too short)"));
     }
     match &data[..8] {
-        b"PERFILE2" => read_impl::<LittleEndian>(&name, data, Some(&map), opts, Endianness::LittleEndian),
-        b"2ELIFREP" => read_impl::<BigEndian>(&name, data, Some(&map), opts, Endianness::BigEndian),
+        b"PERFILE2" => read_impl::<LittleEndian>(name, data, map, opts, Endianness::LittleEndian),
+        b"2ELIFREP" => read_impl::<BigEndian>(name, data, map, opts, Endianness::BigEndian),
         b"PERFFILE" => Err(format!("{name} is a perf.data in the old version-1 format, which is not supported")),
         _ => Err(format!("{name} is not a perf.data file (it does not start with the PERFILE2 magic)")),
     }
@@ -960,95 +953,26 @@ fn read_impl<T: ByteOrder>(
     opts: &Options,
     endian: Endianness,
 ) -> Result<Output, String> {
-    if data.len() < 104 {
-        return Err(format!("{name} is cut short inside the perf.data header ({} bytes)", data.len()));
-    }
-    let file_len = data.len() as u64;
-    let header_size = u64_at::<T>(data, 8);
-    let attr_size = u64_at::<T>(data, 16);
-    let attrs_off = u64_at::<T>(data, 24);
-    let attrs_len = u64_at::<T>(data, 32);
-    let data_off = u64_at::<T>(data, 40);
-    let mut data_size = u64_at::<T>(data, 48);
-    let mut warnings = Vec::new();
-    if header_size < 104 || attr_size < 64 + 16 || attrs_off.saturating_add(attrs_len) > file_len || data_off > file_len {
-        if data_off > file_len || attrs_off.saturating_add(attrs_len) > file_len {
-            return Err(format!("{name} is cut short before its first record (the file has {file_len} bytes)"));
-        }
-        return Err(format!("{name} has a damaged perf.data header"));
-    }
-    let mut truncated_at: Option<u64> = None;
-    if data_size == 0 && file_len > data_off {
-        warnings.push(format!(
-            "{name}: the header records no data size (perf record did not finish); reading records up to the end of the file"
-        ));
-        data_size = file_len - data_off;
-        truncated_at = Some(file_len);
-    }
-    let expected_end = data_off.saturating_add(data_size);
-    let mut patched = data[..104].to_vec();
-    // Feature section table after the data: check it and every section is in the file.
-    let nfeat: u32 = (0..4).map(|i| u64_at::<T>(data, 72 + 8 * i).count_ones()).sum();
-    let table_end = expected_end.saturating_add(16 * nfeat as u64);
-    let mut features_ok = table_end <= file_len;
-    if features_ok {
-        for i in 0..nfeat as u64 {
-            let o = (expected_end + 16 * i) as usize;
-            let (off, size) = (u64_at::<T>(data, o), u64_at::<T>(data, o + 8));
-            if off.saturating_add(size) > file_len {
-                features_ok = false;
-            }
-        }
-    }
-    if expected_end > file_len {
-        truncated_at = Some(file_len);
-        data_size = file_len - data_off;
-    }
-    if !features_ok {
-        patched[72..104].fill(0);
-    }
-    let mut ds = [0u8; 8];
-    T::write_u64(&mut ds, data_size);
-    patched[48..56].copy_from_slice(&ds);
-    let cursor = PatchedFile { header: patched, data, pos: 0 };
-    let PerfFileReader { mut perf_file, mut record_iter } =
-        PerfFileReader::parse_file(cursor).map_err(|e| format!("{name} is not a readable perf.data file: {e}"))?;
+    let layout = layout::check::<T>(name, data)?;
+    let (file_len, data_off, data_size) = (layout.file_len, layout.data_off, layout.data_size);
+    let (expected_end, truncated_at, features_ok) = (layout.expected_end, layout.truncated_at, layout.features_ok);
+    let PerfFileReader { mut perf_file, mut record_iter } = PerfFileReader::parse_file(layout.patched(data))
+        .map_err(|e| format!("{name} is not a readable perf.data file: {e}"))?;
 
-    // Raw attrs (the crate truncates unknown read_format / sample_type bits).
+    // The attributes as the attribute section has them (the crate drops unknown
+    // sample_type / read_format bits), named from the event description when
+    // it lists the same events, each with the ids of both.
     let descs = perf_file.event_attributes();
-    let n_raw = (attrs_len / attr_size) as usize;
+    let named = descs.len() == layout.attrs.len();
     let mut attrs = Vec::new();
     let mut id_to_attr = FxHashMap::default();
-    for (i, d) in descs.iter().enumerate() {
-        let (type_, config, pf, st, rf, flags) = if n_raw == descs.len() {
-            let b = (attrs_off + i as u64 * attr_size) as usize;
-            (
-                T::read_u32(&data[b..b + 4]),
-                u64_at::<T>(data, b + 8),
-                u64_at::<T>(data, b + 16),
-                u64_at::<T>(data, b + 24),
-                u64_at::<T>(data, b + 32),
-                u64_at::<T>(data, b + 40),
-            )
-        } else {
-            let a = &d.attr;
-            let freq = matches!(a.sampling_policy, linux_perf_event_reader::SamplingPolicy::Frequency(_));
-            let pf = match a.sampling_policy {
-                linux_perf_event_reader::SamplingPolicy::Frequency(f) => f,
-                linux_perf_event_reader::SamplingPolicy::Period(p) => p.get(),
-                _ => 0,
-            };
-            let mut flags = if freq { ATTR_FLAG_FREQ } else { 0 };
-            if a.flags.contains(linux_perf_event_reader::AttrFlags::SAMPLE_ID_ALL) {
-                flags |= ATTR_FLAG_SAMPLE_ID_ALL;
-            }
-            (u32::MAX, 0, pf, a.sample_format.bits(), a.read_format.bits(), flags)
-        };
-        let name = d.name.clone().unwrap_or_else(|| event_name_fallback(type_, config));
-        for id in &d.event_ids {
-            id_to_attr.insert(*id, i);
+    for (i, a) in layout.attrs.iter().enumerate() {
+        let name = named.then(|| descs[i].name.clone()).flatten().unwrap_or_else(|| event_name_fallback(a.type_, a.config));
+        for id in a.ids.iter().chain(if named { descs[i].event_ids.iter() } else { [].iter() }) {
+            id_to_attr.entry(*id).or_insert(i);
         }
-        let sample_id_all = flags & ATTR_FLAG_SAMPLE_ID_ALL != 0;
+        let st = a.sample_type;
+        let sample_id_all = a.flags & ATTR_FLAG_SAMPLE_ID_ALL != 0;
         let time_from_start = (st & SAMPLE_TIME != 0)
             .then(|| 8 * (st & (SAMPLE_IDENTIFIER | SAMPLE_IP | SAMPLE_TID)).count_ones() as usize);
         let time_from_end = (sample_id_all && st & SAMPLE_TIME != 0).then(|| {
@@ -1056,17 +980,18 @@ fn read_impl<T: ByteOrder>(
         });
         attrs.push(Attr {
             name,
-            type_,
-            config,
-            period_or_freq: pf,
+            type_: a.type_,
+            config: a.config,
+            period_or_freq: a.period_or_freq,
             sample_type: st,
-            read_format: rf,
-            freq: flags & ATTR_FLAG_FREQ != 0,
+            read_format: a.read_format,
+            freq: a.flags & ATTR_FLAG_FREQ != 0,
             sample_id_all,
             time_from_start,
             time_from_end,
         });
     }
+    let warnings = layout.warnings;
     if attrs.is_empty() {
         return Err(format!("{name} describes no events"));
     }
@@ -1150,9 +1075,13 @@ fn read_impl<T: ByteOrder>(
         stacks: SliceSet::new(),
         acc: Vec::new(),
         read_storage: FxHashMap::default(),
+        read_resync: Default::default(),
         rec_counts: [0; 128],
         samples_seen: 0,
         malformed: 0,
+        malformed_other: 0,
+        read_backwards: 0,
+        overflowed: 0,
         unknown_ids: 0,
         lost_events: 0,
         lost_samples: 0,
@@ -1281,11 +1210,30 @@ fn read_impl<T: ByteOrder>(
             ));
         }
     }
-    if !features_ok && truncated_at.is_some() {
-        st.warnings.push(format!("{name}: the header sections (hostname, kernel release, event names) were lost with the cut"));
+    if !features_ok {
+        st.warnings.push(if truncated_at.is_some() {
+            format!("{name}: the header sections (hostname, kernel release, event names) were lost with the cut")
+        } else {
+            format!("{name}: the header sections (hostname, kernel release, event names) are missing or lie outside the file; events are named by their type")
+        });
     }
     if st.malformed > 0 {
         st.warnings.push(format!("{name}: {} sample records were malformed and skipped", st.malformed));
+    }
+    if st.malformed_other > 0 {
+        st.warnings.push(format!("{name}: {} mapping records were malformed and skipped", st.malformed_other));
+    }
+    if st.read_backwards > 0 {
+        st.warnings.push(format!(
+            "{name}: {} read values were below the event's previous value (damaged) and were skipped",
+            st.read_backwards
+        ));
+    }
+    if st.overflowed > 0 {
+        st.warnings.push(format!(
+            "{name}: {} samples were skipped because their period would overflow the event's 64-bit total (damaged)",
+            st.overflowed
+        ));
     }
     if st.unknown_ids > 0 {
         st.warnings.push(format!("{name}: {} read values named an unknown event id and were skipped", st.unknown_ids));
