@@ -7,6 +7,7 @@ import pytest
 
 from conftest import assert_one_sentence_error, run_cli
 from kperfdiff.bench import build, catalogue
+from kperfdiff.store import Store
 
 TINY = ["--intervals", "3", "--min-batch-ms", "1", "--no-progress"]
 
@@ -54,6 +55,7 @@ def test_parallel_copies_pool_intervals(home):
     (["frobnicate"], "invalid choice"),
 ])
 def test_bad_arguments_one_sentence(home, args, needle):
+    Store.open(home / "kperfdiff.db").conn.close()     # show reads an existing store (it never makes one)
     p = run_cli(*args)
     assert_one_sentence_error(p)
     assert needle in p.stderr
