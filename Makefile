@@ -72,7 +72,7 @@ test-slow: setup
 	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
 
 bench-harness: setup
-	$(BIN)/python benchmarks/bench_stability.py
+	$(BIN)/python harness/bench_stability.py
 
 clean:
 	rm -rf $(STAMPS) native/target

@@ -1,5 +1,5 @@
 """A seeded mutation fuzzer over the text profile readers (perf script, perf report --stdio, folded
-stacks), shared by tests/test_fuzz_text.py (bounded, in CI) and benchmarks/fuzz_text.py (long runs).
+stacks), shared by tests/test_fuzz_text.py (bounded, in CI) and harness/fuzz_text.py (long runs).
 
 Each execution mutates a seed taken from tests/data/text, writes it to a file and reads it the way
 `kperfdiff diff` does (sniff, then load). The outcome is one of:
@@ -128,7 +128,7 @@ def invariant_problem(prof) -> str | None:
 def run_one(path: Path) -> tuple[str, str]:
     """Read ``path`` as `kperfdiff diff` does; (outcome, detail)."""
     from kperfdiff.errors import KperfdiffError
-    from kperfdiff.profile import load
+    from kperfdiff.ingest.load import load
     try:
         prof = load(path)
     except KperfdiffError as e:

@@ -12,7 +12,8 @@ from scipy import stats as sst
 
 from kperfdiff.diff import DiffOptions, add_folded, diff_profiles
 from kperfdiff.errors import InputError
-from kperfdiff.profile import Profile, Symbol, load
+from kperfdiff.ingest.profile import Profile, Symbol
+from kperfdiff.ingest.load import load
 from kperfdiff.render import diff as render
 from kperfdiff.symbols.equivalence import load_roles
 
@@ -352,7 +353,8 @@ def test_compute_modes():
 def test_merge_adds_parallel_copies_into_one_replicate():
     """The copies of one repetition become one profile: weights, samples and stacks add up, and a
     symbol found in only one copy keeps its weight."""
-    from kperfdiff.profile import load, merge
+    from kperfdiff.ingest.load import load
+    from kperfdiff.ingest.profile import merge
     a = load(DATA / "text" / "forkexec.folded")
     b = load(DATA / "text" / "mixed.folded")
     m = merge([a, b], "two copies")

@@ -1,5 +1,5 @@
 """Specific checks of the lmbench-style families: signal, select, proc, ipc, fs, ctx,
-and of benchmarks/vs_lmbench.py's readers of lmbench's output.
+and of harness/vs_lmbench.py's readers of lmbench's output.
 
 The generic test (tests/test_benchmarks.py) runs every catalogue entry with
 tiny settings; these tests check what it cannot see: self-measured
@@ -216,7 +216,7 @@ def test_ctx_split_runs_members_on_two_cpus(binaries):
             p.wait()
 
 
-# ------------------------------------------------ benchmarks/vs_lmbench.py
+# ------------------------------------------------ harness/vs_lmbench.py
 
 ROOT = Path(__file__).resolve().parent.parent
 LMB_DATA = Path(__file__).with_name("data") / "lmbench"
@@ -224,7 +224,7 @@ LMB_DATA = Path(__file__).with_name("data") / "lmbench"
 
 @pytest.fixture(scope="module")
 def vs():
-    spec = importlib.util.spec_from_file_location("vs_lmbench", ROOT / "benchmarks" / "vs_lmbench.py")
+    spec = importlib.util.spec_from_file_location("vs_lmbench", ROOT / "harness" / "vs_lmbench.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules["vs_lmbench"] = mod  # dataclasses look their module up
     try:
@@ -287,7 +287,7 @@ def test_vs_lmbench_verdict_uses_stated_reason(vs):
 
 def test_vs_lmbench_without_lmbench_exits_2():
     env = {k: v for k, v in os.environ.items() if k != "LMBENCH_BIN"}
-    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "vs_lmbench.py")],
+    p = subprocess.run([sys.executable, str(ROOT / "harness" / "vs_lmbench.py")],
                        capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 2 and p.stdout == ""
     lines = p.stderr.strip().splitlines()

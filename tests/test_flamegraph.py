@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from kperfdiff.diff import DiffOptions, add_folded, diff_profiles
-from kperfdiff.profile import load
+from kperfdiff.ingest.load import load
 from kperfdiff.render.flamegraph import differential_svg
 
 DATA = Path(__file__).resolve().parent / "data"

@@ -1,12 +1,12 @@
 """Every perf.data input the fuzzer (native/tests/fuzz/mod.rs; `cargo test` runs it bounded,
-benchmarks/fuzz_perfdata.py long) broke the reader with, read the way kperfdiff reads it.
+harness/fuzz_perfdata.py long) broke the reader with, read the way kperfdiff reads it.
 
 Each fixture is tests/data/perfdata/tiny.perf.data or tiny-group.perf.data with one edit
 (tests/data/perfdata/fuzz/README.md); the comment says what the reader did with it before."""
 import pytest
 
 from conftest import DATA, run_cli
-from kperfdiff.profile import load
+from kperfdiff.ingest.load import load
 
 FUZZ = DATA / "perfdata" / "fuzz"
 

@@ -1,5 +1,5 @@
 """Hostile text profiles: a bounded run of the mutation fuzzer (tests/fuzzing.py; the long mode is
-benchmarks/fuzz_text.py), every input it ever broke a reader with (tests/data/text/fuzz/), and the
+harness/fuzz_text.py), every input it ever broke a reader with (tests/data/text/fuzz/), and the
 inputs that are not files at all."""
 import os
 import subprocess
@@ -11,7 +11,8 @@ import pytest
 from conftest import DATA, KPERFDIFF, assert_one_sentence_error, run_cli
 from fuzzing import fuzz, invariant_problem
 from kperfdiff.errors import InputError
-from kperfdiff.profile import check_input_file, load
+from kperfdiff.files import check_input_file
+from kperfdiff.ingest.load import load
 
 FUZZ = DATA / "text" / "fuzz"
 

@@ -214,7 +214,7 @@ def test_unknown_event_lists_events():
 
 
 def test_profile_load_dispatches_here():
-    from kperfdiff.profile import load
+    from kperfdiff.ingest.load import load
     p = load(PLAIN)
     assert p.event == "cpu-clock" and p.samples > 1000
 

@@ -10,7 +10,7 @@ import pytest
 
 from kperfdiff.errors import InputError
 from kperfdiff.ingest import text
-from kperfdiff.profile import load, sniff
+from kperfdiff.ingest.load import load, sniff
 from kperfdiff.symbols.normalise import normalise
 
 DATA = Path(__file__).resolve().parent / "data" / "text"

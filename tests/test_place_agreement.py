@@ -22,7 +22,7 @@ from kperfdiff.place import optimise
 from kperfdiff.place import simulate as sim
 from kperfdiff.place.inputs import load_groups, load_hw, load_sizes
 from kperfdiff.place.model import build_problem
-from kperfdiff.profile import load
+from kperfdiff.ingest.load import load
 
 DATA = Path(__file__).parent / "data" / "place"
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ import pytest
 from kperfdiff.errors import InputError
 from kperfdiff.place import inputs
 from kperfdiff.place.model import build_problem
-from kperfdiff.profile import load
+from kperfdiff.ingest.load import load
 
 DATA = Path(__file__).parent / "data" / "place"
 ROOT = Path(__file__).resolve().parents[1]

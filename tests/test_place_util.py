@@ -4,7 +4,7 @@ from collections import defaultdict
 import numpy as np
 
 from kperfdiff.place.inputs import SizeTable
-from kperfdiff.profile import Profile, Symbol
+from kperfdiff.ingest.profile import Profile, Symbol
 
 
 def profile_from_folded(folded: dict[str, float], source="test") -> Profile:

@@ -6,6 +6,7 @@ import pytest
 
 from conftest import DATA, assert_one_sentence_error, run_cli
 from kperfdiff import machine, record
+from kperfdiff.arch import normalise_arch
 from kperfdiff.errors import InputError
 from kperfdiff.store import Store
 
@@ -23,7 +24,7 @@ def test_record_any_command(tmp_path):
     assert pd.exists() and (out / "kallsyms").exists()
     meta = json.loads((out / "perf.profile.json").read_text())
     assert meta["command"].startswith("dd ") and meta["event"] in ("cpu-clock", "cycles")
-    assert meta["kallsyms"] == "kallsyms" and meta["arch"] == machine.normalise_arch(__import__("os").uname().machine)
+    assert meta["kallsyms"] == "kallsyms" and meta["arch"] == normalise_arch(__import__("os").uname().machine)
     hw = json.loads((out / "perf.hwstat.json").read_text())
     assert set(hw["available"]) | set(hw["unavailable"]) == set(record.HW_EVENTS)
     assert (out / "perf.buildids").exists()

@@ -17,7 +17,8 @@ from kperfdiff.bench import catalogue
 from kperfdiff.bench.session import BenchOptions
 from kperfdiff.errors import BenchError, InputError, UsageError
 from kperfdiff.targets import Invocation, open_target, run_benchmarks
-from kperfdiff.targets import base, boot, elf
+from kperfdiff.targets import base, boot
+from kperfdiff.targets.guest import elf
 from kperfdiff.targets.qemu import QemuTarget, modules_needed, parse_spec, resolve_kernel
 
 HAVE_ARM = shutil.which("qemu-system-aarch64") is not None

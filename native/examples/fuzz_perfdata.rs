@@ -1,4 +1,4 @@
-//! The perf.data reader's fuzzer as a program, for benchmarks/fuzz_perfdata.py,
+//! The perf.data reader's fuzzer as a program, for harness/fuzz_perfdata.py,
 //! which runs it in child processes so that an abort is counted, not lost:
 //!
 //!     fuzz_perfdata [--seed S] [--from I] [--count N] [--dump FILE]

@@ -51,7 +51,7 @@ from pathlib import Path
 
 from . import stats
 from .errors import InputError
-from .profile import Profile
+from .ingest.profile import Profile
 from .symbols.normalise import normalise
 
 DIFF_VERSION = 1
@@ -559,7 +559,8 @@ def _store_refs(ref: str, args) -> list[tuple[list[Path], dict]]:
 
 
 def _load_side(spec: str, args, side: str) -> list[Profile]:
-    from .profile import load, merge, sniff
+    from .ingest.load import load, sniff
+    from .ingest.profile import merge
     kall = getattr(args, f"kallsyms_{side}", None) or args.kallsyms
     symfs_dir = getattr(args, f"symfs_{side}", None) or args.symfs
     profs = []

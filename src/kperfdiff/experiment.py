@@ -223,7 +223,7 @@ def _placeholders(text: str) -> list[str]:
 def parse(path: str | Path, allow_knobs=frozenset()) -> Experiment:
     """Read and check an experiment file; every problem is one sentence naming the file and field."""
     p = Path(path)
-    from .profile import check_input_file
+    from .files import check_input_file
     if p.exists() and not p.is_dir():
         check_input_file(p, "experiment")
     try:

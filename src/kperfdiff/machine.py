@@ -7,8 +7,6 @@ the stable facts lets the store keep one row per machine configuration.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import platform
 import re
@@ -17,16 +15,10 @@ import socket
 import subprocess
 from pathlib import Path
 
-ARCH_NAMES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "arm64", "arm64": "arm64",
-              "armv7l": "arm", "arm": "arm", "riscv64": "riscv64", "ppc64le": "powerpc", "s390x": "s390"}
+from .arch import normalise_arch
+
 PROBE_EVENTS = ["cpu-clock", "task-clock", "cycles", "instructions", "cache-misses",
                 "dTLB-load-misses", "iTLB-load-misses", "branch-misses"]
-
-
-def normalise_arch(name: str | None) -> str | None:
-    if not name:
-        return None
-    return ARCH_NAMES.get(name.strip().lower(), name.strip().lower())
 
 
 def _read(path: str, default: str = "") -> str:
@@ -113,13 +105,3 @@ def facts(probe_perf: bool = True) -> dict:
         "perf_events": perf_events() if probe_perf else {},
         "boot_id": _read("/proc/sys/kernel/random/boot_id"),
     }
-
-
-STABLE_KEYS = ("arch", "cpu_model", "cpus", "kernel_release", "kernel_version", "cmdline", "hostname",
-               "page_size", "mem_total_kb", "thp_enabled", "thp_defrag", "clocksource", "virtualisation",
-               "emulated", "perf_events")
-
-
-def fingerprint(f: dict) -> str:
-    stable = {k: f.get(k) for k in STABLE_KEYS}
-    return hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest()[:16]

@@ -134,17 +134,6 @@ def finish_recording(perf_data: Path, facts: dict, meta: dict) -> dict:
     return full
 
 
-def read_meta(perf_data: Path) -> dict:
-    """The meta file written beside a perf.data, or {} when there is none."""
-    name = perf_data.name
-    stem = name[:-len(".perf.data")] if name.endswith(".perf.data") else perf_data.stem
-    p = perf_data.parent / f"{stem}.profile.json"
-    try:
-        return json.loads(p.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
 @dataclass
 class BenchProfiler:
     """Profiles every process of a `kperfdiff bench --profile` session."""

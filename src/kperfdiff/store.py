@@ -20,6 +20,7 @@ longer exists is marked ``interrupted`` the next time the store is opened.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sqlite3
@@ -428,7 +429,6 @@ class Store:
 
     # -- machines and runs ---------------------------------------------------
     def add_machine(self, facts: dict) -> int:
-        from .machine import fingerprint
         fp = fingerprint(facts)
 
         def w():
@@ -813,3 +813,14 @@ def _nan_none(v):
         return None if v != v else v
     except TypeError:
         return v
+
+
+# The machine row's identity: facts that stay the same across boots of one configuration.
+STABLE_KEYS = ("arch", "cpu_model", "cpus", "kernel_release", "kernel_version", "cmdline", "hostname",
+               "page_size", "mem_total_kb", "thp_enabled", "thp_defrag", "clocksource", "virtualisation",
+               "emulated", "perf_events")
+
+
+def fingerprint(f: dict) -> str:
+    stable = {k: f.get(k) for k in STABLE_KEYS}
+    return hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest()[:16]

@@ -4,7 +4,7 @@ The Rust side reads the file, symbolises kernel addresses against a kallsyms
 file and user addresses against ELF symbols, and aggregates samples per event
 (self, children, call edges, unique stacks). It hands back compact data
 (strings for the symbol table, ``bytes`` for numeric arrays) that this module
-turns into :class:`kperfdiff.profile.Profile` objects with numpy arrays.
+turns into :class:`kperfdiff.ingest.profile.Profile` objects with numpy arrays.
 
 Symbol sources, per input:
 
@@ -21,15 +21,29 @@ Symbol sources, per input:
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import numpy as np
 
+from ..arch import normalise_arch
 from ..errors import InputError
-from ..profile import Profile, Symbol
+from ..files import check_input_file
+from .profile import Profile, Symbol
 
 _NS_EVENTS = {"cpu-clock", "task-clock"}
+
+
+def read_meta(perf_data: Path) -> dict:
+    """The meta file written beside a perf.data, or {} when there is none."""
+    name = perf_data.name
+    stem = name[:-len(".perf.data")] if name.endswith(".perf.data") else perf_data.stem
+    p = perf_data.parent / f"{stem}.profile.json"
+    try:
+        return json.loads(p.read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def _native():
@@ -40,14 +54,6 @@ def _native():
     if not hasattr(n, "read_perf_data"):
         raise InputError("the native perf.data reader is out of date; run `make setup` to rebuild it")
     return n
-
-
-def _arch(name: str | None) -> str | None:
-    try:
-        from ..machine import normalise_arch
-    except ImportError:  # pragma: no cover
-        return name
-    return normalise_arch(name)
 
 
 def _debug_dirs() -> list[str]:
@@ -80,7 +86,6 @@ def find_kallsyms(path: Path, build_ids: list | None = None) -> Path | None:
 
 
 def _read(path: Path, kallsyms, symfs) -> tuple[dict, Path | None]:
-    from ..profile import check_input_file
     n = _native()
     check_input_file(path, "perf.data")
     ks = Path(kallsyms) if kallsyms is not None else find_kallsyms(path)
@@ -123,7 +128,7 @@ def _meta(raw: dict, path: Path, ks: Path | None) -> dict:
         "nr_cpus": h.get("nr_cpus_online"),
         "nr_cpus_avail": h.get("nr_cpus_available"),
         "perf_version": h.get("perf_version"),
-        "arch": _arch(h.get("arch")),
+        "arch": normalise_arch(h.get("arch")),
         "arch_raw": h.get("arch"),
         "cpu_desc": h.get("cpu_desc"),
         "cmdline": h.get("cmdline"),
@@ -139,7 +144,6 @@ def _meta(raw: dict, path: Path, ks: Path | None) -> dict:
     if h.get("first_sample_time") is not None and h.get("last_sample_time") is not None:
         meta["duration_ns"] = h["last_sample_time"] - h["first_sample_time"]
     try:  # the meta file `kperfdiff record` writes beside its perf.data (cpu time, ops)
-        from ..record import read_meta
         extra = read_meta(path)
     except Exception:  # noqa: BLE001 - optional
         extra = {}

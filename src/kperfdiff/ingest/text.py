@@ -50,7 +50,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
-from ..profile import Profile, Symbol
+from ..symbols.normalise import normalise
+from .profile import Profile, Symbol
 
 KIND_SCRIPT = "perf-script"
 KIND_REPORT = "perf-report"
@@ -123,7 +124,6 @@ _ANNOTATION = re.compile(r"_\[([kjiw])\]$")
 
 
 def _is_entry(name: str) -> bool:
-    from ..symbols.normalise import normalise
     n = normalise(name)
     return n in KERNEL_ENTRY or n.startswith(_KERNEL_ENTRY_PREFIXES)
 

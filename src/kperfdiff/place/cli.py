@@ -100,7 +100,7 @@ class _Ctx:
 
 
 def _load(args) -> _Ctx:
-    from ..profile import load
+    from ..ingest.load import load
     from .inputs import load_groups, load_hw, load_sizes, parse_bytes
     from .model import build_problem
     c = _Ctx()

@@ -87,7 +87,7 @@ class SizeTable:
 
 def _regular(path: Path, what: str) -> None:
     """A FIFO or a device named as an input is refused before it is read (it would block or never end)."""
-    from ..profile import check_input_file
+    from ..files import check_input_file
     if path.exists() and not path.is_dir():
         check_input_file(path, what)
 

@@ -118,7 +118,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import InputError
-from ..profile import Profile
+from ..ingest.profile import Profile
 from .inputs import Group, HwModel, SizeTable, match_any, resolve_group
 
 # -- the thesis's equations -------------------------------------------------------

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..profile import Profile
+from ..ingest.profile import Profile
 from .inputs import HwModel, SizeTable
 
 

@@ -101,7 +101,8 @@ def load_profiles(entries: list[dict], label: str) -> list:
     """One profile per repetition (its parallel copies merged), at most MAX_PROFILES_PER_SIDE;
     a missing file is an error naming it, never a silently smaller side."""
     from ..errors import InputError
-    from ..profile import load, merge
+    from ..ingest.load import load
+    from ..ingest.profile import merge
     by_rep: dict = {}
     for p in entries:
         by_rep.setdefault((p.get("run_id") or 0, p.get("rep") or 0), []).append(p)

@@ -45,7 +45,7 @@ class RoleTable:
 
 
 def _read(path: Path) -> tuple[list[tuple[str, list[str], str]], list[str]]:
-    from ..profile import check_input_file
+    from ..files import check_input_file
     if Path(path).exists():
         check_input_file(Path(path), "equivalence map")
     try:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import machine, monitors
+from ..arch import normalise_arch
 from ..bench import build, catalogue
 from ..bench.worker import WorkerOutput, parse_output
 
@@ -342,7 +343,7 @@ def facts_from_files(files: dict[str, str], *, emulated: bool, virtualisation: s
     m = re.search(r"(\d+)\s*kB", g("pagesize"))
     page = int(m.group(1)) * 1024 if m else None
     f = {
-        "arch": machine.normalise_arch(g("machine")),
+        "arch": normalise_arch(g("machine")),
         "machine": g("machine"),
         "cpu_model": model,
         "cpus": cpus or 1,

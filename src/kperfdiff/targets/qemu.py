@@ -37,11 +37,11 @@ from pathlib import Path
 
 from ..bench.build import cache_dir, host_arch
 from ..errors import BenchError, InputError, UsageError
-from . import elf
+from .guest import elf
 from .base import Invocation, InvocationResult, Target, bundle_binaries, facts_from_files, job_script, \
     read_fact_files, read_results
-from .cpio import CpioWriter
-from .debian import Apt
+from .guest.cpio import CpioWriter
+from .guest.debian import Apt
 
 ARCHES = {
     "arm64": {"qemu": "qemu-system-aarch64", "debian": "arm64", "gnu": "aarch64", "triplet": "aarch64-linux-gnu",

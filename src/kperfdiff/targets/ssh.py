@@ -23,7 +23,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from .. import machine
+from ..arch import normalise_arch
 from ..errors import BenchError, InputError, UsageError
 from .base import Invocation, InvocationResult, Target, bundle_binaries, facts_from_files, job_script, \
     read_fact_files, read_results
@@ -128,7 +128,7 @@ class SshTarget(Target):
         if self.remote_dir:
             return
         r = self.remote(["uname", "-m"], what="uname -m", timeout=CONNECT_TIMEOUT_S + 30)
-        self.arch = machine.normalise_arch(r.stdout.decode().strip())
+        self.arch = normalise_arch(r.stdout.decode().strip())
         base = self.addr["dir"] or "/tmp"
         r = self.remote(["mktemp", "-d", f"{base}/kperfdiff.XXXXXXXX"], what="mktemp")
         self.remote_dir = r.stdout.decode().strip()

@@ -6,8 +6,8 @@ Runs the same benchmarks as two separate `kperfdiff bench` runs (a1, then a2),
 false-positive rate: the share of tables with at least one significant cell.
 kperfdiff's claim (issue 9) is that this rate is at most 5%.
 
-    .venv/bin/python benchmarks/aa_false_positives.py --tables 20
-    .venv/bin/python benchmarks/aa_false_positives.py --tables 20 --precision 3
+    .venv/bin/python harness/aa_false_positives.py --tables 20
+    .venv/bin/python harness/aa_false_positives.py --tables 20 --precision 3
 
 Every run goes through the real command line into a temporary store (or
 ``--store``, kept for inspection). Runs are independent pairs: table i compares

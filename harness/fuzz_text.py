@@ -1,7 +1,7 @@
 """Long runs of the text-reader fuzzer (tests/fuzzing.py): executions and the count of each outcome.
 
-    .venv/bin/python benchmarks/fuzz_text.py --executions 20000 --seed 1 [--save DIR]
-    .venv/bin/python benchmarks/fuzz_text.py --seconds 600
+    .venv/bin/python harness/fuzz_text.py --executions 20000 --seed 1 [--save DIR]
+    .venv/bin/python harness/fuzz_text.py --seconds 600
 
 Exit status 1 if any input crashed a reader or gave a Profile that breaks an invariant; --save keeps
 those inputs (minimise one into tests/data/text/fuzz/ with a test).

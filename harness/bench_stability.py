@@ -8,7 +8,7 @@ whole suite's time, and reference figures measured in the same session by
 `perf bench` (getppid loop, pipe ping-pong) beside kperfdiff's equivalents,
 as ratios.
 
-    .venv/bin/python benchmarks/bench_stability.py [--suite quick|full] [--runs 3] [--only PATTERNS]
+    .venv/bin/python harness/bench_stability.py [--suite quick|full] [--runs 3] [--only PATTERNS]
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError
+from ...errors import InputError
 
 MACHINES = {3: "i386", 40: "arm", 62: "x86_64", 183: "aarch64", 243: "riscv64", 21: "ppc64", 22: "s390"}
 DT_NEEDED, DT_STRTAB, DT_STRSZ = 1, 5, 10

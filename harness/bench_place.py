@@ -7,7 +7,7 @@ Zipf-like self weights (a few hot functions, a long tail), log-normal sizes
 Runs the exact MILP with a time limit and prints the solve time, the
 optimality gap and the gain against greedy and the group method.
 
-    .venv/bin/python benchmarks/bench_place.py [--functions 5000] [--edges 50000]
+    .venv/bin/python harness/bench_place.py [--functions 5000] [--edges 50000]
         [--capacity 32K] [--time-limit 60] [--seed 1] [--fills measured|uniform]
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from kperfdiff.place import optimise  # noqa: E402
 from kperfdiff.place.inputs import Group, SizeTable, load_hw, parse_bytes  # noqa: E402
 from kperfdiff.place.model import build_problem  # noqa: E402
-from kperfdiff.profile import Profile, Symbol  # noqa: E402
+from kperfdiff.ingest.profile import Profile, Symbol  # noqa: E402
 
 
 def synthetic(n: int, m: int, seed: int):

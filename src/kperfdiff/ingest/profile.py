@@ -21,14 +21,11 @@ that could not be symbolised. Inputs: perf.data (native reader, in
 """
 from __future__ import annotations
 
-import os
-import stat
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from .errors import InputError
+from ..errors import InputError
 
 PROFILE_VERSION = 1
 
@@ -76,76 +73,6 @@ class Profile:
         """Folded stacks (``a;b;c weight``), root first, as FlameGraph reads them."""
         names = [s.name for s in self.symbols]
         return [(";".join(names[i] for i in stack), w) for stack, w in self.stacks.items()]
-
-
-HEAD_BYTES = 65536            # what sniffing reads, extended to the end of a longer first line
-MAX_FIRST_LINE = 16 << 20     # ... up to this
-
-
-def check_input_file(path: Path, what: str = "profile") -> int:
-    """A file kperfdiff reads must be a regular file: a FIFO would block and a device (/dev/zero)
-    never end. Returns its size."""
-    try:
-        st = os.stat(path)
-    except ValueError:
-        raise InputError(f"{str(path)[:80]!r} has a NUL character in it; it names no file") from None
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except OSError as e:
-        raise InputError(f"cannot read {path}: {e.strerror}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise InputError(f"{path} is a directory, not a {what}; name the file inside it")
-    if not stat.S_ISREG(st.st_mode):
-        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device"
-        raise InputError(f"{path} is {kind}, not a {what} file; kperfdiff reads regular files only "
-                         f"(save the data to a file first)")
-    return st.st_size
-
-
-def sniff(path: Path) -> str:
-    """Name the format of a profile file: perf.data, perf-script, perf-report or folded."""
-    size = check_input_file(path)
-    try:
-        with open(path, "rb") as f:
-            head = f.read(HEAD_BYTES) if size else b""
-            # a long first line (a folded stack can be 100 KiB) is sniffed whole
-            while len(head) < size and b"\n" not in head and len(head) < MAX_FIRST_LINE:
-                more = f.read(HEAD_BYTES)
-                if not more:
-                    break
-                head += more
-            if b"\n" in head[HEAD_BYTES:]:
-                head = head[:head.index(b"\n", HEAD_BYTES) + 1]
-    except OSError as e:
-        raise InputError(f"cannot read {path}: {e.strerror}") from None
-    if not head:
-        raise InputError(f"{path} is empty; it holds no profile")
-    if head.startswith(b"PERFILE2") or head.startswith(b"2ELIFREP"):
-        return "perf.data"
-    if head.startswith(b"PERFFILE"):
-        raise InputError(f"{path} is a perf.data in the old version-1 format; convert it with a newer perf (perf inject)")
-    if b"\0" in head:
-        raise InputError(f"{path} is not a profile kperfdiff can read (perf.data, perf script, perf report --stdio or folded stacks)")
-    from .ingest import text
-    return text.sniff_text(path, head.decode("utf-8", "replace"))
-
-
-def load(path: str | Path, *, kallsyms: str | Path | None = None, symfs: list[str] | None = None,
-         event: str | None = None, label: str = "") -> Profile:
-    """Read one profile file of any supported format (one event of it)."""
-    path = Path(path)
-    fmt = sniff(path)
-    if fmt == "perf.data":
-        from .ingest import perfdata
-        prof = perfdata.load(path, kallsyms=kallsyms, symfs=symfs, event=event)
-    else:
-        from .ingest import text
-        prof = text.load(path, fmt, event=event)
-    if label:
-        prof.label = label
-    elif not prof.label:
-        prof.label = prof.arch or path.stem
-    return prof
 
 
 def merge(profiles: list[Profile], source: str) -> Profile:

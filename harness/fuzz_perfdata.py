@@ -12,7 +12,7 @@ panic, wrong (an invariant broken or an unclear error), abort (the child
 died), hang (no progress for --timeout seconds), and harness (the fuzzer
 failed to make an input); exit status 1 when any but ok and error occurred. The CI's bounded run is ``cargo test`` (tests/fuzz_perfdata.rs).
 
-    python benchmarks/fuzz_perfdata.py [--executions 16000 | --seconds 600] [--seed 1] [--save DIR]
+    python harness/fuzz_perfdata.py [--executions 16000 | --seconds 600] [--seed 1] [--save DIR]
 
 Execution i of a seed is always the same input: reproduce one with
 ``native/target/release/examples/fuzz_perfdata --seed S --from I --count 1``

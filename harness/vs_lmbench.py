@@ -14,7 +14,7 @@ results, and a verdict:
     DISAGREES              outside, with no stated reason
     failed: <why>          one side gave no number
 
-    LMBENCH_BIN=/work/lmbench-src/bin/x86_64 .venv/bin/python benchmarks/vs_lmbench.py \
+    LMBENCH_BIN=/work/lmbench-src/bin/x86_64 .venv/bin/python harness/vs_lmbench.py \
         [--rounds 5] [--only PATTERNS] [--param BENCH:KEY=VALUE] [--format text|json|markdown]
 
 lmbench prints its results on stderr; the parsers below read each tool's
