@@ -12,7 +12,8 @@ import pytest
 
 from conftest import run_cli
 from kperfdiff import compare as cm
-from kperfdiff.render import report
+from kperfdiff.commands.experiment import write_report
+from kperfdiff.report import gather
 from test_compare import make_store
 
 EVIL = "<script>alert(1)</script>"
@@ -43,7 +44,7 @@ def evil_store(tmp_path, home):
 def test_html_is_self_contained_and_escaped(tmp_path, evil_store):
     s, ra, rb = evil_store
     c = cm.from_runs(s, [str(ra.id), str(rb.id)])
-    out = report.write(s, c, tmp_path / "r.html")
+    out = write_report(gather(s, c), tmp_path / "r.html")
     html = out.read_text()
     assert "<script" not in html.lower()
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
@@ -192,7 +193,7 @@ def test_chromium_detects_errors_in_a_bad_page(tmp_path):
 def test_report_loads_in_headless_chromium(tmp_path, evil_store):
     s, ra, rb = evil_store
     c = cm.from_runs(s, [str(ra.id), str(rb.id)])
-    out = report.write(s, c, tmp_path / "report.html")
+    out = write_report(gather(s, c), tmp_path / "report.html")
     errors, facts = load_in_chromium(out, tmp_path / "chrome")
     assert errors == [], errors
     assert facts["tables"] >= 5 and facts["svgs"] >= 6 and facts["drawn"] == facts["svgs"]

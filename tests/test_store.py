@@ -8,6 +8,7 @@ import time
 import pytest
 
 from conftest import KPERFDIFF, assert_one_sentence_error, run_cli
+from kperfdiff import records
 from kperfdiff import store as st
 from kperfdiff.errors import StoreError
 
@@ -124,10 +125,10 @@ def test_killed_half_way_leaves_consistent_store(tmp_path, sig):
 
 def test_result_names_show_only_the_parameters_that_vary():
     def r(name, copies, params):
-        return st.Result(id=0, run_id=0, benchmark=name, params=params, copies=copies, status="ok", reason=None,
+        return records.Result(id=0, run_id=0, benchmark=name, params=params, copies=copies, status="ok", reason=None,
                          unit="ns/op", better="lower", n=1, median=1.0, min=1.0, max=1.0, q1=1.0, q3=1.0,
                          mean=1.0, stdev=None, cv=None, overhead=None, ops=1, cpu_ns=1, wall_s=1.0, monitors={},
                          info=[])
     rs = [r("boot.init", 1, {"mem": "1G", "x": "a"}), r("boot.init", 1, {"mem": "4G", "x": "a"}),
           r("syscall.null", 1, {"k": "1"}), r("syscall.null", 2, {"k": "2"})]
-    assert st.result_names(rs) == ["boot.init [mem=1G]", "boot.init [mem=4G]", "syscall.null", "syscall.null"]
+    assert records.result_names(rs) == ["boot.init [mem=1G]", "boot.init [mem=4G]", "syscall.null", "syscall.null"]

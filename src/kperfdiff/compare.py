@@ -41,14 +41,15 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import noise, stats
+from . import stats
 from .errors import InputError
+from .records import result_names, summarise_disturbance
 
-COMPARE_VERSION = 2
 MIN_REPS = stats.MIN_REPS
 
 
@@ -72,7 +73,7 @@ class Sample:
     @property
     def disturbed(self) -> str | None:
         """How many repetitions were disturbed, and why (None: none was)."""
-        return noise.summarise(self.noise, len(self.reps))
+        return summarise_disturbance(self.noise, len(self.reps))
     stop: str | None = None                                   # why the repetitions stopped (--precision)
 
     @property
@@ -286,7 +287,6 @@ def _side_from_runs(store, label: str, runs) -> Side:
     facts = store.machine(runs[0].machine_id) if runs else {}
     side = Side(label=label, run_ids=[r.id for r in runs], facts=facts,
                 emulated=any(bool(store.machine(r.machine_id).get("emulated")) for r in runs))
-    from .store import result_names
     for run in runs:
         results = store.results(run.id)
         for name, r in zip(result_names(results), results):
@@ -324,7 +324,7 @@ def from_experiment(store, ref: str) -> Comparison:
                 templates.setdefault(k, {})[s.label] = smp.benchmark
     # keep the file's column order
     state = exp["state"]
-    if state == "running" and not store.experiment_owner_alive(exp) and exp.get("pid") != __import__("os").getpid():
+    if state == "running" and not store.experiment_owner_alive(exp) and exp.get("pid") != os.getpid():
         state = "interrupted"
     title = f"experiment {exp['name']} (id {exp['id']}, {state})"
     cmp = compare(sides, pairs, title=title, experiment=exp, templates=templates)
@@ -387,16 +387,3 @@ def top_mover(cmp: Comparison) -> CellChange | None:
                 best = (score, c, blk)
         break
     return best[1] if best else None
-
-
-def run_cli(args) -> int:
-    """`kperfdiff compare RUN_A RUN_B ...` or `kperfdiff compare --experiment ID|NAME`."""
-    import sys
-
-    from .render import compare as render
-    from .render.report import load_comparison
-    from .store import Store
-    store = Store.open(args.store, create=False)
-    cmp = load_comparison(store, args)
-    sys.stdout.write(render.render(cmp, args.format))
-    return 0

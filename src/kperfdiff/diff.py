@@ -1,8 +1,8 @@
 """The kperfdiff ranking: where does kernel A spend more time than kernel B.
 
 :func:`diff_profiles` is pure computation (profiles in, :class:`DiffResult`
-out); :func:`run_cli` loads the inputs named on the command line, calls it,
-and writes the rendered result and any flame graph or folded files.
+out); the ``diff`` command (:mod:`kperfdiff.commands.diff`) loads the inputs, calls
+it and writes the rendered result and any flame graph or folded files.
 
 Method
 ------
@@ -43,18 +43,15 @@ Method
 from __future__ import annotations
 
 import math
-import os
-import sys
+from pathlib import PurePath as Path
 from dataclasses import dataclass, field
-from pathlib import Path
-
 
 from . import stats
 from .errors import InputError
 from .ingest.profile import Profile
+from .symbols.equivalence import load_roles
 from .symbols.normalise import normalise
 
-DIFF_VERSION = 1
 DEFAULT_TOP = 5
 SCOPES = ("kernel", "user", "all")
 _NS_EVENTS = {"cpu-clock", "task-clock"}
@@ -273,6 +270,44 @@ def _display(key, scope: str) -> str:
 def diff_profiles(side_a: list[Profile], side_b: list[Profile], options: DiffOptions | None = None) -> DiffResult:
     """Rank the functions whose share differs between two sets of profiles (see the module text)."""
     opts = options or DiffOptions()
+    warnings = _check_sides(side_a, side_b, opts)
+    labels = tuple(opts.labels) if opts.labels else _default_labels(side_a, side_b)
+    if labels[0] == labels[1]:
+        labels = (f"{labels[0]} (A)", f"{labels[1]} (B)")
+    ma = [_Measured(p, opts) for p in side_a]
+    mb = [_Measured(p, opts) for p in side_b]
+    if opts.per_op:
+        fa = [_per_op_factor(p, opts.ops[0]) for p in side_a]
+        fb = [_per_op_factor(p, opts.ops[1]) for p in side_b]
+    else:
+        fa, fb = [1.0] * len(ma), [1.0] * len(mb)
+    keys_a = set().union(*(m.weight for m in ma))
+    keys_b = set().union(*(m.weight for m in mb))
+    roles = _match_roles(keys_a, keys_b, opts) if opts.equivalence else _RoleMatch()
+    common, only_a, only_b = _rows(ma, mb, fa, fb, keys_a, keys_b, roles, opts)
+
+    tested = len(ma) >= 2 and len(mb) >= 2
+    if not tested and (len(ma) > 1 or len(mb) > 1):
+        warnings.append("significance needs at least 2 profiles on each side (3 or more recommended); "
+                        "rows are not tested")
+    if tested:
+        _significance(common + only_a + only_b, opts)
+    unit = "ns/op" if opts.per_op else "%"
+    method = ("share = weight / all samples of the profile (as perf report); "
+              + ("children (inclusive) weights; " if opts.children else "self weights; ")
+              + ("ns/op = share x CPU time / operations; " if opts.per_op else "")
+              + ("Welch 95% interval of B - A over profiles, Benjamini-Hochberg q over all rows" if tested else ""))
+    res = DiffResult(options=opts, labels=labels, side_a=_side_info(side_a, labels[0]),
+                     side_b=_side_info(side_b, labels[1]), common=common, only_a=only_a, only_b=only_b,
+                     unit=unit, significance=tested, warnings=warnings, method=method.rstrip("; "))
+    res.active_roles = roles.active
+    res.total_a = float(sum(p.total_weight for p in side_a))
+    res.total_b = float(sum(p.total_weight for p in side_b))
+    return res
+
+
+def _check_sides(side_a: list[Profile], side_b: list[Profile], opts: DiffOptions) -> list[str]:
+    """Refuse what cannot be diffed; the warnings of what can (the profiles' own, differing events)."""
     if opts.scope not in SCOPES:
         raise InputError(f"scope {opts.scope!r} is not one of {', '.join(SCOPES)}")
     if not side_a or not side_b:
@@ -290,91 +325,83 @@ def diff_profiles(side_a: list[Profile], side_b: list[Profile], options: DiffOpt
     if ev_a != ev_b and "unknown" not in ev_a | ev_b:
         warnings.append(f"the sides sample different events ({', '.join(sorted(ev_a))} vs "
                         f"{', '.join(sorted(ev_b))}); shares are compared as they are")
-    labels = tuple(opts.labels) if opts.labels else _default_labels(side_a, side_b)
-    if labels[0] == labels[1]:
-        labels = (f"{labels[0]} (A)", f"{labels[1]} (B)")
+    return warnings
 
-    ma = [_Measured(p, opts) for p in side_a]
-    mb = [_Measured(p, opts) for p in side_b]
-    if opts.per_op:
-        fa = [_per_op_factor(p, opts.ops[0]) for p in side_a]
-        fb = [_per_op_factor(p, opts.ops[1]) for p in side_b]
-    else:
-        fa = [1.0] * len(ma)
-        fb = [1.0] * len(mb)
 
-    keys_a = set().union(*(m.weight for m in ma))
-    keys_b = set().union(*(m.weight for m in mb))
+@dataclass
+class _RoleMatch:
+    rows: list[tuple[str, set, set]] = field(default_factory=list)  # (role, member keys in A, in B)
+    claimed: set = field(default_factory=set)                     # keys that became part of a role row
+    active: dict[str, str] = field(default_factory=dict)          # member name -> "[role]" (for flame graphs)
 
-    # Equivalence roles.
-    role_rows: list[tuple[str, set, set]] = []   # (role, members_a keys, members_b keys)
-    claimed: set = set()
-    active_roles: dict[str, str] = {}            # member name -> "[role]" (for flame graphs)
-    if opts.equivalence:
-        from .symbols.equivalence import load_roles
-        table = load_roles(opts.maps)
-        by_role_a: dict[str, set] = {}
-        by_role_b: dict[str, set] = {}
-        for k in keys_a:
+
+def _match_roles(keys_a: set, keys_b: set, opts: DiffOptions) -> _RoleMatch:
+    """Roles of the equivalence table with members on both sides, each side having a member the
+    other lacks (different names for one job); otherwise members compare one by one as usual."""
+    table = load_roles(opts.maps)
+    out = _RoleMatch()
+    by_role_a: dict[str, set] = {}
+    by_role_b: dict[str, set] = {}
+    for keys, by_role in ((keys_a, by_role_a), (keys_b, by_role_b)):
+        for k in keys:
             r = table.role_of(k[1])
             if r:
-                by_role_a.setdefault(r, set()).add(k)
-        for k in keys_b:
-            r = table.role_of(k[1])
-            if r:
-                by_role_b.setdefault(r, set()).add(k)
-        for r in sorted(set(by_role_a) & set(by_role_b)):
-            sa, sb = by_role_a[r], by_role_b[r]
-            if not (sa - sb) or not (sb - sa):
-                # Each side must have a member the other lacks (different names for
-                # one job); otherwise the members compare one by one as usual.
-                continue
-            role_rows.append((r, sa, sb))
-            claimed |= sa | sb
-            for name in table.roles[r]:
-                active_roles[name] = f"[{r}]"
-        if active_roles:
-            # Skipped in flame graphs (see [dispatch] in equivalence.toml).
-            for name in table.dispatch:
-                active_roles.setdefault(name, "")
+                by_role.setdefault(r, set()).add(k)
+    for r in sorted(set(by_role_a) & set(by_role_b)):
+        sa, sb = by_role_a[r], by_role_b[r]
+        if not (sa - sb) or not (sb - sa):
+            continue
+        out.rows.append((r, sa, sb))
+        out.claimed |= sa | sb
+        for name in table.roles[r]:
+            out.active[name] = f"[{r}]"
+    if out.active:
+        # Skipped in flame graphs (see [dispatch] in equivalence.toml).
+        for name in table.dispatch:
+            out.active.setdefault(name, "")
+    return out
 
-    def group_value(m: _Measured, keys: set) -> float:
-        present = [k for k in keys if k in m.weight]
-        if not present:
-            return 0.0
-        if len(present) == 1 or not opts.children:
-            return sum(m.weight[k] for k in present) / m.total * 100.0
-        if m.prof.stacks:
-            idx = set()
-            for k in present:
-                idx.update(m.members[k])
-            return _union_weights(m.prof, {0: idx})[0] / m.total * 100.0
-        return max(m.weight[k] for k in present) / m.total * 100.0
 
+def _group_value(m: _Measured, keys: set, opts: DiffOptions) -> float:
+    """The share of a role (several member keys) on one profile, each sample counted once."""
+    present = [k for k in keys if k in m.weight]
+    if not present:
+        return 0.0
+    if len(present) == 1 or not opts.children:
+        return sum(m.weight[k] for k in present) / m.total * 100.0
+    if m.prof.stacks:
+        idx = set()
+        for k in present:
+            idx.update(m.members[k])
+        return _union_weights(m.prof, {0: idx})[0] / m.total * 100.0
+    return max(m.weight[k] for k in present) / m.total * 100.0
+
+
+def _rows(ma, mb, fa, fb, keys_a: set, keys_b: set, roles: _RoleMatch,
+          opts: DiffOptions) -> tuple[list[Row], list[Row], list[Row]]:
+    """The common, A-only and B-only rows, scored and ranked."""
     def make_row(name, values_a_sh, values_b_sh, **kw) -> Row:
         va = [s * f for s, f in zip(values_a_sh, fa)]
         vb = [s * f for s, f in zip(values_b_sh, fb)]
         return Row(symbol=name, value_a=sum(va) / len(va), value_b=sum(vb) / len(vb), values_a=va, values_b=vb,
                    shares_a=list(values_a_sh), shares_b=list(values_b_sh), **kw)
 
+    def order(keys, ms):
+        return [k[1] for k in sorted(keys, key=lambda k: (-sum(m.weight.get(k, 0) / m.total for m in ms), k[1]))]
+
     common: list[Row] = []
     only_a: list[Row] = []
     only_b: list[Row] = []
-    for r, sa, sb in role_rows:
+    for r, sa, sb in roles.rows:
         allk = sa | sb
-        va = [group_value(m, allk) for m in ma]
-        vb = [group_value(m, allk) for m in mb]
-
-        def order(keys, ms):
-            return [k[1] for k in sorted(keys, key=lambda k: (-sum(m.weight.get(k, 0) / m.total for m in ms), k[1]))]
+        va = [_group_value(m, allk, opts) for m in ma]
+        vb = [_group_value(m, allk, opts) for m in mb]
         common.append(make_row(f"[{r}]", va, vb, role=r, members_a=order(sa, ma), members_b=order(sb, mb),
                                kernel=all(k[0] for k in allk)))
     for k in keys_a | keys_b:
-        if k in claimed:
+        if k in roles.claimed:
             continue
-        va = [m.share(k) for m in ma]
-        vb = [m.share(k) for m in mb]
-        row = make_row(_display(k, opts.scope), va, vb, kernel=k[0])
+        row = make_row(_display(k, opts.scope), [m.share(k) for m in ma], [m.share(k) for m in mb], kernel=k[0])
         if k in keys_a and k in keys_b:
             common.append(row)
         elif k in keys_a:
@@ -386,26 +413,7 @@ def diff_profiles(side_a: list[Profile], side_b: list[Profile], options: DiffOpt
     common.sort(key=lambda r: (-rank_key(r.score, opts), r.symbol))
     only_a.sort(key=lambda r: (-r.value_a, r.symbol))
     only_b.sort(key=lambda r: (-r.value_b, r.symbol))
-
-    tested = len(ma) >= 2 and len(mb) >= 2
-    if not tested and (len(ma) > 1 or len(mb) > 1):
-        warnings.append("significance needs at least 2 profiles on each side (3 or more recommended); "
-                        "rows are not tested")
-    if tested:
-        _significance(common + only_a + only_b, opts)
-
-    unit = "ns/op" if opts.per_op else "%"
-    method = ("share = weight / all samples of the profile (as perf report); "
-              + ("children (inclusive) weights; " if opts.children else "self weights; ")
-              + ("ns/op = share x CPU time / operations; " if opts.per_op else "")
-              + ("Welch 95% interval of B - A over profiles, Benjamini-Hochberg q over all rows" if tested else ""))
-    res = DiffResult(options=opts, labels=labels, side_a=_side_info(side_a, labels[0]),
-                     side_b=_side_info(side_b, labels[1]), common=common, only_a=only_a, only_b=only_b,
-                     unit=unit, significance=tested, warnings=warnings, method=method.rstrip("; "))
-    res.active_roles = active_roles
-    res.total_a = float(sum(p.total_weight for p in side_a))
-    res.total_b = float(sum(p.total_weight for p in side_b))
-    return res
+    return common, only_a, only_b
 
 
 def add_folded(result: DiffResult, side_a: list[Profile], side_b: list[Profile]) -> DiffResult:
@@ -499,153 +507,3 @@ def _side_folded(profs: list[Profile], opts: DiffOptions, roles: dict[str, str])
             key = ";".join(frames)
             out[key] = out.get(key, 0.0) + w
     return out, total
-
-
-# -- command line ------------------------------------------------------------------
-
-def _parse_labels(text: str | None):
-    if not text:
-        return None
-    parts = text.split(",")
-    if len(parts) != 2 or not all(p.strip() for p in parts):
-        raise InputError(f"--labels takes two names separated by a comma, like ARM,x86, not {text!r}")
-    return parts[0].strip(), parts[1].strip()
-
-
-def _parse_ops(text: str | None):
-    if not text:
-        return (None, None)
-    parts = text.split(",")
-    try:
-        vals = [float(p) for p in parts]
-    except ValueError:
-        vals = []
-    if len(vals) not in (1, 2) or any(v <= 0 or math.isnan(v) for v in vals):
-        raise InputError(f"--ops takes one or two positive operation counts (A,B), not {text!r}")
-    return (vals[0], vals[-1])
-
-
-def _resolve_side(spec: str, args) -> list[tuple[list[Path], dict]]:
-    """Files (comma-separated allowed) or store references -> one (paths, meta) per replicate; the
-    paths of one replicate are the parallel copies of one repetition, merged when loaded."""
-    if os.path.exists(spec):
-        return [([Path(spec)], {})]
-    out = []
-    for part in [s.strip() for s in spec.split(",")] if "," in spec else [spec]:
-        if not part:
-            raise InputError(f"{spec!r} has an empty entry between commas")
-        if os.path.exists(part):
-            out.append(([Path(part)], {}))
-            continue
-        out.extend(_store_refs(part, args))
-    return out
-
-
-def _store_refs(ref: str, args) -> list[tuple[list[Path], dict]]:
-    """A reference to profiles in the results store: RUN, RUN:benchmark or RUN:benchmark@CORES
-    (RUN an id or label)."""
-    from .errors import KperfdiffError
-    from .store import Store, default_path
-    path = Path(args.store) if getattr(args, "store", None) else default_path()
-    if not path.exists():
-        raise InputError(f"{ref}: no such file, and there is no results store at {path} to look it up in")
-    try:
-        refs = Store.open(path, create=False).profile_refs(ref)
-    except KperfdiffError as e:
-        raise InputError(f"{ref} is not a file, and {str(e)[:1].lower()}{str(e)[1:]}") from None
-    if not refs:
-        raise InputError(f"{ref} is neither a file nor a run with profiles in the store")
-    return [(list(paths), dict(m or {})) for paths, m in refs]
-
-
-def _load_side(spec: str, args, side: str) -> list[Profile]:
-    from .ingest.load import load, sniff
-    from .ingest.profile import merge
-    kall = getattr(args, f"kallsyms_{side}", None) or args.kallsyms
-    symfs_dir = getattr(args, f"symfs_{side}", None) or args.symfs
-    profs = []
-    for paths, meta in _resolve_side(spec, args):
-        copies = []
-        for path in paths:
-            if path.is_dir():
-                raise InputError(f"{path} is a directory, not a profile; name the perf.data inside it")
-            if not path.exists():
-                raise InputError(f"{path} is missing (named by run {meta.get('run_id')} in the store; was the "
-                                 f"store's .artefacts folder moved without it?)")
-            fmt = sniff(path)
-            k = kall or meta.get("kallsyms")
-            if fmt == "perf.data":
-                fs = symfs_dir or meta.get("symfs")
-                prof = load(path, kallsyms=k, symfs=[fs] if fs else None, event=args.event)
-            else:
-                from .ingest import text
-                prof = text.load(path, fmt, event=args.event, kernel_frames=args.folded_kernel)
-                if not prof.label:
-                    prof.label = prof.arch or path.stem
-            copies.append(prof)
-        prof = merge(copies, f"{paths[0]}" + (f" (+{len(paths) - 1} parallel copies)" if len(paths) > 1 else ""))
-        for key in ("ops", "cpu_time_ns"):
-            if meta.get(key):
-                prof.meta[key] = meta[key]
-        if meta.get("arch"):
-            prof.arch = meta["arch"]
-        if meta.get("label"):
-            prof.label = meta["label"]
-        profs.append(prof)
-    return profs
-
-
-def options_from_args(args) -> DiffOptions:
-    if args.top < 0:
-        raise InputError("--top must be 0 (all rows) or more")
-    compute, weights = _parse_compute(getattr(args, "compute", None) or "absdiff")
-    return DiffOptions(top=args.top, scope=args.scope, labels=_parse_labels(args.labels), children=args.children,
-                       per_op=args.per_op, equivalence=not args.no_equivalence, maps=tuple(args.map or ()),
-                       normalise=not args.no_normalise, ops=_parse_ops(args.ops), compute=compute,
-                       wdiff_weights=weights)
-
-
-def _parse_compute(text: str) -> tuple[str, tuple[float, float]]:
-    mode, _, rest = text.partition(":")
-    if mode in ("absdiff", "delta", "ratio") and not rest:
-        return mode, (1.0, 1.0)
-    if mode == "wdiff":
-        try:
-            wa, wb = (float(x) for x in rest.split(","))
-        except ValueError:
-            raise InputError(f"--compute wdiff takes two weights, like wdiff:1,2, not {text!r}") from None
-        return mode, (wa, wb)
-    raise InputError(f"--compute {text!r} is not one of absdiff, delta, ratio, wdiff:WA,WB")
-
-
-def _write(path: str, data: bytes | str) -> None:
-    try:
-        mode = "wb" if isinstance(data, bytes) else "w"
-        with open(path, mode) as f:
-            f.write(data)
-    except OSError as e:
-        raise InputError(f"cannot write {path}: {e.strerror}") from None
-
-
-def run_cli(args) -> int:
-    from .render import diff as render
-    opts = options_from_args(args)
-    if opts.maps:
-        from .symbols.equivalence import load_roles
-        load_roles(opts.maps)   # report a bad map before reading profiles
-    side_a = _load_side(args.a, args, "a")
-    side_b = _load_side(args.b, args, "b")
-    result = diff_profiles(side_a, side_b, opts)
-    for w in result.warnings:
-        print(f"kperfdiff: warning: {w}", file=sys.stderr)
-    if args.flamegraph or args.folded:
-        add_folded(result, side_a, side_b)
-    if args.flamegraph:
-        from .render import flamegraph
-        _write(args.flamegraph, flamegraph.differential_svg(result))
-    if args.folded:
-        from .render import flamegraph
-        for suffix, text in flamegraph.folded_files(result).items():
-            _write(f"{args.folded}.{suffix}", text)
-    sys.stdout.write(render.render(result, args.format))
-    return 0

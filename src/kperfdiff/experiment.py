@@ -834,28 +834,3 @@ def describe_plan(pl: dict) -> str:
         out.append(f"variant {label}: " + ", ".join(n if k == n else f"{k}={n}" for k, n in cols))
     out.append("comparisons: " + "; ".join(f"{a} vs {b}" for a, b, _ in pl["comparisons"]))
     return "\n".join(out) + "\n"
-
-
-
-def run_cli(args) -> int:
-    """`kperfdiff run FILE`: run or resume, then print the comparison (and write the report)."""
-    from .render import compare as rcompare
-    from .store import Store
-    exp = parse(args.file, frozenset(args.allow_knob or ()))
-    if args.dry_run:
-        sys.stdout.write(describe_plan(plan(exp)))
-        return 0
-    store = Store.open(args.store)
-    outcome = run_experiment(store, exp, RunOptions(restart=args.restart, progress=not args.no_progress,
-                                                     command=shlex.join(["kperfdiff", *sys.argv[1:]])))
-    cmp = compare.from_experiment(store, str(outcome.experiment["id"]))
-    sys.stdout.write(rcompare.render(cmp, args.format))
-    if args.report:
-        from .render import report
-        sys.stdout.write("\n" + report.top_mover_text(store, cmp))
-        out = report.write(store, cmp, args.report, "html")
-        sys.stdout.write(f"\nreport: {out.resolve()}\n")
-    if outcome.failed:
-        print(f"kperfdiff: {outcome.failed} cells failed; run the same command again to retry them",
-              file=sys.stderr)
-    return outcome.exit_status

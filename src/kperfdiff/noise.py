@@ -420,19 +420,6 @@ def disturbance(noise: Noise, *, copies: int, cpus: int) -> list[str]:
     return out
 
 
-def summarise(entries: list[dict], reps: int | None = None) -> str | None:
-    """One line for the repetitions of a result that were disturbed, from their stored noise
-    entries ({"rep": n, ..., "disturbed": [reasons]}): how many of them, and the reasons of the
-    most disturbed one. None when none was disturbed."""
-    bad = [e for e in entries if e.get("disturbed")]
-    if not bad:
-        return None
-    worst = max(bad, key=lambda e: len(e["disturbed"]))
-    total = reps if reps is not None else len(entries)
-    return (f"{len(bad)} of {total} repetitions disturbed, e.g. rep {worst.get('rep', 0) + 1}: "
-            + "; ".join(worst["disturbed"]))
-
-
 # ----------------------------------------------------------------------------- before a run
 
 def busy_check(sample_s: float = 0.5, *, proc: Path = PROC, cpu_root: Path = CPU_SYS) -> str | None:

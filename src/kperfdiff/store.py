@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import __version__
-from .noise import summarise as noise_summary
 from .errors import InputError, StoreError
+from .records import Result, Run
 
 SCHEMA_VERSION = 3
 RUN_STATES = ("running", "complete", "interrupted", "failed")
@@ -152,72 +152,6 @@ ALTER TABLE result ADD COLUMN noise TEXT NOT NULL DEFAULT '[]';
 ALTER TABLE result ADD COLUMN stop TEXT;
 """,
 }
-
-
-@dataclass
-class Run:
-    id: int
-    label: str
-    variant: str
-    target: str
-    machine_id: int | None
-    tool_version: str
-    started_at: float
-    ended_at: float | None
-    state: str
-    command: str
-    options: dict = field(default_factory=dict)
-    artefact_dir: str | None = None
-    experiment_hash: str | None = None
-
-
-@dataclass
-class Result:
-    id: int
-    run_id: int
-    benchmark: str
-    params: dict
-    copies: int
-    status: str
-    reason: str | None
-    unit: str | None
-    better: str | None
-    n: int | None
-    median: float | None
-    min: float | None
-    max: float | None
-    q1: float | None
-    q3: float | None
-    mean: float | None
-    stdev: float | None
-    cv: float | None
-    overhead: float | None
-    ops: int | None
-    cpu_ns: int | None
-    wall_s: float | None
-    monitors: dict
-    info: list
-    values: list[float] = field(default_factory=list)
-    # (rep, copy, seq, value, ops, ns) for every interval
-    raw: list[tuple] = field(default_factory=list)
-    # schema 2: set for the cells of an experiment (kperfdiff run)
-    experiment_id: int | None = None
-    cell: str | None = None
-    rep: int | None = None
-    bench_key: str | None = None
-    # schema 3: per repetition {"rep": n, ...noise, "disturbed": [reasons]}, and why the repetitions stopped
-    noise: list = field(default_factory=list)
-    stop: str | None = None
-
-    @property
-    def disturbed(self) -> list[str]:
-        """Why repetitions of this result were disturbed, one reason per repetition and cause."""
-        return [f"rep {n.get('rep', 0) + 1}: {r}" for n in self.noise for r in n.get("disturbed", [])]
-
-    @property
-    def disturbed_summary(self) -> str | None:
-        """One line: how many repetitions were disturbed and why (kperfdiff.noise.summarise)."""
-        return noise_summary(self.noise, len({x[0] for x in self.raw}) or None)
 
 
 def default_path() -> Path:
@@ -787,23 +721,6 @@ class Store:
         self._write(lambda: self.conn.execute(
             "UPDATE result SET stop=? WHERE experiment_id=? AND bench_key=? AND copies=?",
             (text, exp_id, bench_key, copies)))
-
-
-def result_names(results: list[Result]) -> list[str]:
-    """Each result's benchmark name, with the parameters that tell apart results of the same name
-    and copy count in one list (``boot.init [mem=4G]``); the name alone where nothing varies."""
-    groups: dict[tuple[str, int], list[dict]] = {}
-    for r in results:
-        groups.setdefault((r.benchmark, r.copies), []).append(r.params)
-    varying: dict[str, set[str]] = {}
-    for (bench, _), params in groups.items():
-        keys = set().union(*params)
-        varying.setdefault(bench, set()).update(k for k in keys if len({p.get(k) for p in params}) > 1)
-    out = []
-    for r in results:
-        keys = sorted(varying.get(r.benchmark, ()))
-        out.append(r.benchmark + (" [" + " ".join(f"{k}={r.params.get(k, '')}" for k in keys) + "]" if keys else ""))
-    return out
 
 
 def _nan_none(v):

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from .. import limits, machine, monitors, noise, stats
 from ..errors import UsageError
 from ..progress import Progress
-from ..store import Result, Run, Store
+from ..records import Result, Run
+from ..store import Store
 from . import build, catalogue, rounds, worker
 from .measurement import Measurement, aggregate, store_measurement
 from .catalogue import Benchmark
@@ -59,16 +60,6 @@ class BenchOptions:
                 "profile": self.profile, "target": self.target, "precision": self.precision,
                 "max_time": self.max_time}
 
-    @classmethod
-    def from_args(cls, args) -> "BenchOptions":
-        return cls(suite=args.suite, only=args.only, parallel=args.parallel, reps=args.reps,
-                   intervals=args.intervals,
-                   min_batch_ns=int(args.min_batch_ms * 1e6) if args.min_batch_ms else None,
-                   label=args.label, params=args.param, allow_swap_setup=args.allow_swap_setup,
-                   timeout=args.timeout, progress=not args.no_progress,
-                   profile=args.profile, profile_freq=args.profile_freq, target=args.target or "local",
-                   precision=args.precision, max_time=args.max_time,
-                   command=shlex.join(["kperfdiff", *sys.argv[1:]]))
 
 
 @dataclass

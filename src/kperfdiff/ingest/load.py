@@ -3,6 +3,8 @@ that format, and turn store references (RUN[:benchmark[@CORES]]) into one profil
 repetition, its parallel copies merged."""
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import InputError
@@ -55,3 +57,86 @@ def load(path: str | Path, *, kallsyms: str | Path | None = None, symfs: list[st
     elif not prof.label:
         prof.label = prof.arch or path.stem
     return prof
+
+
+# -- sides of a diff: files or store references -----------------------------------
+
+ProfileRef = tuple[list[Path], dict]   # the parallel copies of one repetition, and what the store knows
+MAX_STORED_PROFILES_PER_SIDE = 6       # a report diffs at most this many repetitions per side
+
+
+def resolve_side(spec: str, lookup: Callable[[str], list[ProfileRef]]) -> list[ProfileRef]:
+    """Files (comma-separated allowed) or store references -> one (paths, meta) per replicate; the
+    paths of one replicate are the parallel copies of one repetition, merged when loaded.
+    ``lookup`` turns a store reference into its replicates."""
+    if os.path.exists(spec):
+        return [([Path(spec)], {})]
+    out = []
+    for part in [s.strip() for s in spec.split(",")] if "," in spec else [spec]:
+        if not part:
+            raise InputError(f"{spec!r} has an empty entry between commas")
+        if os.path.exists(part):
+            out.append(([Path(part)], {}))
+            continue
+        out.extend(lookup(part))
+    return out
+
+
+def load_side(spec: str, lookup: Callable[[str], list[ProfileRef]], *, kallsyms: str | None = None,
+              symfs: str | None = None, event: str | None = None, folded_kernel: str = "auto") -> list[Profile]:
+    """One profile per replicate of a diff side (its parallel copies merged)."""
+    profs = []
+    for paths, meta in resolve_side(spec, lookup):
+        copies = []
+        for path in paths:
+            if path.is_dir():
+                raise InputError(f"{path} is a directory, not a profile; name the perf.data inside it")
+            if not path.exists():
+                raise InputError(f"{path} is missing (named by run {meta.get('run_id')} in the store; was the "
+                                 f"store's .artefacts folder moved without it?)")
+            fmt = sniff(path)
+            k = kallsyms or meta.get("kallsyms")
+            if fmt == "perf.data":
+                fs = symfs or meta.get("symfs")
+                prof = perfdata.load(path, kallsyms=k, symfs=[fs] if fs else None, event=event)
+                if not prof.label:
+                    prof.label = prof.arch or path.stem
+            else:
+                prof = text.load(path, fmt, event=event, kernel_frames=folded_kernel)
+                if not prof.label:
+                    prof.label = prof.arch or path.stem
+            copies.append(prof)
+        prof = merge(copies, f"{paths[0]}" + (f" (+{len(paths) - 1} parallel copies)" if len(paths) > 1 else ""))
+        for key in ("ops", "cpu_time_ns"):
+            if meta.get(key):
+                prof.meta[key] = meta[key]
+        if meta.get("arch"):
+            prof.arch = meta["arch"]
+        if meta.get("label"):
+            prof.label = meta["label"]
+        profs.append(prof)
+    return profs
+
+
+def load_stored(entries: list[dict], label: str) -> list[Profile]:
+    """The profiles of one comparison cell as the store lists them (path, kallsyms, run_id, rep, ops,
+    cpu_time_ns): one per repetition (its parallel copies merged), at most
+    MAX_STORED_PROFILES_PER_SIDE; a missing file is an error naming it, never a silently smaller side."""
+    by_rep: dict = {}
+    for p in entries:
+        by_rep.setdefault((p.get("run_id") or 0, p.get("rep") or 0), []).append(p)
+    out = []
+    for rep in sorted(by_rep)[:MAX_STORED_PROFILES_PER_SIDE]:
+        copies = []
+        for p in by_rep[rep]:
+            if not Path(p["path"]).exists():
+                raise InputError(f"the profile {p['path']} is missing from the store's artefact folder")
+            prof = load(p["path"], kallsyms=p.get("kallsyms"), label=label)
+            for k in ("ops", "cpu_time_ns"):
+                if p.get(k):
+                    prof.meta[k] = p[k]
+            copies.append(prof)
+        prof = merge(copies, by_rep[rep][0]["path"])
+        prof.label = label
+        out.append(prof)
+    return out

@@ -7,6 +7,8 @@ One module per concern:
 * :mod:`.model`    the thesis's cost equations and the whole-profile predictor;
 * :mod:`.optimise` the group method, greedy by density, the exact MILP, sweeps;
 * :mod:`.simulate` a trace-driven instruction-cache + fast-memory simulator;
-* :mod:`.emit`     linker-script fragment, annotations, ordering file, reports;
-* :mod:`.cli`      the ``kperfdiff place`` sub-commands (thin).
+* :mod:`.emit`     linker-script fragment, annotations and ordering file.
+
+The ``kperfdiff place`` sub-commands are in :mod:`kperfdiff.commands.place`, the
+tables in :mod:`kperfdiff.render.place`.
 """

@@ -23,7 +23,6 @@ import re
 from collections import defaultdict
 
 from ..errors import InputError
-from ..render.table import Table, to_json, to_markdown, to_text
 from .inputs import HwModel
 
 FRAGMENT_VERSION = 1
@@ -150,12 +149,3 @@ def ordering_text(order: list[str]) -> str:
 
 
 # -- reports ----------------------------------------------------------------------------
-
-def render(tables: list[Table], doc: dict, fmt: str) -> str:
-    if fmt == "json":
-        return to_json(doc)
-    if fmt == "markdown":
-        return "\n".join(to_markdown(t) for t in tables)
-    if fmt == "text":
-        return "\n".join(to_text(t) for t in tables)
-    raise InputError(f"unknown format {fmt!r}; use text, json or markdown")

@@ -6,23 +6,11 @@ import math
 
 from .. import monitors, stats
 from ..bench.catalogue import Benchmark
-from ..store import Result, Run, result_names
-from .table import Table, to_json, to_text
+from ..records import Result, Run, result_names
+from .table import Table, number, to_json, to_text
 
 JSON_VERSION = 1
 DISTURBED = "!"
-
-
-def _num(v: float | None) -> str:
-    """A measured value with 4 significant digits, as lmbench prints them."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    a = abs(v)
-    if a >= 1e5:
-        return f"{v:.0f}"
-    if a >= 1:
-        return f"{v:#.4g}" if a < 1000 else f"{v:.1f}"
-    return f"{v:#.4g}"
 
 
 def _pct(v: float | None) -> str:
@@ -89,7 +77,7 @@ def results_table(results: list[Result]) -> Table:
             note = (note + "; " if note else "") + f"AnonHugePages {thp[0]} kB"
         if r.disturbed:
             note = (note + "; " if note else "") + f"{DISTURBED} disturbed"
-        t.rows.append([name, r.copies, _num(r.median), r.unit, _num(r.min), _num(r.q1), _num(r.q3),
+        t.rows.append([name, r.copies, number(r.median), r.unit, number(r.min), number(r.q1), number(r.q3),
                        _pct(r.cv), r.n, len(reps), "-" if math.isnan(hw) else f"{hw:.1f}%", note])
     notes = [f"  {n}: {DISTURBED} {r.disturbed_summary}" for n, r in zip(result_names(results), results)
              if r.disturbed_summary]
@@ -171,5 +159,5 @@ def show(run: Run, facts: dict, results: list[Result], fmt: str = "text", raw: b
         out += ["", "raw intervals:"]
         for r in results:
             if r.values:
-                out.append(f"  {r.benchmark} -P {r.copies} ({r.unit}): " + " ".join(_num(v) for v in r.values))
+                out.append(f"  {r.benchmark} -P {r.copies} ({r.unit}): " + " ".join(number(v) for v in r.values))
     return "\n".join(out) + "\n"

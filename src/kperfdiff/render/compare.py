@@ -10,12 +10,12 @@ from __future__ import annotations
 import math
 
 from .. import stats
-from ..compare import COMPARE_VERSION, Block, CellChange, Comparison, method_text
-from .bench import _num
-from .table import Table, to_csv, to_json, to_markdown, to_text
+from ..compare import Block, CellChange, Comparison, method_text
+from .table import Table, md_escape, number, to_csv, to_json, to_markdown, to_text
 
 SIG = "*"
 DISTURBED = "!"
+COMPARE_VERSION = 2   # of the JSON document
 
 
 def _pct(v: float, digits: int = 1) -> str:
@@ -82,7 +82,7 @@ def medians_table(cmp: Comparison, label: str) -> Table:
                 row.append(s.status)
             else:
                 cv = s.cv
-                row.append(f"{_num(s.centre)}{' ' + DISTURBED if s.disturbed else ''} (cv {'-' if math.isnan(cv) else f'{cv * 100:.1f}%'}, "
+                row.append(f"{number(s.centre)}{' ' + DISTURBED if s.disturbed else ''} (cv {'-' if math.isnan(cv) else f'{cv * 100:.1f}%'}, "
                            f"{len(s.reps)} reps)")
         t.rows.append(row)
     return t
@@ -130,8 +130,7 @@ def to_text_all(cmp: Comparison) -> str:
 
 
 def to_markdown_all(cmp: Comparison) -> str:
-    from .table import _md_escape
-    parts = ["\n\n".join(_md_escape(h) for h in header_lines(cmp)) + "\n"]
+    parts = ["\n\n".join(md_escape(h) for h in header_lines(cmp)) + "\n"]
     parts += [to_markdown(t) for t in tables(cmp)]
     return "\n".join(parts)
 

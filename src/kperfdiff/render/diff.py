@@ -13,8 +13,14 @@ Renderers return strings; they do no I/O.
 """
 from __future__ import annotations
 
-from ..diff import DIFF_VERSION, DiffResult, Row
+from typing import TYPE_CHECKING
+
 from .table import Table, to_csv, to_json, to_markdown, to_text
+
+if TYPE_CHECKING:  # types only: the renderer needs nothing of the diff stage at run time
+    from ..diff import DiffResult, Row
+
+DIFF_VERSION = 1     # of the JSON document
 
 NOT_SIGNIFICANT = "~"
 

@@ -14,21 +14,21 @@ counters that explain changes, per variant.
 """
 from __future__ import annotations
 
-import datetime as dt
 import math
-import sys
-from dataclasses import dataclass, field
 from html import escape
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..compare import Comparison
-from ..errors import InputError, KperfdiffError
-from . import svgplot
-from .bench import FACT_ORDER, _num
-from .compare import block_title, header_lines, medians_table, side_label
-from .table import Table, cell
+from . import compare as rc
+from . import diff as rdiff
+from . import flamegraph, svgplot
+from .bench import FACT_ORDER
+from .compare import block_table, block_title, header_lines, medians_table, side_label
+from .table import Table, cell, md_escape, number
+from .table import to_markdown as table_markdown
 
-MAX_PROFILES_PER_SIDE = 6
+if TYPE_CHECKING:  # types only: the renderer reads nothing
+    from ..compare import Comparison
+    from ..report import ProfileDiff, ReportData
 # Counters that explain a change of page size, TLB or memory behaviour (per repetition, machine-wide).
 EXPLAIN = [
     ("vmstat.thp_fault_alloc", "THP fault alloc"), ("vmstat.thp_fault_fallback", "THP fault fallback"),
@@ -56,128 +56,6 @@ figure{margin:0}.emulated{color:#a00;font-weight:bold}code{background:#f5f5f5;pa
 
 def _e(s) -> str:
     return escape("" if s is None else str(s), quote=True)
-
-
-@dataclass
-class ProfileDiff:
-    variant: str
-    reference: str
-    key: str
-    cores: int
-    change: float
-    result: object = None          # kperfdiff.diff.DiffResult
-    svg: str = ""
-    error: str = ""
-
-
-@dataclass
-class ReportData:
-    cmp: Comparison
-    facts: dict[str, dict]                  # side label -> machine facts (+ knobs)
-    diffs: list[ProfileDiff] = field(default_factory=list)
-    generated: str = ""
-
-
-# -- gathering ---------------------------------------------------------------------
-
-def _side_facts(store, side) -> dict:
-    f = dict(side.facts)
-    if side.run_ids:
-        run = store.get_run(side.run_ids[0])
-        o = run.options or {}
-        for k in ("knobs", "env", "cpus", "vars", "cmdline"):
-            if o.get(k):
-                v = o[k]
-                f[k] = ", ".join(f"{a}={b}" for a, b in v.items()) if isinstance(v, dict) else v
-        f["runs"] = ", ".join(str(i) for i in side.run_ids)
-        f["target"] = run.target
-    ev = f.get("perf_events") or {}
-    if isinstance(ev, dict) and ev:
-        f["perf events"] = ", ".join(e for e, ok in ev.items() if ok) or "none"
-    return f
-
-
-def load_profiles(entries: list[dict], label: str) -> list:
-    """One profile per repetition (its parallel copies merged), at most MAX_PROFILES_PER_SIDE;
-    a missing file is an error naming it, never a silently smaller side."""
-    from ..errors import InputError
-    from ..ingest.load import load
-    from ..ingest.profile import merge
-    by_rep: dict = {}
-    for p in entries:
-        by_rep.setdefault((p.get("run_id") or 0, p.get("rep") or 0), []).append(p)
-    out = []
-    for rep in sorted(by_rep)[:MAX_PROFILES_PER_SIDE]:
-        copies = []
-        for p in by_rep[rep]:
-            if not Path(p["path"]).exists():
-                raise InputError(f"the profile {p['path']} is missing from the store's artefact folder")
-            prof = load(p["path"], kallsyms=p.get("kallsyms"), label=label)
-            for k in ("ops", "cpu_time_ns"):
-                if p.get(k):
-                    prof.meta[k] = p[k]
-            copies.append(prof)
-        prof = merge(copies, by_rep[rep][0]["path"])
-        prof.label = label
-        out.append(prof)
-    return out
-
-
-def profile_diff(cmp: Comparison, blk, c) -> ProfileDiff:
-    """The kperfdiff ranking and differential flame graph of one changed cell (reference = A)."""
-    pd = ProfileDiff(blk.variant, blk.reference, c.key, c.cores, c.change)
-    a = cmp.side(blk.reference).profiles.get((c.benchmark_base, c.cores), [])
-    b = cmp.side(blk.variant).profiles.get((c.benchmark_new, c.cores), [])
-    if not a or not b:
-        pd.error = "no profiles on both sides (run the experiment with profile = true)"
-        return pd
-    try:
-        from ..diff import DiffOptions, add_folded, diff_profiles
-        from . import flamegraph
-    except ImportError as e:   # the diff stage is not installed in this build
-        pd.error = f"profile diff unavailable in this kperfdiff ({e})"
-        return pd
-    try:
-        pa = load_profiles(a, blk.reference)
-        pb = load_profiles(b, blk.variant)
-        if not pa or not pb:
-            pd.error = "the profile files are missing from the artefact folder"
-            return pd
-        res = diff_profiles(pa, pb, DiffOptions(labels=(blk.reference, blk.variant)))
-        add_folded(res, pa, pb)
-        pd.result = res
-        title = f"{c.benchmark_new} vs {c.benchmark_base}, {c.cores} core{'s' if c.cores > 1 else ''}: " \
-                f"{blk.variant} vs {blk.reference}"
-        svg = flamegraph.differential_svg(res, title=title)
-        pd.svg = svg[svg.find("<svg"):] if "<svg" in svg else svg
-    except KperfdiffError as e:
-        pd.error = f"cannot diff the profiles: {e}"
-    except Exception as e:  # a report must not be lost to one unreadable profile
-        pd.error = f"cannot diff the profiles ({type(e).__name__}: {e})"
-    return pd
-
-
-def changed_cells(cmp: Comparison):
-    """Per comparison vs the baseline and per column: the core count that changed most, if significant."""
-    for blk in cmp.blocks:
-        if blk.kind != "baseline":
-            continue
-        for k in cmp.keys:
-            best = None
-            for c in cmp.cores:
-                x = blk.cells.get((k, c))
-                if x is not None and x.significant and (best is None or abs(x.change) > abs(best.change)):
-                    best = x
-            if best is not None:
-                yield blk, best
-
-
-def gather(store, cmp: Comparison, *, profiles: bool = True) -> ReportData:
-    data = ReportData(cmp, {s.label: _side_facts(store, s) for s in cmp.sides},
-                      generated=dt.datetime.now().strftime("%Y-%m-%d %H:%M"))
-    if profiles:
-        data.diffs = [profile_diff(cmp, blk, c) for blk, c in changed_cells(cmp)]
-    return data
 
 
 # -- HTML pieces ------------------------------------------------------------------
@@ -238,7 +116,6 @@ def comparison_html(cmp: Comparison) -> str:
     for s in cmp.sides:
         out.append(table_html(medians_table(cmp, s.label)))
     for blk in cmp.blocks:
-        from .compare import block_table
         out.append(table_html(block_table(cmp, blk), cls_for=_change_classes(blk, cmp)))
     return "\n".join(out)
 
@@ -293,12 +170,17 @@ def monitors_table(cmp: Comparison) -> Table | None:
                     continue
                 reps = max(smp.monitors.get("_reps", 1), 1)
                 t.rows.append([smp.benchmark, c, s.label]
-                              + [_num(smp.monitors.get(mk, 0) / reps) for mk, _ in moved])
+                              + [number(smp.monitors.get(mk, 0) / reps) for mk, _ in moved])
     return t
 
 
+def flame_svg(pd: ProfileDiff) -> str:
+    """The differential flame graph of one profile diff, as an inline <svg> element."""
+    svg = flamegraph.differential_svg(pd.result, title=pd.title)
+    return svg[svg.find("<svg"):] if "<svg" in svg else svg
+
+
 def diff_tables_html(pd: ProfileDiff) -> str:
-    from . import diff as rdiff
     out = "\n".join(table_html(t) for t in rdiff.tables(pd.result, mark=True))
     if not pd.result.significance:
         return out
@@ -333,7 +215,7 @@ def to_html(data: ReportData) -> str:
             body.append(f'<p class="note">{_e(pd.error)}</p>')
             continue
         body.append(diff_tables_html(pd))
-        body.append(f'<div class="flame">{pd.svg}</div>')
+        body.append(f'<div class="flame">{flame_svg(pd)}</div>')
     csp = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta http-equiv=\"Content-Security-Policy\" content=\"{csp}\">"
@@ -344,15 +226,12 @@ def to_html(data: ReportData) -> str:
 
 def to_markdown(data: ReportData, files_dir: str) -> tuple[str, dict[str, str]]:
     """Markdown for a mailing-list post, and the SVG files (name -> content) it links to."""
-    from ..render import compare as rc
-    from .table import _md_escape
     cmp = data.cmp
     files: dict[str, str] = {}
-    out = [f"## kperfdiff report: {_md_escape(cmp.title)}", "", rc.to_markdown_all(cmp)]
+    out = [f"## kperfdiff report: {md_escape(cmp.title)}", "", rc.to_markdown_all(cmp)]
     mt = monitors_table(cmp)
     if mt:
-        from .table import to_markdown as tmd
-        out.append(tmd(mt))
+        out.append(table_markdown(mt))
     ps = plots(cmp)
     out.append("### Plots\n")
     for name, svg in ps.items():
@@ -361,77 +240,26 @@ def to_markdown(data: ReportData, files_dir: str) -> tuple[str, dict[str, str]]:
         out.append(f"- [{name}]({files_dir}/{fn})")
     out.append("")
     for i, pd in enumerate(data.diffs):
-        out.append(f"### {_md_escape(pd.key)}, P={pd.cores}: {_md_escape(pd.variant)} vs "
-                   f"{_md_escape(pd.reference)} ({pd.change:+.1f}%)\n")
+        out.append(f"### {md_escape(pd.key)}, P={pd.cores}: {md_escape(pd.variant)} vs "
+                   f"{md_escape(pd.reference)} ({pd.change:+.1f}%)\n")
         if pd.error:
-            out.append(_md_escape(pd.error) + "\n")
+            out.append(md_escape(pd.error) + "\n")
             continue
-        from . import diff as rdiff
-        out.append(rdiff.to_markdown_text(pd.result))
+            out.append(rdiff.to_markdown_text(pd.result))
         fn = f"flame-{i}.svg"
-        files[fn] = pd.svg
+        files[fn] = flame_svg(pd)
         out.append(f"Differential flame graph: [{fn}]({files_dir}/{fn})\n")
     return "\n".join(out) + "\n", files
 
 
-# -- command line ------------------------------------------------------------------
-
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text)
-        tmp.replace(path)
-    except OSError as e:
-        raise InputError(f"cannot write {path}: {e.strerror}") from None
-
-
-def write(store, cmp: Comparison, output: str | Path, fmt: str = "html", *, profiles: bool = True) -> Path:
-    data = gather(store, cmp, profiles=profiles)
-    out = Path(output)
-    if fmt == "html":
-        _write_text(out, to_html(data))
-    else:
-        files_dir = out.stem + ".files"
-        md, files = to_markdown(data, files_dir)
-        for name, svg in files.items():
-            _write_text(out.parent / files_dir / name, svg)
-        _write_text(out, md)
-    return out
-
-
-def load_comparison(store, args) -> Comparison:
-    from .. import compare as cm
-    if args.experiment and args.runs:
-        raise InputError("give either --experiment or RUNs, not both")
-    if args.experiment:
-        return cm.from_experiment(store, args.experiment)
-    if not args.runs:
-        raise InputError("name the runs to compare (the first is the baseline) or --experiment ID|NAME")
-    return cm.from_runs(store, args.runs, stack=args.stack)
-
-
-def run_cli(args) -> int:
-    from ..store import Store
-    store = Store.open(args.store, create=False)
-    cmp = load_comparison(store, args)
-    out = write(store, cmp, args.output, args.format, profiles=not args.no_profiles)
-    print(f"kperfdiff: report written to {out}", file=sys.stderr)
-    print(str(out))
-    return 0
-
-
-def top_mover_text(store, cmp: Comparison) -> str:
-    """The kperfdiff table (study layout) of the benchmark that moved most, or a sentence why there is none."""
-    from ..compare import top_mover
-    c = top_mover(cmp)
-    if c is None:
+def top_mover_text(top) -> str:
+    """The kperfdiff table (study layout) of the benchmark that moved most (a
+    :class:`kperfdiff.report.TopMover`), or a sentence why there is none."""
+    if top is None:
         return "kperfdiff: no benchmark has a change to profile\n"
-    blk = next(b for b in cmp.blocks if b.kind == "baseline")
-    pd = profile_diff(cmp, blk, c)
+    c, blk, pd = top.cell, top.block, top.diff
     head = (f">> benchmark that moved most: {c.key} -P {c.cores}, {blk.variant} vs {blk.reference}: "
             f"{c.change:+.1f}%{' (significant)' if c.significant else ' (not significant)'}\n")
     if pd.error:
         return head + f"kperfdiff: {pd.error}\n"
-    from . import diff as rdiff
     return head + rdiff.render(pd.result, "text")

@@ -64,21 +64,34 @@ def to_text(table: Table, style: str = "aligned") -> str:
     return "\n".join(out) + "\n"
 
 
-def _md_escape(s: str) -> str:
+def number(v: float | None) -> str:
+    """A measured value with 4 significant digits, as lmbench prints them."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    a = abs(v)
+    if a >= 1e5:
+        return f"{v:.0f}"
+    if a >= 1:
+        return f"{v:#.4g}" if a < 1000 else f"{v:.1f}"
+    return f"{v:#.4g}"
+
+
+def md_escape(s: str) -> str:
+    """Text safe inside a Markdown table cell (pipes, backslashes and HTML escaped)."""
     return s.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def to_markdown(table: Table) -> str:
     out = []
     if table.title:
-        out.append(f"### {_md_escape(table.title)}\n")
-    out.append("| " + " | ".join(_md_escape(c) for c in table.columns) + " |")
+        out.append(f"### {md_escape(table.title)}\n")
+    out.append("| " + " | ".join(md_escape(c) for c in table.columns) + " |")
     out.append("|" + "|".join("---:" if a == "r" else ":---" for a in table.aligns()) + "|")
     for r in table.rows:
-        out.append("| " + " | ".join(_md_escape(cell(v)) for v in r) + " |")
+        out.append("| " + " | ".join(md_escape(cell(v)) for v in r) + " |")
     for n in table.notes:
         out.append("")
-        out.append(_md_escape(n))
+        out.append(md_escape(n))
     return "\n".join(out) + "\n"
 
 

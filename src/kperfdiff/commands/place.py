@@ -1,10 +1,18 @@
 """``kperfdiff place``: plan, sweep, model and simulate placements (thin layer)."""
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
 from ..errors import InputError, UsageError
+from ..ingest.load import load
+from ..place import emit
+from ..place import simulate as sim
+from ..place.inputs import load_groups, load_hw, load_sizes, parse_bytes, read_placement
+from ..place.model import build_problem, evaluate, placement_from_names
+from ..place.optimise import by_groups, methods_for, solve, sweep
+from ..render.place import group_table, kb, method_table, placement_table, render
 from ..render.table import Table
 
 EPILOG = """\
@@ -58,7 +66,6 @@ def _common(p, *, capacity=True, method=True):
 
 
 def add_parser(sub) -> None:
-    import argparse
     pl = sub.add_parser("place", help="choose kernel functions for a small fast memory (TCM) from a profile",
                         description="Choose kernel functions for a small fast memory (a TCM, or a hot-text region) "
                                     "from a profile, predict the gain with the TCM study's cost model, check it "
@@ -100,9 +107,6 @@ class _Ctx:
 
 
 def _load(args) -> _Ctx:
-    from ..ingest.load import load
-    from .inputs import load_groups, load_hw, load_sizes, parse_bytes
-    from .model import build_problem
     c = _Ctx()
     c.hw = load_hw(args.hw)
     c.sizes = load_sizes(args.sizes)
@@ -121,7 +125,6 @@ def _load(args) -> _Ctx:
         c.problem.notes.append("--calibrate changes nothing with --fills measured: fills are already measured "
                                "per function")
     if args.calibrate and args.fills == "uniform":
-        from . import simulate as sim
         tr = sim.reconstruct(c.profile, c.sizes, c.hw, events=getattr(args, "events", 20000))
         base = sim.simulate_placements(tr, c.sizes, c.hw, [])[0]
         if base.cached_instr:
@@ -141,48 +144,8 @@ def _write(path: str, text: str) -> None:
     print(f"kperfdiff: wrote {path}", file=sys.stderr)
 
 
-def _kb(b: int) -> str:
-    return f"{b / 1024:.1f}K" if b % 1024 else f"{b // 1024}K"
-
-
-def _method_table(c, sols) -> Table:
-    t = Table(["method", "functions", "bytes", "predicted gain (cycles)", "gain % of kernel", "crossing calls",
-               "solve s", "gap %", "note"],
-              title=f">> Predicted gain, {c.hw.fast_name} of {c.capacity} bytes ({c.hw.name})")
-    for s in sols:
-        p = s.prediction
-        t.rows.append([s.method, len(p.placed), p.bytes, int(round(p.gain)), p.gain_pct, int(round(p.crossing_calls)),
-                       round(s.seconds, 2), None if s.gap is None else 100 * s.gap,
-                       s.label or ("" if s.status in ("ok", "optimal") else s.status)])
-    return t
-
-
-def _placement_table(c, sol, top: int, ann: dict) -> Table:
-    pr = c.problem
-    t = Table(["function", "bytes", "self % of kernel", "fetch saving (cycles)", "annotation"],
-              title=f">> Placement chosen by {sol.method}" + (f" ({sol.label})" if sol.label else ""))
-    ks = sorted((pr.index[n] for n in sol.prediction.placed), key=lambda k: -pr.self_cycles[k])
-    for k in ks[:top]:
-        t.rows.append([pr.names[k], int(pr.size[k]), 100 * pr.self_cycles[k] / (pr.kernel_cycles or 1),
-                       int(round(pr.node_gain[k])), ann.get(pr.names[k], "")])
-    if len(ks) > top:
-        t.notes.append(f"... and {len(ks) - top} more (--top N, or --format json for all)")
-    return t
-
-
-def _group_table(sol) -> Table:
-    t = Table(["group", "candidates", "bytes", "fits", "predicted gain % of kernel", "excluded members"],
-              title=">> Thesis groups, each placed alone (ranked)")
-    for r in sol.details:
-        t.rows.append([r["group"], r["members"], r["group_bytes"], "trimmed" if r["trimmed"] else "yes",
-                       r["prediction"].gain_pct, r["excluded_members"]])
-    t.notes.append(f"best of the group method (singles and pairs that fit): {sol.label}")
-    return t
-
-
 def _sim_rows(c, configs, events=20000, seed=1, relink=True):
     """configs: list of (label, mask or names, model Prediction)."""
-    from . import simulate as sim
     tr = sim.reconstruct(c.profile, c.sizes, c.hw, events=events, seed=seed)
     res = sim.simulate_placements(tr, c.sizes, c.hw, [(lab, set(names)) for lab, names, _ in configs], relink=relink)
     base = res[0]
@@ -212,20 +175,18 @@ def _sol_doc(s) -> dict:
 
 
 def _cmd_plan(args) -> int:
-    from . import emit
-    from .optimise import methods_for, solve
     c = _load(args)
     sols = [solve(c.problem, m, c.capacity, time_limit=args.time_limit) for m in methods_for(args.method)]
     # the build outputs follow the exact placement when it was computed, else the single method asked for
     chosen = next((s for s in sols if s.method == "exact"), sols[0])
     placed = chosen.prediction.placed
     ann = emit.annotations(placed, c.problem.calls)
-    tables = [_method_table(c, sols), _placement_table(c, chosen, args.top, dict(ann))]
+    tables = [method_table(c, sols), placement_table(c, chosen, args.top, dict(ann))]
     doc = _doc(c, "place-plan") | {"methods": {s.method: _sol_doc(s) for s in sols}, "chosen": chosen.method,
                                    "annotations": [{"function": f, "annotation": a} for f, a in ann]}
     gsol = next((s for s in sols if s.method == "groups"), None)
     if gsol:
-        tables.append(_group_table(gsol))
+        tables.append(group_table(gsol))
         doc["groups"] = [{"group": r["group"], "candidates": r["members"], "bytes": r["group_bytes"],
                           "trimmed": r["trimmed"], "prediction": r["prediction"].as_dict()} for r in gsol.details]
     if args.simulate:
@@ -243,14 +204,11 @@ def _cmd_plan(args) -> int:
         selfc = {n: float(pr.self_cycles[k]) for k, n in enumerate(pr.names)}
         order = emit.ordering(pr.names, selfc, c.sizes.sizes, pr.calls, exclude=set(placed))
         _write(args.ordering, emit.ordering_text(order))
-    sys.stdout.write(emit.render(tables, doc, args.format))
+    sys.stdout.write(render(tables, doc, args.format))
     return 0
 
 
 def _cmd_sweep(args) -> int:
-    from . import emit
-    from .inputs import parse_bytes
-    from .optimise import methods_for, sweep
     caps = [parse_bytes(x) for x in args.capacities.split(",") if x.strip()]
     if not caps:
         raise InputError("--capacities lists no sizes")
@@ -265,25 +223,21 @@ def _cmd_sweep(args) -> int:
               title=f">> Predicted gain by fast-memory size ({c.hw.name})")
     doc = _doc(c, "place-sweep") | {"points": []}
     for cap, row in res:
-        r = [_kb(cap)] + [row[m].prediction.gain_pct for m in methods]
+        r = [kb(cap)] + [row[m].prediction.gain_pct for m in methods]
         if "exact" in methods:
             g = row["exact"].gap
             r.append(None if g is None else 100 * g)
         t.rows.append(r)
         doc["points"].append({"capacity": cap, "methods": {m: _sol_doc(s) for m, s in row.items()}})
     t.notes += c.problem.notes
-    sys.stdout.write(emit.render([t], doc, args.format))
+    sys.stdout.write(render([t], doc, args.format))
     return 0
 
 
 def _cmd_model(args) -> int:
-    from . import emit
-    from .inputs import read_placement
-    from .model import placement_from_names
     c = _load(args)
     names = read_placement(args.placement)
     mask = placement_from_names(c.problem, names, args.placement)
-    from .model import evaluate
     pred = evaluate(c.problem, mask)
     unsampled = [n for n in names if n not in c.problem.index]
     extra = sum(c.hw.aligned(c.sizes.sizes[n]) for n in unsampled)
@@ -305,15 +259,11 @@ def _cmd_model(args) -> int:
     t.notes += c.problem.notes
     doc = _doc(c, "place-model") | {"placement": names, "bytes": total, "fits": total <= c.capacity,
                                     "prediction": pred.as_dict()}
-    sys.stdout.write(emit.render([t], doc, args.format))
+    sys.stdout.write(render([t], doc, args.format))
     return 0
 
 
 def _cmd_simulate(args) -> int:
-    from . import emit
-    from .inputs import read_placement
-    from .model import evaluate, placement_from_names
-    from .optimise import by_groups, methods_for, solve
     c = _load(args)
     configs = []
     for m in methods_for(args.method):
@@ -332,7 +282,7 @@ def _cmd_simulate(args) -> int:
     t, rows = _sim_rows(c, configs, args.events, args.seed, not args.no_relink)
     t.notes += c.problem.notes
     doc = _doc(c, "place-simulate") | {"simulation": rows}
-    sys.stdout.write(emit.render([t], doc, args.format))
+    sys.stdout.write(render([t], doc, args.format))
     return 0
 
 

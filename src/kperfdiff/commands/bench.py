@@ -1,0 +1,161 @@
+"""`kperfdiff bench`, `runs`, `show`, `record` and `target`: measuring, and looking at what was stored."""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from .. import limits
+from ..bench.catalogue import load_catalogue
+from ..bench.session import BenchOptions, run_bench, run_boot_timing
+from ..record import record_command
+from ..render import bench as rb
+from ..render.table import to_json
+from ..targets import open_target
+from .common import Parser, copy_counts, number, open_store, whole
+
+
+def add_parsers(sub) -> None:
+    b = sub.add_parser("bench", help="run OS micro-benchmarks and store the results",
+                       description="Run OS micro-benchmarks (lmbench-class latencies, page faults, "
+                                   "GUPS, TLB shootdown, page-out) with kernel counters captured around "
+                                   "each, store every raw interval, and print the result table.")
+    b.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    b.add_argument("--suite", choices=["quick", "full"], default="quick",
+                   help="which benchmarks to run (default: quick)")
+    b.add_argument("--only", metavar="PATTERNS",
+                   help="comma-separated names or shell patterns (syscall.*,fault.anon.*); "
+                        "overrides --suite")
+    b.add_argument("-P", dest="parallel", metavar="LIST", type=copy_counts, default=[1],
+                   help="run N copies in parallel processes and report the per-copy figure; "
+                        "a list like 1,2 or 1-4 runs each (default: 1)")
+    b.add_argument("--reps", type=whole(limits.MAX_REPS), default=1,
+                   help="repeat each benchmark in N fresh processes (default: 1)")
+    b.add_argument("--precision", type=number(limits.MAX_PRECISION_PCT), default=None, metavar="P",
+                   help="after --reps, add repetitions (fresh processes, one round of every benchmark at a time) "
+                        "until the 95%% interval of every benchmark's centre is within +-P%% of it, or --max-time "
+                        "runs out; each result says which ended it")
+    b.add_argument("--max-time", type=number(limits.MAX_TIMEOUT_S), default=None, metavar="S",
+                   help="with --precision: stop adding repetitions after S seconds of measuring (default: 600)")
+    b.add_argument("--intervals", type=whole(limits.MAX_INTERVALS), default=None,
+                   help="timed intervals per process (default: 11, or the benchmark's own)")
+    b.add_argument("--min-batch-ms", type=number(limits.MAX_MIN_BATCH_MS), default=10.0,
+                   help="minimum length of one timed batch in ms (default: 10)")
+    b.add_argument("--label", default="", help="a label for this run (e.g. the kernel or patch)")
+    b.add_argument("--param", action="append", default=[], metavar="BENCH:KEY=VALUE",
+                   help="override a benchmark parameter (e.g. gups.4k:log2_words=20); "
+                        "'*:dir=/mnt/x' applies to every benchmark that takes it")
+    b.add_argument("--allow-swap-setup", action="store_true",
+                   help="create a temporary zram device or swap file for benchmarks that need swap, "
+                        "and remove it afterwards")
+    b.add_argument("--timeout", type=number(limits.MAX_TIMEOUT_S), default=None,
+                   help="per-process timeout in seconds (default: the benchmark's own)")
+    b.add_argument("--profile", action="store_true",
+                   help="record every benchmark process with perf record -g (kernel and user) into the run's "
+                        "artefact folder, with kallsyms, build ids and hardware counts where available")
+    b.add_argument("--profile-freq", type=whole(limits.MAX_PROFILE_FREQ), default=None, metavar="HZ",
+                   help="sampling frequency for --profile (default: perf's, 4000 Hz)")
+    b.add_argument("--target", default="local", metavar="SPEC",
+                   help="where to run: local (default), qemu:arm64 or qemu:x86_64 (an emulated guest; options "
+                        "kernel=VERSION|PATH, mem=, cpus=, deterministic), or ssh://user@host[:port]")
+    b.add_argument("--format", choices=["text", "json"], default="text")
+    b.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+    rc = sub.add_parser("record", help="profile any command with perf, keeping kallsyms and build ids beside it",
+                        description="Profile a command with perf record -g (kernel and user) into DIR, with a "
+                                    "kallsyms snapshot, build ids, hardware-event counts where the machine has "
+                                    "them, and a meta file, so kperfdiff diff can read it anywhere.")
+    rc.add_argument("-o", "--output", default="kperfdiff-record", metavar="DIR",
+                    help="folder to write into (default: kperfdiff-record)")
+    rc.add_argument("-e", "--event", default=None,
+                    help="sampling event (default: cycles where the PMU counts it, else cpu-clock)")
+    rc.add_argument("-F", "--freq", type=whole(limits.MAX_PROFILE_FREQ), default=None, help="sampling frequency in Hz")
+    rc.add_argument("--name", default="perf", help="file name stem (default: perf -> perf.perf.data)")
+    rc.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND [ARG...]")
+
+    r = sub.add_parser("runs", help="list the runs in the store")
+    r.add_argument("--format", choices=["text", "json"], default="text")
+
+    s = sub.add_parser("show", help="show one run: machine facts, results, monitors")
+    s.add_argument("run", help="run id (or a unique prefix of its label)")
+    s.add_argument("--format", choices=["text", "json"], default="text")
+    s.add_argument("--raw", action="store_true", help="also print every raw interval")
+
+    t = sub.add_parser("target", help="check a target, or time a guest kernel's boot",
+                       description="Work with a target directly. `check` boots the guest (or connects to the board) "
+                                   "and prints what it is. `boot` measures the boot.* benchmarks of a guest kernel "
+                                   "(QEMU start to /init, the kernel's own boot, the time before the first "
+                                   "timestamped message, initcall time and the slowest initcalls) at several "
+                                   "memory sizes, and stores them as a run that compare and report read.")
+    tsub = t.add_subparsers(dest="target_command", metavar="ACTION", parser_class=Parser, required=True)
+    tc = tsub.add_parser("check", help="boot or connect, and print the target's facts")
+    tc.add_argument("spec", help="qemu:arm64[,options], qemu:x86_64[,options] or ssh://user@host[:port]")
+    tc.add_argument("--format", choices=["text", "json"], default="text")
+    tb = tsub.add_parser("boot", help="time a guest kernel's boot at several memory sizes")
+    tb.add_argument("spec", help="qemu:arm64[,kernel=...] or qemu:x86_64[,kernel=...]")
+    tb.add_argument("--mem", default="1G,4G,16G", help="guest memory sizes (default: 1G,4G,16G)")
+    tb.add_argument("--boots", type=whole(limits.MAX_BOOTS), default=3, help="boots per memory size (default: 3)")
+    tb.add_argument("--label", default="", help="a label for the run")
+    tb.add_argument("--format", choices=["text", "json"], default="text")
+    tb.add_argument("--no-progress", action="store_true")
+
+
+def bench_options(args: argparse.Namespace) -> BenchOptions:
+    return BenchOptions(suite=args.suite, only=args.only, parallel=args.parallel, reps=args.reps,
+                        intervals=args.intervals,
+                        min_batch_ns=int(args.min_batch_ms * 1e6) if args.min_batch_ms else None,
+                        label=args.label, params=args.param, allow_swap_setup=args.allow_swap_setup,
+                        timeout=args.timeout, progress=not args.no_progress,
+                        profile=args.profile, profile_freq=args.profile_freq, target=args.target or "local",
+                        precision=args.precision, max_time=args.max_time,
+                        command=shlex.join(["kperfdiff", *sys.argv[1:]]))
+
+
+def run_bench_command(args: argparse.Namespace) -> int:
+    if args.list:
+        sys.stdout.write(rb.catalogue(load_catalogue(), args.format))
+        return 0
+    opts = bench_options(args)
+    store = open_store(args)
+    outcome = run_bench(store, opts)
+    sys.stdout.write(rb.results(outcome.run, outcome.results, args.format,
+                                machine=store.machine(outcome.run.machine_id)))
+    return outcome.exit_status
+
+
+def runs(args: argparse.Namespace) -> int:
+    store = open_store(args, create=False)
+    sys.stdout.write(rb.run_list(store.list_runs(), args.format))
+    return 0
+
+
+def show(args: argparse.Namespace) -> int:
+    store = open_store(args, create=False)
+    run = store.find_run(args.run)
+    sys.stdout.write(rb.show(run, store.machine(run.machine_id), store.results(run.id), args.format,
+                             raw=args.raw))
+    return 0
+
+
+def record(args: argparse.Namespace) -> int:
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    rc, _ = record_command(Path(args.output), cmd, event=args.event, freq=args.freq, name=args.name)
+    return rc
+
+
+def target(args: argparse.Namespace) -> int:
+    if args.target_command == "check":
+        with open_target(args.spec) as t:
+            facts = t.facts()
+        if args.format == "json":
+            sys.stdout.write(to_json({"version": 1, "target": args.spec, "facts": facts}))
+        else:
+            sys.stdout.write(rb.machine_facts(facts))
+        return 0
+    mems = [m.strip().upper() for m in args.mem.split(",") if m.strip()]
+    store = open_store(args)
+    out = run_boot_timing(store, args.spec, mems, args.boots, label=args.label,
+                          command=" ".join(["kperfdiff", *sys.argv[1:]]), progress=not args.no_progress)
+    sys.stdout.write(rb.results(out.run, out.results, args.format, machine=store.machine(out.run.machine_id)))
+    return out.exit_status

@@ -1,0 +1,107 @@
+"""What every sub-command shares: the argparse flavour, the global options, argument types,
+opening the store, and writing an output file."""
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+from .. import limits
+from ..errors import InputError, UsageError
+from ..store import Store
+
+FORMATS = ["text", "json", "csv", "markdown"]
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one sentence and exit 2."""
+
+    def error(self, message):  # noqa: D401 - argparse API
+        raise UsageError(f"{message} (see {self.prog} --help)", prog=self.prog)
+
+
+# Options that belong to kperfdiff itself, accepted before or after the sub-command
+# (`kperfdiff --store S runs` and `kperfdiff runs --store S` are the same).
+GLOBAL_OPTIONS = (
+    (("--store",), dict(metavar="PATH",
+                        help="results store (SQLite file); default $KPERFDIFF_HOME/kperfdiff.db "
+                             "or $XDG_DATA_HOME/kperfdiff/kperfdiff.db")),
+    (("--debug",), dict(action="store_true", help="show tracebacks on errors")),
+)
+
+
+def accept_global_options(parser: argparse.ArgumentParser) -> None:
+    """Give every sub-command (and sub-sub-command) the global options, defaulting to
+    whatever was given before the sub-command."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                taken = {o for a in sub._actions for o in a.option_strings}
+                for flags, kw in GLOBAL_OPTIONS:
+                    if not taken.intersection(flags):
+                        sub.add_argument(*flags, **dict(kw, default=argparse.SUPPRESS))
+                accept_global_options(sub)
+
+
+def copy_counts(text: str) -> list[int]:
+    """-P: ``1,2`` or ``1-4``; each count from 1 to limits.MAX_COPIES, checked before a range is expanded."""
+    out: list[int] = []
+    for part in text.split(","):
+        lo, dash, hi = part.strip().partition("-")
+        if not lo.isdigit() or (dash and not hi.isdigit()):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a list of core counts like 1,2 or 1-4")
+        a, b = int(lo), int(hi or lo)
+        if a < 1 or b > limits.MAX_COPIES or b < a:
+            raise argparse.ArgumentTypeError(f"{text!r}: core counts run from 1 to {limits.MAX_COPIES}, "
+                                             f"and a range from low to high")
+        out.extend(range(a, b + 1))
+        if len(out) > limits.MAX_CORE_COUNTS:
+            raise argparse.ArgumentTypeError(f"{text!r} asks for more than {limits.MAX_CORE_COUNTS} core counts")
+    return out
+
+
+def number(most: float):
+    """An argparse type: a finite number above 0 and at most ``most``."""
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            v = math.nan
+        if not limits.number_in_range(v, 0, most):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number above 0 and at most {most:g}")
+        return v
+    return parse
+
+
+def whole(most: int):
+    """An argparse type: a whole number from 1 to ``most``."""
+    def parse(text: str) -> int:
+        t = text.strip()
+        if not t.isdigit() or len(t) > 12 or not 1 <= int(t) <= most:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to {most}")
+        return int(t)
+    return parse
+
+
+def open_store(args, create: bool = True) -> Store:
+    """The store of --store (or the default); commands that only read pass create=False.
+    Each command opens it once, here."""
+    return Store.open(getattr(args, "store", None), create=create)
+
+
+def write_file(path: str | Path, data: str | bytes, *, make_folder: bool = False) -> Path:
+    """Write an output file whole (through a temporary beside it); its folder is made only when
+    ``make_folder`` (a report's side folder of plots), else a missing folder is an error."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        if make_folder:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(data, bytes):
+            tmp.write_bytes(data)
+        else:
+            tmp.write_text(data)
+        tmp.replace(path)
+    except OSError as e:
+        raise InputError(f"cannot write {path}: {e.strerror}") from None
+    return path

@@ -1,0 +1,166 @@
+"""`kperfdiff diff A B`: load both sides (files or store references), rank, render, and write
+any flame graph or folded files."""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+from ..diff import DiffOptions, add_folded, diff_profiles
+from ..errors import InputError, KperfdiffError
+from ..ingest.load import ProfileRef, load_side
+from ..render import diff as render
+from ..render import flamegraph
+from ..store import Store, default_path
+from ..symbols.equivalence import load_roles
+from .common import FORMATS, write_file
+
+
+def add_parser(sub) -> None:
+    d = sub.add_parser(
+        "diff", help="rank the kernel functions whose share of time differs between two profiles",
+        description="Rank the functions whose share of samples differs between profile A and profile B: "
+                    "functions found on both sides by |share A - share B| (percentage points), then those "
+                    "found only in A, then only in B. A share is a function's weight over ALL samples of its "
+                    "profile, as perf report computes it. Compiler suffixes (.isra.N, .constprop.N, .cold, "
+                    "__pfx_...) are folded into one name, and equivalent functions of different architectures "
+                    "(page fault entry, syscall entry, clear page...) are compared under a shared role.")
+    d.add_argument("a", help="profile A: perf.data, perf script text, perf report --stdio text, folded stacks, "
+                             "several of them comma-separated (repeated runs: A1,A2,A3), "
+                             "or a store reference RUN[:benchmark[@CORES]] (one profile per repetition, its "
+                             "parallel copies added together)")
+    d.add_argument("b", help="profile B, in any of the same forms")
+    d.add_argument("--top", type=int, default=5, metavar="N",
+                   help="rows per section (default: 5, as the original kperfdiff tables; 0 = all)")
+    d.add_argument("--scope", choices=["kernel", "user", "all"], default="kernel",
+                   help="which functions to rank (default: kernel); shares are still of all samples")
+    d.add_argument("--labels", metavar="A,B", help="column names of the two sides "
+                   "(default: their architectures, else their run labels or file names)")
+    d.add_argument("--children", action="store_true",
+                   help="inclusive shares (a function with its callees, once per sample), "
+                        "so inlined work is attributed to its callers")
+    d.add_argument("--per-op", action="store_true",
+                   help="nanoseconds per benchmark operation (share x CPU time / operations) instead of shares")
+    d.add_argument("--ops", metavar="N[,M]",
+                   help="operation counts for --per-op when the profiles do not carry them (one for both sides, or A,B)")
+    d.add_argument("--event", metavar="NAME",
+                   help="which sampled event to rank by when the profiles carry several "
+                        "(e.g. a cache- or TLB-miss event); default: the first")
+    d.add_argument("--compute", metavar="MODE", default="absdiff",
+                   help="how common functions are scored and ranked: absdiff (|B-A| in points, the study's "
+                        "%%diff; default), or perf diff's delta (B-A), ratio (B/A, ranked by |log ratio|) or "
+                        "wdiff:WA,WB (WB*B - WA*A), all on shares (or ns/op with --per-op)")
+    d.add_argument("--map", action="append", metavar="FILE",
+                   help="your own equivalence table (TOML, the format of the shipped one), merged over it; repeatable")
+    d.add_argument("--no-equivalence", action="store_true", help="do not group equivalent functions into roles")
+    d.add_argument("--no-normalise", action="store_true",
+                   help="keep compiler suffixes (.isra.N, .constprop.N, .cold...) as separate names")
+    d.add_argument("--folded-kernel", choices=["auto", "entry", "all", "none"], default="auto",
+                   help="how to tell kernel frames in folded stacks: auto (the _[k] suffix when present, else "
+                        "entry), entry (every frame from the first known kernel entry point to the leaf), "
+                        "all, none (default: auto)")
+    d.add_argument("--kallsyms", metavar="FILE", help="kallsyms for perf.data inputs of both sides")
+    d.add_argument("--kallsyms-a", metavar="FILE", help="kallsyms for side A's perf.data")
+    d.add_argument("--kallsyms-b", metavar="FILE", help="kallsyms for side B's perf.data")
+    d.add_argument("--symfs", metavar="DIR", help="root to find user binaries in, for both sides")
+    d.add_argument("--symfs-a", metavar="DIR", help="--symfs for side A")
+    d.add_argument("--symfs-b", metavar="DIR", help="--symfs for side B")
+    d.add_argument("--flamegraph", metavar="OUT.svg",
+                   help="write a differential flame graph: widths from B, red = larger share in B, "
+                        "blue = smaller, tooltips with both shares")
+    d.add_argument("--folded", metavar="PREFIX",
+                   help="write PREFIX.a.folded and PREFIX.b.folded (stack count) and PREFIX.diff.folded "
+                        "(stack countA countB, as FlameGraph's difffolded.pl), for flamegraph.pl or inferno")
+    d.add_argument("--format", choices=FORMATS, default="text")
+
+
+def _parse_labels(text: str | None):
+    if not text:
+        return None
+    parts = text.split(",")
+    if len(parts) != 2 or not all(p.strip() for p in parts):
+        raise InputError(f"--labels takes two names separated by a comma, like ARM,x86, not {text!r}")
+    return parts[0].strip(), parts[1].strip()
+
+
+def _parse_ops(text: str | None):
+    if not text:
+        return (None, None)
+    parts = text.split(",")
+    try:
+        vals = [float(p) for p in parts]
+    except ValueError:
+        vals = []
+    if len(vals) not in (1, 2) or any(v <= 0 or math.isnan(v) for v in vals):
+        raise InputError(f"--ops takes one or two positive operation counts (A,B), not {text!r}")
+    return (vals[0], vals[-1])
+
+
+def _parse_compute(text: str) -> tuple[str, tuple[float, float]]:
+    mode, _, rest = text.partition(":")
+    if mode in ("absdiff", "delta", "ratio") and not rest:
+        return mode, (1.0, 1.0)
+    if mode == "wdiff":
+        try:
+            wa, wb = (float(x) for x in rest.split(","))
+        except ValueError:
+            raise InputError(f"--compute wdiff takes two weights, like wdiff:1,2, not {text!r}") from None
+        return mode, (wa, wb)
+    raise InputError(f"--compute {text!r} is not one of absdiff, delta, ratio, wdiff:WA,WB")
+
+
+def options(args: argparse.Namespace) -> DiffOptions:
+    if args.top < 0:
+        raise InputError("--top must be 0 (all rows) or more")
+    compute, weights = _parse_compute(args.compute or "absdiff")
+    return DiffOptions(top=args.top, scope=args.scope, labels=_parse_labels(args.labels), children=args.children,
+                       per_op=args.per_op, equivalence=not args.no_equivalence, maps=tuple(args.map or ()),
+                       normalise=not args.no_normalise, ops=_parse_ops(args.ops), compute=compute,
+                       wdiff_weights=weights)
+
+
+def store_lookup(store_path: str | None):
+    """RUN[:benchmark[@CORES]] -> one (paths, meta) per repetition, from the store (opened once,
+    and only when a side names something that is not a file)."""
+    path = Path(store_path) if store_path else default_path()
+    opened: list[Store] = []
+
+    def refs(ref: str) -> list[ProfileRef]:
+        if not path.exists():
+            raise InputError(f"{ref}: no such file, and there is no results store at {path} to look it up in")
+        try:
+            if not opened:
+                opened.append(Store.open(path, create=False))
+            found = opened[0].profile_refs(ref)
+        except KperfdiffError as e:
+            raise InputError(f"{ref} is not a file, and {str(e)[:1].lower()}{str(e)[1:]}") from None
+        if not found:
+            raise InputError(f"{ref} is neither a file nor a run with profiles in the store")
+        return [(list(paths), dict(m or {})) for paths, m in found]
+    return refs
+
+
+def run(args: argparse.Namespace) -> int:
+    opts = options(args)
+    if opts.maps:
+        load_roles(opts.maps)   # report a bad map before reading profiles
+    lookup = store_lookup(args.store)
+    sides = []
+    for spec, side in ((args.a, "a"), (args.b, "b")):
+        sides.append(load_side(spec, lookup, kallsyms=getattr(args, f"kallsyms_{side}") or args.kallsyms,
+                               symfs=getattr(args, f"symfs_{side}") or args.symfs, event=args.event,
+                               folded_kernel=args.folded_kernel))
+    side_a, side_b = sides
+    result = diff_profiles(side_a, side_b, opts)
+    for w in result.warnings:
+        print(f"kperfdiff: warning: {w}", file=sys.stderr)
+    if args.flamegraph or args.folded:
+        add_folded(result, side_a, side_b)
+    if args.flamegraph:
+        write_file(args.flamegraph, flamegraph.differential_svg(result))
+    if args.folded:
+        for suffix, text in flamegraph.folded_files(result).items():
+            write_file(f"{args.folded}.{suffix}", text)
+    sys.stdout.write(render.render(result, args.format))
+    return 0

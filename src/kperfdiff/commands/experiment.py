@@ -1,0 +1,113 @@
+"""`kperfdiff run`, `compare` and `report`: experiments, comparison tables and the report."""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from .. import experiment
+from ..render import compare as rcompare
+from ..render import report as rreport
+from ..report import gather, load_comparison, top_mover_diff
+from .common import FORMATS, open_store, write_file
+
+
+def add_parsers(sub) -> None:
+    """`run`, `compare` and `report` (experiments, comparison tables, the HTML report)."""
+    e = sub.add_parser("run", help="run an experiment file: variants x benchmarks x core counts x repetitions",
+                       description="Run the whole matrix of an experiment file (TOML; see examples/), variants "
+                                   "interleaved, each cell stored at once. Running it again resumes it: finished "
+                                   "cells are never measured twice. Knobs are checked before anything runs and "
+                                   "restored afterwards, even on Ctrl-C. Prints the comparison table at the end.")
+    e.add_argument("file", help="experiment file (TOML)")
+    e.add_argument("--restart", action="store_true",
+                   help="start the experiment again from zero (the old results stay in the store, marked "
+                        "superseded); needed when the file changed after a partial run")
+    e.add_argument("--dry-run", action="store_true", help="check the file and print the matrix; run nothing")
+    e.add_argument("--allow-knob", action="append", metavar="PATH",
+                   help="let the file set this knob although it is not one of the performance knobs kperfdiff "
+                        "sets by default (repeatable; the always-refused ones stay refused)")
+    e.add_argument("--report", metavar="HTML", help="also write the HTML report there, print the kperfdiff "
+                                                    "table of the benchmark that moved most, and its path")
+    e.add_argument("--format", choices=FORMATS, default="text", help="format of the comparison table")
+    e.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+    c = sub.add_parser("compare", help="compare benchmark results of runs or of an experiment's variants",
+                       description="For each benchmark and core count: the baseline's centre (geometric mean of "
+                                   "the per-repetition medians), each variant's, the change in % (positive = "
+                                   "better) with a two-level 95% confidence interval over the repetitions "
+                                   "(Kalibera & Jones; 3 repetitions per side at least), a significance mark "
+                                   "(Benjamini-Hochberg q <= 0.05 over the table's cells), a mark for disturbed "
+                                   "measurements and the CV; one block per variant, a geometric-mean row.")
+    c.add_argument("runs", nargs="*", metavar="RUN", help="run ids or labels; the first is the baseline")
+    c.add_argument("--experiment", metavar="ID|NAME", help="compare the variants of an experiment")
+    c.add_argument("--stack", action="store_true",
+                   help="with RUNs: they form a patch stack; also compare each with the one before it")
+    c.add_argument("--format", choices=FORMATS, default="text")
+
+    r = sub.add_parser("report", help="write a self-contained HTML report (or Markdown) of an experiment or runs",
+                       description="One HTML file that works offline: machine facts side by side, comparison "
+                                   "tables, plots (bars with intervals, scaling curves, heat map), the kperfdiff "
+                                   "table and differential flame graph of each benchmark that changed "
+                                   "significantly, and the kernel counters that explain changes.")
+    r.add_argument("runs", nargs="*", metavar="RUN", help="run ids or labels; the first is the baseline")
+    r.add_argument("--experiment", metavar="ID|NAME", help="report on the variants of an experiment")
+    r.add_argument("--stack", action="store_true", help="with RUNs: they form a patch stack")
+    r.add_argument("-o", "--output", default="report.html", metavar="FILE",
+                   help="output file (default: report.html); with --format markdown, SVG plots are written "
+                        "into FILE's stem + '.files/' beside it")
+    r.add_argument("--format", choices=["html", "markdown"], default="html")
+    r.add_argument("--no-profiles", action="store_true", help="leave out the profile diffs (faster)")
+
+
+def write_report(data, output: str | Path, fmt: str = "html") -> Path:
+    """The report as one HTML file, or Markdown with its SVG plots in FILE's stem + '.files/'."""
+    out = Path(output)
+    if fmt == "html":
+        write_file(out, rreport.to_html(data), make_folder=True)
+    else:
+        files_dir = out.stem + ".files"
+        md, files = rreport.to_markdown(data, files_dir)
+        for name, svg in files.items():
+            write_file(out.parent / files_dir / name, svg, make_folder=True)
+        write_file(out, md, make_folder=True)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    """`kperfdiff run FILE`: run or resume, then print the comparison (and write the report)."""
+    exp = experiment.parse(args.file, frozenset(args.allow_knob or ()))
+    if args.dry_run:
+        sys.stdout.write(experiment.describe_plan(experiment.plan(exp)))
+        return 0
+    store = open_store(args)
+    outcome = experiment.run_experiment(store, exp, experiment.RunOptions(
+        restart=args.restart, progress=not args.no_progress, command=shlex.join(["kperfdiff", *sys.argv[1:]])))
+    cmp = load_comparison(store, experiment=str(outcome.experiment["id"]), runs=[])
+    sys.stdout.write(rcompare.render(cmp, args.format))
+    if args.report:
+        sys.stdout.write("\n" + rreport.top_mover_text(top_mover_diff(cmp)))
+        out = write_report(gather(store, cmp), args.report, "html")
+        sys.stdout.write(f"\nreport: {out.resolve()}\n")
+    if outcome.failed:
+        print(f"kperfdiff: {outcome.failed} cells failed; run the same command again to retry them",
+              file=sys.stderr)
+    return outcome.exit_status
+
+
+def compare(args: argparse.Namespace) -> int:
+    """`kperfdiff compare RUN_A RUN_B ...` or `kperfdiff compare --experiment ID|NAME`."""
+    store = open_store(args, create=False)
+    cmp = load_comparison(store, experiment=args.experiment, runs=args.runs, stack=args.stack)
+    sys.stdout.write(rcompare.render(cmp, args.format))
+    return 0
+
+
+def report(args: argparse.Namespace) -> int:
+    store = open_store(args, create=False)
+    cmp = load_comparison(store, experiment=args.experiment, runs=args.runs, stack=args.stack)
+    out = write_report(gather(store, cmp, profiles=not args.no_profiles), args.output, args.format)
+    print(f"kperfdiff: report written to {out}", file=sys.stderr)
+    print(str(out))
+    return 0

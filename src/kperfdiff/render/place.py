@@ -1,0 +1,54 @@
+"""Placement results as tables (text, Markdown) or one JSON document."""
+from __future__ import annotations
+
+from ..errors import InputError
+from .table import Table, to_json, to_markdown, to_text
+
+
+def kb(b: int) -> str:
+    return f"{b / 1024:.1f}K" if b % 1024 else f"{b // 1024}K"
+
+
+def method_table(c, sols) -> Table:
+    t = Table(["method", "functions", "bytes", "predicted gain (cycles)", "gain % of kernel", "crossing calls",
+               "solve s", "gap %", "note"],
+              title=f">> Predicted gain, {c.hw.fast_name} of {c.capacity} bytes ({c.hw.name})")
+    for s in sols:
+        p = s.prediction
+        t.rows.append([s.method, len(p.placed), p.bytes, int(round(p.gain)), p.gain_pct, int(round(p.crossing_calls)),
+                       round(s.seconds, 2), None if s.gap is None else 100 * s.gap,
+                       s.label or ("" if s.status in ("ok", "optimal") else s.status)])
+    return t
+
+
+def placement_table(c, sol, top: int, ann: dict) -> Table:
+    pr = c.problem
+    t = Table(["function", "bytes", "self % of kernel", "fetch saving (cycles)", "annotation"],
+              title=f">> Placement chosen by {sol.method}" + (f" ({sol.label})" if sol.label else ""))
+    ks = sorted((pr.index[n] for n in sol.prediction.placed), key=lambda k: -pr.self_cycles[k])
+    for k in ks[:top]:
+        t.rows.append([pr.names[k], int(pr.size[k]), 100 * pr.self_cycles[k] / (pr.kernel_cycles or 1),
+                       int(round(pr.node_gain[k])), ann.get(pr.names[k], "")])
+    if len(ks) > top:
+        t.notes.append(f"... and {len(ks) - top} more (--top N, or --format json for all)")
+    return t
+
+
+def group_table(sol) -> Table:
+    t = Table(["group", "candidates", "bytes", "fits", "predicted gain % of kernel", "excluded members"],
+              title=">> Thesis groups, each placed alone (ranked)")
+    for r in sol.details:
+        t.rows.append([r["group"], r["members"], r["group_bytes"], "trimmed" if r["trimmed"] else "yes",
+                       r["prediction"].gain_pct, r["excluded_members"]])
+    t.notes.append(f"best of the group method (singles and pairs that fit): {sol.label}")
+    return t
+
+
+def render(tables: list[Table], doc: dict, fmt: str) -> str:
+    if fmt == "json":
+        return to_json(doc)
+    if fmt == "markdown":
+        return "\n".join(to_markdown(t) for t in tables)
+    if fmt == "text":
+        return "\n".join(to_text(t) for t in tables)
+    raise InputError(f"unknown format {fmt!r}; use text, json or markdown")

@@ -1,0 +1,130 @@
+"""The report's data: what `kperfdiff report` and `run --report` show, gathered from the store.
+
+:func:`gather` collects a :class:`ReportData`: the comparison, the machine facts of every side
+(with the knobs, environment and command line its runs recorded), and for each benchmark that
+changed significantly the kperfdiff ranking of its profiles (one per repetition, parallel
+copies merged). :mod:`kperfdiff.render.report` turns it into HTML or Markdown without reading
+anything.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+from .compare import Block, CellChange, Comparison, from_experiment, from_runs, top_mover
+from .diff import DiffOptions, DiffResult, add_folded, diff_profiles
+from .errors import InputError, KperfdiffError
+from .ingest.load import load_stored
+
+
+@dataclass
+class ProfileDiff:
+    variant: str
+    reference: str
+    key: str
+    cores: int
+    change: float
+    result: DiffResult | None = None
+    title: str = ""                # of its differential flame graph
+    error: str = ""
+
+
+@dataclass
+class ReportData:
+    cmp: Comparison
+    facts: dict[str, dict]                  # side label -> machine facts (+ knobs)
+    diffs: list[ProfileDiff] = field(default_factory=list)
+    generated: str = ""
+
+
+def load_comparison(store, *, experiment: str | None, runs: list[str], stack: bool = False) -> Comparison:
+    """The comparison of an experiment's variants, or of runs (the first is the baseline)."""
+    if experiment and runs:
+        raise InputError("give either --experiment or RUNs, not both")
+    if experiment:
+        return from_experiment(store, experiment)
+    if not runs:
+        raise InputError("name the runs to compare (the first is the baseline) or --experiment ID|NAME")
+    return from_runs(store, runs, stack=stack)
+
+
+def side_facts(store, side) -> dict:
+    f = dict(side.facts)
+    if side.run_ids:
+        run = store.get_run(side.run_ids[0])
+        o = run.options or {}
+        for k in ("knobs", "env", "cpus", "vars", "cmdline"):
+            if o.get(k):
+                v = o[k]
+                f[k] = ", ".join(f"{a}={b}" for a, b in v.items()) if isinstance(v, dict) else v
+        f["runs"] = ", ".join(str(i) for i in side.run_ids)
+        f["target"] = run.target
+    ev = f.get("perf_events") or {}
+    if isinstance(ev, dict) and ev:
+        f["perf events"] = ", ".join(e for e, ok in ev.items() if ok) or "none"
+    return f
+
+
+def profile_diff(cmp: Comparison, blk: Block, c: CellChange) -> ProfileDiff:
+    """The kperfdiff ranking of one changed cell's profiles (reference = A)."""
+    pd = ProfileDiff(blk.variant, blk.reference, c.key, c.cores, c.change)
+    a = cmp.side(blk.reference).profiles.get((c.benchmark_base, c.cores), [])
+    b = cmp.side(blk.variant).profiles.get((c.benchmark_new, c.cores), [])
+    if not a or not b:
+        pd.error = "no profiles on both sides (run the experiment with profile = true)"
+        return pd
+    try:
+        pa = load_stored(a, blk.reference)
+        pb = load_stored(b, blk.variant)
+        if not pa or not pb:
+            pd.error = "the profile files are missing from the artefact folder"
+            return pd
+        res = diff_profiles(pa, pb, DiffOptions(labels=(blk.reference, blk.variant)))
+        add_folded(res, pa, pb)
+        pd.result = res
+        pd.title = f"{c.benchmark_new} vs {c.benchmark_base}, {c.cores} core{'s' if c.cores > 1 else ''}: " \
+                   f"{blk.variant} vs {blk.reference}"
+    except KperfdiffError as e:
+        pd.error = f"cannot diff the profiles: {e}"
+    except Exception as e:  # a report must not be lost to one unreadable profile
+        pd.error = f"cannot diff the profiles ({type(e).__name__}: {e})"
+    return pd
+
+
+def changed_cells(cmp: Comparison):
+    """Per comparison vs the baseline and per column: the core count that changed most, if significant."""
+    for blk in cmp.blocks:
+        if blk.kind != "baseline":
+            continue
+        for k in cmp.keys:
+            best = None
+            for c in cmp.cores:
+                x = blk.cells.get((k, c))
+                if x is not None and x.significant and (best is None or abs(x.change) > abs(best.change)):
+                    best = x
+            if best is not None:
+                yield blk, best
+
+
+def gather(store, cmp: Comparison, *, profiles: bool = True) -> ReportData:
+    data = ReportData(cmp, {s.label: side_facts(store, s) for s in cmp.sides},
+                      generated=dt.datetime.now().strftime("%Y-%m-%d %H:%M"))
+    if profiles:
+        data.diffs = [profile_diff(cmp, blk, c) for blk, c in changed_cells(cmp)]
+    return data
+
+
+@dataclass
+class TopMover:
+    """The cell of the first comparison that moved most, and its profile diff."""
+    cell: CellChange
+    block: Block
+    diff: ProfileDiff
+
+
+def top_mover_diff(cmp: Comparison) -> TopMover | None:
+    c = top_mover(cmp)
+    if c is None:
+        return None
+    blk = next(b for b in cmp.blocks if b.kind == "baseline")
+    return TopMover(c, blk, profile_diff(cmp, blk, c))
