@@ -6,7 +6,7 @@ import pytest
 
 from kperfdiff import machine
 from kperfdiff.bench import build, catalogue, worker
-from kperfdiff.bench.session import unmet_requirement
+from kperfdiff.measure import unmet_requirement
 
 FACTS = machine.facts(probe_perf=False)
 BENCHES = catalogue.load_catalogue()

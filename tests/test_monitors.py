@@ -1,4 +1,4 @@
-from kperfdiff import monitors
+from kperfdiff import machine, monitors
 
 INTERRUPTS = """           CPU0       CPU1
   0:         36          0   IO-APIC   2-edge      timer
@@ -26,6 +26,13 @@ def test_delta_and_relevant():
 
 
 def test_snapshot_reads_this_kernel():
-    s = monitors.snapshot()
+    s = machine.counter_snapshot()
     assert s["vmstat.pgfault"] > 0
     assert any(k.startswith("irq.") for k in s)
+
+
+def test_one_vmstat_parser_for_local_and_target_text():
+    text = "pgfault 12\nthp_fault_alloc 3\nnr_weird -4\nnot a counter line\n"
+    assert monitors.parse_vmstat(text) == {"vmstat.pgfault": 12, "vmstat.thp_fault_alloc": 3, "vmstat.nr_weird": -4}
+    snap = monitors.snapshot_from_text(text, INTERRUPTS)
+    assert snap["vmstat.pgfault"] == 12 and snap["irq.TLB"] == 42

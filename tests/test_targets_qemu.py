@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kperfdiff.bench import catalogue
-from kperfdiff.bench.session import BenchOptions
+from kperfdiff.measure import BenchOptions
 from kperfdiff.errors import BenchError, InputError, UsageError
 from kperfdiff.targets import Invocation, open_target, run_benchmarks
 from kperfdiff.targets import base, boot

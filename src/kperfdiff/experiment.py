@@ -80,11 +80,17 @@ import signal
 import string
 import sys
 import time
-import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import compare, knobs as knobmod, limits, machine, stats
+from . import compare, knobs as knobmod, limits, machine, noise, stats, targets
+from .bench import build, catalogue
+from .bench.swap import temporary_swap
+from .files import read_toml
+from .measure import BenchOptions, measure, parse_param_overrides, store_target_profiles, unmet_requirement
+from .progress import Progress
+from .record import BenchProfiler, require_perf
+from .targets import validate_spec
 from .bench import rounds
 from .bench.measurement import Measurement, store_measurement
 from .errors import BenchError, InputError, KperfdiffError
@@ -223,24 +229,7 @@ def _placeholders(text: str) -> list[str]:
 def parse(path: str | Path, allow_knobs=frozenset()) -> Experiment:
     """Read and check an experiment file; every problem is one sentence naming the file and field."""
     p = Path(path)
-    from .files import check_input_file
-    if p.exists() and not p.is_dir():
-        check_input_file(p, "experiment")
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise ExperimentError(f"{p}: no such experiment file") from None
-    except IsADirectoryError:
-        raise ExperimentError(f"{p} is a directory, not an experiment file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ExperimentError(f"{p}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
-    if not text.strip():
-        raise ExperimentError(f"{p} is empty; an experiment file names the experiment, its benchmarks and its "
-                              f"variants (see examples/superpages.toml)")
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ExperimentError(f"{p}: not valid TOML ({e})") from None
+    data = read_toml(p, "experiment file", ExperimentError)
     return parse_data(data, p, allow_knobs)
 
 
@@ -272,7 +261,6 @@ def parse_data(data: dict, p: Path | str = "<experiment>", allow_knobs=frozenset
         target = rv.get("target", "local")
         if not isinstance(target, str):
             raise _err(p, f"{where}.target", "must be a string: local, qemu:ARCH[,options] or ssh://user@host")
-        from .targets import validate_spec
         try:
             kind = validate_spec(target)
         except KperfdiffError as e:
@@ -400,7 +388,6 @@ def resolve(exp: Experiment) -> dict[str, list[tuple[str, object]]]:
     matches; an entry with ``{placeholders}`` is one column whose benchmark
     each variant names through its ``vars`` (it must name exactly one).
     """
-    from .bench import catalogue
     out: dict[str, list[tuple[str, object]]] = {}
     for v in exp.variants:
         cols: list[tuple[str, object]] = []
@@ -458,7 +445,6 @@ def variant_params(exp: Experiment, v: Variant, benches: list) -> dict[str, dict
     another variant's benchmark) is left out here; :func:`check_params`
     rejects one that applies to no benchmark of the experiment at all.
     """
-    from .bench.session import parse_param_overrides
     out: dict[str, dict[str, str]] = {}
     for table in (exp.params, v.params):
         for k, val in table.items():
@@ -473,7 +459,6 @@ def variant_params(exp: Experiment, v: Variant, benches: list) -> dict[str, dict
 
 def check_params(exp: Experiment, columns) -> dict[str, dict[str, dict[str, str]]]:
     """variant -> benchmark -> overrides; an override that applies to no benchmark of the experiment is an error."""
-    from .bench.session import parse_param_overrides
     allb = {b.name: b for cols in columns.values() for _, b in cols}
     for where, table in [("params", exp.params)] + [(f"variant {v.label!r}.params", v.params)
                                                      for v in exp.variants]:
@@ -579,9 +564,6 @@ def plan(exp: Experiment) -> dict:
 
 def run_experiment(store, exp: Experiment, opts: RunOptions, log=None) -> RunOutcome:
     """Run (or resume) the whole matrix of ``exp`` into ``store``."""
-    from .bench import build
-    from .bench.session import BenchOptions, measure, unmet_requirement
-    from .progress import Progress
 
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
     _check_cpus(exp)
@@ -591,7 +573,6 @@ def run_experiment(store, exp: Experiment, opts: RunOptions, log=None) -> RunOut
     knobmod.repair_pending(log, strict=True)
     profiler_cls = None
     if exp.profile:
-        from .record import BenchProfiler, require_perf
         require_perf()
         profiler_cls = BenchProfiler
     bench_by_name = {b.name: b for cols in columns.values() for _, b in cols}
@@ -644,7 +625,6 @@ def run_experiment(store, exp: Experiment, opts: RunOptions, log=None) -> RunOut
             swap_ready = {label: (f or {}).get("swap_active", False) for label, f in facts.items()}
             progress = Progress(len(todo), enabled=opts.progress)
             if todo and any(v.target == "local" for v in exp.variants):
-                from . import noise
                 busy = noise.busy_check()
                 if busy:
                     log(busy)
@@ -778,7 +758,6 @@ def _measure_cell(exp, v, c, b, binaries, overrides, facts, swap_ready, swap, pr
     params = b.run_params(tiny=exp.tiny, overrides=overrides[v.label].get(b.name),
                           hello=str(binaries["hello"]) if "hello" in binaries else None)
     if "swap" in b.requires and not swap_ready[v.label] and exp.allow_swap_setup:
-        from .bench.swap import temporary_swap
         swap.enter_context(temporary_swap())
         for k in swap_ready:
             swap_ready[k] = True
@@ -805,8 +784,6 @@ def _measure_remote(exp, v, batch, bench_by_name, overrides, run, store, facts):
     The first job also says what machine the target is, which the variant's
     run then records.
     """
-    from . import targets
-    from .bench.session import BenchOptions, store_target_profiles
     opts = BenchOptions(reps=1, intervals=exp.intervals, tiny=exp.tiny,
                         min_batch_ns=int(exp.min_batch_ms * 1e6) if exp.min_batch_ms else None,
                         timeout=exp.timeout, profile=exp.profile, profile_freq=exp.profile_freq)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import stat
+import tomllib
 from pathlib import Path
 
 from .errors import InputError
@@ -30,3 +31,28 @@ def check_input_file(path: Path, what: str = "profile") -> int:
         raise InputError(f"{path} is {kind}, not a {what} file; kperfdiff reads regular files only "
                          f"(save the data to a file first)")
     return st.st_size
+
+
+def read_toml(path: str | Path, what: str, error: type[InputError] = InputError) -> dict:
+    """The one TOML loader: a user's (or the shipped) TOML file as a dict, every problem one
+    sentence in one style naming ``what`` the file is and its path."""
+    path = Path(path)
+    if os.path.lexists(path):
+        try:
+            check_input_file(path, f"{what} file")
+        except InputError as e:
+            raise error(str(e)) from None
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise error(f"the {what} {path} does not exist") from None
+    except OSError as e:
+        raise error(f"cannot read the {what} {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise error(f"the {what} {path} is not UTF-8 text") from None
+    if not text.strip():
+        raise error(f"the {what} {path} is empty")
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise error(f"the {what} {path} is not valid TOML: {e}") from None

@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 from .arch import normalise_arch
+from .monitors import snapshot_from_text
 
 PROBE_EVENTS = ["cpu-clock", "task-clock", "cycles", "instructions", "cache-misses",
                 "dTLB-load-misses", "iTLB-load-misses", "branch-misses"]
@@ -105,3 +106,15 @@ def facts(probe_perf: bool = True) -> dict:
         "perf_events": perf_events() if probe_perf else {},
         "boot_id": _read("/proc/sys/kernel/random/boot_id"),
     }
+
+
+def counter_snapshot(proc: Path = Path("/proc")) -> dict[str, int]:
+    """This machine's kernel counters now (/proc/vmstat and /proc/interrupts; see
+    :mod:`kperfdiff.monitors`); a file that cannot be read adds nothing."""
+    texts = []
+    for name in ("vmstat", "interrupts"):
+        try:
+            texts.append((proc / name).read_text())
+        except OSError:
+            texts.append("")
+    return snapshot_from_text(*texts)

@@ -4,10 +4,9 @@ A snapshot is a flat dict of counter name -> value: ``vmstat.<name>`` for
 every /proc/vmstat line and ``irq.<name>`` for every /proc/interrupts line,
 summed over CPUs (``irq.TLB`` is "TLB shootdowns" on x86, ``irq.IPI3``-like
 names on arm64). The delta of two snapshots keeps the counters that moved.
+This module only parses; :func:`kperfdiff.machine.counter_snapshot` reads this machine's.
 """
 from __future__ import annotations
-
-from pathlib import Path
 
 # Counters a kernel engineer looks at first, in the order `show` prints them.
 RELEVANT = [
@@ -25,12 +24,9 @@ IRQ_NAMES = {"irq.TLB": "TLB shootdowns", "irq.CAL": "function call interrupts",
              "irq.RES": "rescheduling interrupts", "irq.LOC": "local timer interrupts"}
 
 
-def read_vmstat(path: Path = Path("/proc/vmstat")) -> dict[str, int]:
+def parse_vmstat(text: str) -> dict[str, int]:
+    """/proc/vmstat's ``name value`` lines as ``vmstat.<name>`` counters."""
     out = {}
-    try:
-        text = path.read_text()
-    except OSError:
-        return out
     for ln in text.splitlines():
         parts = ln.split()
         if len(parts) == 2 and parts[1].lstrip("-").isdigit():
@@ -58,16 +54,10 @@ def parse_interrupts(text: str) -> dict[str, int]:
     return out
 
 
-def read_interrupts(path: Path = Path("/proc/interrupts")) -> dict[str, int]:
-    try:
-        return parse_interrupts(path.read_text())
-    except OSError:
-        return {}
-
-
-def snapshot() -> dict[str, int]:
-    snap = read_vmstat()
-    snap.update(read_interrupts())
+def snapshot_from_text(vmstat: str, interrupts: str) -> dict[str, int]:
+    """One snapshot from the texts of /proc/vmstat and /proc/interrupts (read here or on a target)."""
+    snap = parse_vmstat(vmstat)
+    snap.update(parse_interrupts(interrupts))
     return snap
 
 

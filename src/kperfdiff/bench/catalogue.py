@@ -7,17 +7,17 @@ the same names, units and directions.
 from __future__ import annotations
 
 import fnmatch
-import tomllib
+
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 from ..errors import UsageError
+from ..files import read_toml
 
 FAMILIES_DIR = Path(__file__).with_name("families")
 UNITS = {"ns/op", "us/op", "ms/op", "GUP/s", "ops/s", "MB/s", "ns/page", "ns/loop", "s"}
 REQUIREMENTS = {"swap", "thp", "loopback", "root", "smp"}
-
 
 @dataclass(frozen=True)
 class Benchmark:
@@ -53,7 +53,6 @@ class Benchmark:
             params.setdefault("hello", hello)
         return params
 
-
 @dataclass(frozen=True)
 class Family:
     name: str
@@ -62,11 +61,9 @@ class Family:
     cflags: tuple[str, ...] = ()
     static: bool = False
 
-
 def _check(cond: bool, path: Path, msg: str) -> None:
     if not cond:
         raise ValueError(f"{path.name}: {msg}")
-
 
 @lru_cache(maxsize=None)
 def load_families(directory: Path = FAMILIES_DIR) -> tuple[dict[str, Family], tuple[Benchmark, ...]]:
@@ -74,7 +71,7 @@ def load_families(directory: Path = FAMILIES_DIR) -> tuple[dict[str, Family], tu
     benches: list[Benchmark] = []
     seen: set[str] = set()
     for toml_path in sorted(directory.glob("*.toml")):
-        data = tomllib.loads(toml_path.read_text())
+        data = read_toml(toml_path, "benchmark family")
         fam = data.get("family", toml_path.stem)
         src = toml_path.with_suffix(".c")
         _check(src.exists(), toml_path, f"no C source {src.name}")
@@ -101,21 +98,17 @@ def load_families(directory: Path = FAMILIES_DIR) -> tuple[dict[str, Family], tu
                 differences=b.get("differences", "")))
     return families, tuple(benches)
 
-
 def load_catalogue() -> tuple[Benchmark, ...]:
     return load_families()[1]
 
-
 def families() -> dict[str, Family]:
     return load_families()[0]
-
 
 def get(name: str) -> Benchmark:
     for b in load_catalogue():
         if b.name == name:
             return b
     raise UsageError(f"no benchmark is named {name!r}; see kperfdiff bench --list")
-
 
 def select(suite: str = "quick", only: str | None = None) -> list[Benchmark]:
     """Benchmarks of a suite, or those matching comma-separated names/patterns.

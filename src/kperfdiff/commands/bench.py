@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .. import limits
 from ..bench.catalogue import load_catalogue
-from ..bench.session import BenchOptions, run_bench, run_boot_timing
+from ..measure import BenchOptions, run_bench, run_boot_timing
 from ..record import record_command
 from ..render import bench as rb
 from ..render.table import to_json

@@ -28,15 +28,17 @@ Exclusions and groups
 """
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import math
 import re
 import struct
-import tomllib
+
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError
+from ..files import check_input_file, read_toml
 
 GROUPS_FILE = Path(__file__).with_name("groups.toml")
 
@@ -87,7 +89,6 @@ class SizeTable:
 
 def _regular(path: Path, what: str) -> None:
     """A FIFO or a device named as an input is refused before it is read (it would block or never end)."""
-    from ..files import check_input_file
     if path.exists() and not path.is_dir():
         check_input_file(path, what)
 
@@ -135,7 +136,7 @@ def _load_map(path: Path, text: str) -> SizeTable:
                          f"read /proc/kallsyms as root or use the kernel's System.map")
     kind = "kallsyms" if (modules or "kallsyms" in path.name) else "System.map"
     addrs_sorted = sorted({a for a, _, _ in entries})
-    import bisect
+
     markers = {name: a for a, _, name in entries}
     sizes: dict[str, int] = {}
     addrs: dict[str, int] = {}
@@ -320,16 +321,7 @@ _HW_KEYS = {
 def load_hw(path: str | Path) -> HwModel:
     """Read a hardware model TOML file; every problem is one sentence."""
     path = Path(path)
-    _regular(path, "hardware model")
-    try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise InputError(f"cannot read the hardware model {path}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise InputError(f"the hardware model {path} is not UTF-8 text") from None
-    except tomllib.TOMLDecodeError as e:
-        raise InputError(f"the hardware model {path} is not valid TOML: {e}") from None
-    return hw_from_dict(doc, str(path))
+    return hw_from_dict(read_toml(path, "hardware model"), str(path))
 
 
 def hw_from_dict(doc: dict, where: str = "hardware model") -> HwModel:
@@ -405,18 +397,6 @@ class Group:
     source: str = "shipped"         # "shipped" or the user's file
 
 
-def _read_toml(path: Path, what: str) -> dict:
-    _regular(path, what)
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise InputError(f"cannot read the {what} {path}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise InputError(f"the {what} {path} is not UTF-8 text") from None
-    except tomllib.TOMLDecodeError as e:
-        raise InputError(f"the {what} {path} is not valid TOML: {e}") from None
-
-
 def load_groups(extra: list[str | Path] | None = None, *, shipped: bool = True) -> tuple[dict[str, Group], list[str]]:
     """The shipped groups plus the user's (``--groups FILE``) and the default
     exclusion patterns. A user's group replaces a shipped one of the same name."""
@@ -425,7 +405,7 @@ def load_groups(extra: list[str | Path] | None = None, *, shipped: bool = True) 
     files = ([GROUPS_FILE] if shipped else []) + [Path(p) for p in (extra or [])]
     for f in files:
         src = "shipped" if f == GROUPS_FILE else str(f)
-        doc = _read_toml(f, "group file")
+        doc = read_toml(f, "group file")
         for key in doc:
             if key not in ("groups", "exclude"):
                 raise InputError(f"{f}: unknown table [{key}]; a group file has [groups.NAME] and [exclude] tables")

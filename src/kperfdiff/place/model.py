@@ -120,6 +120,7 @@ import numpy as np
 from ..errors import InputError
 from ..ingest.profile import Profile
 from .inputs import Group, HwModel, SizeTable, match_any, resolve_group
+from .simulate import executions, reconstruct, simulate_placements
 
 # -- the thesis's equations -------------------------------------------------------
 
@@ -394,7 +395,6 @@ def measure(profile: Profile, sizes: SizeTable, hw: HwModel, kernel_cycles: floa
             seed: int = 1) -> Measured | None:
     """Simulate the profile's trace with no placement and read off each
     function's fills and instructions and each edge's calls (module docstring)."""
-    from .simulate import reconstruct, simulate_placements
     tr = reconstruct(profile, sizes, hw, events=events, seed=seed)
     if not tr.steps:
         return None
@@ -414,7 +414,6 @@ def measure(profile: Profile, sizes: SizeTable, hw: HwModel, kernel_cycles: floa
 def estimate_calls(profile: Profile, sizes: SizeTable, hw: HwModel, cps: float) -> dict[tuple[str, str], float]:
     """Calls caller -> callee over the profile, as the simulator's trace makes them:
     one call per execution of the leaf's body (see the module docstring)."""
-    from .simulate import executions
     names = [s.name for s in profile.symbols]
     cpi = hw.cpi_cached
     sized = sizes.sizes

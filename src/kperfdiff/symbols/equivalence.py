@@ -7,11 +7,11 @@ top of ``equivalence.toml`` for the format and the merge rule.
 """
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError
+from ..files import read_toml
 from .normalise import normalise
 
 SHIPPED = Path(__file__).with_name("equivalence.toml")
@@ -45,18 +45,7 @@ class RoleTable:
 
 
 def _read(path: Path) -> tuple[list[tuple[str, list[str], str]], list[str]]:
-    from ..files import check_input_file
-    if Path(path).exists():
-        check_input_file(Path(path), "equivalence map")
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except FileNotFoundError:
-        raise InputError(f"equivalence map {path} does not exist") from None
-    except OSError as e:
-        raise InputError(f"cannot read equivalence map {path}: {e.strerror}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise InputError(f"equivalence map {path} is not valid TOML ({e})") from None
+    data = read_toml(path, "equivalence map")
     dispatch: list[str] = []
     d = data.get("dispatch", {})
     if not isinstance(d, dict):

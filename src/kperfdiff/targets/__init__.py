@@ -28,7 +28,11 @@ from pathlib import Path
 
 from ..bench.measurement import Measurement, aggregate
 from ..errors import UsageError
+from . import qemu, ssh
 from .base import Invocation, InvocationResult, Target
+from .local import LocalTarget
+from .qemu import QemuTarget
+from .ssh import SshTarget
 
 __all__ = ["Target", "Invocation", "InvocationResult", "open_target", "run_benchmarks", "Cell", "parse_target_spec"]
 
@@ -50,11 +54,9 @@ def validate_spec(spec: str) -> str:
     """Check a whole specification, options included (UsageError if wrong); returns its kind."""
     kind, s = parse_target_spec(spec)
     if kind == "qemu":
-        from .qemu import parse_spec
-        parse_spec(s)
+        qemu.parse_spec(s)
     elif kind == "ssh":
-        from .ssh import parse_spec
-        parse_spec(s)
+        ssh.parse_spec(s)
     return kind
 
 
@@ -68,15 +70,12 @@ def open_target(spec: str | None, *, cmdline: str = "") -> Target:
     if cmdline and kind != "qemu":
         raise UsageError(f"a kernel command line needs a guest target (qemu:ARCH), not {spec!r}")
     if kind == "local":
-        from .local import LocalTarget
         return LocalTarget()
     if kind == "qemu":
-        from .qemu import QemuTarget, parse_spec
-        qs = parse_spec(s)
+        qs = qemu.parse_spec(s)
         if cmdline:
             qs.append = " ".join(w for w in (qs.append, cmdline) if w)
         return QemuTarget(qs)
-    from .ssh import SshTarget
     return SshTarget(s)
 
 
@@ -119,7 +118,7 @@ def run_benchmarks(target: Target, cells, opts, artefact_dir=None, first_rep: in
     """Measure each cell on target, all in one job; one Measurement per cell.
 
     ``cells``: Cell, (Benchmark, copies[, params]) or Benchmark items. ``opts``:
-    a bench.session.BenchOptions (reps, intervals, min_batch_ns, timeout,
+    a measure.BenchOptions (reps, intervals, min_batch_ns, timeout,
     tiny, profile, profile_freq). Each cell gets ``reps`` invocations; with
     ``opts.profile`` every copy is recorded with perf record -g and the measurement
     carries ``profiles`` [(rep, copy, local perf.data path)] and ``kallsyms``.

@@ -83,10 +83,10 @@ class InvocationResult:
     parsed: list[WorkerOutput] | None = None                  # already parsed (local target)
 
     def monitors_before(self) -> dict[str, int]:
-        return snapshot_from_text(self.vmstat_before, self.interrupts_before)
+        return monitors.snapshot_from_text(self.vmstat_before, self.interrupts_before)
 
     def monitors_after(self) -> dict[str, int]:
-        return snapshot_from_text(self.vmstat_after, self.interrupts_after)
+        return monitors.snapshot_from_text(self.vmstat_after, self.interrupts_after)
 
     def monitor_delta(self) -> dict[str, int]:
         return monitors.delta(self.monitors_before(), self.monitors_after())
@@ -119,21 +119,6 @@ class InvocationResult:
                 o.error = f"exited with status {rc}: {last[0][:200]}"
             outs.append(o)
         return outs
-
-
-def read_vmstat_text(text: str) -> dict[str, int]:
-    out = {}
-    for ln in text.splitlines():
-        parts = ln.split()
-        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
-            out[f"vmstat.{parts[0]}"] = int(parts[1])
-    return out
-
-
-def snapshot_from_text(vmstat: str, interrupts: str) -> dict[str, int]:
-    snap = read_vmstat_text(vmstat)
-    snap.update(monitors.parse_interrupts(interrupts))
-    return snap
 
 
 class Target:

@@ -9,7 +9,7 @@ from pathlib import Path
 from .. import machine
 from ..bench import build, worker
 from ..errors import BenchError, InputError
-from ..record import record_prefix
+from ..record import record_prefix, snapshot_kallsyms
 from .base import Invocation, InvocationResult, Target
 
 
@@ -66,7 +66,6 @@ class LocalTarget(Target):
                     pd = out_dir / f"{inv.profile}.c{c}.perf.data"
                     if pd.exists():
                         r.files[pd.name] = pd
-                from ..record import snapshot_kallsyms
                 ks = snapshot_kallsyms(self._work)
                 if ks:
                     r.files["kallsyms"] = ks

@@ -21,6 +21,7 @@ is killed.
 from __future__ import annotations
 
 import base64
+import gzip
 import hashlib
 import io
 import json
@@ -691,7 +692,6 @@ class QemuTarget(Target):
         if "KPD-TAR-BEGIN" in text and "KPD-TAR-END" in text:
             a, b = text.index("KPD-TAR-BEGIN"), text.index("KPD-TAR-END")
             data = base64.b64decode("".join(text[a + 1:b]))
-            import gzip
             tf = tarfile.open(fileobj=io.BytesIO(gzip.decompress(data)))
         else:
             try:

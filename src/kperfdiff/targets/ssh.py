@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ..arch import normalise_arch
 from ..errors import BenchError, InputError, UsageError
+from .qemu import perf_bundle, perf_command
 from .base import Invocation, InvocationResult, Target, bundle_binaries, facts_from_files, job_script, \
     read_fact_files, read_results
 
@@ -157,7 +158,6 @@ class SshTarget(Target):
                 if probe.returncode == 0 and b"not supported" not in probe.stderr:
                     self.perf_event = "cycles"
             else:
-                from .qemu import perf_bundle, perf_command
                 bundle = perf_bundle(self.arch)
                 self._put_tree(dict(bundle), f"{self.remote_dir}/perf")
                 self._perf = perf_command(f"{self.remote_dir}/perf")

@@ -17,15 +17,21 @@ import stat
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from .. import limits, machine, monitors, noise, stats
-from ..errors import UsageError
-from ..progress import Progress
-from ..records import Result, Run
-from ..store import Store
-from . import build, catalogue, rounds, worker
-from .measurement import Measurement, aggregate, store_measurement
-from .catalogue import Benchmark
+from . import limits, machine, monitors, noise, stats, targets
+from .errors import UsageError
+from .progress import Progress
+from .records import Result, Run
+from .record import BenchProfiler, finish_recording
+from .store import Store
+from .targets import parse_target_spec
+from .targets.boot import measure_boots
+from .targets.qemu import QemuTarget
+from .bench import build, catalogue, rounds, worker
+from .bench.measurement import Measurement, aggregate, store_measurement
+from .bench.swap import temporary_swap
+from .bench.catalogue import Benchmark
 
 
 @dataclass
@@ -149,9 +155,9 @@ def measure_repetition(b: Benchmark, binary, params: dict[str, str], copies: int
     Returns (rep, outputs, monitor deltas, wall seconds), what :func:`aggregate` pools."""
     argv = worker.worker_argv(binary, b.name, params, intervals=opts.intervals or b.intervals,
                               min_batch_ns=opts.min_batch_ns)
-    before = monitors.snapshot()
+    before = machine.counter_snapshot()
     outs = worker.run_copies(argv, copies, opts.timeout or b.timeout, prefix=prefix)
-    after = monitors.snapshot()
+    after = machine.counter_snapshot()
     return rep, outs, monitors.delta(before, after), outs[0].wall_s if outs else 0.0
 
 
@@ -200,13 +206,11 @@ def run_bench(store: Store, opts: BenchOptions) -> Outcome:
     after each further one, so Ctrl-C keeps every repetition measured."""
     benches = catalogue.select(opts.suite, opts.only)
     overrides = parse_param_overrides(opts.params, benches)
-    from ..targets import parse_target_spec
     if parse_target_spec(opts.target)[0] != "local":
         return run_bench_on_target(store, opts, benches, overrides)
     facts = machine.facts()
     profiler = None
     if opts.profile:
-        from ..record import BenchProfiler
         profiler = BenchProfiler(facts, freq=opts.profile_freq)
     binaries = build.build_all(sorted({b.family for b in benches}))
     mid = store.add_machine(facts)
@@ -236,7 +240,6 @@ def run_bench(store: Store, opts: BenchOptions) -> Outcome:
                 b, copies = by_name[cell[0]], cell[1]
                 progress.step(f"{b.name} -P {copies}" + (f" rep {rep + 1}" if policy.reps > 1 or rep else ""))
                 if "swap" in b.requires and not swap_ready and opts.allow_swap_setup:
-                    from .swap import temporary_swap
                     swap.enter_context(temporary_swap())
                     swap_ready = True
                 reason = unmet_requirement(b, facts, swap_ready)
@@ -277,9 +280,7 @@ def run_bench(store: Store, opts: BenchOptions) -> Outcome:
 def store_target_profiles(store: Store, run: Run, result_id: int, b: Benchmark, copies: int, m: Measurement,
                           facts: dict, event: str) -> None:
     """Record the profiles a target brought back, with meta files beside them like local ones."""
-    from pathlib import Path
 
-    from ..record import finish_recording
     procs = {(rep, copy): (ops, cpu) for rep, copy, ops, cpu in m.procs}
     for rep, copy, path in m.profiles:
         ops, cpu = procs.get((rep, copy), (None, None))
@@ -296,7 +297,6 @@ def store_target_profiles(store: Store, run: Run, result_id: int, b: Benchmark, 
 def run_bench_on_target(store: Store, opts: BenchOptions, benches: list[Benchmark],
                         overrides: dict[str, dict[str, str]]) -> Outcome:
     """`kperfdiff bench --target SPEC`: every cell in one job on a guest or board, then stored."""
-    from .. import targets
     target = targets.open_target(opts.target)
     run = store.start_run(label=opts.label, variant=opts.variant, target=opts.target, machine_id=None,
                           command=opts.command, options=opts.recorded())
@@ -324,9 +324,6 @@ def run_bench_on_target(store: Store, opts: BenchOptions, benches: list[Benchmar
 def run_boot_timing(store: Store, spec: str, mems: list[str], boots: int, *, label: str = "",
                     command: str = "", progress: bool = True) -> Outcome:
     """`kperfdiff target boot`: the boot.* benchmarks of a guest, stored as a run like any other."""
-    from .. import targets
-    from ..targets.boot import measure_boots
-    from ..targets.qemu import QemuTarget
     target = targets.open_target(spec)
     if not isinstance(target, QemuTarget):
         raise UsageError(f"boot timing needs a guest target (qemu:arm64 or qemu:x86_64), not {spec!r}")
