@@ -233,6 +233,95 @@ def parse(path: str | Path, allow_knobs=frozenset()) -> Experiment:
     return parse_data(data, p, allow_knobs)
 
 
+def _parse_variant(p, i: int, rv, variants: list[Variant], allow_knobs) -> Variant:
+    """One [[variant]] table, checked (``variants`` are the ones before it)."""
+    where = f"variant[{i}]"
+    if not isinstance(rv, dict):
+        raise _err(p, where, "must be a table ([[variant]])")
+    bad = sorted(set(rv) - VARIANT_KEYS)
+    if bad:
+        raise _err(p, f"{where}.{bad[0]}", f"is not a variant field (known: {', '.join(sorted(VARIANT_KEYS))})")
+    label = rv.get("label")
+    if not isinstance(label, str) or not LABEL_RE.match(label):
+        raise _err(p, f"{where}.label", "must be a word of letters, digits and _.+=-")
+    where = f"variant {label!r}"
+    if any(v.label == label for v in variants):
+        raise _err(p, f"{where}.label", "is used twice; every variant needs its own label")
+    target = rv.get("target", "local")
+    if not isinstance(target, str):
+        raise _err(p, f"{where}.target", "must be a string: local, qemu:ARCH[,options] or ssh://user@host")
+    try:
+        kind = validate_spec(target)
+    except KperfdiffError as e:
+        raise _err(p, f"{where}.target", str(e)) from None
+    for fld in ("knobs", "env", "cpus"):
+        if kind != "local" and rv.get(fld):
+            raise _err(p, f"{where}.{fld}", f"applies to this machine only, not to the target {target}; "
+                                            f"for a guest give a kernel command line with cmdline")
+    knobs = _str_table(p, f"{where}.knobs", rv.get("knobs"))
+    for k in knobs:
+        why = knobmod.check_knob_path(k, allow_knobs)
+        if why:
+            raise _err(p, f"{where}.knobs key {k!r}", why)
+    cmdline = rv.get("cmdline", "")
+    if not isinstance(cmdline, str):
+        raise _err(p, f"{where}.cmdline", "must be a string (a kernel command line)")
+    if cmdline and kind != "qemu":
+        raise _err(p, f"{where}.cmdline", "needs a guest target (qemu:ARCH): the local machine's kernel "
+                                          "command line cannot be changed by kperfdiff; remove it or set target")
+    env = _str_table(p, f"{where}.env", rv.get("env"))
+    for k in env:
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
+            raise _err(p, f"{where}.env key {k!r}", "is not an environment variable name")
+        if k in UNSAFE_ENV or k.startswith(UNSAFE_ENV_PREFIXES):
+            raise _err(p, f"{where}.env key {k!r}", "is never set by kperfdiff: it makes the benchmark "
+                                                   "programs (run as root) load or run other code")
+    cpus = rv.get("cpus", "")
+    if isinstance(cpus, list):
+        cpus = ",".join(str(c) for c in cpus)
+    if not isinstance(cpus, str):
+        raise _err(p, f"{where}.cpus", f"{cpus!r} is not a CPU list like \"0\", \"0-3\" or \"0,2\"")
+    if cpus:
+        try:
+            limits.parse_cpu_list(cpus)
+        except ValueError as e:
+            raise _err(p, f"{where}.cpus", str(e)) from None
+    return Variant(label=label, target=target, vars=_str_table(p, f"{where}.vars", rv.get("vars")),
+                            knobs=knobs, cmdline=cmdline, env=env, cpus=cpus.replace(" ", ""),
+                            params=_params_table(p, f"{where}.params", rv.get("params")),
+                            description=str(rv.get("description", "")))
+
+
+def _parse_benchmarks(p, data: dict, variants: list[Variant]) -> list[str]:
+    """The benchmark names or patterns, every {placeholder} defined by every variant."""
+    benches = data.get("benchmarks")
+    if isinstance(benches, str):
+        benches = [b.strip() for b in benches.split(",") if b.strip()]
+    if not isinstance(benches, list) or not benches or not all(isinstance(b, str) and b for b in benches):
+        raise _err(p, "benchmarks", "must be a non-empty list of benchmark names or patterns")
+    for b in benches:
+        for ph in _placeholders(b):
+            if not ph.isidentifier():
+                raise _err(p, "benchmarks", f"entry {b!r} has a malformed {{placeholder}}")
+            for v in variants:
+                if ph not in v.vars:
+                    raise _err(p, f"variant {v.label!r}.vars", f"has no {ph!r}, which benchmark {b!r} needs")
+    return benches
+
+
+def _parse_cores(p, data: dict) -> list[int]:
+    cores = data.get("cores", [1])
+    if isinstance(cores, int) and not isinstance(cores, bool):
+        cores = [cores]
+    if (not isinstance(cores, list) or not cores or len(cores) > limits.MAX_CORE_COUNTS
+            or not all(limits.int_in_range(c, 1, limits.MAX_COPIES) for c in cores)):
+        raise _err(p, "cores", f"must be a list of at most {limits.MAX_CORE_COUNTS} copy counts from 1 to "
+                               f"{limits.MAX_COPIES}, like [1, 2, 4]")
+    if len(set(cores)) != len(cores):
+        raise _err(p, "cores", "lists a core count twice")
+    return cores
+
+
 def parse_data(data: dict, p: Path | str = "<experiment>", allow_knobs=frozenset()) -> Experiment:
     """Check parsed TOML; ``allow_knobs`` are the paths given with ``--allow-knob``."""
     unknown = sorted(set(data) - TOP_KEYS)
@@ -246,61 +335,7 @@ def parse_data(data: dict, p: Path | str = "<experiment>", allow_knobs=frozenset
         raise _err(p, "variant", "is missing: declare at least one [[variant]] table with a label")
     variants: list[Variant] = []
     for i, rv in enumerate(raw_variants):
-        where = f"variant[{i}]"
-        if not isinstance(rv, dict):
-            raise _err(p, where, "must be a table ([[variant]])")
-        bad = sorted(set(rv) - VARIANT_KEYS)
-        if bad:
-            raise _err(p, f"{where}.{bad[0]}", f"is not a variant field (known: {', '.join(sorted(VARIANT_KEYS))})")
-        label = rv.get("label")
-        if not isinstance(label, str) or not LABEL_RE.match(label):
-            raise _err(p, f"{where}.label", "must be a word of letters, digits and _.+=-")
-        where = f"variant {label!r}"
-        if any(v.label == label for v in variants):
-            raise _err(p, f"{where}.label", "is used twice; every variant needs its own label")
-        target = rv.get("target", "local")
-        if not isinstance(target, str):
-            raise _err(p, f"{where}.target", "must be a string: local, qemu:ARCH[,options] or ssh://user@host")
-        try:
-            kind = validate_spec(target)
-        except KperfdiffError as e:
-            raise _err(p, f"{where}.target", str(e)) from None
-        for fld in ("knobs", "env", "cpus"):
-            if kind != "local" and rv.get(fld):
-                raise _err(p, f"{where}.{fld}", f"applies to this machine only, not to the target {target}; "
-                                                f"for a guest give a kernel command line with cmdline")
-        knobs = _str_table(p, f"{where}.knobs", rv.get("knobs"))
-        for k in knobs:
-            why = knobmod.check_knob_path(k, allow_knobs)
-            if why:
-                raise _err(p, f"{where}.knobs key {k!r}", why)
-        cmdline = rv.get("cmdline", "")
-        if not isinstance(cmdline, str):
-            raise _err(p, f"{where}.cmdline", "must be a string (a kernel command line)")
-        if cmdline and kind != "qemu":
-            raise _err(p, f"{where}.cmdline", "needs a guest target (qemu:ARCH): the local machine's kernel "
-                                              "command line cannot be changed by kperfdiff; remove it or set target")
-        env = _str_table(p, f"{where}.env", rv.get("env"))
-        for k in env:
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
-                raise _err(p, f"{where}.env key {k!r}", "is not an environment variable name")
-            if k in UNSAFE_ENV or k.startswith(UNSAFE_ENV_PREFIXES):
-                raise _err(p, f"{where}.env key {k!r}", "is never set by kperfdiff: it makes the benchmark "
-                                                       "programs (run as root) load or run other code")
-        cpus = rv.get("cpus", "")
-        if isinstance(cpus, list):
-            cpus = ",".join(str(c) for c in cpus)
-        if not isinstance(cpus, str):
-            raise _err(p, f"{where}.cpus", f"{cpus!r} is not a CPU list like \"0\", \"0-3\" or \"0,2\"")
-        if cpus:
-            try:
-                limits.parse_cpu_list(cpus)
-            except ValueError as e:
-                raise _err(p, f"{where}.cpus", str(e)) from None
-        variants.append(Variant(label=label, target=target, vars=_str_table(p, f"{where}.vars", rv.get("vars")),
-                                knobs=knobs, cmdline=cmdline, env=env, cpus=cpus.replace(" ", ""),
-                                params=_params_table(p, f"{where}.params", rv.get("params")),
-                                description=str(rv.get("description", ""))))
+        variants.append(_parse_variant(p, i, rv, variants, allow_knobs))
     labels = [v.label for v in variants]
     baseline = data.get("baseline", labels[0])
     if baseline not in labels:
@@ -308,27 +343,8 @@ def parse_data(data: dict, p: Path | str = "<experiment>", allow_knobs=frozenset
     stack = data.get("stack", [])
     if not isinstance(stack, list) or any(s not in labels for s in stack) or len(set(stack)) != len(stack):
         raise _err(p, "stack", f"must be a list of distinct variant labels ({', '.join(labels)}) in patch order")
-    benches = data.get("benchmarks")
-    if isinstance(benches, str):
-        benches = [b.strip() for b in benches.split(",") if b.strip()]
-    if not isinstance(benches, list) or not benches or not all(isinstance(b, str) and b for b in benches):
-        raise _err(p, "benchmarks", "must be a non-empty list of benchmark names or patterns")
-    for b in benches:
-        for ph in _placeholders(b):
-            if not ph.isidentifier():
-                raise _err(p, "benchmarks", f"entry {b!r} has a malformed {{placeholder}}")
-            for v in variants:
-                if ph not in v.vars:
-                    raise _err(p, f"variant {v.label!r}.vars", f"has no {ph!r}, which benchmark {b!r} needs")
-    cores = data.get("cores", [1])
-    if isinstance(cores, int) and not isinstance(cores, bool):
-        cores = [cores]
-    if (not isinstance(cores, list) or not cores or len(cores) > limits.MAX_CORE_COUNTS
-            or not all(limits.int_in_range(c, 1, limits.MAX_COPIES) for c in cores)):
-        raise _err(p, "cores", f"must be a list of at most {limits.MAX_CORE_COUNTS} copy counts from 1 to "
-                               f"{limits.MAX_COPIES}, like [1, 2, 4]")
-    if len(set(cores)) != len(cores):
-        raise _err(p, "cores", "lists a core count twice")
+    benches = _parse_benchmarks(p, data, variants)
+    cores = _parse_cores(p, data)
 
     def pos_int(key, default, most):
         v = data.get(key, default)
@@ -564,156 +580,180 @@ def plan(exp: Experiment) -> dict:
 
 def run_experiment(store, exp: Experiment, opts: RunOptions, log=None) -> RunOutcome:
     """Run (or resume) the whole matrix of ``exp`` into ``store``."""
+    return _MatrixRun(store, exp, opts, log or (lambda m: print(m, file=sys.stderr, flush=True))).run()
 
-    log = log or (lambda m: print(m, file=sys.stderr, flush=True))
-    _check_cpus(exp)
-    columns = resolve(exp)
-    overrides = check_params(exp, columns)
-    all_cells = cells(exp, columns)
-    knobmod.repair_pending(log, strict=True)
-    profiler_cls = None
-    if exp.profile:
-        require_perf()
-        profiler_cls = BenchProfiler
-    bench_by_name = {b.name: b for cols in columns.values() for _, b in cols}
-    expr, resumed = _open_or_create(store, exp, len(all_cells), opts.restart)
-    eid = expr["id"]
-    states = store.cell_states(eid)
-    todo = [c for c in all_cells if states.get(c.id) not in ("ok", "skipped")]
-    done_before = len(all_cells) - len(todo)
-    if resumed:
-        log(f"kperfdiff: resuming experiment {exp.name} (id {eid}): {done_before} of {len(all_cells)} cells "
-            f"already stored")
-    guard = knobmod.KnobGuard()
-    state = "failed"
-    runs: dict[str, object] = {}
-    measured = failed = 0
-    swap = contextlib.ExitStack()
-    try:
-        with _term_as_interrupt():
-            # 1. every knob of every variant can be set (checked before anything is measured), and the
-            #    machine facts each variant runs with
-            #    (a guest or board says what it is after its first job)
-            facts: dict[str, dict | None] = {}
-            for v in exp.variants:
-                if v.target == "local":
-                    guard.apply(v.knobs)
-                    facts[v.label] = machine.facts()
-                else:
-                    facts[v.label] = None
-            guard.apply({})
-            # 2. one run per variant, reused when resuming
-            existing = {r.variant: r for r in store.experiment_runs(eid)}
-            for v in exp.variants:
-                mid = store.add_machine(facts[v.label]) if facts[v.label] else None
-                if v.label in existing:
-                    runs[v.label] = store.reopen_run(existing[v.label].id)
-                else:
-                    r = store.start_run(label=f"{exp.name}/{v.label}", variant=v.label, target=v.target,
-                                        machine_id=mid, command=opts.command, experiment_hash=exp.file_hash(),
-                                        options={"experiment": exp.name, "experiment_id": eid,
-                                                 "knobs": v.knobs, "env": v.env, "cpus": v.cpus,
-                                                 "vars": v.vars, "cmdline": v.cmdline, "params": v.params})
-                    store.link_run(r.id, eid)
-                    runs[v.label] = r
-            binaries = build.build_all(sorted({b.family for b in bench_by_name.values()})) if todo else {}
-            bopts = BenchOptions(intervals=exp.intervals,
-                                 min_batch_ns=int(exp.min_batch_ms * 1e6) if exp.min_batch_ms else None,
-                                 timeout=exp.timeout, progress=opts.progress)
-            profilers = {label: profiler_cls(f, freq=exp.profile_freq) for label, f in facts.items() if f} \
-                if profiler_cls else {}
-            swap_ready = {label: (f or {}).get("swap_active", False) for label, f in facts.items()}
-            progress = Progress(len(todo), enabled=opts.progress)
-            if todo and any(v.target == "local" for v in exp.variants):
-                busy = noise.busy_check()
-                if busy:
-                    log(busy)
-            if todo:
-                log(f"kperfdiff: experiment {exp.name} (id {eid}): {len(todo)} cells to measure "
-                    f"({len(exp.variants)} variants x {len(columns[exp.variants[0].label])} benchmarks x "
-                    f"{len(exp.cores)} core counts x {exp.reps} reps"
-                    + (f", {done_before} done before" if done_before else "") + ")")
-            t0 = time.monotonic()
-            finished: set[str] = set()
 
-            def eta(i: int) -> str:
-                if progress.tty or not i:
-                    return ""
-                left = (time.monotonic() - t0) / i * (len(todo) - i)
-                return f" (ETA {int(left // 60):02d}:{int(left % 60):02d})"
+class _MatrixRun:
+    """One run of an experiment's matrix: the cells still to measure, the variants' runs in the
+    store, the knob guard, and what has been measured so far."""
 
-            def stored(c: Cell, m: Measurement, profile_store) -> None:
-                nonlocal measured, failed
-                rid = store_measurement(store, runs[c.variant].id, m, experiment_id=eid, cell=c.id, rep=c.rep,
-                                        bench_key=c.key)
-                if m.ok:
-                    profile_store(rid)
-                finished.add(c.id)
-                measured += 1
-                if m.status == "failed":
-                    failed += 1
-                    progress.note(f"kperfdiff: {c.variant}: {m.benchmark} -P {c.cores} rep {c.rep + 1} failed: "
-                                  f"{m.reason}")
-                elif m.status == "skipped" and c.rep == 0:
-                    progress.note(f"kperfdiff: {c.variant}: {m.benchmark} skipped: {m.reason}")
-                progress.advance()
+    def __init__(self, store, exp: Experiment, opts: RunOptions, log):
+        self.store, self.exp, self.opts, self.log = store, exp, opts, log
+        _check_cpus(exp)
+        self.columns = resolve(exp)
+        self.overrides = check_params(exp, self.columns)
+        self.all_cells = cells(exp, self.columns)
+        knobmod.repair_pending(log, strict=True)
+        if exp.profile:
+            require_perf()
+        self.bench_by_name = {b.name: b for cols in self.columns.values() for _, b in cols}
+        expr, self.resumed = _open_or_create(store, exp, len(self.all_cells), opts.restart)
+        self.eid = expr["id"]
+        states = store.cell_states(self.eid)
+        self.todo = [c for c in self.all_cells if states.get(c.id) not in ("ok", "skipped")]
+        self.guard = knobmod.KnobGuard()
+        self.swap = contextlib.ExitStack()
+        self.runs: dict[str, object] = {}
+        self.facts: dict[str, dict | None] = {}
+        self.finished: set[str] = set()
+        self.measured = self.failed = 0
+        self.binaries: dict = {}
+        self.profilers: dict = {}
+        self.progress: Progress | None = None
 
-            def measure_cells(batch_cells: list[Cell]) -> None:
-                for i, c in enumerate(batch_cells):
-                    if c.id in finished:
-                        continue
-                    v = exp.variant(c.variant)
-                    if v.target != "local":
-                        # a guest boots (or a board connects) once for all of this variant's cells of this rep
-                        batch = [x for x in batch_cells
-                                 if x.variant == c.variant and x.rep == c.rep and x.id not in finished]
-                        progress.step(f"{c.variant}: {len(batch)} cells on {v.target}, rep {c.rep + 1}/{exp.reps}"
-                                      f"{eta(i)}")
-                        for x, m, keep in _measure_remote(exp, v, batch, bench_by_name, overrides, runs[v.label],
-                                                          store, facts):
-                            stored(x, m, keep)
-                        continue
-                    b = bench_by_name[c.benchmark]
-                    progress.step(f"{c.variant}: {c.benchmark} -P {c.cores} rep {c.rep + 1}/{exp.reps}{eta(i)}")
-                    guard.apply(v.knobs)
-                    m = _measure_cell(exp, v, c, b, binaries, overrides, facts, swap_ready, swap, profilers,
-                                      runs[v.label], bopts, measure, unmet_requirement)
-                    prof = profilers.get(v.label)
-                    stored(c, m,
-                           (lambda rid, c=c, b=b, m=m, prof=prof: prof.collect(store, runs[c.variant], rid, b,
-                                                                                c.cores, m)) if prof else
-                           (lambda rid: None))
-
-            try:
-                measure_cells(todo)
-                if exp.precision:
-                    binaries = binaries or build.build_all(sorted({b.family for b in bench_by_name.values()}))
-                    for (key, cores), text in _adaptive_rounds(store, exp, eid, columns, measure_cells,
-                                                               progress, log).items():
-                        store.set_cell_stop(eid, key, cores, text)
-            finally:
-                progress.close()
-            remaining_failed = sum(1 for s in store.cell_states(eid).values() if s == "failed")
-            state = "failed" if remaining_failed else "complete"
-    except KeyboardInterrupt:
-        state = "interrupted"
-        log(f"kperfdiff: experiment {exp.name} interrupted after {measured} cells; run the same command again "
-            f"to resume it")
-        raise
-    finally:
-        problems = guard.restore()
+    def run(self) -> RunOutcome:
+        exp, store, eid = self.exp, self.store, self.eid
+        done_before = len(self.all_cells) - len(self.todo)
+        if self.resumed:
+            self.log(f"kperfdiff: resuming experiment {exp.name} (id {eid}): {done_before} of "
+                     f"{len(self.all_cells)} cells already stored")
+        state = "failed"
         try:
-            swap.close()
+            with _term_as_interrupt():
+                self.facts = self._knobs_and_facts()
+                self.runs = self._variant_runs()
+                self._prepare(done_before)
+                try:
+                    self.measure_cells(self.todo)
+                    if exp.precision:
+                        self.binaries = self.binaries or self._build()
+                        for (key, cores), text in _adaptive_rounds(store, exp, eid, self.columns, self.measure_cells,
+                                                                   self.progress, self.log).items():
+                            store.set_cell_stop(eid, key, cores, text)
+                finally:
+                    self.progress.close()
+                remaining_failed = sum(1 for s in store.cell_states(eid).values() if s == "failed")
+                state = "failed" if remaining_failed else "complete"
+        except KeyboardInterrupt:
+            state = "interrupted"
+            self.log(f"kperfdiff: experiment {exp.name} interrupted after {self.measured} cells; run the same "
+                     f"command again to resume it")
+            raise
+        finally:
+            self._finish(state)
+        return RunOutcome(store.get_experiment(eid), self.measured, len(self.all_cells), self.failed,
+                          1 if self.failed else 0)
+
+    def _knobs_and_facts(self) -> dict[str, dict | None]:
+        """Every knob of every variant can be set (checked before anything is measured), and the
+        machine facts each variant runs with (a guest or board says what it is after its first job)."""
+        facts: dict[str, dict | None] = {}
+        for v in self.exp.variants:
+            if v.target == "local":
+                self.guard.apply(v.knobs)
+                facts[v.label] = machine.facts()
+            else:
+                facts[v.label] = None
+        self.guard.apply({})
+        return facts
+
+    def _variant_runs(self) -> dict[str, object]:
+        """One run per variant, reused when resuming."""
+        exp, store = self.exp, self.store
+        existing = {r.variant: r for r in store.experiment_runs(self.eid)}
+        runs: dict[str, object] = {}
+        for v in exp.variants:
+            mid = store.add_machine(self.facts[v.label]) if self.facts[v.label] else None
+            if v.label in existing:
+                runs[v.label] = store.reopen_run(existing[v.label].id)
+                continue
+            r = store.start_run(label=f"{exp.name}/{v.label}", variant=v.label, target=v.target,
+                                machine_id=mid, command=self.opts.command, experiment_hash=exp.file_hash(),
+                                options={"experiment": exp.name, "experiment_id": self.eid,
+                                         "knobs": v.knobs, "env": v.env, "cpus": v.cpus,
+                                         "vars": v.vars, "cmdline": v.cmdline, "params": v.params})
+            store.link_run(r.id, self.eid)
+            runs[v.label] = r
+        return runs
+
+    def _build(self) -> dict:
+        return build.build_all(sorted({b.family for b in self.bench_by_name.values()}))
+
+    def _prepare(self, done_before: int) -> None:
+        exp, todo = self.exp, self.todo
+        self.binaries = self._build() if todo else {}
+        self.bopts = BenchOptions(intervals=exp.intervals,
+                                  min_batch_ns=int(exp.min_batch_ms * 1e6) if exp.min_batch_ms else None,
+                                  timeout=exp.timeout, progress=self.opts.progress)
+        if exp.profile:
+            self.profilers = {label: BenchProfiler(f, freq=exp.profile_freq) for label, f in self.facts.items() if f}
+        self.swap_ready = {label: (f or {}).get("swap_active", False) for label, f in self.facts.items()}
+        if todo and any(v.target == "local" for v in exp.variants):
+            busy = noise.busy_check()
+            if busy:
+                self.log(busy)
+        self.progress = Progress(len(todo), enabled=self.opts.progress)
+        if todo:
+            self.log(f"kperfdiff: experiment {exp.name} (id {self.eid}): {len(todo)} cells to measure "
+                     f"({len(exp.variants)} variants x {len(self.columns[exp.variants[0].label])} benchmarks x "
+                     f"{len(exp.cores)} core counts x {exp.reps} reps"
+                     + (f", {done_before} done before" if done_before else "") + ")")
+
+    def stored(self, c: Cell, m: Measurement, profile_store) -> None:
+        """One measured cell into the store at once (so a rerun resumes after it)."""
+        rid = store_measurement(self.store, self.runs[c.variant].id, m, experiment_id=self.eid, cell=c.id,
+                                rep=c.rep, bench_key=c.key)
+        if m.ok:
+            profile_store(rid)
+        self.finished.add(c.id)
+        self.measured += 1
+        if m.status == "failed":
+            self.failed += 1
+            self.progress.note(f"kperfdiff: {c.variant}: {m.benchmark} -P {c.cores} rep {c.rep + 1} failed: "
+                               f"{m.reason}")
+        elif m.status == "skipped" and c.rep == 0:
+            self.progress.note(f"kperfdiff: {c.variant}: {m.benchmark} skipped: {m.reason}")
+        self.progress.advance()
+
+    def measure_cells(self, batch_cells: list[Cell]) -> None:
+        exp = self.exp
+        for i, c in enumerate(batch_cells):
+            if c.id in self.finished:
+                continue
+            v = exp.variant(c.variant)
+            eta = self.progress.eta_words(i, len(self.todo))
+            if v.target != "local":
+                # a guest boots (or a board connects) once for all of this variant's cells of this rep
+                batch = [x for x in batch_cells
+                         if x.variant == c.variant and x.rep == c.rep and x.id not in self.finished]
+                self.progress.step(f"{c.variant}: {len(batch)} cells on {v.target}, rep {c.rep + 1}/{exp.reps}{eta}")
+                for x, m, keep in _measure_remote(exp, v, batch, self.bench_by_name, self.overrides,
+                                                  self.runs[v.label], self.store, self.facts):
+                    self.stored(x, m, keep)
+                continue
+            b = self.bench_by_name[c.benchmark]
+            self.progress.step(f"{c.variant}: {c.benchmark} -P {c.cores} rep {c.rep + 1}/{exp.reps}{eta}")
+            self.guard.apply(v.knobs)
+            m = _measure_cell(exp, v, c, b, self.binaries, self.overrides, self.facts, self.swap_ready, self.swap,
+                              self.profilers, self.runs[v.label], self.bopts, measure, unmet_requirement)
+            prof = self.profilers.get(v.label)
+            self.stored(c, m, (lambda rid, c=c, b=b, m=m, prof=prof: prof.collect(
+                self.store, self.runs[c.variant], rid, b, c.cores, m)) if prof else (lambda rid: None))
+
+    def _finish(self, state: str) -> None:
+        """Knobs restored, swap removed, runs and the experiment closed, even on Ctrl-C."""
+        problems = self.guard.restore()
+        try:
+            self.swap.close()
         finally:
             with knobmod.signals_blocked():
-                for r in runs.values():
-                    store.finish_run(r.id, "complete" if state == "complete" else
-                                     ("failed" if state == "failed" else "interrupted"))
-                store.set_experiment_state(eid, state)
+                for r in self.runs.values():
+                    self.store.finish_run(r.id, "complete" if state == "complete" else
+                                          ("failed" if state == "failed" else "interrupted"))
+                self.store.set_experiment_state(self.eid, state)
         for pr in problems:
-            log(f"kperfdiff: warning: {pr}; the original value is kept in the store and the next kperfdiff run "
-                f"tries again")
-    return RunOutcome(store.get_experiment(eid), measured, len(all_cells), failed, 1 if failed else 0)
+            self.log(f"kperfdiff: warning: {pr}; the original value is kept in the store and the next kperfdiff "
+                     f"run tries again")
 
 
 def _adaptive_rounds(store, exp: Experiment, eid: int, columns, measure_cells, progress, log) -> dict:

@@ -22,6 +22,14 @@ class Progress:
         left = (time.monotonic() - self.t0) / self.done * (self.total - self.done)
         return f"{int(left // 60):02d}:{int(left % 60):02d}"
 
+    def eta_words(self, i: int, total: int) -> str:
+        """`` (ETA mm:ss)`` after ``i`` of ``total`` steps, for the plain per-step lines (the bar
+        shows its own on a terminal); empty before the first step."""
+        if self.tty or not i:
+            return ""
+        left = (time.monotonic() - self.t0) / i * (total - i)
+        return f" (ETA {int(left // 60):02d}:{int(left % 60):02d})"
+
     def step(self, what: str) -> None:
         """Announce the step about to run."""
         if not self.enabled:

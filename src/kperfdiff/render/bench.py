@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from typing import TYPE_CHECKING
 
 from .. import monitors, stats
-from ..bench.catalogue import Benchmark
 from ..records import Result, Run, result_names
 from .table import Table, number, to_json, to_text
+
+if TYPE_CHECKING:  # types only: the renderer reads no catalogue
+    from ..bench.catalogue import Benchmark
 
 JSON_VERSION = 1
 DISTURBED = "!"

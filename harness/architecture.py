@@ -1,0 +1,355 @@
+"""The shape of kperfdiff's code, measured from its own source: stages, imports, cycles,
+function sizes. Prints the figures; tests/test_architecture.py holds the rules to them.
+
+    .venv/bin/python harness/architecture.py [REPO]
+
+Every import statement counts, wherever it is (module top, inside a function, under
+``if TYPE_CHECKING``): a cycle hidden in a function is still a cycle. Only the import-time
+graph (no ``TYPE_CHECKING`` imports) decides what a module pulls in at run time.
+"""
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = "kperfdiff"
+
+# Where each module lives: the first matching prefix wins. The flow of data is
+# targets -> store -> ingest -> analysis -> render; commands wire them.
+STAGES = [
+    ("commands", ("commands", "__main__")),
+    ("render", ("render",)),
+    ("experiments", ("experiment",)),
+    ("analysis", ("diff", "compare", "report", "place")),
+    ("ingest", ("ingest", "symbols")),
+    ("store", ("store",)),
+    ("targets", ("bench", "targets", "measure", "record", "machine", "noise", "knobs")),
+    ("foundation", ("errors", "limits", "progress", "stats", "arch", "records", "monitors", "files",
+                    "native", "_native", "")),
+]
+# Which stages a stage may import (its own included).
+ALLOWED = {
+    "foundation": {"foundation"},
+    "store": {"foundation", "store"},
+    "targets": {"foundation", "store", "targets"},
+    "ingest": {"foundation", "ingest"},
+    "analysis": {"foundation", "ingest", "analysis"},
+    "experiments": {"foundation", "store", "targets", "analysis", "experiments"},
+    "render": {"foundation", "analysis", "render"},      # analysis: result types, never its I/O (see render_io)
+    "commands": {"foundation", "store", "targets", "ingest", "analysis", "experiments", "render", "commands"},
+}
+# Third-party modules that may be imported inside a function: an optional or slow import
+# only some commands need (scipy.stats alone takes ~0.7 s).
+LAZY_ALLOWED = ("scipy",)
+# What marks a module as reading or writing files, processes or the store.
+IO_MODULES = {"subprocess", "sqlite3", "shutil", "tempfile", "socket", "selectors", "tomllib", "mmap"}
+IO_CALLS = {"open", "read_text", "read_bytes", "write_text", "write_bytes", "iterdir", "glob", "rglob",
+            "mkdir", "unlink", "listdir", "scandir", "Popen", "read_perf_data"}
+
+
+@dataclass
+class Import:
+    target: str          # the kperfdiff module imported (longest existing prefix)
+    names: list[str]     # names taken from it (from X import a, b)
+    line: int
+    in_function: bool
+    type_only: bool      # under `if TYPE_CHECKING:`
+    external: str = ""   # a third-party top-level module, when not kperfdiff
+
+
+@dataclass
+class Module:
+    name: str            # kperfdiff.x.y
+    path: Path
+    tree: ast.Module
+    imports: list[Import] = field(default_factory=list)
+    does_io: list[str] = field(default_factory=list)
+
+    @property
+    def short(self) -> str:
+        return self.name[len(PACKAGE) + 1:] or "__init__"
+
+
+def stage_of(short: str) -> str:
+    first = short.split(".")[0]
+    for stage, prefixes in STAGES:
+        if first in prefixes:
+            return stage
+    return "foundation"
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    t = node.test
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or \
+        (isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+
+
+def load_modules(repo: Path = REPO) -> dict[str, Module]:
+    root = repo / "src" / PACKAGE
+    mods: dict[str, Module] = {}
+    for p in sorted(root.rglob("*.py")):
+        parts = list(p.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        mods[".".join(parts)] = Module(".".join(parts), p, ast.parse(p.read_text(), str(p)))
+    for so in root.glob("_native*.so"):
+        mods.setdefault(f"{PACKAGE}._native", Module(f"{PACKAGE}._native", so, ast.Module(body=[], type_ignores=[])))
+    for m in mods.values():
+        _scan(m, mods)
+    return mods
+
+
+def _resolve(m: Module, node: ast.ImportFrom | ast.Import, mods: dict[str, Module]) -> list[tuple[str, str | None]]:
+    if isinstance(node, ast.Import):
+        return [(a.name, None) for a in node.names]
+    pkg = m.name.split(".")
+    if m.path.name != "__init__.py":
+        pkg = pkg[:-1]
+    if node.level:
+        base = pkg[:len(pkg) - (node.level - 1)]
+        target = ".".join(base + ([node.module] if node.module else []))
+    else:
+        target = node.module or ""
+    return [(f"{target}.{a.name}", None) if f"{target}.{a.name}" in mods else (target, a.name) for a in node.names]
+
+
+def _scan(m: Module, mods: dict[str, Module]) -> None:
+    def visit(node, in_function: bool, type_only: bool):
+        for child in ast.iter_child_nodes(node):
+            fn = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            tc = type_only or (isinstance(child, ast.If) and _is_type_checking(child))
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                by_target: dict[str, list[str]] = defaultdict(list)
+                for target, name in _resolve(m, child, mods):
+                    by_target[target].extend([name] if name else [])
+                for target, names in by_target.items():
+                    if target == PACKAGE or target.startswith(PACKAGE + "."):
+                        t = target
+                        while t not in mods and "." in t:
+                            t = t.rsplit(".", 1)[0]
+                        if t != m.name:
+                            m.imports.append(Import(t, names, child.lineno, in_function, type_only))
+                    else:
+                        top = target.split(".")[0]
+                        m.imports.append(Import("", names, child.lineno, in_function, type_only, external=top))
+                        if top in IO_MODULES and not type_only:
+                            m.does_io.append(f"imports {top}")
+            elif isinstance(child, ast.Call):
+                f = child.func
+                name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+                if name in IO_CALLS:
+                    m.does_io.append(f"calls {name}() at line {child.lineno}")
+            visit(child, fn, tc)
+    visit(m.tree, False, False)
+
+
+def graph(mods: dict[str, Module], *, runtime_only: bool = False) -> dict[str, set[str]]:
+    g: dict[str, set[str]] = {name: set() for name in mods}
+    for m in mods.values():
+        for i in m.imports:
+            if i.target and not (runtime_only and i.type_only):
+                g[m.name].add(i.target)
+                # importing a.b.c runs a/__init__ and a/b/__init__ first
+                parts = i.target.split(".")
+                for k in range(2, len(parts)):
+                    parent = ".".join(parts[:k])
+                    if parent in mods and parent != m.name and not m.name.startswith(parent + "."):
+                        g[m.name].add(parent)
+    return g
+
+
+def cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = 0
+    for root in sorted(g):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(g[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            for w in it:
+                if w not in g:
+                    continue
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(g[w]))))
+                    break
+                if w in on:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on.discard(w)
+                        comp.append(w)
+                        if w == v:
+                            break
+                    if len(comp) > 1:
+                        out.append(sorted(comp))
+    return out
+
+
+def package_graph(mods: dict[str, Module]) -> dict[str, set[str]]:
+    """The same imports between top-level units (a package, or a top-level module)."""
+    def unit(name: str) -> str:
+        return ".".join(name.split(".")[:2])
+    g: dict[str, set[str]] = defaultdict(set)
+    for a, bs in graph(mods).items():
+        g[unit(a)]
+        for b in bs:
+            if unit(b) != unit(a) and unit(b) != PACKAGE:
+                g[unit(a)].add(unit(b))
+    return dict(g)
+
+
+def closure(g: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        v = todo.pop()
+        for w in g.get(v, ()):
+            if w not in seen:
+                seen.add(w)
+                todo.append(w)
+    return seen
+
+
+# -- the rules ------------------------------------------------------------------------
+
+def function_level_imports(mods) -> list[str]:
+    return [f"{m.short}:{i.line} imports {i.target or i.external} inside a function"
+            for m in mods.values() for i in m.imports
+            if i.in_function and not (i.external and i.external in LAZY_ALLOWED)]
+
+
+def private_imports(mods) -> list[str]:
+    out = []
+    for m in mods.values():
+        for i in m.imports:
+            if not i.target:
+                continue
+            last = i.target.rsplit(".", 1)[-1]
+            if last.startswith("_") and not last.startswith("__"):
+                out.append(f"{m.short}:{i.line} imports the private module {i.target}")
+            out += [f"{m.short}:{i.line} imports the private name {i.target}.{n}"
+                    for n in i.names if n.startswith("_") and not n.startswith("__")]
+    return out
+
+
+def stage_violations(mods) -> list[str]:
+    out = []
+    for m in mods.values():
+        s = stage_of(m.short)
+        for i in m.imports:
+            if i.target and not i.type_only:
+                t = stage_of(i.target[len(PACKAGE) + 1:])
+                if t not in ALLOWED[s]:
+                    out.append(f"{m.short} ({s}) imports {i.target} ({t})")
+    return out
+
+
+def render_io(mods) -> list[str]:
+    """Modules that do I/O which a renderer pulls in at run time (itself included)."""
+    g = graph(mods, runtime_only=True)
+    out = []
+    for m in mods.values():
+        if not m.name.startswith(f"{PACKAGE}.render"):
+            continue
+        for dep in sorted({m.name} | closure(g, m.name)):
+            if mods[dep].does_io:
+                out.append(f"{m.short} -> {mods[dep].short}: {mods[dep].does_io[0]}")
+    return out
+
+
+def argparse_outside_commands(mods) -> list[str]:
+    return [f"{m.short}:{i.line} imports argparse" for m in mods.values() for i in m.imports
+            if i.external == "argparse" and stage_of(m.short) != "commands"]
+
+
+# -- figures -----------------------------------------------------------------------------
+
+def python_functions(mods) -> list[tuple[int, str]]:
+    rows = []
+    for m in mods.values():
+        for n in ast.walk(m.tree):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                rows.append((n.end_lineno - n.lineno + 1, f"{m.short}.{n.name}"))
+    return sorted(rows, reverse=True)
+
+
+def rust_functions(repo: Path = REPO) -> list[tuple[int, str]]:
+    """Lines of every `fn` in native/src (brace counting; good enough for rustfmt'd code)."""
+    rows = []
+    for p in sorted((repo / "native" / "src").glob("*.rs")):
+        lines = p.read_text().splitlines()
+        for i, line in enumerate(lines):
+            m = re.match(r"\s*(pub(\([a-z]+\))? )?(unsafe )?fn (\w+)", line)
+            if not m or line.rstrip().endswith(";"):
+                continue
+            depth, started = 0, False
+            for j in range(i, len(lines)):
+                depth += lines[j].count("{") - lines[j].count("}")
+                started = started or "{" in lines[j]
+                if started and depth <= 0:
+                    break
+            rows.append((j - i + 1, f"{p.name}:{m.group(4)}"))
+    return sorted(rows, reverse=True)
+
+
+def lines_per_stage(mods) -> dict[str, int]:
+    out: dict[str, int] = defaultdict(int)
+    for m in mods.values():
+        if m.path.suffix == ".py":
+            out[stage_of(m.short)] += len(m.path.read_text().splitlines())
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def main(argv: list[str]) -> int:
+    repo = Path(argv[0]).resolve() if argv else REPO
+    mods = load_modules(repo)
+    print(f"kperfdiff architecture ({repo})")
+    print(f"  modules: {len(mods)}; import statements of kperfdiff modules: "
+          f"{sum(1 for m in mods.values() for i in m.imports if i.target)}")
+    print(f"  import cycles between modules (every import counted): {len(cycles(graph(mods)))}")
+    for c in cycles(graph(mods)):
+        print("    " + " <-> ".join(x[len(PACKAGE) + 1:] for x in c))
+    print(f"  import cycles between packages: {len(cycles(package_graph(mods)))}")
+    for c in cycles(package_graph(mods)):
+        print("    " + " <-> ".join(x[len(PACKAGE) + 1:] for x in c))
+    for title, found in (("function-level imports", function_level_imports(mods)),
+                         ("private names imported across modules", private_imports(mods)),
+                         ("imports against the stage order", stage_violations(mods)),
+                         ("I/O reachable from render/", render_io(mods)),
+                         ("argparse outside commands/", argparse_outside_commands(mods))):
+        print(f"  {title}: {len(found)}")
+        for f in found[:12]:
+            print(f"    {f}")
+    print("  lines per stage: " + ", ".join(f"{k} {v}" for k, v in lines_per_stage(mods).items()))
+    print("  longest Python functions: " + ", ".join(f"{n} {k}" for k, n in python_functions(mods)[:6]))
+    print("  longest Rust functions: " + ", ".join(f"{n} {k}" for k, n in rust_functions(repo)[:6]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

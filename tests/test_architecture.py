@@ -1,0 +1,110 @@
+"""The architecture holds: stages import one way, no cycles (function-level imports counted),
+renderers reach no I/O, no private names cross modules, argparse stays in commands/, and each
+file format has one parser. The rules live in harness/architecture.py, which also prints the
+figures; here they must come out empty, and each detector must catch a planted violation."""
+import importlib.util
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "kperfdiff"
+
+
+def _harness():
+    spec = importlib.util.spec_from_file_location("architecture", ROOT / "harness" / "architecture.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["architecture"] = mod   # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+arch = _harness()
+MODS = arch.load_modules(ROOT)
+MAX_FUNCTION_LINES = 120
+
+
+def test_no_import_cycle_between_modules_or_packages():
+    assert arch.cycles(arch.graph(MODS)) == []
+    assert arch.cycles(arch.package_graph(MODS)) == []
+
+
+def test_no_function_level_imports_but_slow_optional_ones():
+    assert arch.function_level_imports(MODS) == []
+
+
+def test_no_private_name_crosses_modules():
+    assert arch.private_imports(MODS) == []
+
+
+def test_stages_import_one_way():
+    assert arch.stage_violations(MODS) == []
+
+
+def test_renderers_reach_no_file_process_or_store():
+    assert arch.render_io(MODS) == []
+    # and the detector knows I/O when it sees it
+    assert MODS["kperfdiff.store"].does_io and MODS["kperfdiff.ingest.load"].does_io
+    assert not MODS["kperfdiff.render.table"].does_io
+
+
+def test_only_commands_know_argparse():
+    assert arch.argparse_outside_commands(MODS) == []
+    for m in MODS.values():
+        if arch.stage_of(m.short) != "commands" and m.path.suffix == ".py":
+            assert "args.store" not in m.path.read_text(), m.short
+
+
+def test_no_long_functions():
+    long_py = [(n, f) for n, f in arch.python_functions(MODS) if n > MAX_FUNCTION_LINES]
+    long_rs = [(n, f) for n, f in arch.rust_functions(ROOT) if n > MAX_FUNCTION_LINES]
+    assert long_py == [] and long_rs == []
+
+
+def _sources(suffix=".py"):
+    return {p: p.read_text() for p in SRC.rglob(f"*{suffix}")}
+
+
+def test_one_parser_per_format():
+    src = _sources()
+    # TOML: one loader
+    assert [p.name for p, t in src.items() if "import tomllib" in t] == ["files.py"]
+    # ELF: only the native module reads ELF structures (no struct unpacking of ELF in Python)
+    assert [p for p, t in src.items() if "\\x7fELF" in t and "struct.unpack" in t] == []
+    # /proc/vmstat: one parser
+    assert [p.name for p, t in src.items() if "def parse_vmstat" in t or "def read_vmstat" in t] == ["monitors.py"]
+    # kallsyms / System.map text: parsed in native/src only
+    assert [p for p, t in src.items() if "_MAP_LINE" in t] == []
+
+
+@pytest.fixture
+def planted(tmp_path):
+    """A tiny package with one of each violation."""
+    pkg = tmp_path / "src" / "kperfdiff"
+    (pkg / "render").mkdir(parents=True)
+    (tmp_path / "native" / "src").mkdir(parents=True)
+    files = {
+        "__init__.py": "",
+        "store.py": "import sqlite3\nfrom . import diff\n",
+        "diff.py": "def f():\n    from . import store\n    from .stats import _private\n",
+        "stats.py": "_private = 1\n",
+        "render/__init__.py": "",
+        "render/table.py": "from .. import store\nimport argparse\n",
+    }
+    for name, text in files.items():
+        (pkg / name).write_text(textwrap.dedent(text))
+    (tmp_path / "native" / "src" / "lib.rs").write_text("fn big() {\n" + "    x();\n" * 130 + "}\n")
+    return arch.load_modules(tmp_path), tmp_path
+
+
+def test_each_detector_catches_a_planted_violation(planted):
+    mods, root = planted
+    assert arch.cycles(arch.graph(mods)) == [["kperfdiff.diff", "kperfdiff.store"]]
+    assert any("diff:2 imports kperfdiff.store inside a function" in f for f in arch.function_level_imports(mods))
+    assert any("_private" in f for f in arch.private_imports(mods))
+    assert any(f.startswith("render.table -> store") for f in arch.render_io(mods))
+    assert any("render.table" in f for f in arch.argparse_outside_commands(mods))
+    assert any("store (store) imports kperfdiff.diff (analysis)" in f for f in arch.stage_violations(mods))
+    assert arch.rust_functions(root)[0] == (132, "lib.rs:big")
