@@ -811,8 +811,7 @@ def _measure_cell(exp, v, c, b, binaries, overrides, facts, swap_ready, swap, pr
     def prefix_for_rep(_ignored):
         if prof is None:
             return list(words) or None
-        per_copy = prof.prefix_for(run, b, c.cores)(rep)
-        return lambda copy: words + per_copy(copy)
+        return words + prof.prefix_for(run, b, c.cores)(rep)
 
     return measure(b, binaries[b.family], params, c.cores, 1, bopts, prefix_for_rep).as_repetition(rep)
 

@@ -32,6 +32,8 @@ from .errors import BenchError, InputError
 HW_EVENTS = ["cycles", "instructions", "cache-misses", "dTLB-load-misses", "iTLB-load-misses"]
 PROFILE_META_VERSION = 1
 
+COPY = "@COPY@"    # in command words: kpd-run puts each copy's index there
+
 
 def require_perf() -> str:
     perf = shutil.which("perf")
@@ -149,7 +151,7 @@ class BenchProfiler:
         self.hw_events = available_hw_events(self.facts)
 
     @staticmethod
-    def stem(bench: str, copies: int, rep: int, copy: int) -> str:
+    def stem(bench: str, copies: int, rep: int, copy: int | str) -> str:
         return f"{bench}.P{copies}.r{rep}.c{copy}"
 
     def prefix_for(self, run, bench, copies: int):
@@ -157,12 +159,11 @@ class BenchProfiler:
         folder.mkdir(parents=True, exist_ok=True)
         snapshot_kallsyms(folder)
 
-        def for_rep(rep: int):
-            def for_copy(copy: int) -> list[str]:
-                s = self.stem(bench.name, copies, rep, copy)
-                return record_prefix(folder / f"{s}.perf.data", self.event, self.freq,
-                                     folder / f"{s}.hwstat.csv", self.hw_events)
-            return for_copy
+        def for_rep(rep: int) -> list[str]:
+            """The perf words of one repetition; @COPY@ becomes each copy's index (kpd-run)."""
+            s = self.stem(bench.name, copies, rep, COPY)
+            return record_prefix(folder / f"{s}.perf.data", self.event, self.freq,
+                                 folder / f"{s}.hwstat.csv", self.hw_events)
         return for_rep
 
     def collect(self, store, run, result_id: int, bench, copies: int, m) -> None:

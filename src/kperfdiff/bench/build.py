@@ -20,6 +20,7 @@ from .catalogue import FAMILIES_DIR, Family, families
 
 HEADER = FAMILIES_DIR / "kpd.h"
 HELLO = FAMILIES_DIR / "hello.c"
+RUNNER = FAMILIES_DIR / "kpd-run.c"     # the one copy runner, here and on every target
 CFLAGS = ("-O2", "-g", "-fno-omit-frame-pointer", "-Wall", "-Wextra", "-std=gnu11")
 COMPILERS = {"x86_64": "x86_64-linux-gnu-gcc", "aarch64": "aarch64-linux-gnu-gcc"}
 
@@ -105,6 +106,11 @@ def build_family(name: str, arch: str = "host", *, static: bool = False) -> Path
     fam: Family = fams[name]
     return build_program(fam.source, f"kpd-{name}", arch, static=static or fam.static,
                          flags=fam.cflags + fam.ldflags, deps=(HEADER,))
+
+
+def build_runner(arch: str = "host") -> Path:
+    """kpd-run, static (a target has little more than a shell), cached by content."""
+    return build_program(RUNNER, "kpd-run", arch, static=True)
 
 
 def build_hello(arch: str = "host") -> Path:

@@ -1,8 +1,9 @@
 """Run benchmark worker processes and read what they report.
 
 The worker's line protocol is documented in ``families/kpd.h``. This module
-spawns one process per copy (``-P``), starts the copies together, enforces
-a timeout, and checks the shape of every record: a worker that crashes,
+runs the copies (``-P``) through kpd-run (``families/kpd-run.c``, the copy runner
+every target uses too), which starts them together and enforces a timeout, reads
+their scheduler counters while they run, and checks the shape of every record: a worker that crashes,
 hangs, or prints something malformed becomes a failed :class:`WorkerOutput`
 with the reason, never an exception that stops the suite.
 """
@@ -13,11 +14,14 @@ import os
 import selectors
 import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import noise as nz
+from ..errors import BenchError
+from .build import build_runner
 
 PROTOCOL_VERSION = 1
 
@@ -130,62 +134,103 @@ def worker_argv(binary: Path, bench: str, params: dict[str, str], *, intervals: 
     return argv
 
 
-def _kill(procs: list[subprocess.Popen]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-    for p in procs:
+# -- running copies through kpd-run ------------------------------------------------------
+
+SAMPLE_EVERY = 0.1   # seconds between reads of the copies' /proc sched counters
+RUNNER_GRACE = 30.0  # seconds kpd-run may take beyond the timeout before it is killed itself
+STDERR_TAIL = 2000   # characters of each copy's stderr kept
+
+
+@dataclass
+class RunnerStatus:
+    """What kpd-run wrote in OUTDIR/status."""
+    exit: dict[int, int | None] = field(default_factory=dict)    # >=0 exit, <0 -signal, None timed out
+    rusage: dict[int, tuple[int, int, int]] = field(default_factory=dict)   # nvcsw, nivcsw, maxrss_kb
+    wall_s: float = 0.0
+    timed_out: bool = False
+
+
+def parse_status(text: str) -> RunnerStatus:
+    """kpd-run's status file (from this machine or fetched from a target); lines that do not
+    parse are ignored, so a damaged file leaves copies without a status (failed), never raises."""
+    st = RunnerStatus()
+    for ln in text.splitlines():
+        w = ln.split()
         try:
-            p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
+            if len(w) >= 3 and w[0] == "copy":
+                c = int(w[1])
+                if w[2] == "exit" and len(w) > 3:
+                    st.exit[c] = int(w[3])
+                elif w[2] == "signal" and len(w) > 3:
+                    st.exit[c] = -int(w[3])
+                elif w[2] == "timeout":
+                    st.exit[c] = None
+                    st.timed_out = True
+            elif len(w) == 5 and w[0] == "rusage":
+                st.rusage[int(w[1])] = (int(w[2]), int(w[3]), int(w[4]))
+            elif len(w) == 2 and w[0] == "wall_ns":
+                st.wall_s = int(w[1]) / 1e9
+        except ValueError:
+            continue
+    return st
+
+
+def copy_output(text: str, stderr: str, rc: int | None, *, bench: str | None, wall_s: float, timed_out: bool,
+                timeout: float, error: str | None = None) -> WorkerOutput:
+    """One copy's parsed output with its failure (timeout, signal, exit status) set, the same
+    way for copies run here and on a target."""
+    o = parse_output(text, bench or None)
+    o.wall_s = wall_s
+    o.stderr = stderr[-STDERR_TAIL:]
+    o.exit_status = rc
+    if error:
+        o.error = error
+    elif timed_out or rc is None:
+        o.error = f"timed out after {timeout:g} s"
+    elif rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = str(-rc)
+        o.error = f"crashed with signal {name}"
+    elif rc and not o.declared_error:
+        last = o.stderr.strip().splitlines()[-1:] or ["no message"]
+        o.error = f"exited with status {rc}: {last[0][:200]}"
+    return o
+
+
+def _read_text(p: Path) -> str:
+    try:
+        return p.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _kill_groups(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
             pass
 
 
-SAMPLE_EVERY = 0.1   # seconds between reads of the workers' /proc sched counters
+class _Rusage:
+    """The part of a copy's rusage kpd-run reports, shaped as os.wait4's."""
 
-
-def _wait4(p: subprocess.Popen, timeout: float, tracker: nz.TaskTracker):
-    """Reap ``p`` with ``os.wait4`` within ``timeout`` seconds, reading its sched counters
-    until it has exited (a zombie keeps them: waitid WNOWAIT sees the exit without reaping).
-    Sets ``p.returncode`` as Popen would (negative signal number when killed; 0 on ECHILD,
-    someone else reaped it) and returns the rusage, or None. Raises TimeoutExpired."""
-    if p.returncode is not None:
-        return None
-    end = time.monotonic() + timeout
-    while True:
-        try:
-            exited = os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            p.returncode = 0
-            return None
-        tracker.sample([p.pid])
-        if exited is not None:
-            break
-        if time.monotonic() >= end:
-            raise subprocess.TimeoutExpired(p.args, timeout)
-        time.sleep(0.01)
-    try:
-        _, status, rusage = os.wait4(p.pid, 0)
-    except ChildProcessError:
-        p.returncode = 0
-        return None
-    p.returncode = os.waitstatus_to_exitcode(status)
-    return rusage
+    def __init__(self, nvcsw: int, nivcsw: int, maxrss: int):
+        self.ru_nvcsw, self.ru_nivcsw, self.ru_maxrss = nvcsw, nivcsw, maxrss
 
 
 def run_copies(argv: list[str], copies: int, timeout: float, *, env: dict | None = None,
-               prefix=None, sampler: bool = True) -> list[WorkerOutput]:
-    """Run ``copies`` workers at once and return their parsed outputs.
+               prefix: list[str] | None = None, sampler: bool = True) -> list[WorkerOutput]:
+    """Run ``copies`` workers at once (through kpd-run, the copy runner targets use too) and
+    return their parsed outputs.
 
-    With more than one copy each worker gets ``--sync``: it prints ``ready``
-    after its set-up, and all are released together by one byte on stdin,
-    so they measure concurrently (lmbench's -P). Each worker runs in its own
-    process group, killed whole on timeout or Ctrl-C. ``prefix`` wraps the
-    command (for example ``perf record ... --``): a list of words, or a
-    function of the copy index returning one (one perf.data per copy).
+    With more than one copy each worker gets ``--sync``: it prints ``ready`` after its set-up,
+    and all are released together by one byte on stdin, so they measure concurrently (lmbench's
+    -P). Each worker runs in its own process group, killed whole on timeout or Ctrl-C.
+    ``prefix`` wraps the command (for example ``perf record ... --``); a word holding
+    ``@COPY@`` gets the copy index (one perf.data per copy).
 
     Every output carries its copy's :class:`~kperfdiff.noise.ProcessNoise` (``noise``);
     with ``sampler`` each also carries the repetition's :class:`~kperfdiff.noise.Noise`
@@ -195,110 +240,95 @@ def run_copies(argv: list[str], copies: int, timeout: float, *, env: dict | None
 
 
 def run_copies_with_noise(argv: list[str], copies: int, timeout: float, *, env: dict | None = None,
-                          prefix=None, sampler: bool = True) -> tuple[list[WorkerOutput], nz.Noise | None]:
+                          prefix: list[str] | None = None,
+                          sampler: bool = True) -> tuple[list[WorkerOutput], nz.Noise | None]:
     """:func:`run_copies`, also returning the repetition's noise: with ``sampler``, system
     snapshots before and after and a :class:`~kperfdiff.noise.RunnableSampler` during the
-    copies (None without). The copies' sched counters are read every ``SAMPLE_EVERY`` s."""
+    copies (None without). The copies' sched counters are read every ``SAMPLE_EVERY`` s, and
+    once more when each has exited (kpd-run -w holds it unreaped until then)."""
     bench = argv[1]
-    sync = copies > 1
-    cmd = list(argv) + (["--sync"] if sync and "--sync" not in argv else [])
-    procs: list[subprocess.Popen] = []
-    tracker = nz.TaskTracker()
-    rusages: dict[int, object] = {}
-    runnable = nz.RunnableSampler(lambda: [p.pid for p in procs if p.returncode is None])
-    before = nz.system_snapshot() if sampler else None
-    t0 = time.monotonic()
-    deadline = t0 + timeout
-    bufs: dict[int, list[bytes]] = {}
-    errs: dict[int, list[bytes]] = {}
-    timed_out = False
-    try:
-        for copy in range(copies):
-            words = (prefix(copy) if callable(prefix) else prefix or []) + cmd
-            p = subprocess.Popen(words, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, start_new_session=True, env=env)
-            procs.append(p)
-            bufs[p.pid] = []
-            errs[p.pid] = []
-        if sampler:     # once every copy is known, lest a copy being forked count as other work
-            runnable.__enter__()
-        sel = selectors.DefaultSelector()
-        for p in procs:
-            sel.register(p.stdout, selectors.EVENT_READ, (p, bufs))
-            sel.register(p.stderr, selectors.EVENT_READ, (p, errs))
-        ready: set[int] = set()
-        released = not sync
-        open_streams = 2 * len(procs)
-        sampled = 0.0
-        while open_streams:
-            now = time.monotonic()
-            if now - sampled >= SAMPLE_EVERY:
-                tracker.sample([p.pid for p in procs])
-                sampled = now
-            left = deadline - now
-            if left <= 0:
-                timed_out = True
-                break
-            for key, _ in sel.select(timeout=min(left, max(0.0, sampled + SAMPLE_EVERY - now))):
-                p, store = key.data
-                chunk = os.read(key.fd, 65536)
-                if not chunk:
-                    sel.unregister(key.fileobj)
-                    open_streams -= 1
-                    if not released and store is bufs:
-                        ready.add(p.pid)  # exited before ready: do not wait on it
-                    continue
-                store[p.pid].append(chunk)
-                if not released and store is bufs and b"ready\n" in b"".join(store[p.pid]):
-                    ready.add(p.pid)
-            if not released and len(ready) == len(procs):
-                released = True
-                for p in procs:
-                    try:
-                        p.stdin.write(b"g")
-                        p.stdin.flush()
-                    except (BrokenPipeError, OSError):
-                        pass
-        sel.close()
-        if timed_out:
-            _kill(procs)
-        for p in procs:
-            try:
-                rusages[p.pid] = _wait4(p, max(1.0, deadline - time.monotonic()), tracker)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _kill(procs)
-    except BaseException:
-        _kill(procs)
-        raise
-    finally:
-        if sampler:
-            runnable.__exit__(None, None, None)
-        for p in procs:
-            for s in (p.stdin, p.stdout, p.stderr):
+    cmd = list(argv) + (["--sync"] if copies > 1 and "--sync" not in argv else [])
+    with tempfile.TemporaryDirectory(prefix="kpd-copies-") as out:
+        runner = [str(build_runner()), "-o", out, "-n", str(copies), "-t", f"{timeout:g}", "-w"]
+        runner += (["-s"] if copies > 1 else []) + ["--"] + list(prefix or []) + cmd
+        tracker = nz.TaskTracker()
+        pids: dict[int, int] = {}
+        proc = subprocess.Popen(runner, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True, env=env)
+        runnable = nz.RunnableSampler(lambda: list(pids.values()) + [proc.pid])
+        before = nz.system_snapshot() if sampler else None
+        try:
+            _follow(proc, copies, timeout, tracker, pids, runnable if sampler else None)
+        except BaseException:
+            _kill_groups([*pids.values(), proc.pid])
+            raise
+        finally:
+            if sampler:
+                runnable.__exit__(None, None, None)
+            for s in (proc.stdin, proc.stdout):
                 try:
                     s.close()
                 except OSError:
                     pass
-    wall = time.monotonic() - t0
-    outs = []
-    for p in procs:
-        o = parse_output(b"".join(bufs[p.pid]).decode("utf-8", "replace"), bench)
-        o.exit_status = p.returncode
-        o.wall_s = wall
-        o.stderr = b"".join(errs[p.pid]).decode("utf-8", "replace")[-2000:]
-        o.noise = tracker.process_noise(p.pid, rusages.get(p.pid))
-        if timed_out:
-            o.error = f"timed out after {timeout:g} s"
-        elif p.returncode is not None and p.returncode < 0:
-            o.error = f"crashed with signal {signal.Signals(-p.returncode).name}"
-        elif p.returncode and not o.declared_error:
-            last = o.stderr.strip().splitlines()[-1:] or ["no message"]
-            o.error = f"exited with status {p.returncode}: {last[0][:200]}"
-        outs.append(o)
+        own_err = proc.stderr.read().decode("utf-8", "replace")
+        proc.stderr.close()
+        st = parse_status(_read_text(Path(out) / "status"))
+        if proc.returncode != 0 and not st.exit:
+            raise BenchError(f"the copy runner kpd-run failed: {own_err.strip()[-300:] or proc.returncode}")
+        outs = []
+        for c in range(copies):
+            o = copy_output(_read_text(Path(out) / f"c{c}.out"), _read_text(Path(out) / f"c{c}.err"),
+                            st.exit.get(c), bench=bench, wall_s=st.wall_s, timed_out=st.timed_out, timeout=timeout)
+            ru = st.rusage.get(c)
+            o.noise = tracker.process_noise(pids.get(c, -1), _Rusage(*ru) if ru else None)
+            outs.append(o)
     rep = None
     if sampler:
         rep = nz.system_noise(before, nz.system_snapshot(), runnable, [o.noise for o in outs])
         for o in outs:
             o.rep_noise = rep
     return outs, rep
+
+
+def _follow(proc: subprocess.Popen, copies: int, timeout: float, tracker: nz.TaskTracker, pids: dict[int, int],
+            runnable) -> None:
+    """Read kpd-run's ``pid``/``exited`` lines until it ends: sample the copies' counters every
+    SAMPLE_EVERY s and at each exit (then let kpd-run reap it)."""
+    deadline = time.monotonic() + timeout + RUNNER_GRACE
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    buf = b""
+    sampled = 0.0
+    try:
+        while True:
+            now = time.monotonic()
+            if pids and now - sampled >= SAMPLE_EVERY:
+                tracker.sample(list(pids.values()))
+                sampled = now
+            if now > deadline:
+                _kill_groups([*pids.values(), proc.pid])
+                break
+            if not sel.select(timeout=SAMPLE_EVERY):
+                continue
+            chunk = os.read(proc.stdout.fileno(), 4096)
+            if not chunk:
+                break
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                w = line.split()
+                if len(w) == 3 and w[0] == b"pid":
+                    pids[int(w[1])] = int(w[2])
+                    if runnable is not None and len(pids) == copies:
+                        runnable.__enter__()    # once every copy is known, lest one being forked count as other work
+                elif len(w) == 2 and w[0] == b"exited" and int(w[1]) in pids:
+                    tracker.sample([pids[int(w[1])]])
+                    proc.stdin.write(b"r")
+                    proc.stdin.flush()
+    finally:
+        sel.close()
+    try:
+        proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        _kill_groups([proc.pid])
+        proc.wait()

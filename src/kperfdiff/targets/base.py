@@ -10,8 +10,8 @@ batched so that a guest boots once for many invocations.
 Guest and SSH targets run the same generated POSIX shell script (see
 :func:`job_script`) on the target: it snapshots /proc/vmstat and
 /proc/interrupts around each invocation, starts the copies with the small
-static ``kpd-run`` helper (the target-side twin of worker.run_copies: start
-barrier, timeout, one process group per copy) and leaves everything in one
+static ``kpd-run``, the copy runner this machine uses too (start barrier,
+timeout, one process group per copy; see :func:`kperfdiff.bench.worker.run_copies`) and leaves everything in one
 results folder that the host reads back with :func:`read_results`. Every
 word of that script is quoted with shlex.quote; nothing the user typed is
 ever interpolated into a shell unquoted.
@@ -20,16 +20,14 @@ from __future__ import annotations
 
 import re
 import shlex
-import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import machine, monitors
 from ..arch import normalise_arch
 from ..bench import build, catalogue
-from ..bench.worker import WorkerOutput, parse_output
+from ..bench.worker import STDERR_TAIL, WorkerOutput, copy_output, parse_status
 
-RUNNER_SOURCE = Path(__file__).with_name("kpd-run.c")
 FACT_FILES = {
     "cmdline": "/proc/cmdline", "meminfo": "/proc/meminfo", "cpuinfo": "/proc/cpuinfo",
     "online": "/sys/devices/system/cpu/online", "version": "/proc/version",
@@ -95,30 +93,12 @@ class InvocationResult:
         """Each copy's parsed worker output, with failures set as run_copies sets them."""
         if self.parsed is not None:
             return list(self.parsed)
-        outs = []
-        bench = self.invocation.bench
-        for i in range(max(len(self.stdout), self.invocation.copies)):
-            text = self.stdout[i] if i < len(self.stdout) else ""
-            o = parse_output(text, bench or None)
-            o.wall_s = self.wall_s
-            o.stderr = self.stderr[i] if i < len(self.stderr) else ""
-            rc = self.exit_status[i] if i < len(self.exit_status) else None
-            o.exit_status = rc
-            if self.error:
-                o.error = self.error
-            elif self.timed_out or rc is None:
-                o.error = f"timed out after {self.invocation.timeout:g} s"
-            elif rc < 0:
-                try:
-                    name = signal.Signals(-rc).name
-                except ValueError:
-                    name = str(-rc)
-                o.error = f"crashed with signal {name}"
-            elif rc and not o.declared_error:
-                last = o.stderr.strip().splitlines()[-1:] or ["no message"]
-                o.error = f"exited with status {rc}: {last[0][:200]}"
-            outs.append(o)
-        return outs
+        return [copy_output(self.stdout[i] if i < len(self.stdout) else "",
+                            self.stderr[i] if i < len(self.stderr) else "",
+                            self.exit_status[i] if i < len(self.exit_status) else None,
+                            bench=self.invocation.bench, wall_s=self.wall_s, timed_out=self.timed_out,
+                            timeout=self.invocation.timeout, error=self.error)
+                for i in range(max(len(self.stdout), self.invocation.copies))]
 
 
 class Target:
@@ -163,11 +143,6 @@ class Target:
 
 # -- the kpd-run helper ------------------------------------------------------
 
-def build_runner(arch: str = "host") -> Path:
-    """Compile kpd-run (static) for an architecture, cached by content."""
-    return build.build_program(RUNNER_SOURCE, "kpd-run", arch, static=True)
-
-
 def static_family(name: str, arch: str) -> Path:
     """A family's worker built static for arch (a guest or board has no libc to offer)."""
     return build.build_family(name, arch, static=True)
@@ -178,7 +153,7 @@ def bundle_binaries(arch: str, families: list[str] | None = None) -> dict[str, P
     names = families or sorted(catalogue.families())
     out = {f"kpd-{n}": static_family(n, arch) for n in names}
     out["kpd-hello"] = build.build_hello(arch)  # always static
-    out["kpd-run"] = build_runner(arch)
+    out["kpd-run"] = build.build_runner(arch)
     return out
 
 
@@ -273,23 +248,12 @@ def read_results(invocations: list[Invocation], out_dir: Path) -> list[Invocatio
                        else "the job stopped before this benchmark started")
             results.append(r)
             continue
-        st: dict[int, int | None] = {}
-        for ln in status.splitlines():
-            w = ln.split()
-            if len(w) >= 3 and w[0] == "copy":
-                c = int(w[1])
-                if w[2] == "exit":
-                    st[c] = int(w[3])
-                elif w[2] == "signal":
-                    st[c] = -int(w[3])
-                else:
-                    st[c] = None
-                    r.timed_out = True
-            elif len(w) == 2 and w[0] == "wall_ns":
-                r.wall_s = int(w[1]) / 1e9
+        runner = parse_status(status)
+        st = runner.exit
+        r.timed_out, r.wall_s = runner.timed_out, runner.wall_s
         for c in range(inv.copies):
             r.stdout.append(_text(d / f"c{c}.out"))
-            r.stderr.append(_text(d / f"c{c}.err", 2000))
+            r.stderr.append(_text(d / f"c{c}.err", STDERR_TAIL))
             r.exit_status.append(st.get(c, None))
             if inv.profile:
                 pd = d / f"{inv.profile}.c{c}.perf.data"

@@ -9,7 +9,7 @@ from pathlib import Path
 from .. import machine
 from ..bench import build, worker
 from ..errors import BenchError, InputError
-from ..record import record_prefix, snapshot_kallsyms
+from ..record import COPY, record_prefix, snapshot_kallsyms
 from .base import Invocation, InvocationResult, Target
 
 
@@ -48,8 +48,7 @@ class LocalTarget(Target):
             out_dir.mkdir(parents=True, exist_ok=True)
             if inv.profile:
                 event = inv.perf_event or "cpu-clock"
-                prefix = (lambda c, inv=inv, d=out_dir, event=event:
-                          record_prefix(d / f"{inv.profile}.c{c}.perf.data", event, inv.perf_freq, None, []))
+                prefix = record_prefix(out_dir / f"{inv.profile}.c{COPY}.perf.data", event, inv.perf_freq, None, [])
             r = InvocationResult(inv)
             before_v, before_i = _read("/proc/vmstat"), _read("/proc/interrupts")
             t0 = time.monotonic()

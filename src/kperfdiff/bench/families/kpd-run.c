@@ -1,15 +1,20 @@
-/* kpd-run: run N copies of a benchmark worker on a target, as the host's
- * worker.run_copies does locally: each copy in its own session, stdout and
- * stderr to files, an optional start barrier (every copy prints "ready",
- * then all get one byte on stdin), a timeout that kills every copy's
- * process group.
+/* kpd-run: kperfdiff's one copy runner, here and on every target: run N
+ * copies of a benchmark worker, each in its own session, stdout and stderr
+ * to files, an optional start barrier (every copy prints "ready", then all
+ * get one byte on stdin), a timeout that kills every copy's process group.
  *
- *   kpd-run -o OUTDIR -n COPIES -t TIMEOUT_S [-s] -- ARGV...
+ *   kpd-run -o OUTDIR -n COPIES -t TIMEOUT_S [-s] [-w] -- ARGV...
  *
  * A word of ARGV containing @COPY@ has it replaced by the copy index (one
  * perf.data per copy). Writes OUTDIR/c<i>.out, OUTDIR/c<i>.err and
  * OUTDIR/status ("copy I exit N" | "copy I signal N" | "copy I timeout",
- * then "wall_ns N"). Exit status 0 unless kpd-run itself failed.
+ * "rusage I NVCSW NIVCSW MAXRSS_KB" for each copy reaped, then "wall_ns N").
+ * Exit status 0 unless kpd-run itself failed.
+ *
+ * -w (watched, for a driver that reads the copies' scheduler counters in
+ * /proc): prints "pid I PID" for every copy once all are started, and when a
+ * copy has exited but is not yet reaped (its counters are still readable)
+ * prints "exited I" and reaps it only after reading one byte on stdin.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -20,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -56,17 +62,19 @@ int main(int argc, char **argv)
 	const char *outdir = NULL;
 	int copies = 1, sync = 0, opt;
 	double timeout = 120;
-	while ((opt = getopt(argc, argv, "+o:n:t:s")) != -1) {
+	int watched = 0;
+	while ((opt = getopt(argc, argv, "+o:n:t:sw")) != -1) {
 		switch (opt) {
 		case 'o': outdir = optarg; break;
 		case 'n': copies = atoi(optarg); break;
 		case 't': timeout = atof(optarg); break;
 		case 's': sync = 1; break;
+		case 'w': watched = 1; break;
 		default: return 125;
 		}
 	}
 	if (!outdir || optind >= argc || copies < 1 || copies > MAXCOPIES) {
-		fprintf(stderr, "usage: kpd-run -o OUTDIR -n COPIES -t TIMEOUT_S [-s] -- ARGV...\n");
+		fprintf(stderr, "usage: kpd-run -o OUTDIR -n COPIES -t TIMEOUT_S [-s] [-w] -- ARGV...\n");
 		return 125;
 	}
 	char **cmd = argv + optind;
@@ -76,6 +84,7 @@ int main(int argc, char **argv)
 	int outfd[MAXCOPIES], infd[MAXCOPIES], filefd[MAXCOPIES], ready[MAXCOPIES], done[MAXCOPIES];
 	char tail[MAXCOPIES][8];
 	int status[MAXCOPIES];
+	struct rusage usage[MAXCOPIES];
 	char path[4096];
 	signal(SIGPIPE, SIG_IGN);
 	long long t0 = now_ns();
@@ -115,8 +124,14 @@ int main(int argc, char **argv)
 		ready[i] = !sync;
 		done[i] = 0;
 		status[i] = -1;
+		memset(&usage[i], 0, sizeof usage[i]);
 		tail[i][0] = '\n';
 		tail[i][1] = 0;
+	}
+	if (watched) {
+		for (int i = 0; i < copies; i++)
+			printf("pid %d %d\n", i, (int)pids[i]);
+		fflush(stdout);
 	}
 	int released = !sync, open_streams = copies, timed_out = 0;
 	struct pollfd pfd[MAXCOPIES];
@@ -181,8 +196,19 @@ int main(int argc, char **argv)
 		for (int i = 0; i < copies; i++) {
 			if (status[i] != -1)
 				continue;
+			if (watched) {
+				/* exited but not reaped: let the driver read its counters first */
+				siginfo_t si;
+				si.si_pid = 0;
+				if (waitid(P_PID, pids[i], &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid != pids[i])
+					continue;
+				char byte;
+				printf("exited %d\n", i);
+				fflush(stdout);
+				if (read(0, &byte, 1) < 0) { /* driver gone: reap anyway */ }
+			}
 			int st;
-			pid_t w = waitpid(pids[i], &st, WNOHANG);
+			pid_t w = wait4(pids[i], &st, WNOHANG, &usage[i]);
 			if (w == pids[i]) {
 				status[i] = st;
 				left_procs--;
@@ -216,6 +242,8 @@ int main(int argc, char **argv)
 			fprintf(f, "copy %d signal %d\n", i, WTERMSIG(status[i]));
 		else
 			fprintf(f, "copy %d exit %d\n", i, WEXITSTATUS(status[i]));
+		if (status[i] >= 0)
+			fprintf(f, "rusage %d %ld %ld %ld\n", i, usage[i].ru_nvcsw, usage[i].ru_nivcsw, usage[i].ru_maxrss);
 		close(filefd[i]);
 		close(infd[i]);
 	}
