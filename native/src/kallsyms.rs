@@ -270,6 +270,13 @@ mod tests {
     }
 
     #[test]
+    fn kallsyms_relocation_symbol() {
+        let k = Kallsyms::parse("ffffffff81000000 T _text\nffffffff81000100 T f\n").unwrap();
+        assert_eq!(k.ref_symbol("_text"), Some(0xffffffff81000000));
+        assert_eq!(k.ref_symbol("_stext"), Some(0xffffffff81000000));
+    }
+
+    #[test]
     fn zero_addresses_rejected() {
         assert!(Kallsyms::parse("0000000000000000 T _text\n0000000000000000 T x\n").is_err());
     }

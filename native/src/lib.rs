@@ -7,11 +7,19 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use std::path::PathBuf;
 
+mod abi;
+mod aggregate;
+mod decode;
 mod elfsyms;
+mod header;
 mod intern;
 mod kallsyms;
 mod layout;
+mod order;
+mod procmaps;
 pub mod reader;
+mod symbolize;
+mod warnings;
 
 pyo3::create_exception!(_native, PerfDataError, pyo3::exceptions::PyException, "A perf.data file cannot be read.");
 
@@ -36,7 +44,7 @@ fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
-/// Whether linux-perf-event-reader still mis-parses group read values (see reader.rs).
+/// Whether linux-perf-event-reader still mis-parses group read values (see decode.rs).
 #[pyfunction]
 fn crate_sample_read_defect() -> bool {
     reader::crate_sample_read_defect()

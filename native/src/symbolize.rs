@@ -1,0 +1,362 @@
+//! Symbol resolution: an address to a symbol id, in the symbol and DSO tables
+//! the output carries. Kernel addresses through kallsyms (relocated to the
+//! profiled boot when the kernel's mmap record names its reference symbol),
+//! user addresses through the process's mappings and the ELF symbols of the
+//! mapped file (or its debug file, found by build id, symfs and debug dirs).
+use crate::abi::*;
+use crate::elfsyms::{self, ElfSyms};
+use crate::header::BuildIds;
+use crate::kallsyms::Kallsyms;
+use crate::procmaps::Processes;
+use crate::reader::Options;
+use rustc_hash::FxHashMap;
+use std::path::PathBuf;
+
+/// No id yet.
+const NONE: u32 = u32::MAX;
+
+enum SymState {
+    NotTried,
+    Missing,
+    Loaded(ElfSyms),
+}
+
+struct Dso {
+    name: String,
+    path: String,
+    build_id: Option<Vec<u8>>,
+    kernel: bool,
+    syms: SymState,
+    sym_ids: Vec<u32>,
+    unknown: u32,
+}
+
+pub struct Symbols<'o> {
+    opts: &'o Options,
+    // the symbol table
+    sym_names: Vec<String>,
+    sym_dso: Vec<u32>,
+    sym_kernel: Vec<u8>,
+    sym_intern: FxHashMap<(u32, String), u32>,
+    dsos: Vec<Dso>,
+    dso_by_path: FxHashMap<String, u32>,
+    header_build_ids: BuildIds,
+    // kernel
+    kallsyms: Option<Kallsyms>,
+    kallsyms_dso: Vec<u32>,
+    kallsyms_sym: Vec<u32>,
+    pub kernel_reloc: i64,
+    pub kernel_ref: Option<(String, u64)>,
+    kaddr_cache: FxHashMap<u64, u32>,
+    uaddr_cache: FxHashMap<(u32, u64), u32>,
+    dso_unknown: u32,
+    dso_kernel: u32,
+    pub procs: Processes,
+    /// Kernel addresses looked up, and those kallsyms does not hold.
+    pub kernel_addrs: u64,
+    pub kernel_unresolved: u64,
+    pub warnings: Vec<String>,
+}
+
+/// The symbol and DSO tables of the output.
+pub struct Tables {
+    pub sym_names: Vec<String>,
+    pub sym_dso: Vec<u32>,
+    pub sym_kernel: Vec<u8>,
+    pub dso_names: Vec<String>,
+    pub dso_paths: Vec<String>,
+}
+
+fn basename(p: &str) -> &str {
+    p.rsplit('/').next().unwrap_or(p)
+}
+
+impl<'o> Symbols<'o> {
+    pub fn new(opts: &'o Options, kallsyms: Option<Kallsyms>, header_build_ids: BuildIds) -> Self {
+        let mut s = Symbols {
+            opts,
+            sym_names: Vec::new(),
+            sym_dso: Vec::new(),
+            sym_kernel: Vec::new(),
+            sym_intern: FxHashMap::default(),
+            dsos: Vec::new(),
+            dso_by_path: FxHashMap::default(),
+            header_build_ids,
+            kallsyms_dso: Vec::new(),
+            kallsyms_sym: vec![NONE; kallsyms.as_ref().map(|k| k.addrs.len()).unwrap_or(0)],
+            kallsyms,
+            kernel_reloc: 0,
+            kernel_ref: None,
+            kaddr_cache: FxHashMap::default(),
+            uaddr_cache: FxHashMap::default(),
+            dso_unknown: 0,
+            dso_kernel: 0,
+            procs: Processes::new(),
+            kernel_addrs: 0,
+            kernel_unresolved: 0,
+            warnings: Vec::new(),
+        };
+        s.dso_kernel = s.add_dso("[kernel.kallsyms]", "[kernel.kallsyms]", true);
+        s.dso_unknown = s.add_dso("[unknown]", "[unknown]", false);
+        if let Some(k) = &s.kallsyms {
+            let mods = k.modules.clone();
+            s.kallsyms_dso = mods.iter().map(|m| s.add_dso(m, m, true)).collect();
+        }
+        s
+    }
+
+    /// How many symbols there are.
+    pub fn len(&self) -> usize {
+        self.sym_names.len()
+    }
+
+    pub fn has_kallsyms(&self) -> bool {
+        self.kallsyms.is_some()
+    }
+
+    /// The user files mapped with no symbols found for them.
+    pub fn missing_user_files(&self) -> Vec<String> {
+        self.dsos
+            .iter()
+            .filter(|d| !d.kernel && matches!(d.syms, SymState::Missing) && d.path.starts_with('/'))
+            .map(|d| d.path.clone())
+            .collect()
+    }
+
+    pub fn into_tables(self) -> Tables {
+        Tables {
+            sym_names: self.sym_names,
+            sym_dso: self.sym_dso,
+            sym_kernel: self.sym_kernel,
+            dso_names: self.dsos.iter().map(|d| d.name.clone()).collect(),
+            dso_paths: self.dsos.iter().map(|d| d.path.clone()).collect(),
+        }
+    }
+
+    fn intern_sym(&mut self, dso: u32, name: &str) -> u32 {
+        if let Some(&id) = self.sym_intern.get(&(dso, name.to_string())) {
+            return id;
+        }
+        let id = self.sym_names.len() as u32;
+        self.sym_names.push(name.to_string());
+        self.sym_dso.push(dso);
+        self.sym_kernel.push(self.dsos[dso as usize].kernel as u8);
+        self.sym_intern.insert((dso, name.to_string()), id);
+        id
+    }
+
+    fn add_dso(&mut self, name: &str, path: &str, kernel: bool) -> u32 {
+        if let Some(&d) = self.dso_by_path.get(path) {
+            return d;
+        }
+        let id = self.dsos.len() as u32;
+        let build_id = self.header_build_ids.get(path).cloned();
+        self.dsos.push(Dso {
+            name: name.to_string(),
+            path: path.to_string(),
+            build_id,
+            kernel,
+            syms: SymState::NotTried,
+            sym_ids: Vec::new(),
+            unknown: NONE,
+        });
+        self.dso_by_path.insert(path.to_string(), id);
+        id
+    }
+
+    fn unknown_of(&mut self, dso: u32) -> u32 {
+        let u = self.dsos[dso as usize].unknown;
+        if u != NONE {
+            return u;
+        }
+        let id = self.intern_sym(dso, "[unknown]");
+        self.dsos[dso as usize].unknown = id;
+        id
+    }
+
+    /// The symbol of an address of the call chain in context `mode`.
+    pub fn frame_sym(&mut self, mode: u8, pid: i32, addr: u64) -> u32 {
+        match mode {
+            MODE_KERNEL => self.kernel_sym(addr),
+            MODE_USER => self.user_sym(pid, addr),
+            MODE_HV => {
+                let d = self.add_dso("[hypervisor]", "[hypervisor]", true);
+                self.unknown_of(d)
+            }
+            MODE_GUEST_KERNEL => {
+                let d = self.add_dso("[guest.kernel]", "[guest.kernel]", true);
+                self.unknown_of(d)
+            }
+            MODE_GUEST_USER => {
+                let d = self.add_dso("[guest.user]", "[guest.user]", false);
+                self.unknown_of(d)
+            }
+            _ => {
+                let in_kernel = self.kallsyms.as_ref().map(|k| k.lookup(addr).is_some()).unwrap_or(false);
+                if in_kernel { self.kernel_sym(addr) } else { self.user_sym(pid, addr) }
+            }
+        }
+    }
+
+    fn kernel_sym(&mut self, addr: u64) -> u32 {
+        if let Some(&id) = self.kaddr_cache.get(&addr) {
+            return id;
+        }
+        self.kernel_addrs += 1;
+        let id = match &self.kallsyms {
+            Some(ks) => match ks.lookup((addr as i64).wrapping_sub(self.kernel_reloc) as u64) {
+                Some(i) => {
+                    if self.kallsyms_sym[i] == NONE {
+                        let dso = self.kallsyms_dso[ks.module[i] as usize];
+                        let name = ks.name(i).to_string();
+                        let id = self.intern_sym(dso, &name);
+                        self.kallsyms_sym[i] = id;
+                    }
+                    self.kallsyms_sym[i]
+                }
+                None => {
+                    self.kernel_unresolved += 1;
+                    self.unknown_of(self.dso_kernel)
+                }
+            },
+            None => {
+                self.kernel_unresolved += 1;
+                self.unknown_of(self.dso_kernel)
+            }
+        };
+        self.kaddr_cache.insert(addr, id);
+        id
+    }
+
+    fn user_sym(&mut self, pid: i32, addr: u64) -> u32 {
+        let Some(m) = self.procs.map_of(pid, addr) else {
+            return self.unknown_of(self.dso_unknown);
+        };
+        let off = addr - m.start + m.pgoff;
+        if let Some(&id) = self.uaddr_cache.get(&(m.dso, off)) {
+            return id;
+        }
+        self.load_dso_syms(m.dso);
+        let found = match &self.dsos[m.dso as usize].syms {
+            SymState::Loaded(s) => s.offset_to_vaddr(off).and_then(|v| s.lookup(v)),
+            _ => None,
+        };
+        let id = match found {
+            Some(i) => {
+                let have = self.dsos[m.dso as usize].sym_ids[i];
+                if have != NONE {
+                    have
+                } else {
+                    let name = match &self.dsos[m.dso as usize].syms {
+                        SymState::Loaded(s) => s.name(i).to_string(),
+                        _ => unreachable!(),
+                    };
+                    let id = self.intern_sym(m.dso, &name);
+                    self.dsos[m.dso as usize].sym_ids[i] = id;
+                    id
+                }
+            }
+            None => self.unknown_of(m.dso),
+        };
+        self.uaddr_cache.insert((m.dso, off), id);
+        id
+    }
+
+    fn load_dso_syms(&mut self, d: u32) {
+        let dso = &self.dsos[d as usize];
+        if !matches!(dso.syms, SymState::NotTried) {
+            return;
+        }
+        let (dbgs, images) = elfsyms::candidates(&dso.path, dso.build_id.as_deref(), &self.opts.symfs, &self.opts.debug_dirs);
+        let bid = dso.build_id.clone();
+        let open = |c: &PathBuf| -> Option<memmap2::Mmap> {
+            let f = std::fs::File::open(c).ok()?;
+            if !f.metadata().ok()?.is_file() {
+                return None;
+            }
+            // SAFETY: read-only map of a regular file, parsed right away.
+            unsafe { memmap2::Mmap::map(&f) }.ok()
+        };
+        // The first image that parses (and matches the build id); its symbols
+        // are kept for when no separate debug file has any.
+        let mut image: Option<(memmap2::Mmap, ElfSyms)> = None;
+        for c in &images {
+            if let Some(m) = open(c) {
+                if let Ok(s) = ElfSyms::parse(&m, None, bid.as_deref()) {
+                    image = Some((m, s));
+                    break;
+                }
+            }
+        }
+        let mut state = SymState::Missing;
+        if let Some((img, img_syms)) = image {
+            for c in &dbgs {
+                if let Some(m) = open(c) {
+                    if let Ok(s) = ElfSyms::parse(&m, Some(&img), bid.as_deref()) {
+                        if !s.is_empty() {
+                            state = SymState::Loaded(s);
+                            break;
+                        }
+                    }
+                }
+            }
+            if matches!(state, SymState::Missing) {
+                state = SymState::Loaded(img_syms);
+            }
+        }
+        let dso = &mut self.dsos[d as usize];
+        if let SymState::Loaded(s) = &state {
+            dso.sym_ids = vec![NONE; s.len()];
+        }
+        dso.syms = state;
+    }
+
+    /// An MMAP or MMAP2 record. Returns whether the kernel's symbols moved
+    /// (relocated to another boot), so that stacks already symbolized are stale.
+    pub fn mmap(&mut self, pid: i32, start: u64, len: u64, pgoff: u64, path: &[u8], exec: bool, build_id: Option<Vec<u8>>) -> bool {
+        let path = String::from_utf8_lossy(path).into_owned();
+        if pid == -1 {
+            // Kernel image: "[kernel.kallsyms]_text" with pgoff = address of _text.
+            if let Some(rest) = path.strip_prefix("[kernel.kallsyms]") {
+                let refname = rest.trim_start_matches('_');
+                if !rest.is_empty() && self.kernel_ref.is_none() {
+                    self.kernel_ref = Some((format!("_{refname}"), pgoff));
+                    return self.apply_kernel_ref();
+                }
+            }
+            return false;
+        }
+        if !exec {
+            return false;
+        }
+        let d = self.add_dso(basename(&path), &path, false);
+        if let Some(b) = build_id {
+            if self.dsos[d as usize].build_id.is_none() {
+                self.dsos[d as usize].build_id = Some(b);
+            }
+        }
+        self.procs.add_map(pid, start, len, pgoff, d);
+        false
+    }
+
+    /// Once the kernel's mmap record has been seen, relocate kallsyms to it.
+    /// Returns whether the relocation changed.
+    fn apply_kernel_ref(&mut self) -> bool {
+        if let (Some((name, addr)), Some(k)) = (&self.kernel_ref, &self.kallsyms) {
+            if let Some(ka) = k.ref_symbol(name) {
+                let delta = (*addr as i64).wrapping_sub(ka as i64);
+                if delta != self.kernel_reloc {
+                    self.kernel_reloc = delta;
+                    self.kaddr_cache.clear();
+                    if delta != 0 {
+                        self.warnings.push(format!(
+                            "kallsyms is from another boot of the kernel (KASLR); addresses relocated by {delta:#x} using {name}"
+                        ));
+                    }
+                    return true;
+                }
+            }
+        }
+        false
+    }
+}
