@@ -7,11 +7,13 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use std::path::PathBuf;
 
+pub mod elf;
 mod elfsyms;
 mod intern;
 mod kallsyms;
 mod layout;
 pub mod reader;
+pub mod symbol_map;
 
 pyo3::create_exception!(_native, PerfDataError, pyo3::exceptions::PyException, "A perf.data file cannot be read.");
 
@@ -135,6 +137,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(native_version, m)?)?;
     m.add_function(wrap_pyfunction!(read_perf_data, m)?)?;
     m.add_function(wrap_pyfunction!(crate_sample_read_defect, m)?)?;
+    m.add_function(wrap_pyfunction!(elf::elf_info, m)?)?;
+    m.add_function(wrap_pyfunction!(elf::elf_functions, m)?)?;
+    m.add_function(wrap_pyfunction!(symbol_map::symbol_map, m)?)?;
     m.add("PerfDataError", m.py().get_type::<PerfDataError>())?;
     // Every call into the reader catches panics and turns them into a PerfDataError
     // sentence; the default hook would also print the panic on stderr.
