@@ -165,3 +165,223 @@ def fuzz(workdir: Path, *, executions: int | None = None, seconds: float | None 
                 (save / f"{outcome}-{n}-{name}").write_bytes(mutated)
         n += 1
     return counts, examples
+
+
+# -- size files: ELF and System.map/kallsyms (the native readers behind `kperfdiff place --sizes`
+# and kperfdiff.targets.elf) ------------------------------------------------------------------
+#
+# Seeds: the ELF files of tests/data/elf (objects of four architectures and both byte orders, a
+# shared library, a dynamic arm64 program, stripped and not) and the symbol maps of tests/data/place.
+# An ELF seed gets one to four ELF-aware edits (a header, program header, section header, symbol or
+# dynamic entry field set to an interesting value in the file's byte order, bytes flipped, a cut
+# anywhere or at a structure's start, a splice); a map seed the text edits above. Each input is read
+# by kperfdiff.targets.elf (parse with sections, modinfo) and by load_sizes. Outcomes as above:
+# ``crash`` is any exception but a KperfdiffError, or an "internal error" (a caught native panic);
+# ``wrong`` is an error that is not one line, a result that breaks an invariant (bits 32/64, str
+# names, sections no longer than the file, sizes above 0, addresses in 0..2^64) or, for text, a
+# native symbol map that differs from MAP_LINE's reading of the same lines.
+
+ELF_SEEDS = DATA / "elf"
+MAP_SEEDS = [DATA / "place" / "System.map", DATA / "place" / "modules.kallsyms"]
+# The symbol-map line grammar (kperfdiff.place.inputs before the native reader): the oracle.
+MAP_LINE = re.compile(r"^([0-9a-fA-F]{4,16})\s+([A-Za-z?])\s+(\S+)(?:\s+\[(\S+)\])?\s*$")
+ELF_WANT = (".text", ".modinfo", ".symtab", ".init.text")
+
+
+def size_seeds() -> list[tuple[str, bytes]]:
+    out = []
+    for d in (ELF_SEEDS, ELF_SEEDS / "fuzz"):
+        if d.is_dir():
+            for p in sorted(d.iterdir()):
+                if p.is_file() and p.read_bytes()[:4] == b"\x7fELF":
+                    out.append((p.name, p.read_bytes()))
+    out += [(p.name, p.read_bytes()) for p in MAP_SEEDS]
+    return out
+
+
+def elf_fields(b: bytes) -> list[tuple[int, int]]:
+    """(offset, width) of the fields an ELF reader trusts: header, program and section headers, the
+    first symbols of each symbol table and the first dynamic entries (the fuzzer's own map of the file)."""
+    import struct
+    if len(b) < 52 or b[:4] != b"\x7fELF" or b[4] not in (1, 2) or b[5] not in (1, 2):
+        return [(4, 1), (5, 1)]
+    is64, e = b[4] == 2, "<" if b[5] == 1 else ">"
+    w = 8 if is64 else 4
+    out = [(4, 1), (5, 1), (6, 1), (16, 2), (18, 2)]
+    try:
+        if is64:
+            out += [(32, 8), (40, 8), (54, 2), (56, 2), (58, 2), (60, 2), (62, 2)]
+            phoff, shoff = struct.unpack_from(e + "QQ", b, 32)
+            phentsize, phnum, shentsize, shnum = struct.unpack_from(e + "HHHH", b, 54)
+            ph = [(0, 4), (8, 8), (16, 8), (32, 8)]                 # type, offset, vaddr, filesz
+            sh = [(0, 4), (4, 4), (24, 8), (32, 8), (40, 4)]        # name, type, offset, size, link
+            sym = [(0, 4), (4, 1), (6, 2), (8, 8), (16, 8)]         # name, info, shndx, value, size
+        else:
+            out += [(28, 4), (32, 4), (42, 2), (44, 2), (46, 2), (48, 2), (50, 2)]
+            phoff, shoff = struct.unpack_from(e + "II", b, 28)
+            phentsize, phnum, shentsize, shnum = struct.unpack_from(e + "HHHH", b, 42)
+            ph = [(0, 4), (4, 4), (8, 4), (16, 4)]
+            sh = [(0, 4), (4, 4), (16, 4), (20, 4), (24, 4)]
+            sym = [(0, 4), (4, 4), (8, 4), (12, 1), (14, 2)]
+        for i in range(min(phnum, 32)):
+            base = phoff + i * phentsize
+            out += [(base + o, n) for o, n in ph]
+            p_type, = struct.unpack_from(e + "I", b, base)
+            if p_type == 2:                                        # PT_DYNAMIC: its first entries
+                off = struct.unpack_from(e + ("Q" if is64 else "I"), b, base + ph[1][0])[0]
+                out += [(off + j * w, w) for j in range(32)]
+        for i in range(min(shnum, 64)):
+            base = shoff + i * shentsize
+            out += [(base + o, n) for o, n in sh]
+            s_type, = struct.unpack_from(e + "I", b, base + 4)
+            if s_type in (2, 11):                                  # SHT_SYMTAB, SHT_DYNSYM
+                off = struct.unpack_from(e + ("Q" if is64 else "I"), b, base + sh[2][0])[0]
+                size = 24 if is64 else 16
+                out += [(off + j * size + o, n) for j in range(1, 48) for o, n in sym]
+    except (struct.error, OverflowError):           # the file's own offsets lie outside it
+        pass
+    return [(o, n) for o, n in out if 0 <= o and o + n <= len(b)]
+
+
+def mutate_elf(data: bytes, rng: random.Random) -> bytes:
+    """One to four ELF-aware edits (see the section text)."""
+    for _ in range(rng.randint(1, 4)):
+        if not data:
+            break
+        kind = rng.randrange(8)
+        if kind <= 3:                                  # a field the reader trusts = an interesting value
+            fields = elf_fields(data)
+            if fields:
+                off, n = rng.choice(fields)
+                v = rng.choice([0, 1, 2, 3, 7, 8, 0x7f, 0x80, 0xff, 0xffff, 0xfff0, 0x7fffffff, 0x80000000,
+                                0xffffffff, 1 << 32, 1 << 63, (1 << 64) - 1, len(data), len(data) + 1,
+                                len(data) - 1, rng.randrange(len(data) + 1)]) & ((1 << (8 * n)) - 1)
+                big = len(data) > 5 and data[5] == 2
+                data = data[:off] + v.to_bytes(n, "big" if big else "little") + data[off + n:]
+        elif kind == 4:                                # flip bytes
+            b = bytearray(data)
+            for _ in range(rng.randint(1, 8)):
+                b[rng.randrange(len(b))] = rng.randrange(256)
+            data = bytes(b)
+        elif kind == 5:                                # cut anywhere
+            data = data[:rng.randrange(len(data) + 1)]
+        elif kind == 6:                                # cut where a structure starts (or inside it)
+            fields = elf_fields(data)
+            if fields:
+                off, n = rng.choice(fields)
+                data = data[:off + rng.randrange(n + 1)]
+        else:                                          # splice a piece of the file elsewhere
+            a = rng.randrange(len(data))
+            piece = data[a:a + rng.randint(1, 256)]
+            i = rng.randrange(len(data) + 1)
+            data = data[:i] + piece + data[i + (len(piece) if rng.randrange(2) else 0):]
+    return data
+
+
+def map_reading(data: bytes) -> tuple:
+    """What MAP_LINE reads in a symbol map: (addrs, types, names, any module, bad lines)."""
+    addrs, types, names, modules, bad = [], [], [], False, 0
+    for line in data.decode("utf-8", "replace").splitlines():
+        if not line.strip():
+            continue
+        m = MAP_LINE.match(line)
+        if not m:
+            bad += 1
+            continue
+        modules = modules or bool(m.group(4))
+        addrs.append(int(m.group(1), 16))
+        types.append(m.group(2))
+        names.append(m.group(3))
+    return addrs, "".join(types), names, modules, bad
+
+
+def _one_line(e: Exception) -> str | None:
+    msg = str(e)
+    if not msg.strip() or "\n" in msg:
+        return f"an error that is not one line: {msg!r}"
+    if "internal error" in msg or "panicked" in msg:
+        return "crash:" + msg
+    return None
+
+
+def size_problem(st, data: bytes) -> str | None:
+    """What is wrong with a SizeTable a reader returned, or None."""
+    if st.kind not in ("vmlinux", "System.map", "kallsyms") or not st.sizes:
+        return f"kind {st.kind!r} with {len(st.sizes)} sizes"
+    for name, size in st.sizes.items():
+        if not isinstance(name, str) or not isinstance(size, int) or size <= 0:
+            return f"size {size!r} of {name!r}"
+        a = st.addrs.get(name)
+        if not isinstance(a, int) or not 0 <= a < 1 << 64:
+            return f"address {a!r} of {name!r}"
+    if not set(st.excluded) <= set(st.sizes):
+        return "an excluded function without a size"
+    return None
+
+
+def run_one_size(path: Path, data: bytes) -> tuple[str, str]:
+    """Read ``data`` (also at ``path``) as kperfdiff does: targets.elf and load_sizes; (outcome, detail)."""
+    from kperfdiff import _native
+    from kperfdiff.errors import KperfdiffError
+    from kperfdiff.place.inputs import load_sizes
+    from kperfdiff.targets import elf
+    steps = [("load_sizes", lambda: load_sizes(path))]
+    if data[:4] == b"\x7fELF":
+        steps += [("elf.parse", lambda: elf.parse(data, ELF_WANT)), ("elf.modinfo", lambda: elf.modinfo(data))]
+    else:
+        steps.append(("symbol_map", lambda: _native.symbol_map(data)))
+    outcome = "ok"
+    for what, step in steps:
+        try:
+            got = step()
+        except KperfdiffError as e:
+            problem = _one_line(e)
+            if problem:
+                return ("crash", f"{what}: {problem[6:]}") if problem.startswith("crash:") else ("wrong", f"{what}: {problem}")
+            outcome = "error"
+            continue
+        except Exception as e:   # noqa: BLE001 - classifying every failure is the point
+            return "crash", f"{what}: {type(e).__name__}: {e}"
+        if what == "load_sizes":
+            problem = size_problem(got, data)
+        elif what == "elf.parse":
+            ok = (got.bits in (32, 64) and isinstance(got.machine, str) and got.machine
+                  and all(isinstance(n, str) for n in got.needed) and (got.interp is None or isinstance(got.interp, str))
+                  and set(got.sections) <= set(ELF_WANT) and all(len(s) <= len(data) for s in got.sections.values()))
+            problem = None if ok else f"an Elf that breaks an invariant: {got!r:.200}"
+        elif what == "elf.modinfo":
+            problem = None if isinstance(got, dict) else f"modinfo {got!r:.100}"
+        else:
+            want = map_reading(data)
+            have = (got["addrs"], got["types"], got["names"], got["modules"], got["bad"])
+            problem = None if have == want else "the native symbol map differs from MAP_LINE's reading"
+        if problem:
+            return "wrong", f"{what}: {problem}"
+    return outcome, ""
+
+
+def fuzz_sizes(workdir: Path, *, executions: int | None = None, seconds: float | None = None, seed: int = 1,
+               save: Path | None = None) -> tuple[Counter, dict[str, list[tuple[str, str]]]]:
+    """The size-file fuzzer (see the section text); as ``fuzz``."""
+    rng = random.Random(seed)
+    corpus = size_seeds()
+    counts: Counter = Counter()
+    examples: dict[str, list[tuple[str, str]]] = {}
+    deadline = time.monotonic() + seconds if seconds else None
+    n = 0
+    while (executions is None or n < executions) and (deadline is None or time.monotonic() < deadline):
+        name, data = rng.choice(corpus)
+        mutated = mutate_elf(data, rng) if data[:4] == b"\x7fELF" else mutate(data, rng)
+        path = workdir / (name if data[:4] != b"\x7fELF" else "input")   # a map's name tells its kind
+        path.write_bytes(mutated)
+        outcome, detail = run_one_size(path, mutated)
+        counts[outcome] += 1
+        if outcome in ("crash", "wrong"):
+            ex = examples.setdefault(outcome, [])
+            if len(ex) < 5:
+                ex.append((name, detail))
+            if save is not None:
+                save.mkdir(parents=True, exist_ok=True)
+                (save / f"{outcome}-{n}-{name}").write_bytes(mutated)
+        n += 1
+    return counts, examples

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 mod abi;
 mod aggregate;
 mod decode;
+pub mod elf;
 mod elfsyms;
 mod header;
 mod intern;
@@ -18,6 +19,7 @@ mod layout;
 mod order;
 mod procmaps;
 pub mod reader;
+pub mod symbol_map;
 mod symbolize;
 mod warnings;
 
@@ -143,6 +145,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(native_version, m)?)?;
     m.add_function(wrap_pyfunction!(read_perf_data, m)?)?;
     m.add_function(wrap_pyfunction!(crate_sample_read_defect, m)?)?;
+    m.add_function(wrap_pyfunction!(elf::elf_info, m)?)?;
+    m.add_function(wrap_pyfunction!(elf::elf_functions, m)?)?;
+    m.add_function(wrap_pyfunction!(symbol_map::symbol_map, m)?)?;
     m.add("PerfDataError", m.py().get_type::<PerfDataError>())?;
     // Every call into the reader catches panics and turns them into a PerfDataError
     // sentence; the default hook would also print the panic on stderr.

@@ -12,6 +12,8 @@ Function sizes
       report repeats it.
     Static functions that share a name are summed: a profile cannot tell them
     apart, and ``*(.text.NAME)`` in a linker script places all of them.
+    Both formats are parsed by the native core (``kperfdiff._native``:
+    ``elf_functions`` and ``symbol_map``), kperfdiff's one reader of each.
 
 Hardware model
     A TOML file (see ``examples/place/*.toml``) read into :class:`HwModel`.
@@ -32,7 +34,6 @@ import bisect
 import fnmatch
 import math
 import re
-import struct
 
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,34 +110,43 @@ def load_sizes(path: str | Path) -> SizeTable:
         return _load_elf(path, data)
     if b"\0" in data[:4096]:
         raise InputError(f"{path} is neither an ELF vmlinux nor a System.map/kallsyms text file")
-    return _load_map(path, data.decode("utf-8", "replace"))
+    return _load_map(path, data)
 
 
-_MAP_LINE = re.compile(r"^([0-9a-fA-F]{4,16})\s+([A-Za-z?])\s+(\S+)(?:\s+\[(\S+)\])?\s*$")
+def _native():
+    try:
+        from .. import _native as n
+    except ImportError as e:  # pragma: no cover - a broken install
+        raise InputError(f"the native size file reader is not built ({e}); run `make setup`") from None
+    if not hasattr(n, "symbol_map") or not hasattr(n, "elf_functions"):
+        raise InputError("the native size file reader is out of date; run `make setup` to rebuild it")
+    return n
 
 
-def _load_map(path: Path, text: str) -> SizeTable:
-    entries: list[tuple[int, str, str]] = []
-    bad = 0
-    modules = False
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        m = _MAP_LINE.match(line)
-        if not m:
-            bad += 1
-            continue
-        if m.group(4):
-            modules = True
-        entries.append((int(m.group(1), 16), m.group(2), m.group(3)))
-    if not entries or bad > len(entries):
+def _exclude_marked(markers: dict[str, int], addrs: dict[str, int], excluded: dict[str, str]) -> None:
+    """Functions between a pair of EXCLUDED_RANGES marker symbols are excluded."""
+    for lo, hi, why in EXCLUDED_RANGES:
+        if lo in markers and hi in markers and markers[lo] < markers[hi]:
+            for name, a in addrs.items():
+                if markers[lo] <= a < markers[hi]:
+                    excluded.setdefault(name, why)
+
+
+def _load_map(path: Path, data: bytes) -> SizeTable:
+    # lines of `address type name [module]` (4 to 16 hex digits, one type letter
+    # or '?'), parsed by the native core; blank lines are skipped, others counted
+    try:
+        m = _native().symbol_map(data)
+    except ValueError as e:
+        raise InputError(f"{path} cannot be read as a System.map or kallsyms file ({e})") from None
+    entries = list(zip(m["addrs"], m["types"], m["names"]))
+    if not entries or m["bad"] > len(entries):
         raise InputError(f"{path} is not a System.map or kallsyms file (lines of 'address type name')")
     if all(a == 0 for a, _, _ in entries):
         raise InputError(f"{path} has only zero addresses (kptr_restrict hid them); "
                          f"read /proc/kallsyms as root or use the kernel's System.map")
-    kind = "kallsyms" if (modules or "kallsyms" in path.name) else "System.map"
-    addrs_sorted = sorted({a for a, _, _ in entries})
-
+    kind = "kallsyms" if (m["modules"] or "kallsyms" in path.name) else "System.map"
+    addrs_sorted = sorted(set(m["addrs"]))
     markers = {name: a for a, _, name in entries}
     sizes: dict[str, int] = {}
     addrs: dict[str, int] = {}
@@ -153,79 +163,30 @@ def _load_map(path: Path, text: str) -> SizeTable:
         addrs[name] = min(a, addrs.get(name, a))
     if not sizes:
         raise InputError(f"{path} names no text symbols (type t or T) whose size can be told")
-    excluded = {}
-    for lo, hi, why in EXCLUDED_RANGES:
-        if lo in markers and hi in markers and markers[lo] < markers[hi]:
-            for name, a in addrs.items():
-                if markers[lo] <= a < markers[hi]:
-                    excluded.setdefault(name, why)
+    excluded: dict[str, str] = {}
+    _exclude_marked(markers, addrs, excluded)
     return SizeTable(str(path), kind, sizes, addrs, True, excluded)
 
 
 def _load_elf(path: Path, data: bytes) -> SizeTable:
-    def bad(what: str):
-        return InputError(f"{path} is a damaged ELF file ({what})")
-    if len(data) < 52:
-        raise bad("truncated header")
-    cls, enc = data[4], data[5]
-    if cls not in (1, 2) or enc not in (1, 2):
-        raise bad("unknown class or byte order")
-    e = "<" if enc == 1 else ">"
+    # STT_FUNC symbols of .symtab with a size, read by the native core
     try:
-        if cls == 2:
-            shoff, = struct.unpack_from(e + "Q", data, 0x28)
-            shentsize, shnum, shstrndx = struct.unpack_from(e + "HHH", data, 0x3A)
-            shfmt, symfmt = e + "IIQQQQIIQQ", e + "IBBHQQ"
-        else:
-            shoff, = struct.unpack_from(e + "I", data, 0x20)
-            shentsize, shnum, shstrndx = struct.unpack_from(e + "HHH", data, 0x2E)
-            shfmt, symfmt = e + "IIIIIIIIII", e + "IIIBBH"
-        secs = [struct.unpack_from(shfmt, data, shoff + i * shentsize) for i in range(shnum)]
-    except struct.error:
-        raise bad("section headers out of range") from None
-    # (name, type, flags, addr, offset, size, link, info, align, entsize)
-
-    def cstr(off: int) -> str:
-        end = data.find(b"\0", off)
-        return data[off:end if end >= 0 else len(data)].decode("utf-8", "replace")
-    shstr_off = secs[shstrndx][4] if shstrndx < len(secs) else 0
-    secnames = [cstr(shstr_off + s[0]) for s in secs]
-    symtab = next((i for i, s in enumerate(secs) if s[1] == 2), None)  # SHT_SYMTAB
-    if symtab is None:
-        raise InputError(f"{path} has no symbol table (stripped); use an unstripped vmlinux or System.map")
-    st = secs[symtab]
-    stroff = secs[st[6]][4]
-    entsize = struct.calcsize(symfmt)
+        f = _native().elf_functions(data)
+    except ValueError as e:
+        if str(e) == "no symbol table (stripped)":
+            raise InputError(f"{path} has no symbol table (stripped); use an unstripped vmlinux or System.map") from None
+        raise InputError(f"{path} is a damaged ELF file ({e})") from None
     sizes: dict[str, int] = {}
     addrs: dict[str, int] = {}
-    markers: dict[str, int] = {}
     excluded: dict[str, str] = {}
-    try:
-        for off in range(st[4], st[4] + st[5], entsize):
-            if cls == 2:
-                name_off, info, _other, shndx, value, size = struct.unpack_from(symfmt, data, off)
-            else:
-                name_off, value, size, info, _other, shndx = struct.unpack_from(symfmt, data, off)
-            if name_off == 0:
-                continue
-            name = cstr(stroff + name_off)
-            markers[name] = value
-            if info & 0xF != 2 or size == 0:       # STT_FUNC with a size
-                continue
-            value &= ~1                             # ARM Thumb bit
-            sizes[name] = sizes.get(name, 0) + size
-            addrs[name] = min(value, addrs.get(name, value))
-            if 0 < shndx < len(secnames) and secnames[shndx] in EXCLUDED_SECTIONS:
-                excluded.setdefault(name, EXCLUDED_SECTIONS[secnames[shndx]])
-    except struct.error:
-        raise bad("symbol table out of range") from None
+    for name, value, size, section in zip(f["names"], f["values"], f["sizes"], f["sections"]):
+        sizes[name] = sizes.get(name, 0) + size
+        addrs[name] = min(value, addrs.get(name, value))
+        if section in EXCLUDED_SECTIONS:
+            excluded.setdefault(name, EXCLUDED_SECTIONS[section])
     if not sizes:
         raise InputError(f"{path} has no function symbols with sizes")
-    for lo, hi, why in EXCLUDED_RANGES:
-        if lo in markers and hi in markers and markers[lo] < markers[hi]:
-            for name, a in addrs.items():
-                if markers[lo] <= a < markers[hi]:
-                    excluded.setdefault(name, why)
+    _exclude_marked(f["markers"], addrs, excluded)
     return SizeTable(str(path), "vmlinux", sizes, addrs, False, excluded)
 
 

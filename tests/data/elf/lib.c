@@ -1,0 +1,2 @@
+#include <math.h>
+double lib_fn(double x){return sqrt(x)+1;}
