@@ -41,7 +41,7 @@ $(STAMPS)/venv: $(PY_REQUIREMENTS) $(STAMPS)/apt
 $(STAMPS)/native: $(STAMPS)/venv $(NATIVE_SOURCES) pyproject.toml
 	@echo "building kperfdiff (native core, release)"
 	@VIRTUAL_ENV=$(CURDIR)/$(VENV) $(BIN)/maturin develop --release -q 2>&1 | grep -v '^\s*$$' | tail -3
-	@$(BIN)/python -c "import kperfdiff._native" || { echo "the native module did not build" >&2; exit 1; }
+	@$(BIN)/python -c "import kperfdiff.native" || { echo "the native module did not build" >&2; exit 1; }
 	@touch $@
 
 # The superpages study on this machine: huge pages off vs on for gups, anonymous

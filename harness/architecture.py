@@ -30,7 +30,7 @@ STAGES = [
     ("store", ("store",)),
     ("targets", ("bench", "targets", "measure", "record", "machine", "noise", "knobs")),
     ("foundation", ("errors", "limits", "progress", "stats", "arch", "records", "monitors", "files",
-                    "native", "_native", "")),
+                    "native", "nativecore", "")),
 ]
 # Which stages a stage may import (its own included).
 ALLOWED = {
@@ -97,8 +97,8 @@ def load_modules(repo: Path = REPO) -> dict[str, Module]:
         if parts[-1] == "__init__":
             parts = parts[:-1]
         mods[".".join(parts)] = Module(".".join(parts), p, ast.parse(p.read_text(), str(p)))
-    for so in root.glob("_native*.so"):
-        mods.setdefault(f"{PACKAGE}._native", Module(f"{PACKAGE}._native", so, ast.Module(body=[], type_ignores=[])))
+    for so in root.glob("native*.so"):
+        mods.setdefault(f"{PACKAGE}.native", Module(f"{PACKAGE}.native", so, ast.Module(body=[], type_ignores=[])))
     for m in mods.values():
         _scan(m, mods)
     return mods

@@ -3,7 +3,7 @@
 Records once (cached in a temp folder) a system-wide profile with call chains
 and at least ~1M samples, then times in one run:
 
-* kperfdiff's native ingest (``_native.read_perf_data``) and the full
+* kperfdiff's native ingest (``native.read_perf_data``) and the full
   ``ingest.perfdata.load`` (native + building the Profile);
 * ``perf report --stdio --sort sym`` with the call graph and with ``-g none
   --no-children``;
@@ -64,12 +64,12 @@ def timed(argv: list[str], stdout=subprocess.DEVNULL) -> tuple[float, float]:
 CHILD = r"""
 import json, sys, time
 sys.path.insert(0, %r)
-from kperfdiff import _native
+from kperfdiff import native
 from kperfdiff.ingest import perfdata
 path, ks, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 t = time.perf_counter()
 if mode == "native":
-    d = _native.read_perf_data(path, kallsyms=ks)
+    d = native.read_perf_data(path, kallsyms=ks)
     n = sum(e["samples"] for e in d["events"])
     extra = {"stacks": len(d["stack_offsets"]) // 8 - 1, "symbols": len(d["sym_names"])}
 else:

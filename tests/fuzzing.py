@@ -168,23 +168,26 @@ def fuzz(workdir: Path, *, executions: int | None = None, seconds: float | None 
 
 
 # -- size files: ELF and System.map/kallsyms (the native readers behind `kperfdiff place --sizes`
-# and kperfdiff.targets.elf) ------------------------------------------------------------------
+# and kperfdiff.targets.guest.elf) ------------------------------------------------------------------
 #
 # Seeds: the ELF files of tests/data/elf (objects of four architectures and both byte orders, a
 # shared library, a dynamic arm64 program, stripped and not) and the symbol maps of tests/data/place.
 # An ELF seed gets one to four ELF-aware edits (a header, program header, section header, symbol or
 # dynamic entry field set to an interesting value in the file's byte order, bytes flipped, a cut
 # anywhere or at a structure's start, a splice); a map seed the text edits above. Each input is read
-# by kperfdiff.targets.elf (parse with sections, modinfo) and by load_sizes. Outcomes as above:
+# by kperfdiff.targets.guest.elf (parse with sections, modinfo) and by load_sizes. Outcomes as above:
 # ``crash`` is any exception but a KperfdiffError, or an "internal error" (a caught native panic);
 # ``wrong`` is an error that is not one line, a result that breaks an invariant (bits 32/64, str
 # names, sections no longer than the file, sizes above 0, addresses in 0..2^64) or, for text, a
-# native symbol map that differs from MAP_LINE's reading of the same lines.
+# native symbol map that differs from map_reading's (the line grammar, stated again in Python).
 
 ELF_SEEDS = DATA / "elf"
 MAP_SEEDS = [DATA / "place" / "System.map", DATA / "place" / "modules.kallsyms"]
-# The symbol-map line grammar (kperfdiff.place.inputs before the native reader): the oracle.
-MAP_LINE = re.compile(r"^([0-9a-fA-F]{4,16})\s+([A-Za-z?])\s+(\S+)(?:\s+\[(\S+)\])?\s*$")
+# The kallsyms/System.map line grammar of native/src/kallsyms.rs, stated again as the oracle:
+# fields split at ASCII whitespace; an optional '+' and hex digits up to 2^64; the type is the first
+# byte of the second field; a fourth field starting with '[' names a module.
+MAP_SPACE = re.compile(r"[ \t\n\x0c\r]+")
+HEX_DIGITS = set("0123456789abcdefABCDEF")
 ELF_WANT = (".text", ".modinfo", ".symtab", ".init.text")
 
 
@@ -279,19 +282,20 @@ def mutate_elf(data: bytes, rng: random.Random) -> bytes:
 
 
 def map_reading(data: bytes) -> tuple:
-    """What MAP_LINE reads in a symbol map: (addrs, types, names, any module, bad lines)."""
+    """What the line grammar reads in a symbol map: (addrs, types, names, any module, bad lines)."""
     addrs, types, names, modules, bad = [], [], [], False, 0
-    for line in data.decode("utf-8", "replace").splitlines():
-        if not line.strip():
+    for line in data.decode("utf-8", "replace").split("\n"):
+        fields = [x for x in MAP_SPACE.split(line) if x]
+        if not fields:
             continue
-        m = MAP_LINE.match(line)
-        if not m:
+        a = fields[0][1:] if fields[0].startswith("+") else fields[0]
+        if len(fields) < 3 or not a or not set(a) <= HEX_DIGITS or int(a, 16) >= 1 << 64:
             bad += 1
             continue
-        modules = modules or bool(m.group(4))
-        addrs.append(int(m.group(1), 16))
-        types.append(m.group(2))
-        names.append(m.group(3))
+        modules = modules or (len(fields) > 3 and fields[3].startswith("["))
+        addrs.append(int(a, 16))
+        types.append(chr(fields[1].encode("utf-8")[0]))
+        names.append(fields[2])
     return addrs, "".join(types), names, modules, bad
 
 
@@ -320,16 +324,16 @@ def size_problem(st, data: bytes) -> str | None:
 
 
 def run_one_size(path: Path, data: bytes) -> tuple[str, str]:
-    """Read ``data`` (also at ``path``) as kperfdiff does: targets.elf and load_sizes; (outcome, detail)."""
-    from kperfdiff import _native
+    """Read ``data`` (also at ``path``) as kperfdiff does: targets.guest.elf and load_sizes; (outcome, detail)."""
+    from kperfdiff import native
     from kperfdiff.errors import KperfdiffError
     from kperfdiff.place.inputs import load_sizes
-    from kperfdiff.targets import elf
+    from kperfdiff.targets.guest import elf
     steps = [("load_sizes", lambda: load_sizes(path))]
     if data[:4] == b"\x7fELF":
         steps += [("elf.parse", lambda: elf.parse(data, ELF_WANT)), ("elf.modinfo", lambda: elf.modinfo(data))]
     else:
-        steps.append(("symbol_map", lambda: _native.symbol_map(data)))
+        steps.append(("symbol_map", lambda: native.symbol_map(data)))
     outcome = "ok"
     for what, step in steps:
         try:
@@ -354,7 +358,7 @@ def run_one_size(path: Path, data: bytes) -> tuple[str, str]:
         else:
             want = map_reading(data)
             have = (got["addrs"], got["types"], got["names"], got["modules"], got["bad"])
-            problem = None if have == want else "the native symbol map differs from MAP_LINE's reading"
+            problem = None if have == want else "the native symbol map differs from map_reading's"
         if problem:
             return "wrong", f"{what}: {problem}"
     return outcome, ""

@@ -75,8 +75,16 @@ def test_one_parser_per_format():
     assert [p for p, t in src.items() if "\\x7fELF" in t and "struct.unpack" in t] == []
     # /proc/vmstat: one parser
     assert [p.name for p, t in src.items() if "def parse_vmstat" in t or "def read_vmstat" in t] == ["monitors.py"]
-    # kallsyms / System.map text: parsed in native/src only
+    # kallsyms / System.map lines: one parser, native/src/kallsyms.rs (the profile reader and place)
     assert [p for p, t in src.items() if "_MAP_LINE" in t] == []
+    rust = {p.name: p.read_text() for p in (ROOT / "native" / "src").glob("*.rs")}
+    assert [n for n, t in rust.items() if "fn parse_line" in t] == ["kallsyms.rs"]
+    # ELF: read through the object crate only, by the file-facts reader and the user-symbol reader
+    assert sorted(n for n, t in rust.items() if "object::" in t) == ["elf.rs", "elfsyms.rs"]
+    # the copy runner: one, in C, used here and on every target
+    assert [p.name for p in SRC.rglob("*.c") if "run N" in p.read_text() or "copies" in p.read_text()[:400]] \
+        == ["kpd-run.c"]
+    assert "Popen" not in (SRC / "bench" / "worker.py").read_text().split("def run_copies_with_noise")[0]
 
 
 @pytest.fixture

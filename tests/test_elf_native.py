@@ -1,5 +1,5 @@
-"""The native ELF and symbol-map readers (kperfdiff._native.elf_info / elf_functions / symbol_map),
-kperfdiff's one parser of each format, seen through kperfdiff.targets.elf and place.inputs.load_sizes:
+"""The native ELF and symbol-map readers (kperfdiff.native.elf_info / elf_functions / symbol_map),
+kperfdiff's one parser of each format, seen through kperfdiff.targets.guest.elf and place.inputs.load_sizes:
 what they read agrees with readelf and with the symbol-map grammar; damaged files are one sentence;
 a bounded run of the size-file mutation fuzzer (tests/fuzzing.py, fuzz_sizes).
 
@@ -15,16 +15,16 @@ from pathlib import Path
 import pytest
 
 from conftest import DATA, ROOT, assert_one_sentence_error, run_cli
-from fuzzing import MAP_LINE, fuzz_sizes, map_reading
-from kperfdiff import _native
+from fuzzing import fuzz_sizes, map_reading
+from kperfdiff import native
 from kperfdiff.errors import InputError
 from kperfdiff.place import inputs
-from kperfdiff.targets import elf
+from kperfdiff.targets.guest import elf
 
 ELF = DATA / "elf"
 FIXTURES = ["t64.o", "t32.o", "t-s390x.o", "t-thumbeb.o", "libt.so.1", "hello-arm64", "hello-arm64-stripped"]
 need_readelf = pytest.mark.skipif(not shutil.which("readelf"), reason="needs readelf (binutils)")
-# readelf -h's Machine line -> the names of kperfdiff.targets.elf
+# readelf -h's Machine line -> the names of kperfdiff.targets.guest.elf
 READELF_MACHINES = {"Advanced Micro Devices X86-64": "x86_64", "AArch64": "aarch64", "Intel 80386": "i386",
                     "ARM": "arm", "IBM S/390": "s390", "RISC-V": "riscv64", "PowerPC64": "ppc64"}
 
@@ -158,9 +158,9 @@ def test_damaged_elf_messages(tmp_path):
     with pytest.raises(InputError, match=r"cut.o is a damaged ELF file \(section headers out of range\)$"):
         inputs.load_sizes(f)
     with pytest.raises(ValueError, match=r"^truncated header$"):
-        _native.elf_info(t64[:40], [])
+        native.elf_info(t64[:40], [])
     with pytest.raises(ValueError, match=r"^no symbol table \(stripped\)$"):
-        _native.elf_functions((ELF / "hello-arm64-stripped").read_bytes())
+        native.elf_functions((ELF / "hello-arm64-stripped").read_bytes())
 
 
 def test_cli_refuses_a_damaged_vmlinux_in_one_sentence(tmp_path):
@@ -183,8 +183,9 @@ def test_modinfo_of_a_module_and_sections_of_an_object():
 # -- symbol maps -----------------------------------------------------------------------------------
 
 def test_symbol_map_follows_the_line_grammar():
-    """Random lines made of the characters the grammar cares about: the native reader and the regular
-    expression read the same entries and count the same bad lines."""
+    """Random lines made of the characters the grammar cares about: the native reader (the one
+    kallsyms/System.map parser, shared with the profile reader) and the grammar stated in Python read
+    the same entries and count the same bad lines."""
     rng = random.Random(5)
     pieces = ["ffffffff81000000", "c0008000", "abc", "12345", "0" * 17, "DEAD", " ", "  ", "\t", "\xa0", "\u2003",
               "\x1c", "\x1f", "\x85", "\u2028", "\x0b", "\r", "T", "t", "w", "?", "1", "_", "name", "é", "[ext4]",
@@ -197,17 +198,16 @@ def test_symbol_map_follows_the_line_grammar():
                          rng.choice("TtW?x1") + rng.choice(pieces[6:12]) + rng.choice(["f", "a]", "[m]", "é"]) +
                          rng.choice(["", " [m]", "\t[ext4]", " x", " [m] ", " []", "\x1f"]))
     data = "\n".join(lines).encode("utf-8") + b"\xff\xfe\n\xc3"
-    got = _native.symbol_map(data)
+    got = native.symbol_map(data)
     want = map_reading(data)
     assert (got["addrs"], got["types"], got["names"], got["modules"], got["bad"]) == want
     assert len(want[0]) > 500 and want[4] > 1000
 
 
 def test_symbol_map_lines():
-    got = _native.symbol_map(b"ffffffff81000000 T _stext\r\nffffffffc0a01000 t ext4_fn\t[ext4]\n\n  \nnot a line\n")
+    got = native.symbol_map(b"ffffffff81000000 T _stext\r\nffffffffc0a01000 t ext4_fn\t[ext4]\n\n  \nnot a line\n")
     assert got == {"addrs": [0xffffffff81000000, 0xffffffffc0a01000], "types": "Tt", "names": ["_stext", "ext4_fn"],
                    "modules": True, "bad": 1}
-    assert MAP_LINE.match("ffffffffc0a01000 t ext4_fn\t[ext4]")
 
 
 def test_kallsyms_with_modules():
@@ -219,7 +219,7 @@ def test_kallsyms_with_modules():
 
 
 def test_no_struct_parsing_left_in_python():
-    for f in ("src/kperfdiff/targets/elf.py", "src/kperfdiff/place/inputs.py"):
+    for f in ("src/kperfdiff/targets/guest/elf.py", "src/kperfdiff/place/inputs.py"):
         text = (ROOT / f).read_text()
         assert "import struct" not in text and "_MAP_LINE" not in text, f
 

@@ -91,8 +91,8 @@ def test_header_facts():
 @needs_perf
 def test_group_sampled_file_is_read(kallsyms_txt):
     """{cpu-clock,task-clock}:S: linux-perf-event-reader 0.10.2 mis-parses these samples."""
-    from kperfdiff import _native
-    assert _native.crate_sample_read_defect() in (True, False)
+    from kperfdiff import native
+    assert native.crate_sample_read_defect() in (True, False)
     profs = perfdata.load_all(GROUP)
     assert [p.event for p in profs] == ["cpu-clock", "task-clock"]
     stats = perf("report", "--stats", "-i", str(GROUP))

@@ -3,7 +3,7 @@
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let path = std::path::PathBuf::from(args.get(1).expect("usage: ingest_time FILE [KALLSYMS] [REPEAT]"));
-    let opts = _native::reader::Options {
+    let opts = native::reader::Options {
         kallsyms: args.get(2).filter(|s| !s.is_empty()).map(Into::into),
         symfs: Vec::new(),
         debug_dirs: Vec::new(),
@@ -12,7 +12,7 @@ fn main() {
     let mut best = f64::MAX;
     for _ in 0..repeat {
         let t = std::time::Instant::now();
-        let out = _native::reader::read(&path, &opts).expect("read failed");
+        let out = native::reader::read(&path, &opts).expect("read failed");
         let dt = t.elapsed().as_secs_f64();
         best = best.min(dt);
         let n: u64 = out.events.iter().map(|e| e.samples).sum();

@@ -466,26 +466,32 @@ mod tests {
                 put(&mut b, o + 20, *size as u64, 4);
             }
         }
-        if bits == 64 {
-            put(&mut b, 32, phoff as u64, 8);
-            put(&mut b, 40, shoff as u64, 8);
-            put(&mut b, 52, ehsize as u64, 2);
-            put(&mut b, 54, phentsize as u64, 2);
-            put(&mut b, 56, nph as u64, 2);
-            put(&mut b, 58, shentsize as u64, 2);
-            put(&mut b, 60, shnum as u64, 2);
-            put(&mut b, 62, if shnum > 0 { 1 } else { 0 }, 2);
-        } else {
-            put(&mut b, 28, phoff as u64, 4);
-            put(&mut b, 32, shoff as u64, 4);
-            put(&mut b, 40, ehsize as u64, 2);
-            put(&mut b, 42, phentsize as u64, 2);
-            put(&mut b, 44, nph as u64, 2);
-            put(&mut b, 46, shentsize as u64, 2);
-            put(&mut b, 48, shnum as u64, 2);
-            put(&mut b, 50, if shnum > 0 { 1 } else { 0 }, 2);
-        }
+        put_counts(&mut b, bits, [phoff, shoff, ehsize, phentsize, nph, shentsize, shnum]);
         Built { bytes: b }
+    }
+
+    /// The file header's table offsets, sizes and counts.
+    fn put_counts(b: &mut Vec<u8>, bits: u32, v: [usize; 7]) {
+        let [phoff, shoff, ehsize, phentsize, nph, shentsize, shnum] = v;
+        if bits == 64 {
+            put(b, 32, phoff as u64, 8);
+            put(b, 40, shoff as u64, 8);
+            put(b, 52, ehsize as u64, 2);
+            put(b, 54, phentsize as u64, 2);
+            put(b, 56, nph as u64, 2);
+            put(b, 58, shentsize as u64, 2);
+            put(b, 60, shnum as u64, 2);
+            put(b, 62, if shnum > 0 { 1 } else { 0 }, 2);
+        } else {
+            put(b, 28, phoff as u64, 4);
+            put(b, 32, shoff as u64, 4);
+            put(b, 40, ehsize as u64, 2);
+            put(b, 42, phentsize as u64, 2);
+            put(b, 44, nph as u64, 2);
+            put(b, 46, shentsize as u64, 2);
+            put(b, 48, shnum as u64, 2);
+            put(b, 50, if shnum > 0 { 1 } else { 0 }, 2);
+        }
     }
 
     /// Copies `b` to 8-byte aligned memory (as the Python entry points do).

@@ -1,7 +1,11 @@
-//! Kernel symbols from a kallsyms file (`/proc/kallsyms` format, optionally gzip'd).
+//! Kernel symbols from a kallsyms file (`/proc/kallsyms` format, optionally gzip'd),
+//! and kperfdiff's one parser of its lines (also System.map's, for `place --sizes`).
 //!
-//! Lines are `ADDRESS TYPE NAME [MODULE]`. Like perf, only text, weak, data and
-//! bss symbols are kept; a symbol ends where the next one starts.
+//! Lines are `ADDRESS TYPE NAME [MODULE]`, fields separated by ASCII whitespace:
+//! ADDRESS is hexadecimal (an optional '+', up to 64 bits), TYPE the first byte of
+//! the second field, a fourth field starting with '[' names the module and anything
+//! after it is ignored. Like perf, the profile reader keeps only text, weak, data
+//! and bss symbols; a symbol ends where the next one starts.
 use std::io::Read;
 use std::path::Path;
 
@@ -115,6 +119,95 @@ fn fast_line(line: &[u8]) -> Option<(u64, u8, usize)> {
     Some((v, line[17], e))
 }
 
+/// One line of a kallsyms file or System.map.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Line<'a> {
+    pub addr: u64,
+    pub ty: u8,
+    pub name: &'a [u8],
+    /// Without its brackets (`ext4` for `[ext4]`).
+    pub module: Option<&'a [u8]>,
+}
+
+/// A line with nothing but ASCII whitespace (skipped, never counted as bad).
+pub fn is_blank(line: &[u8]) -> bool {
+    line.iter().all(|&c| is_space(c))
+}
+
+/// One line `ADDRESS TYPE NAME [MODULE]`, or None when it does not have that form.
+#[inline]
+pub fn parse_line(line: &[u8]) -> Option<Line<'_>> {
+    let mut at = 0;
+    let (addr, ty, name) = match fast_line(line) {
+        // The usual `%016x %c name[\t[module]]` layout of /proc/kallsyms.
+        Some((addr, ty, name_end)) => {
+            at = name_end;
+            (addr, ty, &line[19..name_end])
+        }
+        None => {
+            let a = field(line, &mut at)?;
+            let t = field(line, &mut at)?;
+            let name = field(line, &mut at)?;
+            (parse_hex(a)?, t[0], name)
+        }
+    };
+    let module = match field(line, &mut at) {
+        Some(m) if m[0] == b'[' => {
+            let mut m = m;
+            while let [b'[', rest @ ..] = m {
+                m = rest;
+            }
+            while let [rest @ .., b']'] = m {
+                m = rest;
+            }
+            Some(m)
+        }
+        _ => None,
+    };
+    Some(Line { addr, ty, name, module })
+}
+
+/// `symbol_map(data)`: every line of a System.map or kallsyms file (bytes, read as UTF-8 with
+/// U+FFFD for what is not) as a dict of addrs (list of int), types (str, one character a line:
+/// the type byte), names (list of str), modules (True when a line names a module) and bad (the
+/// number of non-blank lines that do not parse). For `kperfdiff place --sizes`, which needs every
+/// symbol and its type, where the profile reader keeps only the ones samples can land in.
+#[pyo3::pyfunction]
+pub fn symbol_map<'py>(py: pyo3::Python<'py>, data: &[u8]) -> pyo3::PyResult<pyo3::Bound<'py, pyo3::types::PyDict>> {
+    use pyo3::types::{PyDictMethods, PyListMethods};
+    crate::elf::guarded("a symbol map", data, |data| {
+        let text = String::from_utf8_lossy(data);
+        let build = || -> pyo3::PyResult<pyo3::Bound<'py, pyo3::types::PyDict>> {
+            let addrs = pyo3::types::PyList::empty(py);
+            let names = pyo3::types::PyList::empty(py);
+            let mut types = String::new();
+            let (mut modules, mut bad) = (false, 0usize);
+            for line in text.lines() {
+                let line = line.as_bytes();
+                match parse_line(line) {
+                    Some(l) => {
+                        addrs.append(l.addr)?;
+                        // fields are cut at ASCII whitespace of valid UTF-8: valid UTF-8
+                        names.append(std::str::from_utf8(l.name).unwrap_or("\u{fffd}"))?;
+                        types.push(l.ty as char);
+                        modules |= l.module.is_some();
+                    }
+                    None if !is_blank(line) => bad += 1,
+                    None => {}
+                }
+            }
+            let d = pyo3::types::PyDict::new(py);
+            d.set_item("addrs", addrs)?;
+            d.set_item("types", types)?;
+            d.set_item("names", names)?;
+            d.set_item("modules", modules)?;
+            d.set_item("bad", bad)?;
+            Ok(d)
+        };
+        build().map_err(|e| e.to_string())
+    })
+}
+
 impl Kallsyms {
     pub fn load(path: &Path) -> Result<Self, String> {
         let bytes = read_maybe_gz(path).map_err(|e| format!("cannot read kallsyms file {}: {}", path.display(), e))?;
@@ -138,29 +231,12 @@ impl Kallsyms {
         let all = text.as_bytes();
         let base = all.as_ptr() as usize;
         for (lineno, line) in text.lines().enumerate() {
-            let line_str = line;
             let line = line.as_bytes();
-            let mut at = 0;
-            let (addr, ty, name) = match fast_line(line) {
-                // The usual `%016x %c name[\t[module]]` layout of /proc/kallsyms.
-                Some((addr, ty, name_end)) => {
-                    at = name_end;
-                    (addr, ty, &line[19..name_end])
+            let Some(Line { addr, ty, name, module }) = parse_line(line) else {
+                if !is_blank(line) {
+                    bad_lines += 1;
                 }
-                None => {
-                    let (Some(a), Some(t), Some(name)) = (field(line, &mut at), field(line, &mut at), field(line, &mut at))
-                    else {
-                        if !line_str.trim().is_empty() {
-                            bad_lines += 1;
-                        }
-                        continue;
-                    };
-                    let Some(addr) = parse_hex(a) else {
-                        bad_lines += 1;
-                        continue;
-                    };
-                    (addr, t[0], name)
-                }
+                continue;
             };
             if name == b"_text" {
                 text_addr = Some(addr);
@@ -173,22 +249,13 @@ impl Kallsyms {
             if addr != 0 {
                 nonzero = true;
             }
-            let module = match field(line, &mut at) {
-                Some(m) if m[0] == b'[' => {
-                    let mut m = m;
-                    while let [b'[', rest @ ..] = m {
-                        m = rest;
-                    }
-                    while let [rest @ .., b']'] = m {
-                        m = rest;
-                    }
-                    *module_index.entry(m).or_insert_with(|| {
-                        // `m` is a sub-slice of a &str cut at ASCII brackets: valid UTF-8.
-                        modules.push(format!("[{}]", std::str::from_utf8(m).unwrap_or("?")));
-                        (modules.len() - 1) as u32
-                    })
-                }
-                _ => 0,
+            let module = match module {
+                Some(m) => *module_index.entry(m).or_insert_with(|| {
+                    // `m` is a sub-slice of a &str cut at ASCII brackets: valid UTF-8.
+                    modules.push(format!("[{}]", std::str::from_utf8(m).unwrap_or("?")));
+                    (modules.len() - 1) as u32
+                }),
+                None => 0,
             };
             let start = (name.as_ptr() as usize - base) as u32;
             entries.push((addr, rank(ty, name, lineno), start, name.len() as u32, module));
@@ -251,6 +318,25 @@ impl Kallsyms {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn line<'a>(addr: u64, ty: u8, name: &'a str, module: Option<&'a str>) -> Option<Line<'a>> {
+        Some(Line { addr, ty, name: name.as_bytes(), module: module.map(str::as_bytes) })
+    }
+
+    #[test]
+    fn one_line_grammar() {
+        let p = |s: &'static str| parse_line(s.as_bytes());
+        assert_eq!(p("ffffffff81000000 T _text"), line(0xffffffff81000000, b'T', "_text", None));
+        assert_eq!(p("ffffffffc0000000 t mod_fn\t[ext4]"), line(0xffffffffc0000000, b't', "mod_fn", Some("ext4")));
+        assert_eq!(p("c0008000  ?  x  [[a]]  extra"), line(0xc0008000, b'?', "x", Some("a")));
+        assert_eq!(p("+1f Tx name other"), line(0x1f, b'T', "name", None));          // the fast and the general path agree
+        assert_eq!(p("0000000000001234 Tx name"), line(0x1234, b'T', "name", None));
+        assert_eq!(p("00000000000000001234 T name"), line(0x1234, b'T', "name", None));
+        for bad in ["ffff T", "ffff", "fffg T name", "10000000000000000 T too_big", "+ T name", "ffff\u{e9} T name"] {
+            assert_eq!(parse_line(bad.as_bytes()), None, "{bad:?}");
+        }
+        assert!(is_blank(b" \t\r") && !is_blank("\u{3000}".as_bytes()));
+    }
 
     #[test]
     fn parse_and_lookup() {

@@ -14,16 +14,15 @@ pub mod elf;
 mod elfsyms;
 mod header;
 mod intern;
-mod kallsyms;
+pub mod kallsyms;
 mod layout;
 mod order;
 mod procmaps;
 pub mod reader;
-pub mod symbol_map;
 mod symbolize;
 mod warnings;
 
-pyo3::create_exception!(_native, PerfDataError, pyo3::exceptions::PyException, "A perf.data file cannot be read.");
+pyo3::create_exception!(native, PerfDataError, pyo3::exceptions::PyException, "A perf.data file cannot be read.");
 
 /// Version of the native module, so Python can tell a stale build.
 #[pyfunction]
@@ -141,13 +140,13 @@ fn to_python(py: Python<'_>, out: reader::Output) -> PyResult<Bound<'_, PyDict>>
 }
 
 #[pymodule]
-fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(native_version, m)?)?;
     m.add_function(wrap_pyfunction!(read_perf_data, m)?)?;
     m.add_function(wrap_pyfunction!(crate_sample_read_defect, m)?)?;
     m.add_function(wrap_pyfunction!(elf::elf_info, m)?)?;
     m.add_function(wrap_pyfunction!(elf::elf_functions, m)?)?;
-    m.add_function(wrap_pyfunction!(symbol_map::symbol_map, m)?)?;
+    m.add_function(wrap_pyfunction!(kallsyms::symbol_map, m)?)?;
     m.add("PerfDataError", m.py().get_type::<PerfDataError>())?;
     // Every call into the reader catches panics and turns them into a PerfDataError
     // sentence; the default hook would also print the panic on stderr.

@@ -27,7 +27,7 @@
 
 use std::path::{Path, PathBuf};
 
-use _native::reader::{self, Options, Output};
+use native::reader::{self, Options, Output};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Class {

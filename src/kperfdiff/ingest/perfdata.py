@@ -1,4 +1,4 @@
-"""perf.data -> Profile, through the native reader (``kperfdiff._native``).
+"""perf.data -> Profile, through the native reader (``kperfdiff.native``).
 
 The Rust side reads the file, symbolises kernel addresses against a kallsyms
 file and user addresses against ELF symbols, and aggregates samples per event
@@ -30,6 +30,7 @@ import numpy as np
 from ..arch import normalise_arch
 from ..errors import InputError
 from ..files import check_input_file
+from ..nativecore import core
 from .profile import Profile, Symbol
 
 _NS_EVENTS = {"cpu-clock", "task-clock"}
@@ -44,16 +45,6 @@ def read_meta(perf_data: Path) -> dict:
         return json.loads(p.read_text())
     except (OSError, ValueError):
         return {}
-
-
-def _native():
-    try:
-        from .. import _native as n
-    except ImportError as e:  # pragma: no cover - a broken install
-        raise InputError(f"the native perf.data reader is not built ({e}); run `make setup`") from None
-    if not hasattr(n, "read_perf_data"):
-        raise InputError("the native perf.data reader is out of date; run `make setup` to rebuild it")
-    return n
 
 
 def _debug_dirs() -> list[str]:
@@ -86,7 +77,7 @@ def find_kallsyms(path: Path, build_ids: list | None = None) -> Path | None:
 
 
 def _read(path: Path, kallsyms, symfs) -> tuple[dict, Path | None]:
-    n = _native()
+    n = core()
     check_input_file(path, "perf.data")
     ks = Path(kallsyms) if kallsyms is not None else find_kallsyms(path)
     if ks is not None:

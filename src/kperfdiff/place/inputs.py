@@ -12,7 +12,7 @@ Function sizes
       report repeats it.
     Static functions that share a name are summed: a profile cannot tell them
     apart, and ``*(.text.NAME)`` in a linker script places all of them.
-    Both formats are parsed by the native core (``kperfdiff._native``:
+    Both formats are parsed by the native core (``kperfdiff.native``:
     ``elf_functions`` and ``symbol_map``), kperfdiff's one reader of each.
 
 Hardware model
@@ -40,6 +40,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..files import check_input_file, read_toml
+from ..nativecore import core
 
 GROUPS_FILE = Path(__file__).with_name("groups.toml")
 
@@ -113,16 +114,6 @@ def load_sizes(path: str | Path) -> SizeTable:
     return _load_map(path, data)
 
 
-def _native():
-    try:
-        from .. import _native as n
-    except ImportError as e:  # pragma: no cover - a broken install
-        raise InputError(f"the native size file reader is not built ({e}); run `make setup`") from None
-    if not hasattr(n, "symbol_map") or not hasattr(n, "elf_functions"):
-        raise InputError("the native size file reader is out of date; run `make setup` to rebuild it")
-    return n
-
-
 def _exclude_marked(markers: dict[str, int], addrs: dict[str, int], excluded: dict[str, str]) -> None:
     """Functions between a pair of EXCLUDED_RANGES marker symbols are excluded."""
     for lo, hi, why in EXCLUDED_RANGES:
@@ -136,7 +127,7 @@ def _load_map(path: Path, data: bytes) -> SizeTable:
     # lines of `address type name [module]` (4 to 16 hex digits, one type letter
     # or '?'), parsed by the native core; blank lines are skipped, others counted
     try:
-        m = _native().symbol_map(data)
+        m = core().symbol_map(data)
     except ValueError as e:
         raise InputError(f"{path} cannot be read as a System.map or kallsyms file ({e})") from None
     entries = list(zip(m["addrs"], m["types"], m["names"]))
@@ -171,7 +162,7 @@ def _load_map(path: Path, data: bytes) -> SizeTable:
 def _load_elf(path: Path, data: bytes) -> SizeTable:
     # STT_FUNC symbols of .symtab with a size, read by the native core
     try:
-        f = _native().elf_functions(data)
+        f = core().elf_functions(data)
     except ValueError as e:
         if str(e) == "no symbol table (stripped)":
             raise InputError(f"{path} has no symbol table (stripped); use an unstripped vmlinux or System.map") from None

@@ -4,7 +4,7 @@ Enough to resolve a dynamically linked program's shared libraries for
 another architecture (no readelf of that architecture needed) and to read a
 kernel module's ``.modinfo`` (its ``depends=``), for modules stored plain or
 compressed (``.ko.xz``, ``.ko.zst``, ``.ko.gz``). The ELF is parsed by the
-native core (``kperfdiff._native.elf_info``), kperfdiff's one ELF reader.
+native core (``kperfdiff.native.elf_info``), kperfdiff's one ELF reader.
 """
 from __future__ import annotations
 
@@ -16,16 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import InputError
-
-
-def _native():
-    try:
-        from .. import _native as n
-    except ImportError as e:  # pragma: no cover - a broken install
-        raise InputError(f"the native ELF reader is not built ({e}); run `make setup`") from None
-    if not hasattr(n, "elf_info"):
-        raise InputError("the native ELF reader is out of date; run `make setup` to rebuild it")
-    return n
+from ...nativecore import core
 
 
 @dataclass
@@ -61,7 +52,7 @@ def decompress_module(path: Path) -> bytes:
 
 def _info(data: bytes, want_sections: tuple[str, ...]) -> Elf:
     """The Elf of ``data``; ValueError (a short phrase) when it is not ELF or is damaged."""
-    d = _native().elf_info(bytes(data), list(want_sections))
+    d = core().elf_info(bytes(data), list(want_sections))
     return Elf(machine=d["machine"], bits=d["bits"], interp=d["interp"], needed=d["needed"],
                sections=d["sections"])
 
