@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from functools import lru_cache
 from pathlib import Path
 
 from ..errors import BenchError
@@ -108,8 +109,10 @@ def build_family(name: str, arch: str = "host", *, static: bool = False) -> Path
                          flags=fam.cflags + fam.ldflags, deps=(HEADER,))
 
 
+@lru_cache(maxsize=None)
 def build_runner(arch: str = "host") -> Path:
-    """kpd-run, static (a target has little more than a shell), cached by content."""
+    """kpd-run, static (a target has little more than a shell), cached by content (and, in one
+    process, by architecture: every repetition runs it)."""
     return build_program(RUNNER, "kpd-run", arch, static=True)
 
 
