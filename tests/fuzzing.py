@@ -139,22 +139,17 @@ def run_one(path: Path) -> tuple[str, str]:
     return ("wrong", problem) if problem else ("ok", "")
 
 
-def fuzz(workdir: Path, *, executions: int | None = None, seconds: float | None = None, seed: int = 1,
-         save: Path | None = None) -> tuple[Counter, dict[str, list[tuple[str, str]]]]:
-    """Run the fuzzer; returns counts per outcome and up to 5 (seed name, detail) examples per failure
-    outcome. ``save`` keeps every failing input there."""
+def _fuzz_loop(corpus, one, *, executions, seconds, seed, save) -> tuple[Counter, dict[str, list[tuple[str, str]]]]:
+    """The loop every fuzzer here shares: pick a seed, let ``one(name, data, rng)`` mutate and read it
+    (returning the mutated bytes, the outcome and its detail), count, keep examples and failing inputs."""
     rng = random.Random(seed)
-    corpus = seeds()
     counts: Counter = Counter()
     examples: dict[str, list[tuple[str, str]]] = {}
     deadline = time.monotonic() + seconds if seconds else None
-    path = workdir / "input"
     n = 0
     while (executions is None or n < executions) and (deadline is None or time.monotonic() < deadline):
         name, data = rng.choice(corpus)
-        mutated = mutate(data, rng)
-        path.write_bytes(mutated)
-        outcome, detail = run_one(path)
+        mutated, outcome, detail = one(name, data, rng)
         counts[outcome] += 1
         if outcome in ("crash", "wrong"):
             ex = examples.setdefault(outcome, [])
@@ -165,6 +160,19 @@ def fuzz(workdir: Path, *, executions: int | None = None, seconds: float | None 
                 (save / f"{outcome}-{n}-{name}").write_bytes(mutated)
         n += 1
     return counts, examples
+
+
+def fuzz(workdir: Path, *, executions: int | None = None, seconds: float | None = None, seed: int = 1,
+         save: Path | None = None) -> tuple[Counter, dict[str, list[tuple[str, str]]]]:
+    """Run the fuzzer; returns counts per outcome and up to 5 (seed name, detail) examples per failure
+    outcome. ``save`` keeps every failing input there."""
+    path = workdir / "input"
+
+    def one(_name, data, rng):
+        mutated = mutate(data, rng)
+        path.write_bytes(mutated)
+        return (mutated, *run_one(path))
+    return _fuzz_loop(seeds(), one, executions=executions, seconds=seconds, seed=seed, save=save)
 
 
 # -- size files: ELF and System.map/kallsyms (the native readers behind `kperfdiff place --sizes`
@@ -367,25 +375,9 @@ def run_one_size(path: Path, data: bytes) -> tuple[str, str]:
 def fuzz_sizes(workdir: Path, *, executions: int | None = None, seconds: float | None = None, seed: int = 1,
                save: Path | None = None) -> tuple[Counter, dict[str, list[tuple[str, str]]]]:
     """The size-file fuzzer (see the section text); as ``fuzz``."""
-    rng = random.Random(seed)
-    corpus = size_seeds()
-    counts: Counter = Counter()
-    examples: dict[str, list[tuple[str, str]]] = {}
-    deadline = time.monotonic() + seconds if seconds else None
-    n = 0
-    while (executions is None or n < executions) and (deadline is None or time.monotonic() < deadline):
-        name, data = rng.choice(corpus)
+    def one(name, data, rng):
         mutated = mutate_elf(data, rng) if data[:4] == b"\x7fELF" else mutate(data, rng)
         path = workdir / (name if data[:4] != b"\x7fELF" else "input")   # a map's name tells its kind
         path.write_bytes(mutated)
-        outcome, detail = run_one_size(path, mutated)
-        counts[outcome] += 1
-        if outcome in ("crash", "wrong"):
-            ex = examples.setdefault(outcome, [])
-            if len(ex) < 5:
-                ex.append((name, detail))
-            if save is not None:
-                save.mkdir(parents=True, exist_ok=True)
-                (save / f"{outcome}-{n}-{name}").write_bytes(mutated)
-        n += 1
-    return counts, examples
+        return (mutated, *run_one_size(path, mutated))
+    return _fuzz_loop(size_seeds(), one, executions=executions, seconds=seconds, seed=seed, save=save)

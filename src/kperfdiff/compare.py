@@ -44,7 +44,6 @@ import math
 import os
 from dataclasses import dataclass, field
 
-import numpy as np
 
 from . import stats
 from .errors import InputError

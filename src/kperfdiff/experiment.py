@@ -75,11 +75,9 @@ import json
 import math
 import os
 import re
-import shlex
 import signal
 import string
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -93,7 +91,7 @@ from .record import BenchProfiler, require_perf
 from .targets import validate_spec
 from .bench import rounds
 from .bench.measurement import Measurement, store_measurement
-from .errors import BenchError, InputError, KperfdiffError
+from .errors import InputError, KperfdiffError
 
 # Environment variables that make a program load or run other code (the benchmarks run as root).
 UNSAFE_ENV = {"PATH", "IFS", "ENV", "BASH_ENV", "SHELLOPTS", "BASHOPTS", "PS4", "GCONV_PATH", "LOCPATH",

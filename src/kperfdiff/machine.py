@@ -108,13 +108,17 @@ def facts(probe_perf: bool = True) -> dict:
     }
 
 
-def counter_snapshot(proc: Path = Path("/proc")) -> dict[str, int]:
-    """This machine's kernel counters now (/proc/vmstat and /proc/interrupts; see
-    :mod:`kperfdiff.monitors`); a file that cannot be read adds nothing."""
+def counter_texts(proc: Path = Path("/proc")) -> tuple[str, str]:
+    """The texts of /proc/vmstat and /proc/interrupts now ("" for one that cannot be read)."""
     texts = []
     for name in ("vmstat", "interrupts"):
         try:
             texts.append((proc / name).read_text())
         except OSError:
             texts.append("")
-    return snapshot_from_text(*texts)
+    return texts[0], texts[1]
+
+
+def counter_snapshot(proc: Path = Path("/proc")) -> dict[str, int]:
+    """This machine's kernel counters now (see :mod:`kperfdiff.monitors`)."""
+    return snapshot_from_text(*counter_texts(proc))

@@ -12,9 +12,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import os
-import shlex
 import stat
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path

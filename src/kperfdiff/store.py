@@ -25,7 +25,6 @@ import json
 import os
 import sqlite3
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import __version__
@@ -153,13 +152,11 @@ ALTER TABLE result ADD COLUMN stop TEXT;
 """,
 }
 
-
 def default_path() -> Path:
     if os.environ.get("KPERFDIFF_HOME"):
         return Path(os.environ["KPERFDIFF_HOME"]) / "kperfdiff.db"
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return Path(base) / "kperfdiff" / "kperfdiff.db"
-
 
 def _pid_alive(pid: int | None) -> bool:
     if not pid:
@@ -172,18 +169,15 @@ def _pid_alive(pid: int | None) -> bool:
         return True
     return True
 
-
 def _boot_id() -> str:
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return ""
 
-
 def _sql_int(v: int) -> bool:
     """An id SQLite can hold (a bigger number names no row)."""
     return -2 ** 63 <= v < 2 ** 63
-
 
 def _check_is_store(p: Path) -> None:
     """Refuse, without changing a byte of it, a file that is not a kperfdiff store."""
@@ -217,7 +211,6 @@ def _check_is_store(p: Path) -> None:
         raise StoreError(f"cannot read the store {p}: {e}") from None
     finally:
         conn.close()
-
 
 class Store:
     def __init__(self, path: Path, conn: sqlite3.Connection):
@@ -722,7 +715,6 @@ class Store:
             "UPDATE result SET stop=? WHERE experiment_id=? AND bench_key=? AND copies=?",
             (text, exp_id, bench_key, copies)))
 
-
 def _nan_none(v):
     if v is None:
         return None
@@ -731,12 +723,10 @@ def _nan_none(v):
     except TypeError:
         return v
 
-
 # The machine row's identity: facts that stay the same across boots of one configuration.
 STABLE_KEYS = ("arch", "cpu_model", "cpus", "kernel_release", "kernel_version", "cmdline", "hostname",
                "page_size", "mem_total_kb", "thp_enabled", "thp_defrag", "clocksource", "virtualisation",
                "emulated", "perf_events")
-
 
 def fingerprint(f: dict) -> str:
     stable = {k: f.get(k) for k in STABLE_KEYS}

@@ -97,10 +97,7 @@ def write_file(path: str | Path, data: str | bytes, *, make_folder: bool = False
     try:
         if make_folder:
             path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(data, bytes):
-            tmp.write_bytes(data)
-        else:
-            tmp.write_text(data)
+        tmp.write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
         tmp.replace(path)
     except OSError as e:
         raise InputError(f"cannot write {path}: {e.strerror}") from None

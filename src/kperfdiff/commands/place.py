@@ -14,6 +14,7 @@ from ..place.model import build_problem, evaluate, placement_from_names
 from ..place.optimise import by_groups, methods_for, solve, sweep
 from ..render.place import group_table, kb, method_table, placement_table, render
 from ..render.table import Table
+from .common import write_file
 
 EPILOG = """\
 sub-commands:
@@ -137,10 +138,7 @@ def _load(args) -> _Ctx:
 
 
 def _write(path: str, text: str) -> None:
-    try:
-        Path(path).write_text(text, encoding="utf-8")
-    except OSError as e:
-        raise InputError(f"cannot write {path}: {e.strerror}") from None
+    write_file(path, text)
     print(f"kperfdiff: wrote {path}", file=sys.stderr)
 
 

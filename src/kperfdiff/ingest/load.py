@@ -44,14 +44,15 @@ def sniff(path: Path) -> str:
 
 
 def load(path: str | Path, *, kallsyms: str | Path | None = None, symfs: list[str] | None = None,
-         event: str | None = None, label: str = "") -> Profile:
-    """Read one profile file of any supported format (one event of it)."""
+         event: str | None = None, label: str = "", folded_kernel: str = "auto") -> Profile:
+    """Read one profile file of any supported format (one event of it); ``kallsyms`` and ``symfs``
+    serve perf.data, ``folded_kernel`` folded stacks."""
     path = Path(path)
     fmt = sniff(path)
     if fmt == "perf.data":
         prof = perfdata.load(path, kallsyms=kallsyms, symfs=symfs, event=event)
     else:
-        prof = text.load(path, fmt, event=event)
+        prof = text.load(path, fmt, event=event, kernel_frames=folded_kernel)
     if label:
         prof.label = label
     elif not prof.label:
@@ -94,18 +95,9 @@ def load_side(spec: str, lookup: Callable[[str], list[ProfileRef]], *, kallsyms:
             if not path.exists():
                 raise InputError(f"{path} is missing (named by run {meta.get('run_id')} in the store; was the "
                                  f"store's .artefacts folder moved without it?)")
-            fmt = sniff(path)
-            k = kallsyms or meta.get("kallsyms")
-            if fmt == "perf.data":
-                fs = symfs or meta.get("symfs")
-                prof = perfdata.load(path, kallsyms=k, symfs=[fs] if fs else None, event=event)
-                if not prof.label:
-                    prof.label = prof.arch or path.stem
-            else:
-                prof = text.load(path, fmt, event=event, kernel_frames=folded_kernel)
-                if not prof.label:
-                    prof.label = prof.arch or path.stem
-            copies.append(prof)
+            fs = symfs or meta.get("symfs")
+            copies.append(load(path, kallsyms=kallsyms or meta.get("kallsyms"), symfs=[fs] if fs else None,
+                               event=event, folded_kernel=folded_kernel))
         prof = merge(copies, f"{paths[0]}" + (f" (+{len(paths) - 1} parallel copies)" if len(paths) > 1 else ""))
         for key in ("ops", "cpu_time_ns"):
             if meta.get(key):

@@ -23,7 +23,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import machine, monitors
+from .. import monitors
 from ..arch import normalise_arch
 from ..bench import build, catalogue
 from ..bench.worker import STDERR_TAIL, WorkerOutput, copy_output, parse_status

@@ -50,12 +50,12 @@ class LocalTarget(Target):
                 event = inv.perf_event or "cpu-clock"
                 prefix = record_prefix(out_dir / f"{inv.profile}.c{COPY}.perf.data", event, inv.perf_freq, None, [])
             r = InvocationResult(inv)
-            before_v, before_i = _read("/proc/vmstat"), _read("/proc/interrupts")
+            before_v, before_i = machine.counter_texts()
             t0 = time.monotonic()
             outs = worker.run_copies(argv, inv.copies, inv.timeout, prefix=prefix)
             r.wall_s = time.monotonic() - t0
             r.vmstat_before, r.interrupts_before = before_v, before_i
-            r.vmstat_after, r.interrupts_after = _read("/proc/vmstat"), _read("/proc/interrupts")
+            r.vmstat_after, r.interrupts_after = machine.counter_texts()
             r.parsed = outs
             r.stderr = [o.stderr for o in outs]
             r.exit_status = [o.exit_status for o in outs]
@@ -90,13 +90,3 @@ class LocalTarget(Target):
 
     def close(self) -> None:
         shutil.rmtree(self._work, ignore_errors=True)
-
-
-def _read(path: str) -> str:
-    try:
-        return Path(path).read_text()
-    except OSError:
-        return ""
-
-
-
