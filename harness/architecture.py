@@ -25,7 +25,7 @@ STAGES = [
     ("commands", ("commands", "__main__")),
     ("render", ("render",)),
     ("experiments", ("experiment",)),
-    ("analysis", ("diff", "compare", "report", "place")),
+    ("analysis", ("diff", "twins", "compare", "report", "place")),
     ("ingest", ("ingest", "symbols")),
     ("store", ("store",)),
     ("targets", ("bench", "targets", "measure", "record", "machine", "noise", "knobs")),

@@ -49,9 +49,13 @@ def test_perfdata_diff_matches_perf_report(kallsyms):
     doc = json.loads(p.stdout)
     assert doc["common"]
     for row in doc["common"]:
-        assert abs(row["value_a"] - ra[row["symbol"]]) <= 0.006, row
-        assert abs(row["value_b"] - rb[row["symbol"]]) <= 0.006, row
-    assert {r["symbol"] for r in doc["common"]} == set(ra) & set(rb)
+        # perf report leaves out a function with no self samples: its share is 0
+        assert abs(row["value_a"] - ra.get(row["symbol"], 0.0)) <= 0.006, row
+        assert abs(row["value_b"] - rb.get(row["symbol"], 0.0)) <= 0.006, row
+    common = {r["symbol"] for r in doc["common"]}
+    assert set(ra) & set(rb) <= common <= set(ra) | set(rb)
+    only = {r["symbol"] for r in doc["only_a"] + doc["only_b"]}
+    assert not only & common and only | common == set(ra) | set(rb)
 
 
 def test_perfdata_vs_text_of_the_same_recording(tmp_path, kallsyms):
@@ -82,8 +86,8 @@ def test_real_arm64_vs_x86_equivalence():
     pf = rows["[page fault entry]"]
     assert "el0_da" in pf["members_a"] and "exc_page_fault" in pf["members_b"]
     assert pf["value_a"] > pf["value_b"]
-    cp = rows["[clear page]"]
-    assert cp["members_a"] == ["clear_page"] and cp["members_b"] == ["clear_page_erms"]  # __pi_clear_page
+    cp = rows["clear_page"]   # the *_erms rule: one row, both names shown
+    assert cp["names_a"] == ["clear_page"] and cp["names_b"] == ["clear_page_erms"]  # __pi_clear_page
     only = {r["symbol"] for r in doc["only_a"] + doc["only_b"]}
     assert not only & {"el0_da", "do_mem_abort", "exc_page_fault", "clear_page", "clear_page_erms"}
     text = run_cli("diff", arm, TEXT / "forkexec.script", "--labels", "ARM,x86", check=0).stdout

@@ -70,5 +70,5 @@ def test_equivalent_frames_merge_in_flamegraph():
     res = add_folded(diff_profiles([a], [b]), [a], [b])
     root = ET.fromstring(differential_svg(res))
     names = [el.text.split("\n")[0] for el in root.iter(NS + "title")]
-    assert "[page fault entry]" in names and "[clear page]" in names
+    assert "[page fault entry]" in names and "clear_page" in names and "clear_page_erms" not in names
     assert "exc_page_fault" not in names

@@ -18,16 +18,27 @@ Method
   children weight is recounted from the stacks so a sample counts once.
 * A side of several profiles (repeated runs) has the mean of the
   per-profile shares as its share.
-* **Common** functions appear (weight > 0) on both sides and are ranked by
-  ``|share A - share B|`` (percentage points), largest first; functions
-  found on one side only are ranked by their share on that side.
-* **Equivalence** (unless ``no_equivalence``): a role of the equivalence
-  table (:mod:`kperfdiff.symbols.equivalence`) whose members appear on both
-  sides, each side having a member the other lacks, becomes one common row
-  ``[role]`` (its members named per side); its members leave the other
-  lists. Its self weight is the sum of the members'; its children weight
-  counts each sample once (from the stacks; without stacks, the largest
-  member's).
+* **Common** functions have weight on at least one side and appear on the
+  stacks of both (a function whose self time is nil on one side, because that
+  side calls out of line what the other inlines, is common with a share of 0
+  there); they are ranked by ``|share A - share B|`` (percentage points),
+  largest first. Functions found on one side only (on no stack of the other)
+  are ranked by their share on that side.
+* **Equivalence** (unless ``no_equivalence``): first the table's rules
+  rename generic variants (syscall wrappers ``__x64_sys_clone`` and
+  ``__arm64_sys_clone`` are ``sys_clone``; ``memset_erms`` and ``__memset``
+  are ``memset``), and a row that merged different names shows them. Then a
+  role of the equivalence table (:mod:`kperfdiff.symbols.equivalence`) whose
+  members have weight on both sides and differ (between architectures: any
+  difference; otherwise each side must have a member the other lacks)
+  becomes one common row ``[role]`` (its members named per side); its
+  members leave the other lists. Its self weight is the sum of the
+  members'; its children weight counts each sample once (from the stacks;
+  without stacks, the largest member's).
+* **Inferred twins** (between architectures, or with ``infer="on"``;
+  :mod:`kperfdiff.twins`): side-specific functions paired by their callers
+  and callees, and side-specific functions the other side most likely
+  inlined; with ``accept_inferred`` the accepted pairs become common rows.
 * **Per operation** (``per_op``): value = share x CPU time / operations in
   nanoseconds, per profile; CPU time is ``meta['cpu_time_ns']``, else the
   profile's total weight when that is in nanoseconds (cpu-clock,
@@ -46,10 +57,10 @@ import math
 from pathlib import PurePath as Path
 from dataclasses import dataclass, field
 
-from . import stats
+from . import stats, twins as twinning
 from .errors import InputError
 from .ingest.profile import Profile
-from .symbols.equivalence import load_roles
+from .symbols.equivalence import RoleTable, load_roles
 from .symbols.normalise import normalise
 
 DEFAULT_TOP = 5
@@ -64,7 +75,7 @@ class DiffOptions:
     labels: tuple[str, str] | None = None
     children: bool = False
     per_op: bool = False
-    equivalence: bool = True
+    equivalence: bool = True         # rules and roles of the equivalence table
     maps: tuple = ()
     normalise: bool = True
     confidence: float = stats.DEFAULT_CONFIDENCE
@@ -74,6 +85,10 @@ class DiffOptions:
     # or perf diff's "delta" (B - A), "ratio" (B / A) and "wdiff" (w_b*B - w_a*A).
     compute: str = "absdiff"
     wdiff_weights: tuple = (1.0, 1.0)
+    # Inferred twins (kperfdiff.twins): "auto" between architectures, "on", "off"; accepted
+    # pairs join the common list as one row each only with accept_inferred.
+    infer: str = "auto"
+    accept_inferred: bool = False
 
 
 @dataclass
@@ -84,8 +99,13 @@ class Row:
     values_a: list[float]             # per profile
     values_b: list[float]
     role: str | None = None
-    members_a: list[str] = field(default_factory=list)
+    members_a: list[str] = field(default_factory=list)   # a role's functions on each side (original names)
     members_b: list[str] = field(default_factory=list)
+    # The original names a row merged, per side, when they differ (a rule renamed them:
+    # __x64_sys_clone and __arm64_sys_clone are the row sys_clone), and the rules used.
+    names_a: list[str] = field(default_factory=list)
+    names_b: list[str] = field(default_factory=list)
+    rules: list[str] = field(default_factory=list)
     kernel: bool = True
     shares_a: list[float] = field(default_factory=list)  # per-profile shares (%) even in per-op mode
     shares_b: list[float] = field(default_factory=list)
@@ -137,28 +157,46 @@ class DiffResult:
     folded_b: dict[str, float] = field(default_factory=dict)
     total_a: float = 0.0
     total_b: float = 0.0
-    # member name -> "[role]" (or "" for a dispatch frame to skip), for flame graphs
-    active_roles: dict[str, str] = field(default_factory=dict)
+    # Inferred twins, with display names: accepted pairs first, then ambiguous ones.
+    twins: list[twinning.Twin] = field(default_factory=list)
+    # Side-specific functions the other side most likely inlined into a shared caller.
+    inlined: list[twinning.Inlined] = field(default_factory=list)
+    inferred: bool = False           # inference ran
+    # original (compiler-normalised) name -> the frame name flame graphs show: "[role]" for the
+    # members of a role row, the row's name for names a rule merged, "" for a dispatch frame to skip
+    frame_names: dict[str, str] = field(default_factory=dict)
 
 
 # -- per-profile measurement ---------------------------------------------------
 
-class _Measured:
-    """One profile's weights per row key, in the diff's scope."""
+def original_name(name: str, opts: DiffOptions) -> str:
+    """A symbol's name as rows show it: compiler suffixes folded (unless ``--no-normalise``)."""
+    return normalise(name) if opts.normalise else name
 
-    def __init__(self, prof: Profile, opts: DiffOptions):
+
+class _Measured:
+    """One profile's weights per row key, in the diff's scope. A key is (kernel, name), the
+    name after compiler normalisation and the table's rules (when equivalence is on)."""
+
+    def __init__(self, prof: Profile, opts: DiffOptions, table: RoleTable | None):
         self.prof = prof
         self.key_of: dict[int, tuple[bool, str]] = {}
         members: dict[tuple[bool, str], list[int]] = {}
         scope = opts.scope
+        w = prof.children_weight if opts.children else prof.self_weight
+        # key -> {original name: weight}: which names a key merged, heaviest first when shown
+        self.origins: dict[tuple[bool, str], dict[str, float]] = {}
         for i, s in enumerate(prof.symbols):
             if scope == "kernel" and not s.kernel or scope == "user" and s.kernel:
                 continue
-            k = (bool(s.kernel), normalise(s.name) if opts.normalise else s.name)
+            orig = original_name(s.name, opts)
+            k = (bool(s.kernel), table.canonical(orig) if table else orig)
             self.key_of[i] = k
             members.setdefault(k, []).append(i)
+            o = self.origins.setdefault(k, {})
+            o[orig] = o.get(orig, 0.0) + float(w[i])
         self.members = members
-        w = prof.children_weight if opts.children else prof.self_weight
+        self.table = table
         self.weight: dict[tuple[bool, str], float] = {}
         merged = {k: set(ix) for k, ix in members.items() if len(ix) > 1}
         exact = {}
@@ -171,7 +209,15 @@ class _Measured:
                 v = float(sum(w[i] for i in ix))
             if v > 0:
                 self.weight[k] = v
+        # Keys on the profile's stacks at all (children weight), with or without weight of their own:
+        # a function the other side runs too is common even when its self time there is nil.
+        cw = prof.children_weight
+        self.present = set(self.weight) | {k for k, ix in members.items() if any(cw[i] > 0 for i in ix)}
         self.total = float(prof.total_weight)
+
+    def rules_of(self, name: str) -> tuple[str, ...]:
+        """The rules that renamed an original name."""
+        return self.table.rename(name)[1] if self.table else ()
 
     def share(self, key) -> float:
         return self.weight.get(key, 0.0) / self.total * 100.0 if self.total > 0 else 0.0
@@ -274,8 +320,9 @@ def diff_profiles(side_a: list[Profile], side_b: list[Profile], options: DiffOpt
     labels = tuple(opts.labels) if opts.labels else _default_labels(side_a, side_b)
     if labels[0] == labels[1]:
         labels = (f"{labels[0]} (A)", f"{labels[1]} (B)")
-    ma = [_Measured(p, opts) for p in side_a]
-    mb = [_Measured(p, opts) for p in side_b]
+    table = load_roles(opts.maps) if opts.equivalence else None
+    ma = [_Measured(p, opts, table) for p in side_a]
+    mb = [_Measured(p, opts, table) for p in side_b]
     if opts.per_op:
         fa = [_per_op_factor(p, opts.ops[0]) for p in side_a]
         fb = [_per_op_factor(p, opts.ops[1]) for p in side_b]
@@ -283,8 +330,12 @@ def diff_profiles(side_a: list[Profile], side_b: list[Profile], options: DiffOpt
         fa, fb = [1.0] * len(ma), [1.0] * len(mb)
     keys_a = set().union(*(m.weight for m in ma))
     keys_b = set().union(*(m.weight for m in mb))
-    roles = _match_roles(keys_a, keys_b, opts) if opts.equivalence else _RoleMatch()
-    common, only_a, only_b = _rows(ma, mb, fa, fb, keys_a, keys_b, roles, opts)
+    cross_arch = _cross_arch(side_a, side_b)
+    present = (set().union(*(m.present for m in ma)), set().union(*(m.present for m in mb)))
+    roles = _match_roles(present, keys_a | keys_b, table, cross_arch) if table else _RoleMatch()
+    inferred = opts.infer == "on" or opts.accept_inferred or opts.infer == "auto" and cross_arch
+    twins, inlined = _infer(ma, mb, keys_a, keys_b, present, roles, opts) if inferred else ([], [])
+    common, only_a, only_b = _rows(ma, mb, fa, fb, keys_a | keys_b, present, roles, opts)
 
     tested = len(ma) >= 2 and len(mb) >= 2
     if not tested and (len(ma) > 1 or len(mb) > 1):
@@ -300,7 +351,10 @@ def diff_profiles(side_a: list[Profile], side_b: list[Profile], options: DiffOpt
     res = DiffResult(options=opts, labels=labels, side_a=_side_info(side_a, labels[0]),
                      side_b=_side_info(side_b, labels[1]), common=common, only_a=only_a, only_b=only_b,
                      unit=unit, significance=tested, warnings=warnings, method=method.rstrip("; "))
-    res.active_roles = roles.active
+    res.frame_names = _frame_names(ma + mb, roles, table)
+    res.inferred = inferred
+    res.twins = [_display_twin(t, ma, mb, opts) for t in twins]
+    res.inlined = [_display_inlined(i, ma, mb, opts) for i in inlined]
     res.total_a = float(sum(p.total_weight for p in side_a))
     res.total_b = float(sum(p.total_weight for p in side_b))
     return res
@@ -328,37 +382,163 @@ def _check_sides(side_a: list[Profile], side_b: list[Profile], opts: DiffOptions
     return warnings
 
 
+def _cross_arch(side_a: list[Profile], side_b: list[Profile]) -> bool:
+    arch_a = {p.arch for p in side_a}
+    arch_b = {p.arch for p in side_b}
+    return None not in arch_a | arch_b and arch_a.isdisjoint(arch_b)
+
+
 @dataclass
 class _RoleMatch:
     rows: list[tuple[str, set, set]] = field(default_factory=list)  # (role, member keys in A, in B)
+    roles: set = field(default_factory=set)                       # the roles of those rows
+    inferred: dict[str, str] = field(default_factory=dict)        # row name of an accepted twin -> its symbol
     claimed: set = field(default_factory=set)                     # keys that became part of a role row
-    active: dict[str, str] = field(default_factory=dict)          # member name -> "[role]" (for flame graphs)
+    dispatch: set = field(default_factory=set)                    # frames flame graphs skip
 
 
-def _match_roles(keys_a: set, keys_b: set, opts: DiffOptions) -> _RoleMatch:
-    """Roles of the equivalence table with members on both sides, each side having a member the
-    other lacks (different names for one job); otherwise members compare one by one as usual."""
-    table = load_roles(opts.maps)
+def _match_roles(present: tuple[set, set], weighted: set, table: RoleTable, cross_arch: bool) -> _RoleMatch:
+    """Roles of the equivalence table with members on the stacks of both sides, weight on at least
+    one, and different members: between architectures, any difference (one side inlines what the
+    other calls); otherwise each side must have a member the other lacks (a rename). Members of
+    other roles compare one by one."""
     out = _RoleMatch()
     by_role_a: dict[str, set] = {}
     by_role_b: dict[str, set] = {}
-    for keys, by_role in ((keys_a, by_role_a), (keys_b, by_role_b)):
+    for keys, by_role in ((present[0], by_role_a), (present[1], by_role_b)):
         for k in keys:
             r = table.role_of(k[1])
             if r:
                 by_role.setdefault(r, set()).add(k)
     for r in sorted(set(by_role_a) & set(by_role_b)):
         sa, sb = by_role_a[r], by_role_b[r]
-        if not (sa - sb) or not (sb - sa):
+        if sa == sb or not cross_arch and (not (sa - sb) or not (sb - sa)) or not (sa | sb) & weighted:
             continue
         out.rows.append((r, sa, sb))
+        out.roles.add(r)
         out.claimed |= sa | sb
-        for name in table.roles[r]:
-            out.active[name] = f"[{r}]"
-    if out.active:
+    if out.rows:
         # Skipped in flame graphs (see [dispatch] in equivalence.toml).
-        for name in table.dispatch:
-            out.active.setdefault(name, "")
+        out.dispatch = set(table.dispatch)
+    return out
+
+
+def _infer(ma: list[_Measured], mb: list[_Measured], keys_a: set, keys_b: set, present: tuple[set, set],
+           roles: _RoleMatch, opts: DiffOptions) -> tuple[list[twinning.Twin], list[twinning.Inlined]]:
+    """Inferred twins among the one-side-only functions (kperfdiff.twins), and those the other side
+    inlined; with ``accept_inferred`` the accepted pairs become common rows (added to ``roles``)."""
+    role_of_key = {k: f"[{r}]" for r, sa, sb in roles.rows for k in sa | sb}
+    dispatch = roles.dispatch
+
+    def side(ms: list[_Measured]) -> list[twinning.SideStacks]:
+        out = []
+        for m in ms:
+            frame = {}
+            for i, k in m.key_of.items():
+                if original_name(m.prof.symbols[i].name, opts) in dispatch:
+                    continue
+                frame[i] = role_of_key.get(k, k)
+            out.append(twinning.SideStacks(stacks=m.prof.stacks, frame=frame, total=m.total,
+                                           samples=int(m.prof.samples)))
+        return out
+    def self_shares(ms: list[_Measured]) -> dict:
+        out: dict = {}
+        for m in ms:
+            if m.total <= 0:
+                continue
+            for i, k in m.key_of.items():
+                c = role_of_key.get(k, k)
+                out[c] = out.get(c, 0.0) + float(m.prof.self_weight[i]) / m.total * 100.0 / len(ms)
+        return out
+    claimed = roles.claimed
+    cand_a = {k for k in keys_a if k not in claimed and k not in present[1]}
+    cand_b = {k for k in keys_b if k not in claimed and k not in present[0]}
+    if not cand_a and not cand_b:
+        return [], []
+    anchors = {role_of_key.get(k, k) for k in present[0] & present[1]}
+    sa, sb = side(ma), side(mb)
+    found = twinning.infer_twins(sa, sb, cand_a, cand_b, anchors) if cand_a and cand_b else []
+    paired = {k for t in found if t.accepted for k in t.a + t.b}
+    self_a, self_b = self_shares(ma), self_shares(mb)
+    inlined = (twinning.find_inlined(sa, sb, cand_a, cand_b, anchors, self_a, self_b, which="a", exclude=paired)
+               + twinning.find_inlined(sb, sa, cand_b, cand_a, anchors, self_b, self_a, which="b", exclude=paired))
+    if opts.accept_inferred:
+        for t in found:
+            if t.accepted:
+                name = f"inferred {len(roles.inferred) + 1}"
+                roles.rows.append((name, set(t.a), set(t.b)))
+                roles.claimed |= set(t.a) | set(t.b)
+                shown = _display_twin(t, ma, mb, opts)
+                roles.inferred[name] = f"{shown.a} \u2248 {shown.b}"
+    return found, inlined
+
+
+def _display_twin(t: twinning.Twin, ma: list[_Measured], mb: list[_Measured], opts: DiffOptions) -> twinning.Twin:
+    """A Twin with display names instead of row keys (the original names, or the role); a group
+    of functions is its call chain, ``el0_svc > do_el0_svc``."""
+    def one(c, ms) -> str:
+        if isinstance(c, tuple):
+            names = _origin_names([c], ms)
+            return _display((c[0], names[0] if names else c[1]), opts.scope)
+        return str(c)
+
+    def name(c, ms) -> str:
+        if isinstance(c, tuple) and c and isinstance(c[0], tuple):
+            return " > ".join(one(k, ms) for k in c)
+        return one(c, ms)
+    ev = [twinning.Evidence(e.relation, name(e.context, ma), e.fraction_a, e.fraction_b) for e in t.evidence]
+    runner = None
+    if t.runner_up:
+        which, other, score = t.runner_up
+        runner = (which, name(other, ma if which == "a" else mb), score)
+    return twinning.Twin(a=name(t.a, ma), b=name(t.b, mb), share_a=t.share_a, share_b=t.share_b, score=t.score,
+                         caller_score=t.caller_score, callee_score=t.callee_score, evidence=ev,
+                         accepted=t.accepted, runner_up=runner)
+
+
+def _weighted_first(keys: set, ms: list[_Measured]) -> set:
+    """The members of a role row a side shows: those with weight there, else those on its stacks."""
+    return {k for k in keys if any(k in m.weight for m in ms)} or keys
+
+
+def _display_inlined(i: twinning.Inlined, ma: list[_Measured], mb: list[_Measured],
+                     opts: DiffOptions) -> twinning.Inlined:
+    here, there = (ma, mb) if i.side == "a" else (mb, ma)
+    t = _display_twin(twinning.Twin(a=i.function, b=i.caller, share_a=0, share_b=0, score=0, caller_score=0,
+                                    callee_score=None), here, there, opts)
+    callee = _display_twin(twinning.Twin(a=i.callee, b=i.callee, share_a=0, share_b=0, score=0, caller_score=0,
+                                         callee_score=None), there, there, opts).a if i.callee is not None else None
+    return twinning.Inlined(function=t.a, side=i.side, share=i.share, caller=t.b, caller_fraction=i.caller_fraction,
+                            callee=callee, caller_self=i.caller_self)
+
+
+def _origin_names(keys, ms: list[_Measured]) -> list[str]:
+    """The original names of ``keys`` on one side, heaviest first."""
+    w: dict[str, float] = {}
+    for m in ms:
+        for k in keys:
+            for name, v in m.origins.get(k, {}).items():
+                w[name] = w.get(name, 0.0) + v / m.total if m.total > 0 else 0.0
+    return [n for n, _ in sorted(w.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+def _frame_names(ms: list[_Measured], roles: _RoleMatch, table: RoleTable | None) -> dict[str, str]:
+    """Original name -> frame name in flame graphs (see DiffResult.frame_names): every frame of a
+    role with a row (with or without weight of its own) becomes the role; a renamed frame its row."""
+    out: dict[str, str] = {}
+    twin_of = {k: roles.inferred[r] for r, sa, sb in roles.rows if r in roles.inferred for k in sa | sb}
+    for m in ms:
+        for k, origins in m.origins.items():
+            role = table.role_of(k[1]) if table and roles.roles else None
+            for name in origins:
+                if k in twin_of:
+                    out[name] = twin_of[k]
+                elif role in roles.roles:
+                    out[name] = f"[{role}]"
+                elif name != k[1]:
+                    out[name] = k[1]
+    for name in roles.dispatch:
+        out[name] = ""
     return out
 
 
@@ -377,17 +557,22 @@ def _group_value(m: _Measured, keys: set, opts: DiffOptions) -> float:
     return max(m.weight[k] for k in present) / m.total * 100.0
 
 
-def _rows(ma, mb, fa, fb, keys_a: set, keys_b: set, roles: _RoleMatch,
+def _rows(ma, mb, fa, fb, keys: set, present: tuple[set, set], roles: _RoleMatch,
           opts: DiffOptions) -> tuple[list[Row], list[Row], list[Row]]:
-    """The common, A-only and B-only rows, scored and ranked."""
-    def make_row(name, values_a_sh, values_b_sh, **kw) -> Row:
+    """The common, A-only and B-only rows, scored and ranked. ``keys`` have weight on a side;
+    a key is common when it is ``present`` (on the stacks) on both sides."""
+    def make_row(symbol, values_a_sh, values_b_sh, **kw) -> Row:
         va = [s * f for s, f in zip(values_a_sh, fa)]
         vb = [s * f for s, f in zip(values_b_sh, fb)]
-        return Row(symbol=name, value_a=sum(va) / len(va), value_b=sum(vb) / len(vb), values_a=va, values_b=vb,
+        return Row(symbol=symbol, value_a=sum(va) / len(va), value_b=sum(vb) / len(vb), values_a=va, values_b=vb,
                    shares_a=list(values_a_sh), shares_b=list(values_b_sh), **kw)
 
-    def order(keys, ms):
-        return [k[1] for k in sorted(keys, key=lambda k: (-sum(m.weight.get(k, 0) / m.total for m in ms), k[1]))]
+    def renamed(k) -> dict:
+        na, nb = _origin_names([k], ma), _origin_names([k], mb)
+        if set(na) | set(nb) == {k[1]} or len(set(na) | set(nb)) == 1 and not (na and nb):
+            return {"symbol": _display((k[0], (na or nb or [k[1]])[0]), opts.scope)}
+        rules = sorted({r for m in ma + mb for n in m.origins.get(k, {}) for r in m.rules_of(n)})
+        return {"symbol": _display(k, opts.scope), "names_a": na, "names_b": nb, "rules": rules}
 
     common: list[Row] = []
     only_a: list[Row] = []
@@ -396,15 +581,17 @@ def _rows(ma, mb, fa, fb, keys_a: set, keys_b: set, roles: _RoleMatch,
         allk = sa | sb
         va = [_group_value(m, allk, opts) for m in ma]
         vb = [_group_value(m, allk, opts) for m in mb]
-        common.append(make_row(f"[{r}]", va, vb, role=r, members_a=order(sa, ma), members_b=order(sb, mb),
-                               kernel=all(k[0] for k in allk)))
-    for k in keys_a | keys_b:
+        common.append(make_row(roles.inferred.get(r, f"[{r}]"), va, vb, role="inferred" if r in roles.inferred else r,
+                               members_a=_origin_names(_weighted_first(sa, ma), ma),
+                               members_b=_origin_names(_weighted_first(sb, mb), mb), kernel=all(k[0] for k in allk)))
+    for k in keys:
         if k in roles.claimed:
             continue
-        row = make_row(_display(k, opts.scope), [m.share(k) for m in ma], [m.share(k) for m in mb], kernel=k[0])
-        if k in keys_a and k in keys_b:
+        row = make_row(values_a_sh=[m.share(k) for m in ma], values_b_sh=[m.share(k) for m in mb], kernel=k[0],
+                       **renamed(k))
+        if k in present[0] and k in present[1]:
             common.append(row)
-        elif k in keys_a:
+        elif k in present[0]:
             only_a.append(row)
         else:
             only_b.append(row)
@@ -418,8 +605,8 @@ def _rows(ma, mb, fa, fb, keys_a: set, keys_b: set, roles: _RoleMatch,
 
 def add_folded(result: DiffResult, side_a: list[Profile], side_b: list[Profile]) -> DiffResult:
     """Fill ``result.folded_a``/``folded_b`` (for flame graphs and folded output) from the same profiles."""
-    result.folded_a, result.total_a = _side_folded(side_a, result.options, result.active_roles)
-    result.folded_b, result.total_b = _side_folded(side_b, result.options, result.active_roles)
+    result.folded_a, result.total_a = _side_folded(side_a, result.options, result.frame_names)
+    result.folded_b, result.total_b = _side_folded(side_b, result.options, result.frame_names)
     return result
 
 
@@ -469,20 +656,22 @@ def _significance(rows: list[Row], opts: DiffOptions) -> None:
 
 # -- folded stacks for flame graphs -------------------------------------------------
 
-def _side_folded(profs: list[Profile], opts: DiffOptions, roles: dict[str, str]) -> tuple[dict, float]:
+def _side_folded(profs: list[Profile], opts: DiffOptions, frame_names: dict[str, str]) -> tuple[dict, float]:
     """Stacks of one side, summed over its profiles, with names normalised,
-    role members renamed to their role (consecutive repeats merged), arm64
+    role members renamed to their role and twins a rule merged to their row's name
+    (consecutive repeats merged), arm64
     exception dispatch frames skipped when roles are in use, and cut
     to the scope's frames (kernel: the kernel frames of each stack; user: the
     user frames; all: whole stacks). Kernel frames carry the ``_[k]`` suffix."""
     out: dict[str, float] = {}
     total = 0.0
+    merged = {v + "_[k]" for v in frame_names.values()} | set(frame_names.values())
     for p in profs:
         total += float(p.total_weight)
         names = []
         for s in p.symbols:
-            n = normalise(s.name) if opts.normalise else s.name
-            n = roles.get(n, n)
+            n = original_name(s.name, opts)
+            n = frame_names.get(n, n)
             if n == "":
                 names.append((None, s.kernel))     # a dispatch frame: skipped
                 continue
@@ -499,7 +688,7 @@ def _side_folded(profs: list[Profile], opts: DiffOptions, roles: dict[str, str])
                     continue
                 if n is None:
                     continue
-                if frames and frames[-1] == n and n.startswith("["):
+                if frames and frames[-1] == n and n in merged:
                     continue
                 frames.append(n)
             if not frames:

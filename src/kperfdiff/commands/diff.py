@@ -24,8 +24,11 @@ def add_parser(sub) -> None:
                     "functions found on both sides by |share A - share B| (percentage points), then those "
                     "found only in A, then only in B. A share is a function's weight over ALL samples of its "
                     "profile, as perf report computes it. Compiler suffixes (.isra.N, .constprop.N, .cold, "
-                    "__pfx_...) are folded into one name, and equivalent functions of different architectures "
-                    "(page fault entry, syscall entry, clear page...) are compared under a shared role.")
+                    "__pfx_...) are folded into one name; rules rename generic variants (__x64_sys_clone and "
+                    "__arm64_sys_clone are sys_clone, memset_erms is memset); equivalent functions of different "
+                    "architectures (page fault entry, syscall entry, interrupts off/on, TLB flush...) are compared "
+                    "under a shared role; and between architectures, side-specific functions whose callers and "
+                    "callees match are shown as inferred twins, with the evidence.")
     d.add_argument("a", help="profile A: perf.data, perf script text, perf report --stdio text, folded stacks, "
                              "several of them comma-separated (repeated runs: A1,A2,A3), "
                              "or a store reference RUN[:benchmark[@CORES]] (one profile per repetition, its "
@@ -53,7 +56,19 @@ def add_parser(sub) -> None:
                         "wdiff:WA,WB (WB*B - WA*A), all on shares (or ns/op with --per-op)")
     d.add_argument("--map", action="append", metavar="FILE",
                    help="your own equivalence table (TOML, the format of the shipped one), merged over it; repeatable")
-    d.add_argument("--no-equivalence", action="store_true", help="do not group equivalent functions into roles")
+    d.add_argument("--no-equivalence", action="store_true",
+                   help="no rules and no roles: every name compared as it is (after compiler suffixes)")
+    inf = d.add_mutually_exclusive_group()
+    inf.add_argument("--infer", dest="infer", action="store_const", const="on", default="auto",
+                     help="look for inferred twins even when both sides are one architecture (default: only "
+                          "between architectures): side-specific functions whose callers and callees match, "
+                          "shown in their own section with the evidence and a score")
+    inf.add_argument("--no-infer", dest="infer", action="store_const", const="off", help="do not look for inferred twins")
+    d.add_argument("--accept-inferred", action="store_true",
+                   help="merge the accepted inferred twins into the common list (one row per pair)")
+    d.add_argument("--inferred-map", metavar="FILE",
+                   help="write the accepted inferred twins as an equivalence map (TOML) to review and pass back "
+                        "with --map")
     d.add_argument("--no-normalise", action="store_true",
                    help="keep compiler suffixes (.isra.N, .constprop.N, .cold...) as separate names")
     d.add_argument("--folded-kernel", choices=["auto", "entry", "all", "none"], default="auto",
@@ -117,7 +132,8 @@ def options(args: argparse.Namespace) -> DiffOptions:
     return DiffOptions(top=args.top, scope=args.scope, labels=_parse_labels(args.labels), children=args.children,
                        per_op=args.per_op, equivalence=not args.no_equivalence, maps=tuple(args.map or ()),
                        normalise=not args.no_normalise, ops=_parse_ops(args.ops), compute=compute,
-                       wdiff_weights=weights)
+                       wdiff_weights=weights, infer=args.infer,
+                       accept_inferred=args.accept_inferred)
 
 
 def store_lookup(store_path: str | None):
@@ -162,5 +178,7 @@ def run(args: argparse.Namespace) -> int:
     if args.folded:
         for suffix, text in flamegraph.folded_files(result).items():
             write_file(f"{args.folded}.{suffix}", text)
+    if args.inferred_map:
+        write_file(args.inferred_map, render.twins_map(result))
     sys.stdout.write(render.render(result, args.format))
     return 0

@@ -13,6 +13,7 @@ Renderers return strings; they do no I/O.
 """
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 from .table import Table, to_csv, to_json, to_markdown, to_text
@@ -48,10 +49,16 @@ def _top(rows: list[Row], n: int) -> list[Row]:
 
 
 def _symbol_cell(row: Row, result: DiffResult) -> str:
-    if not row.role:
+    """The row's name, with the original names on each side when a role or a rule merged
+    different ones: ``sys_clone (arm64: __arm64_sys_clone; x86_64: __x64_sys_clone)``."""
+    a, b = (row.members_a, row.members_b) if row.role else (row.names_a, row.names_b)
+    if row.role == "inferred":
+        return f"{row.symbol} (inferred twins)"
+    if not row.role and not (a or b):
         return row.symbol
     la, lb = result.labels
-    return f"{row.symbol} ({la}: {', '.join(row.members_a)}; {lb}: {', '.join(row.members_b)})"
+    sides = [f"{label}: {', '.join(names)}" for label, names in ((la, a), (lb, b)) if names]
+    return f"{row.symbol} ({'; '.join(sides)})"
 
 
 def tables(result: DiffResult, *, extra: bool = False, mark: bool = False) -> list[Table]:
@@ -94,6 +101,81 @@ def tables(result: DiffResult, *, extra: bool = False, mark: bool = False) -> li
     return out
 
 
+def _evidence_text(t) -> str:
+    parts = [f"{e.relation} {e.context} {e.fraction_a:.0%}/{e.fraction_b:.0%}" for e in t.evidence]
+    if not t.accepted and t.runner_up:
+        parts.append(f"ambiguous: also {t.runner_up[1]} ({t.runner_up[2]:.2f})")
+    return "; ".join(parts)
+
+
+def twins_table(result: DiffResult) -> Table | None:
+    """The inferred twins section, or None when inference did not run."""
+    if not result.inferred:
+        return None
+    la, lb = result.labels
+    n = result.options.top
+    verdict = ("merged into the common list (--accept-inferred)" if result.options.accept_inferred
+               else "not merged; --accept-inferred merges the accepted ones")
+    t = Table(columns=["score", la, f"{la} %", lb, f"{lb} %", "match", "evidence (context: share of each side's samples)"],
+              title=f"Inferred twins among the side-specific functions: matching callers/callees, score 0-1; "
+                    f"{verdict}",
+              align=["r", "l", "r", "l", "r", "l", "l"])
+    for tw in _top([tw for tw in result.twins if tw.accepted], n):
+        t.rows.append([tw.score, tw.a, tw.share_a, tw.b, tw.share_b, "accepted", _evidence_text(tw)])
+    return t
+
+
+def inlined_table(result: DiffResult) -> Table | None:
+    """Side-specific functions the other side most likely inlined into a shared caller."""
+    if not result.inferred or not result.inlined:
+        return None
+    la, lb = result.labels
+    n = result.options.top
+    t = Table(columns=["%", "function", "specific to", "called from", "why inlined on the other side"],
+              title="Side-specific functions the other side most likely compiled into their caller",
+              align=["r", "l", "l", "l", "l"])
+    for i in _top(result.inlined, n):
+        here, there = (la, lb) if i.side == "a" else (lb, la)
+        if i.callee is not None:
+            why = f"{there} calls {i.callee} from {i.caller} directly"
+        else:
+            why = f"{i.caller}'s own time: {i.caller_self[1]:.2f}% on {there}, {i.caller_self[0]:.2f}% on {here}"
+        t.rows.append([i.share, i.function, here, f"{i.caller} ({i.caller_fraction:.0%})", why])
+    return t
+
+
+def twins_footnote(result: DiffResult) -> str:
+    """One line on the candidate pairs the twins section leaves out, or ""."""
+    n = sum(1 for tw in result.twins if not tw.accepted)
+    if not n:
+        return ""
+    return (f"{n} more candidate pair(s) scored 0.5 or more but are ambiguous or thinly sampled "
+            f"(several functions share those callers, or fewer than 10 samples); --format json lists them")
+
+
+def twins_map(result: DiffResult) -> str:
+    """The accepted inferred twins as an equivalence map (TOML [[role]] tables) to review, edit and
+    pass back with --map."""
+    la, lb = result.labels
+    keys = [result.side_a.arch or "a", result.side_b.arch or "b"]
+    if keys[0] == keys[1]:
+        keys = ["a", "b"]
+    lines = [f"# Inferred twins of `kperfdiff diff` ({la} vs {lb}): accepted pairs, as [[role]] tables.",
+             "# Review them, delete what is wrong, and pass the file back with --map.", "version = 1", ""]
+    for tw in result.twins:
+        if not tw.accepted:
+            continue
+        lines += ["[[role]]", f"name = {json.dumps(f'{tw.a} / {tw.b}')}",
+                  f"note = {json.dumps(f'inferred, score {tw.score:.2f}: ' + _evidence_text(tw))}",
+                  f"{keys[0]} = [{json.dumps(_bare(tw.a))}]", f"{keys[1]} = [{json.dumps(_bare(tw.b))}]", ""]
+    return "\n".join(lines)
+
+
+def _bare(name: str) -> str:
+    """A function name without the "[k] " / "[.] " prefix of --scope all."""
+    return name[4:] if name[:1] == "[" and name[2:4] == "] " else name
+
+
 def _marks(result: DiffResult) -> list[list[bool]]:
     n = result.options.top
     return [[r.significant is False for r in _top(rows, n)]
@@ -110,6 +192,17 @@ def to_study_text(result: DiffResult) -> str:
             if flag:
                 text[head + i] += f" {NOT_SIGNIFICANT}"
         parts.extend(text)
+    tw = twins_table(result)
+    if tw is not None:
+        if tw.rows:
+            parts.extend(to_text(tw, style="study").splitlines())
+        else:
+            parts.append(f">> {tw.title.split(':')[0]}: none accepted")
+        if twins_footnote(result):
+            parts.append(twins_footnote(result))
+    inl = inlined_table(result)
+    if inl is not None:
+        parts.extend(to_text(inl, style="study").splitlines())
     if result.significance:
         parts.append(legend(result))
     return "\n".join(parts) + "\n"
@@ -117,6 +210,14 @@ def to_study_text(result: DiffResult) -> str:
 
 def to_markdown_text(result: DiffResult) -> str:
     out = [to_markdown(t) for t in tables(result, extra=True, mark=True)]
+    tw = twins_table(result)
+    if tw is not None:
+        out.append(to_markdown(tw))
+        if twins_footnote(result):
+            out.append(f"_{twins_footnote(result)}._\n")
+    inl = inlined_table(result)
+    if inl is not None:
+        out.append(to_markdown(inl))
     if result.significance:
         out.append(legend(result).replace(NOT_SIGNIFICANT, "`~`", 1) + "\n")
     out.append(f"_{result.method}._\n")
@@ -142,6 +243,10 @@ def _row_dict(r: Row, result: DiffResult, section: str) -> dict:
         d["role"] = r.role
         d["members_a"] = r.members_a
         d["members_b"] = r.members_b
+    if r.names_a or r.names_b:
+        d["names_a"] = r.names_a
+        d["names_b"] = r.names_b
+        d["rules"] = r.rules
     if result.significance:
         d["ci"] = list(r.ci) if r.ci else None
         d["p"] = r.p
@@ -175,6 +280,18 @@ def to_json_text(result: DiffResult) -> str:
         "only_b": [_row_dict(r, result, "only_b") for r in _top(result.only_b, n)],
         "warnings": result.warnings,
     }
+    if result.inferred:
+        doc["twins"] = [{"a": t.a, "b": t.b, "share_a": t.share_a, "share_b": t.share_b, "score": t.score,
+                         "caller_score": t.caller_score, "callee_score": t.callee_score, "accepted": t.accepted,
+                         "runner_up": ({"side": t.runner_up[0], "symbol": t.runner_up[1], "score": t.runner_up[2]}
+                                       if t.runner_up else None),
+                         "evidence": [{"relation": e.relation, "context": e.context, "fraction_a": e.fraction_a,
+                                       "fraction_b": e.fraction_b} for e in t.evidence]}
+                        for t in _top(result.twins, n)]
+        doc["inlined"] = [{"function": i.function, "side": i.side, "share": i.share, "caller": i.caller,
+                           "caller_fraction": i.caller_fraction, "callee": i.callee,
+                           "caller_self": {"here": i.caller_self[0], "other": i.caller_self[1]}}
+                          for i in _top(result.inlined, n)]
     return to_json(doc)
 
 
@@ -186,7 +303,8 @@ def to_csv_text(result: DiffResult) -> str:
     t = Table(columns=cols)
     for section, rows in (("common", result.common), ("only_a", result.only_a), ("only_b", result.only_b)):
         for r in _top(rows, n):
-            row = [section, r.symbol, " ".join(r.members_a), " ".join(r.members_b), r.value_a, r.value_b,
+            row = [section, r.symbol, " ".join(r.members_a or r.names_a), " ".join(r.members_b or r.names_b),
+                   r.value_a, r.value_b,
                    r.diff, r.delta, result.unit]
             if result.significance:
                 row += [r.ci[0] if r.ci else None, r.ci[1] if r.ci else None, r.p, r.q, r.significant]
