@@ -3,6 +3,7 @@
     .venv/bin/python harness/fuzz_text.py --executions 20000 --seed 1 [--save DIR]
     .venv/bin/python harness/fuzz_text.py --seconds 600
     .venv/bin/python harness/fuzz_text.py --sizes --seconds 600   # the ELF and symbol-map readers
+    .venv/bin/python harness/fuzz_text.py --maps --seconds 600    # equivalence maps (diff --map)
 
 Exit status 1 if any input crashed a reader or gave a Profile that breaks an invariant; --save keeps
 those inputs (minimise one into tests/data/text/fuzz/ with a test).
@@ -16,7 +17,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from fuzzing import fuzz, fuzz_sizes  # noqa: E402
+from fuzzing import fuzz, fuzz_maps, fuzz_sizes  # noqa: E402
 
 
 def main() -> int:
@@ -25,18 +26,22 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=None)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--save", type=Path, default=None, help="keep failing inputs in this folder")
-    ap.add_argument("--sizes", action="store_true",
-                    help="fuzz the size-file readers (ELF, System.map, kallsyms) instead of the profile readers")
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--sizes", action="store_true",
+                       help="fuzz the size-file readers (ELF, System.map, kallsyms) instead of the profile readers")
+    which.add_argument("--maps", action="store_true",
+                       help="fuzz the equivalence-map reader (diff --map: roles, rules, dispatch)")
     a = ap.parse_args()
     if a.executions is None and a.seconds is None:
         a.executions = 20000
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory() as d:
-        run = fuzz_sizes if a.sizes else fuzz
+        run = fuzz_sizes if a.sizes else fuzz_maps if a.maps else fuzz
         counts, examples = run(Path(d), executions=a.executions, seconds=a.seconds, seed=a.seed, save=a.save)
     n = sum(counts.values())
     dt = time.monotonic() - t0
-    print(f"{'size-file' if a.sizes else 'text'} readers: {n} mutated files in {dt:.0f} s (seed {a.seed}): " +
+    what = "size-file" if a.sizes else "equivalence-map" if a.maps else "text"
+    print(f"{what} readers: {n} mutated files in {dt:.0f} s (seed {a.seed}): " +
           ", ".join(f"{counts[k]} {k}" for k in ("ok", "error", "crash", "wrong")))
     for outcome, ex in examples.items():
         for name, detail in ex:

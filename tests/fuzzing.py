@@ -166,13 +166,17 @@ def fuzz(workdir: Path, *, executions: int | None = None, seconds: float | None 
          save: Path | None = None) -> tuple[Counter, dict[str, list[tuple[str, str]]]]:
     """Run the fuzzer; returns counts per outcome and up to 5 (seed name, detail) examples per failure
     outcome. ``save`` keeps every failing input there."""
-    path = workdir / "input"
+    return _fuzz_text_files(seeds(), workdir / "input", run_one, executions=executions, seconds=seconds,
+                            seed=seed, save=save)
 
+
+def _fuzz_text_files(corpus, path: Path, read, **loop) -> tuple[Counter, dict[str, list[tuple[str, str]]]]:
+    """The loop over text files: mutate a seed with the text edits, write it to ``path``, ``read(path)``."""
     def one(_name, data, rng):
         mutated = mutate(data, rng)
         path.write_bytes(mutated)
-        return (mutated, *run_one(path))
-    return _fuzz_loop(seeds(), one, executions=executions, seconds=seconds, seed=seed, save=save)
+        return (mutated, *read(path))
+    return _fuzz_loop(corpus, one, **loop)
 
 
 # -- size files: ELF and System.map/kallsyms (the native readers behind `kperfdiff place --sizes`
@@ -381,3 +385,58 @@ def fuzz_sizes(workdir: Path, *, executions: int | None = None, seconds: float |
         path.write_bytes(mutated)
         return (mutated, *run_one_size(path, mutated))
     return _fuzz_loop(size_seeds(), one, executions=executions, seconds=seconds, seed=seed, save=save)
+
+
+# -- equivalence maps (`kperfdiff diff --map FILE`): TOML with [[role]], [[rule]] and [dispatch] ---
+#
+# Seeds: the shipped table and a small map with every kind of table. Mutations: the text edits
+# above. A map is read as `diff --map` reads it (merged over the shipped table); the outcome is
+# ok, a one-sentence InputError, or a crash. "wrong": a rule that renames a name to "" or a
+# renaming that changes on a second application (rules are applied once, in order, so the
+# result must be stable for the role lookup that applies them again).
+
+MAP_FILE_SEEDS = [Path(__file__).parents[1] / "src" / "kperfdiff" / "symbols" / "equivalence.toml"]
+SMALL_MAP = b"""version = 1
+[dispatch]
+arm64 = ["el0t_64_sync"]
+[[rule]]
+name = "mine"
+prefixes = ["__my_", "__x64_sys_"]
+suffixes = ["_fast"]
+becomes = "my_"
+only = ["my_clone"]
+[[role]]
+name = "getpid"
+note = "a role"
+arm64 = ["invoke_syscall"]
+x86_64 = ["do_syscall_64"]
+"""
+PROBES = ["__x64_sys_clone", "__arm64_sys_clone", "memset_erms", "__memmove", "__my_clone", "clone_fast",
+          "el0t_64_sync", "do_syscall_64", "", "x", "__", "_erms"]
+
+
+def map_seeds() -> list[tuple[str, bytes]]:
+    return [(p.name, p.read_bytes()) for p in MAP_FILE_SEEDS] + [("small.toml", SMALL_MAP)]
+
+
+def run_map(path: Path) -> tuple[str, str]:
+    from kperfdiff.errors import KperfdiffError
+    from kperfdiff.symbols.equivalence import load_roles
+    try:
+        table = load_roles([path])
+        for name in PROBES:
+            once = table.canonical(name)
+            if name and not once:
+                return "wrong", f"{name!r} renamed to an empty name"
+            table.role_of(name)
+    except KperfdiffError as e:
+        return "error", str(e)
+    except Exception as e:   # noqa: BLE001 - classifying every failure is the point
+        return "crash", f"{type(e).__name__}: {e}"
+    return "ok", ""
+
+
+def fuzz_maps(workdir: Path, *, executions: int | None = None, seconds: float | None = None, seed: int = 1,
+              save: Path | None = None) -> tuple[Counter, dict[str, list[tuple[str, str]]]]:
+    return _fuzz_text_files(map_seeds(), workdir / "map.toml", run_map, executions=executions, seconds=seconds,
+                            seed=seed, save=save)
