@@ -40,6 +40,9 @@ class Measurement:
     # brought back from a target or a guest
     facts: dict | None = None
     profiles: list[tuple] = field(default_factory=list)   # (rep, copy, perf.data path)
+    # (rep, copy, folded path, total instructions): exact instruction counts per function
+    # (deterministic guests; targets/guest/counting.py)
+    counted: list[tuple] = field(default_factory=list)
     kallsyms: str | None = None
     symfs: str | None = None
     extra: dict = field(default_factory=dict)             # e.g. boot timing's slowest initcalls

@@ -29,6 +29,7 @@ from pathlib import Path
 from ..bench.measurement import Measurement, aggregate
 from ..errors import UsageError
 from . import qemu, ssh
+from .guest import counting
 from .base import Invocation, InvocationResult, Target
 from .local import LocalTarget
 from .qemu import QemuTarget
@@ -147,13 +148,16 @@ def run_benchmarks(target: Target, cells, opts, artefact_dir=None, first_rep: in
             argv += ["--intervals", str(intervals)]
         if getattr(opts, "min_batch_ns", None):
             argv += ["--min-batch-ns", str(int(opts.min_batch_ns))]
+        if getattr(target, "count_instructions", False):
+            argv.append("--count")
         argv += [f"{k}={v}" for k, v in params.items()]
         timeout = getattr(opts, "timeout", None) or b.timeout
+        period = getattr(target, "perf_period", None)
         for rep in range(first_rep, first_rep + reps):
             invs.append(Invocation(argv, c.copies, timeout,
                                    profile=(f"{b.name}.P{c.copies}.r{rep}" if profile else None),
-                                   perf_freq=getattr(opts, "profile_freq", None),
-                                   perf_event=getattr(target, "perf_event", None)))
+                                   perf_freq=None if period else getattr(opts, "profile_freq", None),
+                                   perf_period=period, perf_event=getattr(target, "perf_event", None)))
             owners.append((ci, rep))
     started = time.time()
     results = target.run_job(invs) if invs else []
@@ -171,7 +175,7 @@ def run_benchmarks(target: Target, cells, opts, artefact_dir=None, first_rep: in
             continue
         m = _measure_cell(c, per_cell.get(ci, []), started)
         m.facts = facts
-        if artefact_dir is not None and m.profiles:
+        if artefact_dir is not None and (m.profiles or m.counted):
             _keep_profiles(m, Path(artefact_dir), target.binaries())
         out.append(m)
     return out
@@ -194,6 +198,12 @@ def _keep_profiles(m: Measurement, folder: Path, binaries: dict[str, Path]) -> N
         shutil.copy2(path, dst)
         kept.append((rep, copy, str(dst)))
     m.profiles = kept
+    counted = []
+    for rep, copy, path, total in m.counted:
+        dst = folder / Path(path).name
+        shutil.copy2(path, dst)
+        counted.append((rep, copy, str(dst), total))
+    m.counted = counted
     if m.kallsyms:
         dst = folder / "kallsyms"
         if not dst.exists():
@@ -216,6 +226,12 @@ def _measure_cell(c: Cell, runs: list[tuple[int, InvocationResult]], started: fl
                     profiles.append((rep, copy, str(pd)))
         if "kallsyms" in r.files:
             kallsyms = str(r.files["kallsyms"])
+        for copy in range(len(r.outputs())):
+            w = r.files.get(f"insn.c{copy}")
+            if w and "kallsyms" in r.files:
+                out = Path(w).with_name(f"{c.bench.name}.P{c.copies}.r{rep}.c{copy}.insn.folded")
+                total = counting.window_profile(Path(w), Path(r.files["kallsyms"]), out)
+                m.counted.append((rep, copy, str(out), total))
     m.profiles = profiles
     m.kallsyms = kallsyms
     return m

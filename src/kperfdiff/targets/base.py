@@ -27,6 +27,7 @@ from .. import monitors
 from ..arch import normalise_arch
 from ..bench import build, catalogue
 from ..bench.worker import STDERR_TAIL, WorkerOutput, copy_output, parse_status
+from .guest import counting
 
 FACT_FILES = {
     "cmdline": "/proc/cmdline", "meminfo": "/proc/meminfo", "cpuinfo": "/proc/cpuinfo",
@@ -57,6 +58,7 @@ class Invocation:
     profile: str | None = None
     perf_event: str | None = None
     perf_freq: int | None = None
+    perf_period: int | None = None   # perf record -c: a sample every N events (instead of -F)
     label: str = ""
 
     @property
@@ -202,6 +204,8 @@ def job_script(invocations: list[Invocation], bin_dir: str, out_dir: str, *, per
         if inv.copies > 1 and "--sync" not in words:
             words.append("--sync")
         prefix: list[str] = []
+        if "--count" in inv.argv:
+            need_kallsyms = True    # to name the functions of exact instruction counts
         if inv.profile:
             if perf is None:
                 lines.append(f"echo {q('error perf is not available on this target')} > {q(d + '/c0.out')}")
@@ -210,7 +214,9 @@ def job_script(invocations: list[Invocation], bin_dir: str, out_dir: str, *, per
             need_kallsyms = True
             prefix = list(perf) + ["record", "-q", "-g", "-e", inv.perf_event or "cpu-clock",
                                    "-o", f"{d}/{inv.profile}.c@COPY@.perf.data"]
-            if inv.perf_freq:
+            if inv.perf_period:
+                prefix += ["-c", str(inv.perf_period)]
+            elif inv.perf_freq:
                 prefix += ["-F", str(inv.perf_freq)]
             prefix.append("--")
         runner = [f"{bin_dir}/kpd-run", "-o", d, "-n", str(inv.copies), "-t", f"{inv.timeout:g}"]
@@ -239,6 +245,8 @@ def read_results(invocations: list[Invocation], out_dir: Path) -> list[Invocatio
     """Read what job_script left in out_dir (fetched back to this machine)."""
     results = []
     kallsyms = out_dir / "kallsyms"
+    # Instruction-count windows (guest/counting.py), in run order: one per copy that marked one.
+    windows = iter(counting.windows(out_dir))
     for i, inv in enumerate(invocations):
         d = out_dir / f"i{i}"
         r = InvocationResult(inv)
@@ -259,7 +267,11 @@ def read_results(invocations: list[Invocation], out_dir: Path) -> list[Invocatio
                 pd = d / f"{inv.profile}.c{c}.perf.data"
                 if pd.exists():
                     r.files[pd.name] = pd
-        if kallsyms.exists() and inv.profile:
+            if "\ninfo marked 1\n" in r.stdout[-1]:
+                w = next(windows, None)
+                if w is not None:
+                    r.files[f"insn.c{c}"] = w
+        if kallsyms.exists() and (inv.profile or any(k.startswith("insn.") for k in r.files)):
             r.files["kallsyms"] = kallsyms
         r.vmstat_before = _text(d / "vmstat.before")
         r.vmstat_after = _text(d / "vmstat.after")

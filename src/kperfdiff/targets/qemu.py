@@ -38,7 +38,7 @@ from pathlib import Path
 
 from ..bench.build import cache_dir, host_arch
 from ..errors import BenchError, InputError, UsageError
-from .guest import elf
+from .guest import counting, elf
 from .base import Invocation, InvocationResult, Target, bundle_binaries, facts_from_files, job_script, \
     read_fact_files, read_results
 from .guest.cpio import CpioWriter
@@ -447,6 +447,14 @@ class BootRecord:
         return "\n".join(ln for _, ln in self.lines[-last:])
 
 
+# Profiles of a deterministic guest sample cpu-clock every this many virtual nanoseconds, which
+# under -icount shift=0 are instructions. A prime, so that a benchmark loop of a fixed instruction
+# count is not sampled at the same point of every pass (a stroboscope). The emulated PMU's own
+# instructions event counts exactly but cannot attribute kernel samples (README: deterministic).
+DETERMINISTIC_PERIOD = 99991
+DETERMINISTIC_CMDLINE = ["nokaslr", "norandmaps", "randomize_kstack_offset=off"]
+
+
 class QemuTarget(Target):
     kind = "qemu"
 
@@ -464,6 +472,10 @@ class QemuTarget(Target):
         self.last_boot: BootRecord | None = None
         self.modules_loaded: list[str] = []
         self.modules_missing: list[str] = []
+        # Deterministic guests: latency workers count their instructions (kpd --count) and
+        # profiles sample every DETERMINISTIC_PERIOD instructions.
+        self.count_instructions = self.qs.deterministic
+        self.perf_period = DETERMINISTIC_PERIOD if self.qs.deterministic else None
 
     # -- set-up --
     def _require_qemu(self) -> str:
@@ -572,6 +584,10 @@ class QemuTarget(Target):
         a = [f"console={self.cfg['console']}", "panic=-1", "rdinit=/init", "printk.time=1",
              *self.cfg["append"]]
         a += ["initcall_debug", "log_buf_len=8M", "loglevel=1"] if boot_debug else ["quiet", "loglevel=1"]
+        if self.qs.deterministic:
+            # The same work on every boot: no randomised kernel or process layout, no random
+            # kernel stack offset per system call.
+            a += DETERMINISTIC_CMDLINE
         if self.qs.append:
             a += self.qs.append.split()
         return a
@@ -588,9 +604,12 @@ class QemuTarget(Target):
         with open(disk, "wb") as fh:
             fh.truncate(RESULT_DISK_BYTES)
         argv = self.qemu_argv(initrd, disk, self.cmdline(boot_debug), mem=mem, accel=accel)
-        rec = self._run_console(argv, timeout)
         out = out_dir or (work / "out")
         out.mkdir(parents=True, exist_ok=True)
+        if self.count_instructions and not probe and (accel or self.accel()) == "tcg":
+            # exact instruction counts per block between the workers' marks (guest/counting.py)
+            argv += ["-plugin", f"{counting.plugin()},out={out / counting.WINDOW_PREFIX}"]
+        rec = self._run_console(argv, timeout)
         got = self._extract(disk, rec, out)
         initrd.unlink(missing_ok=True)
         disk.unlink(missing_ok=True)
@@ -728,6 +747,8 @@ class QemuTarget(Target):
                  "perf_events": {"cpu-clock": True, "task-clock": True}}
         if self.qs.deterministic:
             extra["time_unit"] = "instructions (QEMU -icount shift=0: one virtual ns per guest instruction)"
+            extra["profile_sampling"] = (f"cpu-clock every {DETERMINISTIC_PERIOD} virtual ns, which are "
+                                         f"instructions; emulated instructions and cycles are not real time")
         return facts_from_files(files, emulated=True, virtualisation=accel, extra=extra)
 
     def binaries(self) -> dict[str, Path]:

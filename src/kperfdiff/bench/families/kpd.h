@@ -4,7 +4,7 @@
  * A worker is one C file per family (syscall.c, fault.c, ...). It is run as
  *
  *     kpd-<family> <benchmark-name> [--intervals N] [--warmup N]
- *                  [--min-batch-ns N] [--sync] [key=value ...]
+ *                  [--min-batch-ns N] [--sync] [--count] [key=value ...]
  *
  * and writes a small line-oriented record on stdout that the Python side
  * (kperfdiff.bench.worker) parses and checks:
@@ -31,6 +31,15 @@
  * With --sync (parallel copies, lmbench's -P), the worker prints "ready"
  * once its set-up is done and waits for one byte on stdin, so that every
  * copy starts measuring at the same moment.
+ *
+ * With --count, kpd_latency() also counts the instructions retired in kernel
+ * and in user mode during its timed intervals (perf_event_open, children
+ * included) and prints them as info lines: instructions_kernel,
+ * instructions_user, or count_error with the reason the counters could not
+ * be opened; and counted_ops, the operations of those intervals. On arm64 it
+ * also marks the intervals with "hint #0x70" before and "hint #0x71" after
+ * (NOPs for the CPU; kperfdiff's QEMU plugin counts instructions per block
+ * between them) and prints "info marked 1".
  */
 #ifndef KPD_H
 #define KPD_H
@@ -44,8 +53,11 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
+#include <linux/perf_event.h>
 
 #define KPD_UNUSED __attribute__((unused))
 #define KPD_MAX_PARAMS 32
@@ -59,6 +71,7 @@ struct kpd_state {
 	int warmup;
 	long long min_batch_ns;
 	int sync;
+	int count;
 	int ready_done;
 	int begun;
 	long long total_ops;   /* ops in reported intervals */
@@ -173,7 +186,7 @@ static KPD_UNUSED void kpd_init(int argc, char **argv)
 	kpd.min_batch_ns = 10000000LL;
 	if (argc < 2)
 		kpd_fail("usage: %s BENCHMARK [--intervals N] [--warmup N] "
-			 "[--min-batch-ns N] [--sync] [key=value ...]", argv[0]);
+			 "[--min-batch-ns N] [--sync] [--count] [key=value ...]", argv[0]);
 	kpd.bench = argv[1];
 	for (int i = 2; i < argc; i++) {
 		const char *a = argv[i];
@@ -185,6 +198,8 @@ static KPD_UNUSED void kpd_init(int argc, char **argv)
 			kpd.min_batch_ns = kpd_arg_ll(a, i + 1 < argc ? argv[++i] : NULL);
 		else if (strcmp(a, "--sync") == 0)
 			kpd.sync = 1;
+		else if (strcmp(a, "--count") == 0)
+			kpd.count = 1;
 		else if (strchr(a, '=') && kpd.nparams < KPD_MAX_PARAMS) {
 			char *eq = strchr(a, '=');
 			*eq = '\0';
@@ -291,6 +306,67 @@ static KPD_UNUSED void kpd_overhead(double ns)
 }
 
 /*
+ * Instruction counters for --count: one for kernel mode, one for user mode,
+ * inherited by the children the benchmark creates (their counts are added
+ * when they exit). kpd_count_open() returns 0, or -1 after printing
+ * "info count_error <reason>".
+ */
+static int kpd_count_fd[2] = {-1, -1};
+
+static KPD_UNUSED int kpd_count_open(void)
+{
+	for (int i = 0; i < 2; i++) {
+		struct perf_event_attr a;
+		memset(&a, 0, sizeof a);
+		a.size = sizeof a;
+		a.type = PERF_TYPE_HARDWARE;
+		a.config = PERF_COUNT_HW_INSTRUCTIONS;
+		a.disabled = 1;
+		a.inherit = 1;
+		a.exclude_hv = 1;
+		a.exclude_user = i == 0;
+		a.exclude_kernel = i == 1;
+		kpd_count_fd[i] = (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, 0);
+		if (kpd_count_fd[i] < 0) {
+			kpd_info("count_error", "perf_event_open of %s instructions: %s",
+				 i == 0 ? "kernel" : "user", strerror(errno));
+			return -1;
+		}
+	}
+	for (int i = 0; i < 2; i++)
+		ioctl(kpd_count_fd[i], PERF_EVENT_IOC_ENABLE, 0);
+	return 0;
+}
+
+static KPD_UNUSED void kpd_count_close(void)
+{
+	unsigned long long v[2] = {0, 0};
+	for (int i = 0; i < 2; i++) {
+		ioctl(kpd_count_fd[i], PERF_EVENT_IOC_DISABLE, 0);
+		if (read(kpd_count_fd[i], &v[i], sizeof v[i]) != (ssize_t)sizeof v[i]) {
+			kpd_info("count_error", "reading the instruction counters: %s", strerror(errno));
+			return;
+		}
+		close(kpd_count_fd[i]);
+	}
+	kpd_info("instructions_kernel", "%llu", v[0]);
+	kpd_info("instructions_user", "%llu", v[1]);
+}
+
+/* The window marks of --count on arm64 (see the header comment). */
+static KPD_UNUSED void kpd_mark(int stop)
+{
+#if defined(__aarch64__)
+	if (stop)
+		__asm__ volatile("hint #0x71" ::: "memory");
+	else
+		__asm__ volatile("hint #0x70" ::: "memory");
+#else
+	(void)stop;
+#endif
+}
+
+/*
  * The standard latency measurement: declare ns/op (lower is better),
  * calibrate, warm up, then report --intervals timed batches as ns/op
  * minus overhead_ns. Waits for the start signal first when --sync.
@@ -310,11 +386,26 @@ static KPD_UNUSED double kpd_latency(kpd_body fn, void *ctx, double overhead_ns)
 	n = kpd_calibrate(fn, ctx, kpd.min_batch_ns);
 	for (int i = 0; i < kpd.warmup; i++)
 		kpd_time_batch(fn, ctx, n);
+	int counting = kpd.count && kpd_count_open() == 0;
+	long long counted = 0;
+	if (kpd.count)
+		kpd_mark(0);
 	for (int i = 0; i < kpd.intervals; i++) {
 		long long t = kpd_time_batch(fn, ctx, n);
 		v[i] = (double)t / (double)n - overhead_ns;
+		counted += n;
 		kpd_interval(v[i], n, t);
 	}
+	if (kpd.count) {
+		kpd_mark(1);
+#if defined(__aarch64__)
+		kpd_info("marked", "1");
+#endif
+	}
+	if (counting)
+		kpd_count_close();
+	if (kpd.count)
+		kpd_info("counted_ops", "%lld", counted);
 	qsort(v, (size_t)kpd.intervals, sizeof *v, kpd_cmp_double);
 	med = kpd.intervals % 2 ? v[kpd.intervals / 2] : (v[kpd.intervals / 2 - 1] + v[kpd.intervals / 2]) / 2;
 	free(v);
