@@ -290,7 +290,7 @@ def _side_from_runs(store, label: str, runs) -> Side:
         results = store.results(run.id)
         for name, r in zip(result_names(results), results):
             _add_result(side, r, r.bench_key or name)
-        for p in store.profiles(run.id):
+        for p in store.primary_profiles(run.id):
             copies = (p.get("meta") or {}).get("copies", 1)
             side.profiles.setdefault((p["benchmark"], copies), []).append(p)
     return side

@@ -135,6 +135,8 @@ class SideInfo:
     total_weight: list[float]
     weight_unit: list[str]
     arch: str | None
+    # exact (kernel, user) instructions per operation of each profile, where the worker counted them
+    instructions_per_op: list[tuple[float, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -253,7 +255,24 @@ def _cpu_time_ns(prof: Profile) -> float | None:
     return None
 
 
-def _per_op_factor(prof: Profile, ops_override) -> float:
+def counted_per_op(prof: Profile) -> tuple[float, float] | None:
+    """Exact (kernel, user) instructions per operation the worker counted (``meta['instructions']``)."""
+    c = prof.meta.get("instructions")
+    try:
+        ops = float(c["ops"])
+        return (float(c["kernel"]) / ops, float(c["user"]) / ops) if ops > 0 else None
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _in_instructions(profs: list[Profile]) -> bool:
+    """Are these profiles' weights emulated instructions (a deterministic guest, QEMU -icount)?"""
+    return bool(profs) and all(str(p.meta.get("time_unit") or "").startswith("instructions") for p in profs)
+
+
+def _per_op_factor(prof: Profile, ops_override, counted: bool = False) -> float:
+    if counted:
+        return sum(counted_per_op(prof)) / 100.0    # share (%) -> instructions/op, from the exact counts
     ops = prof.meta.get("ops") or ops_override
     if not ops:
         raise InputError(f"--per-op needs the number of benchmark operations of {prof.source}; "
@@ -298,10 +317,12 @@ def _default_labels(a: list[Profile], b: list[Profile]) -> tuple[str, str]:
 
 def _side_info(profs: list[Profile], label: str) -> SideInfo:
     arches = {p.arch for p in profs}
+    counted = [counted_per_op(p) for p in profs]
     return SideInfo(label=label, sources=[p.source for p in profs], events=[p.event for p in profs],
                     samples=[int(p.samples) for p in profs], total_weight=[float(p.total_weight) for p in profs],
                     weight_unit=[p.weight_unit for p in profs],
-                    arch=next(iter(arches)) if len(arches) == 1 else None)
+                    arch=next(iter(arches)) if len(arches) == 1 else None,
+                    instructions_per_op=[c for c in counted if c is not None] if all(counted) else [])
 
 
 def _display(key, scope: str) -> str:
@@ -323,9 +344,10 @@ def diff_profiles(side_a: list[Profile], side_b: list[Profile], options: DiffOpt
     table = load_roles(opts.maps) if opts.equivalence else None
     ma = [_Measured(p, opts, table) for p in side_a]
     mb = [_Measured(p, opts, table) for p in side_b]
+    counted = opts.per_op and all(counted_per_op(p) for p in side_a + side_b)
     if opts.per_op:
-        fa = [_per_op_factor(p, opts.ops[0]) for p in side_a]
-        fb = [_per_op_factor(p, opts.ops[1]) for p in side_b]
+        fa = [_per_op_factor(p, opts.ops[0], counted) for p in side_a]
+        fb = [_per_op_factor(p, opts.ops[1], counted) for p in side_b]
     else:
         fa, fb = [1.0] * len(ma), [1.0] * len(mb)
     keys_a = set().union(*(m.weight for m in ma))
@@ -343,15 +365,21 @@ def diff_profiles(side_a: list[Profile], side_b: list[Profile], options: DiffOpt
                         "rows are not tested")
     if tested:
         _significance(common + only_a + only_b, opts)
-    unit = "ns/op" if opts.per_op else "%"
+    instructions = _in_instructions(side_a + side_b)
+    unit = ("instructions/op" if instructions or counted else "ns/op") if opts.per_op else "%"
     method = ("share = weight / all samples of the profile (as perf report); "
               + ("children (inclusive) weights; " if opts.children else "self weights; ")
-              + ("ns/op = share x CPU time / operations; " if opts.per_op else "")
+              + (("instructions/op = share x exact instructions per operation (the worker's counters); "
+                  if counted else "instructions/op = share x CPU time in emulated instructions / operations; "
+                  if instructions else "ns/op = share x CPU time / operations; ") if opts.per_op else "")
               + ("Welch 95% interval of B - A over profiles, Benjamini-Hochberg q over all rows" if tested else ""))
     res = DiffResult(options=opts, labels=labels, side_a=_side_info(side_a, labels[0]),
                      side_b=_side_info(side_b, labels[1]), common=common, only_a=only_a, only_b=only_b,
                      unit=unit, significance=tested, warnings=warnings, method=method.rstrip("; "))
     res.frame_names = _frame_names(ma + mb, roles, table)
+    if instructions:
+        res.warnings.append("emulated guest (QEMU -icount): profiles count guest instructions, one per virtual "
+                            "nanosecond; emulated instructions and cycles are not real time")
     res.inferred = inferred
     res.twins = [_display_twin(t, ma, mb, opts) for t in twins]
     res.inlined = [_display_inlined(i, ma, mb, opts) for i in inlined]

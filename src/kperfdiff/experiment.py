@@ -833,7 +833,7 @@ def _measure_remote(exp, v, batch, bench_by_name, overrides, run, store, facts):
         store.set_run_machine(run.id, store.add_machine(ms[0].facts))
     for x, tc, m in zip(batch, cells, ms):
         def keep(rid, tc=tc, m=m):
-            if m.profiles:
+            if m.profiles or m.counted:
                 store_target_profiles(store, run, rid, tc.bench, tc.copies, m, m.facts or {}, event)
         yield x, m, keep
 

@@ -22,7 +22,7 @@ from .errors import UsageError
 from .progress import Progress
 from .records import Result, Run
 from .record import BenchProfiler, finish_recording
-from .store import Store
+from .store import COUNTED_EVENT, Store
 from .targets import parse_target_spec
 from .targets.boot import measure_boots
 from .targets.qemu import QemuTarget
@@ -280,16 +280,38 @@ def store_target_profiles(store: Store, run: Run, result_id: int, b: Benchmark, 
     """Record the profiles a target brought back, with meta files beside them like local ones."""
 
     procs = {(rep, copy): (ops, cpu) for rep, copy, ops, cpu in m.procs}
+    counted = {(i.get("rep"), i.get("copy")): instruction_counts(i) for i in m.info}
     for rep, copy, path in m.profiles:
         ops, cpu = procs.get((rep, copy), (None, None))
+        extra = {"time_unit": facts["time_unit"]} if facts.get("time_unit") else {}
+        if counted.get((rep, copy)):
+            extra["instructions"] = counted[rep, copy]
         meta = finish_recording(Path(path), facts, {
             "command": f"kperfdiff worker {b.name}", "benchmark": b.name, "copies": copies, "rep": rep,
             "copy": copy, "event": event, "ops": ops, "cpu_time_ns": cpu,
-            "run_id": run.id, "label": run.label, "target": run.target})
+            "run_id": run.id, "label": run.label, "target": run.target, **extra})
         store.add_profile(run_id=run.id, result_id=result_id, benchmark=b.name, rep=rep, path=str(path),
                           kallsyms=m.kallsyms, event=meta["event"], samples=None, cpu_time_ns=cpu, ops=ops,
                           meta={"copies": copies, "copy": copy, "hw_events": meta["hw_events"],
-                                "symfs": m.symfs})
+                                "symfs": m.symfs, **extra})
+    # Exact instruction counts per function (deterministic guests): a profile of the event
+    # "instructions", whose weight is instructions and whose operations are the timed ones.
+    for rep, copy, path, total in m.counted:
+        c = counted.get((rep, copy)) or {}
+        store.add_profile(run_id=run.id, result_id=result_id, benchmark=b.name, rep=rep, path=str(path),
+                          kallsyms=None, event=COUNTED_EVENT, samples=None, cpu_time_ns=total, ops=c.get("ops"),
+                          meta={"copies": copies, "copy": copy, "time_unit": facts.get("time_unit") or "instructions",
+                                "counted_by": "QEMU TCG plugin (exact, per translation block)"})
+
+
+def instruction_counts(info: dict) -> dict | None:
+    """A worker's exact instruction counts (kpd --count): {"kernel", "user", "ops"}, or None."""
+    try:
+        out = {"kernel": int(info["instructions_kernel"]), "user": int(info["instructions_user"]),
+               "ops": int(info["counted_ops"])}
+    except (KeyError, TypeError, ValueError):
+        return None
+    return out if out["ops"] > 0 and out["kernel"] >= 0 and out["user"] >= 0 else None
 
 
 def run_bench_on_target(store: Store, opts: BenchOptions, benches: list[Benchmark],
@@ -311,7 +333,7 @@ def run_bench_on_target(store: Store, opts: BenchOptions, benches: list[Benchmar
             store.set_run_machine(run.id, store.add_machine(facts))
         for c, m in zip(cells, ms):
             rid = store_measurement(store, run.id, m)
-            if m.ok and m.profiles:
+            if m.ok and (m.profiles or m.counted):
                 store_target_profiles(store, run, rid, c.bench, c.copies, m, facts,
                                       getattr(target, "perf_event", None) or "cpu-clock")
             failed |= note_status(progress, c.bench.name, m)

@@ -169,6 +169,29 @@ def _pid_alive(pid: int | None) -> bool:
         return True
     return True
 
+COUNTED_EVENT = "instructions"   # the event of exact instruction-count profiles (deterministic guests)
+
+
+def _of_kind(profs: list[dict], event: str | None, run_id: int) -> list[dict]:
+    """The sampled profiles of a run, or its exact instruction counts (see Store.profile_refs)."""
+    counted = [p for p in profs if p["event"] == COUNTED_EVENT]
+    sampled = [p for p in profs if p["event"] != COUNTED_EVENT]
+    if event == COUNTED_EVENT:
+        if profs and not counted:
+            raise InputError(f"run {run_id} has no exact instruction counts; a deterministic guest "
+                             f"(qemu:arm64,deterministic) counts them")
+        return counted
+    return sampled or counted
+
+
+def _sum_counts(parts: list) -> dict | None:
+    """The exact instruction counts of a repetition's parallel copies added up (None unless every
+    copy has them)."""
+    if not parts or not all(isinstance(c, dict) for c in parts):
+        return None
+    return {k: sum(int(c.get(k) or 0) for c in parts) for k in ("kernel", "user", "ops")}
+
+
 def _boot_id() -> str:
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
@@ -548,13 +571,22 @@ class Store:
             out.append(d)
         return out
 
-    def profile_refs(self, spec: str) -> list[tuple[list[Path], dict]]:
+    def primary_profiles(self, run_id: int) -> list[dict]:
+        """A run's profiles, one kind per benchmark: the sampled ones, else the exact counts."""
+        by_bench: dict[str, list[dict]] = {}
+        for p in self.profiles(run_id):
+            by_bench.setdefault(p["benchmark"], []).append(p)
+        return [p for ps in by_bench.values() for p in _of_kind(ps, None, run_id)]
+
+    def profile_refs(self, spec: str, event: str | None = None) -> list[tuple[list[Path], dict]]:
         """Resolve ``RUN``, ``RUN:BENCH``, ``RUN:BENCH@CORES`` or ``R1,R2:BENCH`` to the profile files of
         each repetition and their facts.
 
         A run with profiles of several benchmarks needs the benchmark named, and one with several
         core counts needs ``@CORES``. The parallel copies of one repetition come back together (one
-        replicate, to be merged); repetitions are the replicates.
+        replicate, to be merged); repetitions are the replicates. A run of a deterministic guest may
+        also hold exact instruction counts (event COUNTED_EVENT): ``event="instructions"`` picks
+        them; otherwise they are used only when the run has no sampled profile.
         """
         out: list[tuple[list[Path], dict]] = []
         for part in spec.split(","):
@@ -563,7 +595,7 @@ class Store:
             if at and not (cores_text.isdigit() and len(cores_text) < 6 and int(cores_text) >= 1):
                 raise InputError(f"{part.strip()!r}: @ takes a core count, as in {ref}:{bench or 'BENCHMARK'}@2")
             run = self.find_run(ref)
-            profs = self.profiles(run.id, bench or None)
+            profs = _of_kind(self.profiles(run.id, bench or None), event, run.id)
             if not profs:
                 what = f"of {bench} " if bench else ""
                 raise InputError(f"run {run.id} has no profile {what}in the store; record one with "
@@ -596,7 +628,9 @@ class Store:
                     "ops": sum(ops) if all(ops) else None, "cpu_time_ns": sum(cpu) if all(cpu) else None,
                     "kallsyms": ps[0]["kallsyms"], "run_id": run.id, "rep": rep, "cores": cores_of(ps[0]),
                     "benchmark": ps[0]["benchmark"], "emulated": bool(facts.get("emulated")),
-                    "symfs": (ps[0].get("meta") or {}).get("symfs")}))
+                    "symfs": (ps[0].get("meta") or {}).get("symfs"), "time_unit": facts.get("time_unit"),
+                    "counted": ps[0]["event"] == COUNTED_EVENT,
+                    "instructions": _sum_counts([(p.get("meta") or {}).get("instructions") for p in ps])}))
         return out
 
     # -- experiments (schema 2) ----------------------------------------------

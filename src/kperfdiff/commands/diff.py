@@ -49,7 +49,9 @@ def add_parser(sub) -> None:
                    help="operation counts for --per-op when the profiles do not carry them (one for both sides, or A,B)")
     d.add_argument("--event", metavar="NAME",
                    help="which sampled event to rank by when the profiles carry several "
-                        "(e.g. a cache- or TLB-miss event); default: the first")
+                        "(e.g. a cache- or TLB-miss event); default: the first. For store references of a "
+                        "deterministic guest, 'instructions' picks the exact instruction counts per function "
+                        "(used anyway when the run has no sampled profile)")
     d.add_argument("--compute", metavar="MODE", default="absdiff",
                    help="how common functions are scored and ranked: absdiff (|B-A| in points, the study's "
                         "%%diff; default), or perf diff's delta (B-A), ratio (B/A, ranked by |log ratio|) or "
@@ -136,7 +138,7 @@ def options(args: argparse.Namespace) -> DiffOptions:
                        accept_inferred=args.accept_inferred)
 
 
-def store_lookup(store_path: str | None):
+def store_lookup(store_path: str | None, event: str | None = None):
     """RUN[:benchmark[@CORES]] -> one (paths, meta) per repetition, from the store (opened once,
     and only when a side names something that is not a file)."""
     path = Path(store_path) if store_path else default_path()
@@ -148,7 +150,7 @@ def store_lookup(store_path: str | None):
         try:
             if not opened:
                 opened.append(Store.open(path, create=False))
-            found = opened[0].profile_refs(ref)
+            found = opened[0].profile_refs(ref, event)
         except KperfdiffError as e:
             raise InputError(f"{ref} is not a file, and {str(e)[:1].lower()}{str(e)[1:]}") from None
         if not found:
@@ -161,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     opts = options(args)
     if opts.maps:
         load_roles(opts.maps)   # report a bad map before reading profiles
-    lookup = store_lookup(args.store)
+    lookup = store_lookup(args.store, args.event)
     sides = []
     for spec, side in ((args.a, "a"), (args.b, "b")):
         sides.append(load_side(spec, lookup, kallsyms=getattr(args, f"kallsyms_{side}") or args.kallsyms,

@@ -96,10 +96,13 @@ def load_side(spec: str, lookup: Callable[[str], list[ProfileRef]], *, kallsyms:
                 raise InputError(f"{path} is missing (named by run {meta.get('run_id')} in the store; was the "
                                  f"store's .artefacts folder moved without it?)")
             fs = symfs or meta.get("symfs")
+            # exact instruction counts are folded stacks of one event, which the store names
             copies.append(load(path, kallsyms=kallsyms or meta.get("kallsyms"), symfs=[fs] if fs else None,
-                               event=event, folded_kernel=folded_kernel))
+                               event=None if meta.get("counted") else event, folded_kernel=folded_kernel))
         prof = merge(copies, f"{paths[0]}" + (f" (+{len(paths) - 1} parallel copies)" if len(paths) > 1 else ""))
-        for key in ("ops", "cpu_time_ns"):
+        if meta.get("counted"):
+            prof.event, prof.weight_unit = "instructions", "instructions"
+        for key in ("ops", "cpu_time_ns", "time_unit", "instructions"):
             if meta.get(key):
                 prof.meta[key] = meta[key]
         if meta.get("arch"):

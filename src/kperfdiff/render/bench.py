@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import statistics
 from typing import TYPE_CHECKING
 
 from .. import monitors, stats
@@ -86,11 +87,33 @@ def results_table(results: list[Result]) -> Table:
              if r.disturbed_summary]
     notes += [f"  {n}: {r.stop}" for n, r in zip(result_names(results), results)
               if r.stop and not r.stop.endswith("(fixed count)")]
+    notes += [f"  {n}: {line}" for n, r in zip(result_names(results), results) if (line := counted_note(r.info))]
     if any(len(_rep_values(r)) < stats.MIN_REPS for r in results if r.status == "ok"):
         notes.append(f"  +-95% = half-width of the 95% interval of the centre (geometric mean of the "
                      f"per-repetition medians); it needs {stats.MIN_REPS} repetitions or more (--reps)")
     t.notes = notes
     return t
+
+
+def counted_note(info: list[dict]) -> str:
+    """The instructions per operation the workers counted (kpd --count), over every repetition and copy,
+    or why they could not count; "" when they were not asked to."""
+    per_op = []
+    for i in info:
+        try:
+            ops = int(i["counted_ops"])
+            per_op.append((int(i["instructions_kernel"]) / ops, int(i["instructions_user"]) / ops))
+        except (KeyError, TypeError, ValueError, ZeroDivisionError):
+            continue
+    if per_op:
+        k = [x for x, _ in per_op]
+        u = [y for _, y in per_op]
+        spread = (max(k) - min(k)) / min(k) * 100 if len(k) > 1 and min(k) > 0 else None
+        return (f"instructions per operation, counted in the timed intervals: kernel {statistics.median(k):,.0f}, "
+                f"user {statistics.median(u):,.0f}" + (f" (kernel spread {spread:.2f}% over {len(k)} processes)"
+                                                        if spread is not None else ""))
+    errors = {i["count_error"] for i in info if i.get("count_error")}
+    return f"instructions not counted: {sorted(errors)[0]}" if errors else ""
 
 
 def results(run: Run, results: list[Result], fmt: str = "text", machine: dict | None = None) -> str:
@@ -139,7 +162,7 @@ def machine_facts(facts: dict) -> str:
 
 FACT_ORDER = ["arch", "cpu_model", "cpus", "kernel_release", "cmdline", "page_size", "mem_total_kb", "thp_enabled",
               "thp_defrag", "clocksource", "virtualisation", "emulated", "swap_active", "hostname", "target",
-              "kernel_source", "qemu_cpu", "deterministic", "time_unit"]
+              "kernel_source", "qemu_cpu", "deterministic", "time_unit", "profile_sampling"]
 
 
 def show(run: Run, facts: dict, results: list[Result], fmt: str = "text", raw: bool = False) -> str:

@@ -40,7 +40,7 @@ def _qualifier(result: DiffResult) -> str:
     if result.options.children:
         q.append("children")
     if result.options.per_op:
-        q.append("ns per operation")
+        q.append(f"{result.unit.replace('/op', '')} per operation")
     return f" ({', '.join(q)})" if q else ""
 
 
@@ -67,9 +67,9 @@ def tables(result: DiffResult, *, extra: bool = False, mark: bool = False) -> li
     la, lb = result.labels
     n = result.options.top
     per_op = result.options.per_op
-    head_diff = {"absdiff": "ns/op diff" if per_op else "%diff", "delta": "delta", "ratio": "ratio",
+    head_diff = {"absdiff": f"{result.unit} diff" if per_op else "%diff", "delta": "delta", "ratio": "ratio",
                  "wdiff": "wdiff"}[result.options.compute]
-    head_val = "ns/op" if per_op else "%time"
+    head_val = result.unit if per_op else "%time"
     words = _scope_word(result)
     qual = _qualifier(result)
     sig = result.significance and extra
@@ -144,6 +144,19 @@ def inlined_table(result: DiffResult) -> Table | None:
     return t
 
 
+def counted_line(result: DiffResult) -> str:
+    """The exact instructions per operation the workers counted, per side, or ""."""
+    sides = []
+    for s in (result.side_a, result.side_b):
+        if s.instructions_per_op:
+            k = sum(c[0] for c in s.instructions_per_op) / len(s.instructions_per_op)
+            u = sum(c[1] for c in s.instructions_per_op) / len(s.instructions_per_op)
+            sides.append(f"{s.label}: kernel {k:,.0f}, user {u:,.0f}")
+    if not sides:
+        return ""
+    return "exact instructions per operation (counted by the worker): " + "; ".join(sides)
+
+
 def twins_footnote(result: DiffResult) -> str:
     """One line on the candidate pairs the twins section leaves out, or ""."""
     n = sum(1 for tw in result.twins if not tw.accepted)
@@ -203,6 +216,8 @@ def to_study_text(result: DiffResult) -> str:
     inl = inlined_table(result)
     if inl is not None:
         parts.extend(to_text(inl, style="study").splitlines())
+    if counted_line(result):
+        parts.append(counted_line(result))
     if result.significance:
         parts.append(legend(result))
     return "\n".join(parts) + "\n"
@@ -218,6 +233,8 @@ def to_markdown_text(result: DiffResult) -> str:
     inl = inlined_table(result)
     if inl is not None:
         out.append(to_markdown(inl))
+    if counted_line(result):
+        out.append(counted_line(result) + "\n")
     if result.significance:
         out.append(legend(result).replace(NOT_SIGNIFICANT, "`~`", 1) + "\n")
     out.append(f"_{result.method}._\n")
@@ -261,7 +278,8 @@ def to_json_text(result: DiffResult) -> str:
 
     def side(s):
         return {"label": s.label, "arch": s.arch, "sources": s.sources, "events": s.events, "samples": s.samples,
-                "total_weight": s.total_weight, "weight_unit": s.weight_unit}
+                "total_weight": s.total_weight, "weight_unit": s.weight_unit,
+                "instructions_per_op": [{"kernel": k, "user": u} for k, u in s.instructions_per_op]}
     doc = {
         "version": DIFF_VERSION,
         "tool": "kperfdiff diff",
