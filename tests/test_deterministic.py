@@ -24,7 +24,7 @@ from kperfdiff.ingest.load import load
 from kperfdiff.render import bench as render_bench
 from kperfdiff.store import COUNTED_EVENT, Store
 from kperfdiff.targets.guest import counting
-from kperfdiff.targets.qemu import DETERMINISTIC_CMDLINE, DETERMINISTIC_PERIOD, QemuTarget
+from kperfdiff.targets.qemu import DETERMINISTIC_CMDLINE, DETERMINISTIC_PERIOD, QemuTarget, parse_spec
 
 ARM_KALLSYMS = Path(__file__).parent / "data" / "perfdata" / "xarch" / "arm64" / "kallsyms.gz"
 need_arm = pytest.mark.skipif(not (shutil.which("qemu-system-aarch64") and shutil.which("aarch64-linux-gnu-gcc")),
@@ -96,6 +96,12 @@ def test_deterministic_spec_sets_counting_sampling_and_cmdline():
     plain = QemuTarget("qemu:arm64")
     assert not plain.count_instructions and plain.perf_period is None
     assert not set(DETERMINISTIC_CMDLINE) & set(plain.cmdline())
+    # one vCPU unless asked; a fixed seed and a virtual-clock RTC, so two boots run alike
+    assert parse_spec("qemu:arm64,deterministic").cpus == 1 and parse_spec("qemu:arm64,deterministic,cpus=2").cpus == 2
+    assert parse_spec("qemu:arm64").cpus == 2
+    argv = t.qemu_argv(Path("initrd"), Path("disk"), [], accel="tcg")
+    assert argv[argv.index("-icount") + 1] == "shift=0,sleep=off,align=off" and "-seed" in argv
+    assert "-icount" not in plain.qemu_argv(Path("initrd"), Path("disk"), [], accel="tcg")
 
 
 def test_counted_note():
@@ -149,10 +155,10 @@ def test_diff_in_instructions_per_operation(tmp_path):
 
 @need_arm
 def test_two_deterministic_runs_rank_alike(tmp_path, home):
-    """proc.fork twice on qemu:arm64,cpus=1,deterministic, each in its own boot: the exact
-    instruction counts per function rank the same, and their totals agree."""
+    """proc.fork twice on qemu:arm64,deterministic, each in its own boot: the exact instruction
+    counts per function rank the same, and their totals agree."""
     for label in ("d1", "d2"):
-        p = run_cli("bench", "--target", "qemu:arm64,cpus=1,deterministic", "--only", "proc.fork",
+        p = run_cli("bench", "--target", "qemu:arm64,deterministic", "--only", "proc.fork",
                     "--intervals", "40", "--label", label, "--no-progress", timeout=900, check=0)
         assert "instructions per operation, counted in the timed intervals" in p.stdout
     doc = json.loads(run_cli("diff", "d1:proc.fork", "d2:proc.fork", "--per-op", "--top", "0", "--format", "json",
@@ -161,11 +167,13 @@ def test_two_deterministic_runs_rank_alike(tmp_path, home):
     rows = doc["common"] + doc["only_a"] + doc["only_b"]
     rank_a = [r["symbol"] for r in sorted(rows, key=lambda r: (-r["value_a"], r["symbol"]))]
     rank_b = [r["symbol"] for r in sorted(rows, key=lambda r: (-r["value_b"], r["symbol"]))]
-    assert rank_a[:20] == rank_b[:20], (rank_a[:20], rank_b[:20])
+    same = next((i for i, (x, y) in enumerate(zip(rank_a, rank_b)) if x != y), len(rank_a))
     total_a = sum(r["value_a"] for r in rows)
     total_b = sum(r["value_b"] for r in rows)
-    assert abs(total_a - total_b) / total_a < 0.005, (total_a, total_b)
-    print(f"deterministic proc.fork: {total_a:,.0f} and {total_b:,.0f} instructions/op; top 20 identical: "
-          f"{rank_a[:5]}")
+    print(f"deterministic proc.fork: {total_a:,.1f} and {total_b:,.1f} instructions/op; the first {same} of "
+          f"{len(rank_a)} functions rank alike: {rank_a[:5]}")
+    # Measured: all functions alike and equal totals. Allow a near-tie to swap far down the list.
+    assert same >= 50, (rank_a[:same + 2], rank_b[:same + 2])
+    assert abs(total_a - total_b) / total_a < 1e-4, (total_a, total_b)
     text = run_cli("diff", "d1:proc.fork", "d2:proc.fork", "--per-op", check=0)
     assert "emulated instructions and cycles are not real time" in text.stderr

@@ -11,7 +11,9 @@ Target specifications (``--target SPEC``, ``target = "SPEC"`` in experiment file
     ``linux-image-[cloud-]ARCH`` package (``6.1.192-2``), a package name, or
     the path of a kernel image (with ``modules=DIR`` for its modules);
     omitted, the newest Debian kernel. ``mem`` defaults to 2G, ``cpus`` to 2.
-    ``deterministic`` (arm64) counts instructions instead of time.
+    ``deterministic`` (arm64) counts instructions instead of time, on one vCPU
+    unless ``cpus=`` is given, with exact counts per kernel function from a
+    QEMU plugin (:mod:`kperfdiff.targets.guest.counting`).
 ``ssh://[USER@]HOST[:PORT][,identity=KEYFILE][,dir=REMOTE_TMP]``
     a board reached with the system ssh client and key authentication.
 

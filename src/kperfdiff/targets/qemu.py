@@ -68,14 +68,19 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2>/dev/null
 echo "KPD-INIT $(cut -d' ' -f1 /proc/uptime)"
-if [ -f /kpd/modules.order ]; then
-  while read m; do insmod "/kpd/modules/$m.ko" 2>/dev/null || echo "KPD-WARN insmod $m failed"; done < /kpd/modules.order
-fi
+load_modules() {
+  if [ -f /kpd/modules.order ]; then
+    while read m; do insmod "/kpd/modules/$m.ko" 2>/dev/null || echo "KPD-WARN insmod $m failed"; done < /kpd/modules.order
+  fi
+}
+# a deterministic job loads the disk driver after the job: its first reads complete at host-timed moments
+[ -f /kpd/modules.late ] || load_modules
 mkdir -p /kpd/out
 echo "KPD-BEGIN $(cut -d' ' -f1 /proc/uptime)"
 sh /kpd/job.sh
 rc=$?
 echo "KPD-JOB-END $rc $(cut -d' ' -f1 /proc/uptime)"
+[ -f /kpd/modules.late ] && load_modules
 dmesg > /kpd/out/dmesg 2>/dev/null
 n=0
 while [ ! -b /dev/vda ] && [ $n -lt 50 ]; do sleep 0.1; n=$((n+1)); done
@@ -121,12 +126,14 @@ class QemuSpec:
 
 def parse_spec(spec: str) -> QemuSpec:
     """``qemu:ARCH[,kernel=VERSION|PATH][,modules=DIR][,mem=SIZE][,cpus=N][,deterministic]
-    [,kvm=auto|on|off][,flavour=cloud|generic][,append=ARGS][,timeout=S]``"""
+    [,kvm=auto|on|off][,flavour=cloud|generic][,append=ARGS][,timeout=S]``; ``deterministic`` has one
+    vCPU unless ``cpus=`` is given."""
     body = spec[len("qemu:"):] if spec.startswith("qemu:") else spec
     arch, *opts = body.split(",")
     if arch.strip() not in ARCH_ALIASES:
         raise UsageError(f"the target {spec!r} names no known guest architecture (use qemu:arm64 or qemu:x86_64)")
     s = QemuSpec(arch=ARCH_ALIASES[arch.strip()])
+    cpus_given = False
     for o in opts:
         k, eq, v = o.partition("=")
         k = k.strip()
@@ -140,6 +147,7 @@ def parse_spec(spec: str) -> QemuSpec:
             s.mem = v.upper()
         elif k in ("cpus", "smp") and eq and v.isdigit() and int(v) > 0:
             s.cpus = int(v)
+            cpus_given = True
         elif k == "timeout" and eq:
             try:
                 s.timeout = float(v)
@@ -154,6 +162,8 @@ def parse_spec(spec: str) -> QemuSpec:
         raise UsageError(f"flavour={s.flavour} in {spec!r}: use cloud or generic")
     if s.deterministic and s.arch != "arm64":
         raise UsageError("deterministic (instruction counting) is offered for qemu:arm64 guests only")
+    if s.deterministic and not cpus_given:
+        s.cpus = 1      # one vCPU repeats best: kernel instructions per operation vary 1% between boots on two
     return s
 
 
@@ -453,6 +463,9 @@ class BootRecord:
 # instructions event counts exactly but cannot attribute kernel samples (README: deterministic).
 DETERMINISTIC_PERIOD = 99991
 DETERMINISTIC_CMDLINE = ["nokaslr", "norandmaps", "randomize_kstack_offset=off"]
+# QEMU's side of it: instruction counting, the same random seed and a virtual-clock RTC every boot.
+DETERMINISTIC_ARGS = ["-icount", "shift=0,sleep=off,align=off", "-seed", "1",
+                      "-rtc", "base=2024-01-01T00:00:00,clock=vm"]
 
 
 class QemuTarget(Target):
@@ -577,7 +590,7 @@ class QemuTarget(Target):
         else:
             argv += ["-accel", "tcg", "-cpu", self.cfg["cpu"]]
             if q.deterministic:
-                argv += ["-icount", "shift=0,sleep=off"]
+                argv += DETERMINISTIC_ARGS
         return argv
 
     def cmdline(self, boot_debug: bool = False) -> list[str]:
@@ -599,7 +612,7 @@ class QemuTarget(Target):
         script = job_script(invocations, "/kpd/bin", "/kpd/out", perf=perf, marker=MARK + "-MARK",
                             facts=not probe)
         work = Path(tempfile.mkdtemp(prefix="boot-", dir=self._work))
-        initrd = self._initrd(script, {})
+        initrd = self._initrd(script, {"kpd/modules.late": b""} if self.qs.deterministic else {})
         disk = work / "out.img"
         with open(disk, "wb") as fh:
             fh.truncate(RESULT_DISK_BYTES)
