@@ -485,11 +485,12 @@ def _infer(ma: list[_Measured], mb: list[_Measured], keys_a: set, keys_b: set, p
         return [], []
     anchors = {role_of_key.get(k, k) for k in present[0] & present[1]}
     sa, sb = side(ma), side(mb)
-    found = twinning.infer_twins(sa, sb, cand_a, cand_b, anchors) if cand_a and cand_b else []
+    ca, cb = twinning.contexts(sa, cand_a, anchors), twinning.contexts(sb, cand_b, anchors)
+    found = twinning.pair_twins(ca, cb) if cand_a and cand_b else []
     paired = {k for t in found if t.accepted for k in t.a + t.b}
     self_a, self_b = self_shares(ma), self_shares(mb)
-    inlined = (twinning.find_inlined(sa, sb, cand_a, cand_b, anchors, self_a, self_b, which="a", exclude=paired)
-               + twinning.find_inlined(sb, sa, cand_b, cand_a, anchors, self_b, self_a, which="b", exclude=paired))
+    inlined = (twinning.find_inlined(ca, sb, cand_b, self_a, self_b, which="a", exclude=paired)
+               + twinning.find_inlined(cb, sa, cand_a, self_b, self_a, which="b", exclude=paired))
     if opts.accept_inferred:
         for t in found:
             if t.accepted:
@@ -501,27 +502,28 @@ def _infer(ma: list[_Measured], mb: list[_Measured], keys_a: set, keys_b: set, p
     return found, inlined
 
 
-def _display_twin(t: twinning.Twin, ma: list[_Measured], mb: list[_Measured], opts: DiffOptions) -> twinning.Twin:
-    """A Twin with display names instead of row keys (the original names, or the role); a group
-    of functions is its call chain, ``el0_svc > do_el0_svc``."""
-    def one(c, ms) -> str:
-        if isinstance(c, tuple):
-            names = _origin_names([c], ms)
-            return _display((c[0], names[0] if names else c[1]), opts.scope)
-        return str(c)
+def _context_name(c, ms: list[_Measured], opts: DiffOptions) -> str:
+    """The display name of an inference context id: a row key as its original name, a role or
+    ENTRY as it is, a group of functions as its call chain (``el0_svc > do_el0_svc``)."""
+    if isinstance(c, tuple) and c and isinstance(c[0], tuple):
+        return " > ".join(_context_name(k, ms, opts) for k in c)
+    if isinstance(c, tuple):
+        names = _origin_names([c], ms)
+        return _display((c[0], names[0] if names else c[1]), opts.scope)
+    return str(c)
 
-    def name(c, ms) -> str:
-        if isinstance(c, tuple) and c and isinstance(c[0], tuple):
-            return " > ".join(one(k, ms) for k in c)
-        return one(c, ms)
-    ev = [twinning.Evidence(e.relation, name(e.context, ma), e.fraction_a, e.fraction_b) for e in t.evidence]
+
+def _display_twin(t: twinning.Twin, ma: list[_Measured], mb: list[_Measured], opts: DiffOptions) -> twinning.Twin:
+    """A Twin with display names instead of row keys (:func:`_context_name`)."""
+    ev = [twinning.Evidence(e.relation, _context_name(e.context, ma, opts), e.fraction_a, e.fraction_b)
+          for e in t.evidence]
     runner = None
     if t.runner_up:
         which, other, score = t.runner_up
-        runner = (which, name(other, ma if which == "a" else mb), score)
-    return twinning.Twin(a=name(t.a, ma), b=name(t.b, mb), share_a=t.share_a, share_b=t.share_b, score=t.score,
-                         caller_score=t.caller_score, callee_score=t.callee_score, evidence=ev,
-                         accepted=t.accepted, runner_up=runner)
+        runner = (which, _context_name(other, ma if which == "a" else mb, opts), score)
+    return twinning.Twin(a=_context_name(t.a, ma, opts), b=_context_name(t.b, mb, opts), share_a=t.share_a,
+                         share_b=t.share_b, score=t.score, caller_score=t.caller_score,
+                         callee_score=t.callee_score, evidence=ev, accepted=t.accepted, runner_up=runner)
 
 
 def _weighted_first(keys: set, ms: list[_Measured]) -> set:
@@ -532,11 +534,9 @@ def _weighted_first(keys: set, ms: list[_Measured]) -> set:
 def _display_inlined(i: twinning.Inlined, ma: list[_Measured], mb: list[_Measured],
                      opts: DiffOptions) -> twinning.Inlined:
     here, there = (ma, mb) if i.side == "a" else (mb, ma)
-    t = _display_twin(twinning.Twin(a=i.function, b=i.caller, share_a=0, share_b=0, score=0, caller_score=0,
-                                    callee_score=None), here, there, opts)
-    callee = _display_twin(twinning.Twin(a=i.callee, b=i.callee, share_a=0, share_b=0, score=0, caller_score=0,
-                                         callee_score=None), there, there, opts).a if i.callee is not None else None
-    return twinning.Inlined(function=t.a, side=i.side, share=i.share, caller=t.b, caller_fraction=i.caller_fraction,
+    callee = _context_name(i.callee, there, opts) if i.callee is not None else None
+    return twinning.Inlined(function=_context_name(i.function, here, opts), side=i.side, share=i.share,
+                            caller=_context_name(i.caller, there, opts), caller_fraction=i.caller_fraction,
                             callee=callee, caller_self=i.caller_self)
 
 

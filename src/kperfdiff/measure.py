@@ -20,7 +20,7 @@ from pathlib import Path
 from . import limits, machine, monitors, noise, stats, targets
 from .errors import UsageError
 from .progress import Progress
-from .records import Result, Run
+from .records import Result, Run, instruction_counts
 from .record import BenchProfiler, finish_recording
 from .store import COUNTED_EVENT, Store
 from .targets import parse_target_spec
@@ -302,16 +302,6 @@ def store_target_profiles(store: Store, run: Run, result_id: int, b: Benchmark, 
                           kallsyms=None, event=COUNTED_EVENT, samples=None, cpu_time_ns=total, ops=c.get("ops"),
                           meta={"copies": copies, "copy": copy, "time_unit": facts.get("time_unit") or "instructions",
                                 "counted_by": "QEMU TCG plugin (exact, per translation block)"})
-
-
-def instruction_counts(info: dict) -> dict | None:
-    """A worker's exact instruction counts (kpd --count): {"kernel", "user", "ops"}, or None."""
-    try:
-        out = {"kernel": int(info["instructions_kernel"]), "user": int(info["instructions_user"]),
-               "ops": int(info["counted_ops"])}
-    except (KeyError, TypeError, ValueError):
-        return None
-    return out if out["ops"] > 0 and out["kernel"] >= 0 and out["user"] >= 0 else None
 
 
 def run_bench_on_target(store: Store, opts: BenchOptions, benches: list[Benchmark],

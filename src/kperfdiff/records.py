@@ -102,3 +102,13 @@ def summarise_disturbance(entries: list[dict], reps: int | None = None) -> str |
     total = reps if reps is not None else len(entries)
     return (f"{len(bad)} of {total} repetitions disturbed, e.g. rep {worst.get('rep', 0) + 1}: "
             + "; ".join(worst["disturbed"]))
+
+
+def instruction_counts(info: dict) -> dict | None:
+    """A worker's exact instruction counts (kpd --count): {"kernel", "user", "ops"}, or None."""
+    try:
+        out = {"kernel": int(info["instructions_kernel"]), "user": int(info["instructions_user"]),
+               "ops": int(info["counted_ops"])}
+    except (KeyError, TypeError, ValueError):
+        return None
+    return out if out["ops"] > 0 and out["kernel"] >= 0 and out["user"] >= 0 else None

@@ -147,13 +147,14 @@ def _groups(seqs, candidates: set) -> dict[Hashable, tuple]:
     return out
 
 
-def _contexts(side: list[SideStacks], candidates: set, anchors: set) -> dict[tuple, _Context]:
+def contexts(side: list[SideStacks], candidates: set, anchors: set) -> dict[tuple, _Context]:
     """Caller and callee contexts of each group of candidates on one side, as fractions of the
-    group's own samples. The caller is the nearest shared frame above the group's frames (other
+    group's own samples (``anchors``: the context ids both sides run; ENTRY is added). The caller is the nearest shared frame above the group's frames (other
     one-side-only frames skipped), ENTRY when there is none (the group is entry code, or called
     only from entry code); the callee the nearest shared frame below."""
-    seqs = _sequences(side, candidates)
-    group_of = _groups(seqs, candidates)
+    anchors = set(anchors) | {ENTRY}
+    seqs = _sequences(side, set(candidates))
+    group_of = _groups(seqs, set(candidates))
     out: dict[tuple, _Context] = {}
     for seq, share, count in seqs:
         seen = set()
@@ -228,9 +229,15 @@ def infer_twins(side_a: list[SideStacks], side_b: list[SideStacks], candidates_a
     """Candidate twins between the one-side-only functions ``candidates_a`` and ``candidates_b``,
     best first: accepted pairs, then ambiguous ones (see the module text). ``anchors`` are the
     context ids both sides run (ENTRY is always one)."""
-    anchors = set(anchors) | {ENTRY}
-    ca = {k: c for k, c in _contexts(side_a, set(candidates_a), anchors).items() if c.mass * 100 >= min_share}
-    cb = {k: c for k, c in _contexts(side_b, set(candidates_b), anchors).items() if c.mass * 100 >= min_share}
+    return pair_twins(contexts(side_a, candidates_a, anchors), contexts(side_b, candidates_b, anchors),
+                      min_share=min_share)
+
+
+def pair_twins(contexts_a: dict, contexts_b: dict, *, min_share: float = MIN_SHARE) -> list[Twin]:
+    """infer_twins on the sides' contexts (:func:`contexts`), computed once by a caller that also
+    looks for inlined functions."""
+    ca = {k: c for k, c in contexts_a.items() if c.mass * 100 >= min_share}
+    cb = {k: c for k, c in contexts_b.items() if c.mass * 100 >= min_share}
     # Only pairs that share a context can score above 0: find them through an inverted index.
     by_context: dict[Hashable, list] = {}
     for k, c in cb.items():
@@ -310,14 +317,14 @@ def _edge_share(side: list[SideStacks], caller: Hashable, callee: Hashable, skip
     return out
 
 
-def find_inlined(side: list[SideStacks], other: list[SideStacks], candidates: set, other_candidates: set,
-                 anchors: set, self_here: dict, self_there: dict, *, which: str, exclude: set = frozenset(),
+def find_inlined(side_contexts: dict, other: list[SideStacks], other_candidates: set, self_here: dict,
+                 self_there: dict, *, which: str, exclude: set = frozenset(),
                  min_share: float = MIN_SHARE) -> list[Inlined]:
-    """The one-side-only functions of ``side`` (not in ``exclude``) that ``other`` most likely
-    inlined into a shared caller; ``self_here``/``self_there``: self share (%) per context id."""
-    anchors = set(anchors) | {ENTRY}
+    """The one-side-only functions of a side (its :func:`contexts`; not in ``exclude``) that ``other``
+    most likely inlined into a shared caller; ``self_here``/``self_there``: self share (%) per
+    context id on this side and on the other."""
     out = []
-    for group, ctx in _contexts(side, set(candidates), anchors).items():
+    for group, ctx in side_contexts.items():
         if set(group) & exclude or ctx.mass * 100 < min_share or ctx.samples < MIN_SAMPLES or not ctx.up:
             continue
         caller, frac = max(ctx.up.items(), key=lambda kv: (kv[1], str(kv[0])))

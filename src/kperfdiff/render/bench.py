@@ -7,7 +7,7 @@ import statistics
 from typing import TYPE_CHECKING
 
 from .. import monitors, stats
-from ..records import Result, Run, result_names
+from ..records import Result, Run, instruction_counts, result_names
 from .table import Table, number, to_json, to_text
 
 if TYPE_CHECKING:  # types only: the renderer reads no catalogue
@@ -98,13 +98,7 @@ def results_table(results: list[Result]) -> Table:
 def counted_note(info: list[dict]) -> str:
     """The instructions per operation the workers counted (kpd --count), over every repetition and copy,
     or why they could not count; "" when they were not asked to."""
-    per_op = []
-    for i in info:
-        try:
-            ops = int(i["counted_ops"])
-            per_op.append((int(i["instructions_kernel"]) / ops, int(i["instructions_user"]) / ops))
-        except (KeyError, TypeError, ValueError, ZeroDivisionError):
-            continue
+    per_op = [(c["kernel"] / c["ops"], c["user"] / c["ops"]) for c in map(instruction_counts, info) if c]
     if per_op:
         k = [x for x, _ in per_op]
         u = [y for _, y in per_op]

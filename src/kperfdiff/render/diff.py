@@ -211,13 +211,13 @@ def to_study_text(result: DiffResult) -> str:
             parts.extend(to_text(tw, style="study").splitlines())
         else:
             parts.append(f">> {tw.title.split(':')[0]}: none accepted")
-        if twins_footnote(result):
-            parts.append(twins_footnote(result))
+        if foot := twins_footnote(result):
+            parts.append(foot)
     inl = inlined_table(result)
     if inl is not None:
         parts.extend(to_text(inl, style="study").splitlines())
-    if counted_line(result):
-        parts.append(counted_line(result))
+    if line := counted_line(result):
+        parts.append(line)
     if result.significance:
         parts.append(legend(result))
     return "\n".join(parts) + "\n"
@@ -228,13 +228,13 @@ def to_markdown_text(result: DiffResult) -> str:
     tw = twins_table(result)
     if tw is not None:
         out.append(to_markdown(tw))
-        if twins_footnote(result):
-            out.append(f"_{twins_footnote(result)}._\n")
+        if foot := twins_footnote(result):
+            out.append(f"_{foot}._\n")
     inl = inlined_table(result)
     if inl is not None:
         out.append(to_markdown(inl))
-    if counted_line(result):
-        out.append(counted_line(result) + "\n")
+    if line := counted_line(result):
+        out.append(line + "\n")
     if result.significance:
         out.append(legend(result).replace(NOT_SIGNIFICANT, "`~`", 1) + "\n")
     out.append(f"_{result.method}._\n")

@@ -246,7 +246,8 @@ def read_results(invocations: list[Invocation], out_dir: Path) -> list[Invocatio
     results = []
     kallsyms = out_dir / "kallsyms"
     # Instruction-count windows (guest/counting.py), in run order: one per copy that marked one.
-    windows = iter(counting.windows(out_dir))
+    windows = counting.windows(out_dir)
+    unclaimed = iter(windows)
     for i, inv in enumerate(invocations):
         d = out_dir / f"i{i}"
         r = InvocationResult(inv)
@@ -267,8 +268,9 @@ def read_results(invocations: list[Invocation], out_dir: Path) -> list[Invocatio
                 pd = d / f"{inv.profile}.c{c}.perf.data"
                 if pd.exists():
                     r.files[pd.name] = pd
-            if "\ninfo marked 1\n" in r.stdout[-1]:
-                w = next(windows, None)
+        if windows:
+            for c, o in enumerate(r.outputs()):
+                w = next(unclaimed, None) if o.info.get("marked") == "1" else None
                 if w is not None:
                     r.files[f"insn.c{c}"] = w
         if kallsyms.exists() and (inv.profile or any(k.startswith("insn.") for k in r.files)):
