@@ -103,6 +103,29 @@ def test_virtio_modules_in_dependency_order():
             assert names.index(d) < names.index(name)
 
 
+def test_the_private_apt_configuration_lists_the_neighbouring_releases():
+    from kperfdiff.targets.guest.debian import neighbour_releases, with_neighbours
+    assert neighbour_releases("bookworm") == ["bullseye", "trixie"]
+    assert neighbour_releases("unknown") == []
+    host = [{"uri": "http://deb.debian.org/debian", "suites": ["bookworm", "bookworm-updates"],
+             "components": ["main"], "signed_by": ""},
+            {"uri": "http://example/other", "suites": ["nodistro"], "components": ["main"], "signed_by": ""}]
+    suites = [e["suites"] for e in with_neighbours(host, "bookworm")]
+    assert suites == [["bookworm", "bookworm-updates"], ["nodistro"], ["bullseye", "bullseye-updates"],
+                      ["trixie", "trixie-updates"]]
+
+
+@need_arm
+def test_a_kernel_series_takes_the_newest_of_any_release_and_defaults_stay_the_hosts():
+    from kperfdiff.targets.guest.debian import Apt, _host_codename
+    if _host_codename() != "bookworm":
+        pytest.skip("the host is not Debian bookworm, whose neighbour trixie has 6.12")
+    k = resolve_kernel(parse_spec("qemu:arm64,kernel=6.12"))
+    assert k.release.startswith("6.12.") and k.modules is not None and list(k.modules.rglob("virtio_blk.ko*"))
+    assert resolve_kernel(parse_spec("qemu:arm64")).release.startswith("6.1.")
+    assert Apt("arm64").candidate("busybox-static")[0].split(":")[-1].startswith("1.35.")
+
+
 # -- boots ---------------------------------------------------------------------------
 
 @need_arm

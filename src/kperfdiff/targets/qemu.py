@@ -1,7 +1,8 @@
 """QEMU guests: run a job in an arm64 or x86_64 guest booted for it, on any kernel.
 
 The kernel is a Debian kernel package (``kernel=6.1.0-56`` ABI name,
-``kernel=6.1.192-2`` package version, or the newest when omitted; fetched
+``kernel=6.1.192-2`` package version, ``kernel=6.12`` newest of a series,
+or the host release's newest when omitted; fetched
 with apt-get download through kperfdiff's own apt configuration for that
 architecture) or the user's own image (``kernel=PATH`` plus ``modules=DIR``).
 
@@ -215,22 +216,27 @@ def resolve_kernel(s: QemuSpec) -> Kernel:
         pkg = next((d for d in deps if d.startswith("linux-image-")), None)
     elif v.startswith("linux-image-"):
         pkg = v
-    elif re.fullmatch(r"\d+\.\d+\.\d+-\d+", v) and apt.versions(f"linux-image-{v}-{flav}"):
-        pkg = f"linux-image-{v}-{flav}"
-    elif v in apt.versions(meta):
-        deps = apt.depends(meta, v)
-        pkg = next((d for d in deps if d.startswith("linux-image-")), None)
+    elif re.fullmatch(r"\d+\.\d+\.\d+[-+][\w.+]+", v) and apt.versions(f"linux-image-{v}-{flav}"):
+        pkg = f"linux-image-{v}-{flav}"     # an ABI: 6.1.0-56, 6.12.118+deb13
+    else:
+        metas = apt.versions(meta)
+        if re.fullmatch(r"\d+\.\d+", v):    # a series: the newest version of it in any listed release
+            v = next((m for m in metas if m.startswith(v + ".")), v)
+        if v in metas:
+            deps = apt.depends(meta, v)
+            pkg = next((d for d in deps if d.startswith("linux-image-")), None)
     if not pkg or not apt.versions(pkg):
         avail = ", ".join(apt.versions(meta)[:5]) or "none"
         raise InputError(f"no Debian {s.flavour} kernel package for {deb_arch} matches kernel={v} "
-                         f"(give an ABI such as 6.1.0-56 or a version of {meta}: {avail}; or a kernel image path)")
+                         f"(give a series such as 6.12, an ABI such as 6.1.0-56 or a version of {meta}: {avail}; or a kernel image path)")
     tree = apt.fetch(pkg, version)
     images = sorted((tree / "boot").glob("vmlinuz-*")) or sorted((tree / "boot").glob("vmlinux-*"))
     if not images:
         raise BenchError(f"the Debian package {pkg} holds no kernel image in /boot")
     release = images[0].name.split("-", 1)[1]
-    mods = tree / "lib/modules" / release
-    return Kernel(images[0], mods if mods.is_dir() else None, release, f"debian:{pkg}")
+    mods = next((d for d in (tree / "lib/modules" / release, tree / "usr/lib/modules" / release) if d.is_dir()),
+                None)       # trixie's packages install under /usr (merged /usr)
+    return Kernel(images[0], mods, release, f"debian:{pkg}")
 
 
 def modules_needed(mod_dir: Path | None, wanted: list[str]) -> tuple[list[tuple[str, Path]], list[str]]:

@@ -24,6 +24,31 @@ from ...errors import BenchError
 
 DEBIAN_ARCH = {"arm64": "arm64", "aarch64": "arm64", "x86_64": "amd64", "amd64": "amd64"}
 LIST_MAX_AGE_S = 7 * 24 * 3600
+# Debian releases in order. The private configuration also lists the releases
+# on either side of the host's, pinned low (priority 100): a package is taken
+# from them only when asked for by version, so kernel=6.12 on a bookworm host
+# boots trixie's kernel while every default stays the host release's.
+RELEASES = ("buster", "bullseye", "bookworm", "trixie", "forky")
+NEIGHBOUR_PIN_PRIORITY = 100
+
+
+def neighbour_releases(code: str) -> list[str]:
+    """The Debian releases just before and after the codename (none when it is unknown)."""
+    if code not in RELEASES:
+        return []
+    i = RELEASES.index(code)
+    return [RELEASES[j] for j in (i - 1, i + 1) if 0 <= j < len(RELEASES)]
+
+
+def with_neighbours(entries: list[dict], code: str) -> list[dict]:
+    """The host's archive entries plus the same archives for the neighbouring releases."""
+    out = list(entries)
+    for other in neighbour_releases(code):
+        for e in entries:
+            suites = [other + s[len(code):] for s in e["suites"] if s.startswith(code)]
+            if suites:
+                out.append(dict(e, suites=suites))
+    return out
 
 
 def _host_codename() -> str:
@@ -103,7 +128,8 @@ class Apt:
         status = self.root / "status"
         if not status.exists():
             status.write_text("")
-        sources = host_debian_sources()
+        code = _host_codename()
+        sources = with_neighbours(host_debian_sources(), code)
         if not sources:
             raise BenchError("no Debian archive is configured in /etc/apt (sources.list or sources.list.d), "
                              "so kernel and perf packages cannot be fetched")
@@ -118,6 +144,12 @@ class Apt:
         new = "\n".join(stanzas)
         if not src.exists() or src.read_text() != new:
             src.write_text(new)
+            (self.root / "lists/.updated").unlink(missing_ok=True)    # the lists no longer match the sources
+        pins = "\n".join(f"Package: *\nPin: release n={other}{suffix}\nPin-Priority: {NEIGHBOUR_PIN_PRIORITY}\n"
+                         for other in neighbour_releases(code) for suffix in ("", "-updates", "-security"))
+        pref = self.root / "etc/preferences.d/kperfdiff-neighbours.pref"
+        if not pref.exists() or pref.read_text() != pins:
+            pref.write_text(pins)
         r = self.root
         conf = "\n".join([
             f'APT::Architecture "{self.arch}";',
@@ -196,6 +228,16 @@ class Apt:
                 vers.append(parts[1])
         return vers
 
+    def candidate(self, package: str) -> list[str]:
+        """[the version apt would install] (the host release's, the neighbours being pinned low); []."""
+        self.ensure_lists()
+        try:
+            out = self._run(["apt-cache", "policy", package], f"apt-cache policy {package}")
+        except BenchError:
+            return []
+        m = re.search(r"^\s*Candidate:\s*(\S+)", out, re.M)
+        return [m.group(1)] if m and m.group(1) != "(none)" else []
+
     def search_names(self, pattern: str) -> list[str]:
         self.ensure_lists()
         out = self._run(["apt-cache", "pkgnames"], "apt-cache pkgnames")
@@ -228,7 +270,7 @@ class Apt:
                 return hits[0]
         self.ensure_lists()
         if not version:
-            vers = self.versions(package)
+            vers = self.candidate(package)
             if not vers:
                 raise BenchError(f"the Debian package {package} ({self.arch}) does not exist in the "
                                  f"configured archive")
