@@ -142,7 +142,8 @@ def comparison(store, exp: experiment.Experiment):
 
 
 def centre_text(sample, digits: int = 3) -> str:
-    """A side's centre with its 95% interval: ``0.00553 +- 2.1% GUP/s (5 reps)``."""
+    """A side's centre (geometric mean of the repetitions' medians) with its 95% interval, which is
+    symmetric in logarithms: ``0.00553 [0.00541, 0.00565] GUP/s (5 reps)``."""
     import math
     from .. import stats
     if sample is None or sample.status != "ok" or not sample.pooled:
@@ -150,7 +151,8 @@ def centre_text(sample, digits: int = 3) -> str:
     c = sample.centre
     hw = stats.centre_half_width(sample.reps)
     unit = f" {sample.unit}" if sample.unit else ""
-    body = f"{_sig(c, digits)}" + ("" if math.isnan(hw) else f" \u00b1 {hw:.1f}%")
+    f = 1 + hw / 100
+    body = _sig(c, digits) + ("" if math.isnan(hw) else f" [{_sig(c / f, digits)}, {_sig(c * f, digits)}]")
     return f"{body}{unit} ({len(sample.reps)} reps)"
 
 

@@ -80,7 +80,7 @@ def section(store, exp) -> Section:
     imp = Table(["benchmark"] + [f"{c} core{'s' if c > 1 else ''}" for c in cores],
                 title=f"{arm} against {x86}, % (positive = {arm} faster), 95% interval",
                 align=["l"] + ["r"] * len(cores))
-    abs_t = Table(["benchmark", "cores", x86, arm], title="Time per operation, 95% interval of each centre")
+    abs_t = Table(["benchmark", "cores", x86, arm], title="Time per operation: centre [95% interval]")
     complete = True
     for k in keys:
         imp.rows.append([k] + [change_text(cell(cmp, arm, k, c)) for c in cores])
@@ -92,9 +92,20 @@ def section(store, exp) -> Section:
                      "two architectures, not their hardware. The profiles below are the evidence.")
     sec.tables += [imp, abs_t]
     sec.complete = complete
+    changes = [cell(cmp, arm, k, c) for k in keys for c in cores]
+    sig = [c for c in changes if c is not None and c.significant]
+    sec.paragraphs.append(f"{arm} against {x86}: {len(sig)} of {len(changes)} cells differ significantly"
+                          + (" (" + ", ".join(f"{c.key} at {c.cores} core{'s' if c.cores > 1 else ''} "
+                                              f"{c.change:+.0f}%" for c in sig) + ")" if sig else "")
+                          + ". The times of two emulated architectures compare emulation costs; the profiles "
+                          "say where each kernel's work goes.")
+    sec.paragraphs.append(f"At the end of this section, each benchmark's kperfdiff ranking ({arm} = A, {x86} = B, "
+                          f"self time, {cores[0]} core{'s' if cores[0] > 1 else ''}) in the study's layout, with "
+                          "equivalent functions matched by the rules, roles and inferred twins of `kperfdiff diff`.")
 
     mm = Table(["benchmark", "function or role", f"{arm} %", f"{x86} %", "where"],
-               title=f"Top ARM-specific memory-management costs (1 core): larger share on {arm}, or {arm} only")
+               title=f"Top ARM-specific memory-management costs (1 core): larger share on {arm}, or {arm} only",
+               align=["l", "l", "r", "r", "l"])
     more_mm, found_costs, ranked = [], set(), 0
     for k in keys:
         s_arm, s_x86 = sample(cmp, arm, k, cores[0]), sample(cmp, x86, k, cores[0])
@@ -134,7 +145,4 @@ def section(store, exp) -> Section:
     else:
         sec.mechanism = Verdict("no", "None of the study's cost classes (cache maintenance, page-table entry "
                                       "writes, TLB invalidation) is among the top ARM-specific costs here.")
-    sec.paragraphs.append("Each benchmark's kperfdiff ranking (arm64 = A, x86_64 = B, self time, 1 core) "
-                              "follows, in the study's layout; equivalent functions are matched by the rules, "
-                              "roles and inferred twins of `kperfdiff diff`.")
     return sec
