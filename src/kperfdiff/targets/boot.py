@@ -79,6 +79,7 @@ MAP_BENCHMARKS = [
     Benchmark("boot.to_init_insns", "boot", "instructions from reset to the first user instruction (/init)",
               "insns/op", "lower", ("boot",)),
 ]
+ALL_BOOT_BENCHMARKS = BOOT_BENCHMARKS + MAP_BENCHMARKS
 MAP_FUNCTION = "paging_init"          # the mapping phase: this function and all it calls
 LINEAR_MAP_FUNCTION = "__create_pgd_mapping"   # its calls inside paging_init, one per region mapped
 MAP_TOP = 12                          # functions kept in each result's info
@@ -334,3 +335,24 @@ def measure_mapping(target: QemuTarget, mems: list[str], boots: int = 1, timeout
     finally:
         det.close()
     return results
+
+
+def measure_batch(target: QemuTarget, names: list[str], timeout: float = 300.0) -> list[Measurement]:
+    """One repetition of the named boot.* benchmarks at the target's own memory size (an experiment's
+    cells: ``target = "qemu:arm64,kernel=6.12,mem=16G"``): one host-clock boot for the boot.init/kernel/
+    pre_kernel/initcalls among them, one deterministic counted boot for the boot.map_* and
+    boot.to_init_insns among them; a Measurement per name, in order."""
+    mem = target.qs.mem
+    host = {b.name for b in BOOT_BENCHMARKS}
+    got: dict[str, Measurement] = {}
+    if host & set(names):
+        got.update({m.benchmark: m for m in measure_host_boots(target, [mem], 1, timeout)})
+    if set(names) - host:
+        if target.qs.arch != "arm64":
+            for n in set(names) - host:
+                b = next(x for x in MAP_BENCHMARKS if x.name == n)
+                got[n] = Measurement("skipped", n, b.unit, b.better, reason="the mapping phase is counted on "
+                                     "arm64 guests only", params={"mem": mem})
+        else:
+            got.update({m.benchmark: m for m in measure_mapping(target, [mem], 1, timeout)})
+    return [got[n] for n in names]
