@@ -16,7 +16,7 @@ PY_REQUIREMENTS := requirements-dev.txt
 NATIVE_SOURCES := $(shell find native/src -name '*.rs' 2>/dev/null) native/Cargo.toml $(wildcard native/Cargo.lock)
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-native test-python test-slow bench-harness clean
+.PHONY: setup demo studies test test-native test-python test-slow bench-harness clean
 
 setup: $(STAMPS)/apt $(STAMPS)/venv $(STAMPS)/native
 
@@ -57,6 +57,14 @@ demo: setup
 	echo "  $$K compare --experiment superpages --format markdown"; \
 	echo "  $$K diff superpages/4k:fault.anon.4k superpages/huge:fault.anon.huge --children --top 10"; \
 	echo "  $$K report --experiment superpages --format markdown -o demo-out/superpages.md"
+
+# The five studies kperfdiff comes from, one experiment file each (examples/studies/), run
+# locally and in emulated arm64/x86_64 guests; resumable (run it again after Ctrl-C or a failure);
+# writes one HTML report with a section per study. About STUDIES_TIME here (see README).
+STUDIES_STORE ?= studies-out/kperfdiff.db
+studies: setup
+	@mkdir -p studies-out
+	$(BIN)/kperfdiff --store $(STUDIES_STORE) studies run --keep-going examples/studies/*.toml -o studies-out/studies.html
 
 test: setup test-native test-python
 

@@ -102,7 +102,7 @@ UNSAFE_ENV_PREFIXES = ("LD_",)
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=-]*$")
 TOP_KEYS = {"name", "description", "baseline", "stack", "benchmarks", "cores", "reps", "precision", "max_time",
             "intervals", "min_batch_ms",
-            "timeout", "profile", "profile_freq", "tiny", "allow_swap_setup", "params", "variant", "variants"}
+            "timeout", "profile", "profile_freq", "tiny", "allow_swap_setup", "params", "variant", "variants", "study"}
 VARIANT_KEYS = {"label", "target", "vars", "knobs", "cmdline", "env", "cpus", "params", "description"}
 
 
@@ -144,12 +144,14 @@ class Experiment:
     allow_swap_setup: bool = False
     params: dict[str, str] = field(default_factory=dict)
     description: str = ""
+    study: dict = field(default_factory=dict)     # the [study] table (kperfdiff.studies reads it)
 
     def spec(self) -> dict:
         """The parsed content that defines the experiment (its identity)."""
         d = asdict(self)
         d.pop("path")
         d.pop("description")
+        d.pop("study")
         for v in d["variants"]:
             v.pop("description")
         return d
@@ -377,7 +379,25 @@ def parse_data(data: dict, p: Path | str = "<experiment>", allow_knobs=frozenset
                       profile_freq=pos_int("profile_freq", None, limits.MAX_PROFILE_FREQ), tiny=flag("tiny"),
                       allow_swap_setup=flag("allow_swap_setup"),
                       params=_params_table(p, "params", data.get("params")),
-                      description=desc if isinstance(desc, str) else "")
+                      description=desc if isinstance(desc, str) else "", study=_study_table(p, data.get("study")))
+
+
+def _study_table(p, v) -> dict:
+    """The [study] table: text about the study a file reproduces; names to strings, numbers, booleans or
+    lists of strings (kperfdiff.studies checks which keys it knows)."""
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise _err(p, "study", "must be a table ([study])")
+    out: dict = {}
+    for k, x in v.items():
+        if isinstance(x, list):
+            if len(x) > limits.MAX_LIST_ITEMS:
+                raise _err(p, f"study.{k}", f"has more than {limits.MAX_LIST_ITEMS} items")
+            out[str(k)] = [_scalar_str(p, f"study.{k}", i) for i in x]
+        else:
+            out[str(k)] = _scalar_str(p, f"study.{k}", x)
+    return out
 
 
 # -- the matrix -------------------------------------------------------------------

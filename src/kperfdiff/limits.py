@@ -20,6 +20,7 @@ MAX_MIN_BATCH_MS = 60_000       # minimum batch length
 MAX_PRECISION_PCT = 10_000          # precision target, percent (1000 means: stop on time)
 MAX_BOOTS = 1000                # boots per memory size
 MAX_VALUE_CHARS = 4096          # a parameter value, a knob value
+MAX_LIST_ITEMS = 256            # items of a list in a [study] table
 
 
 def int_in_range(v: int, lo: int, hi: int) -> bool:

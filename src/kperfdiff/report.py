@@ -67,23 +67,32 @@ def side_facts(store, side) -> dict:
 
 def profile_diff(cmp: Comparison, blk: Block, c: CellChange) -> ProfileDiff:
     """The kperfdiff ranking of one changed cell's profiles (reference = A)."""
-    pd = ProfileDiff(blk.variant, blk.reference, c.key, c.cores, c.change)
-    a = cmp.side(blk.reference).profiles.get((c.benchmark_base, c.cores), [])
-    b = cmp.side(blk.variant).profiles.get((c.benchmark_new, c.cores), [])
+    return diff_stored(cmp, blk.reference, blk.variant, c.benchmark_base, c.benchmark_new, c.cores,
+                       key=c.key, change=c.change)
+
+
+def diff_stored(cmp: Comparison, reference: str, variant: str, bench_ref: str, bench_var: str, cores: int, *,
+                key: str = "", change: float = float("nan"), options: DiffOptions | None = None) -> ProfileDiff:
+    """The kperfdiff ranking of two sides' stored profiles of a benchmark at a core count (reference = A);
+    problems go to ``error``, so one unreadable profile never loses a report."""
+    pd = ProfileDiff(variant, reference, key or bench_var, cores, change)
+    a = cmp.side(reference).profiles.get((bench_ref, cores), [])
+    b = cmp.side(variant).profiles.get((bench_var, cores), [])
     if not a or not b:
         pd.error = "no profiles on both sides (run the experiment with profile = true)"
         return pd
     try:
-        pa = load_stored(a, blk.reference)
-        pb = load_stored(b, blk.variant)
+        pa = load_stored(a, reference)
+        pb = load_stored(b, variant)
         if not pa or not pb:
             pd.error = "the profile files are missing from the artefact folder"
             return pd
-        res = diff_profiles(pa, pb, DiffOptions(labels=(blk.reference, blk.variant)))
+        opts = options or DiffOptions()
+        opts.labels = (reference, variant)
+        res = diff_profiles(pa, pb, opts)
         add_folded(res, pa, pb)
         pd.result = res
-        pd.title = f"{c.benchmark_new} vs {c.benchmark_base}, {c.cores} core{'s' if c.cores > 1 else ''}: " \
-                   f"{blk.variant} vs {blk.reference}"
+        pd.title = f"{bench_var} vs {bench_ref}, {cores} core{'s' if cores > 1 else ''}: {variant} vs {reference}"
     except KperfdiffError as e:
         pd.error = f"cannot diff the profiles: {e}"
     except Exception as e:  # a report must not be lost to one unreadable profile

@@ -12,7 +12,7 @@ import sys
 from .. import __version__
 from ..errors import KperfdiffError
 from ..knobs import repair_pending
-from . import bench, diff, experiment, place
+from . import bench, diff, experiment, place, studies
 from .common import GLOBAL_OPTIONS, Parser, accept_global_options
 
 
@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_parser(sub)
     place.add_parser(sub)
     experiment.add_parsers(sub)
+    studies.add_parser(sub)
     accept_global_options(p)
     return p
 
@@ -71,4 +72,5 @@ COMMANDS = {
     "target": bench.target,
     "diff": diff.run,
     "place": place.run,
+    "studies": studies.run,
 }

@@ -1,0 +1,185 @@
+"""The five studies kperfdiff comes from, reproduced: one experiment file each.
+
+A study file (``examples/studies/*.toml``) is an ordinary experiment file with
+a ``[study]`` table that the experiment runner ignores::
+
+    [study]
+    kind = "superpages"          # the module below that analyses it
+    title = "Superpages"
+    source = "FreeBSD on ARMv7, 2013"
+    measured = "..."             # what the study measured
+    found = "..."                # what it found, with its figures
+    differs = ["...", "..."]     # what differs here, said plainly
+
+Each kind is a module of this package with ``section(store, exp) ->
+Section``, which reads the experiment's results from the store and states
+what kperfdiff measured and whether it agrees with the study, and optionally
+``run(store, exp, log)`` when the study is more than running its matrix
+(the default runs the experiment, resuming what is stored).
+
+Data flows one way: experiment files -> runs in the store -> sections
+(here) -> ``render/studies.py``.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import experiment
+from ..errors import InputError
+from ..render.table import Table
+
+STUDY_KEYS = {"kind", "title", "source", "measured", "found", "differs"}
+# kind -> module of this package
+KINDS = {
+    "xarch": "xarch",
+    "superpages": "superpages",
+    "tlb-shootdown": "shootdown",
+    "linear-map": "linearmap",
+    "tcm": "tcm",
+}
+VERDICTS = ("yes", "partly", "no", "unknown")
+
+
+@dataclass
+class Study:
+    """The [study] table of a study file."""
+    kind: str
+    title: str
+    source: str = ""
+    measured: str = ""
+    found: str = ""
+    differs: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Verdict:
+    """Does kperfdiff's result agree with the study's? ``agrees`` is one of VERDICTS."""
+    agrees: str
+    text: str
+
+    def __post_init__(self):
+        if self.agrees not in VERDICTS:
+            raise ValueError(f"a verdict is one of {', '.join(VERDICTS)}, not {self.agrees!r}")
+
+
+@dataclass
+class Section:
+    """One study's part of the report."""
+    study: Study
+    experiment: str                       # the experiment's name in the store
+    paragraphs: list[str] = field(default_factory=list)    # what kperfdiff measured here
+    tables: list[Table] = field(default_factory=list)
+    figures: list[str] = field(default_factory=list)       # inline SVG
+    diffs: list = field(default_factory=list)              # report.ProfileDiff: kperfdiff rankings shown
+    direction: Verdict = field(default_factory=lambda: Verdict("unknown", "not measured yet"))
+    mechanism: Verdict = field(default_factory=lambda: Verdict("unknown", "not measured yet"))
+    differs: list[str] = field(default_factory=list)       # found at run time, after the study's own
+    emulated: bool = False
+    complete: bool = True                 # False while cells are missing or failed
+    file: str = ""
+
+
+def study_of(exp: experiment.Experiment) -> Study:
+    """The checked [study] table of an experiment; one sentence when it is missing or wrong."""
+    raw = exp.study
+    if not raw:
+        raise InputError(f"{exp.path}: has no [study] table, so it is an experiment file and not a study")
+    unknown = sorted(set(raw) - STUDY_KEYS)
+    if unknown:
+        raise InputError(f"{exp.path}: study.{unknown[0]} is not a study field (known: {', '.join(sorted(STUDY_KEYS))})")
+    kind = raw.get("kind")
+    if kind not in KINDS:
+        raise InputError(f"{exp.path}: study.kind must be one of {', '.join(KINDS)}, not {kind!r}")
+    for k in ("title", "source", "measured", "found", "kind"):
+        if isinstance(raw.get(k, ""), list):
+            raise InputError(f"{exp.path}: study.{k} must be a string, not a list")
+    differs = raw.get("differs", [])
+    if isinstance(differs, str):
+        differs = [differs]
+    return Study(kind=kind, title=raw.get("title") or exp.name, source=raw.get("source", ""),
+                 measured=raw.get("measured", ""), found=raw.get("found", ""), differs=list(differs))
+
+
+def load(path: str | Path) -> tuple[experiment.Experiment, Study]:
+    exp = experiment.parse(path)
+    return exp, study_of(exp)
+
+
+def _module(kind: str):
+    return importlib.import_module(f"{__name__}.{KINDS[kind]}")
+
+
+def run(store, exp: experiment.Experiment, log, progress: bool = True) -> int:
+    """Run (or resume) one study; the exit status of its experiment run."""
+    mod = _module(study_of(exp).kind)
+    if hasattr(mod, "run"):
+        return mod.run(store, exp, log)
+    outcome = experiment.run_experiment(store, exp, experiment.RunOptions(progress=progress,
+                                                                            command=f"kperfdiff studies run {exp.path}"),
+                                        log=log)
+    return outcome.exit_status
+
+
+def section(store, exp: experiment.Experiment) -> Section:
+    """The report section of one study, from what the store holds (an empty one when nothing ran yet)."""
+    st = study_of(exp)
+    if store.latest_experiment(exp.name) is None:
+        return Section(st, exp.name, paragraphs=[f"Not run yet: `kperfdiff studies run {exp.path}`."],
+                       complete=False, file=exp.path)
+    sec = _module(st.kind).section(store, exp)
+    sec.file = exp.path
+    return sec
+
+
+# -- helpers the kinds share --------------------------------------------------------
+
+def comparison(store, exp: experiment.Experiment):
+    """The comparison of the study's experiment (every variant vs its baseline, and its stack)."""
+    from ..compare import from_experiment
+    return from_experiment(store, exp.name)
+
+
+def centre_text(sample, digits: int = 3) -> str:
+    """A side's centre with its 95% interval: ``0.00553 +- 2.1% GUP/s (5 reps)``."""
+    import math
+    from .. import stats
+    if sample is None or sample.status != "ok" or not sample.pooled:
+        return "not measured" if sample is None else f"{sample.status}" + (f": {sample.reason}" if sample.reason else "")
+    c = sample.centre
+    hw = stats.centre_half_width(sample.reps)
+    unit = f" {sample.unit}" if sample.unit else ""
+    body = f"{_sig(c, digits)}" + ("" if math.isnan(hw) else f" \u00b1 {hw:.1f}%")
+    return f"{body}{unit} ({len(sample.reps)} reps)"
+
+
+def change_text(c) -> str:
+    """A cell change: ``+49.8% [+47.1, +52.6], significant`` (positive = better)."""
+    import math
+    if c is None or math.isnan(c.change):
+        return "no comparison" + (f" ({c.note})" if c is not None and c.note else "")
+    ci = "" if math.isnan(c.low) else f" [{c.low:+.1f}, {c.high:+.1f}]"
+    return f"{c.change:+.1f}%{ci}" + (", significant" if c.significant else ", not significant")
+
+
+def _sig(v: float, digits: int) -> str:
+    import math
+    if v == 0 or math.isnan(v) or math.isinf(v):
+        return str(v)
+    mag = math.floor(math.log10(abs(v)))
+    dec = max(0, digits - 1 - mag)
+    return f"{v:,.{dec}f}"
+
+
+def cell(cmp, variant: str, key: str, cores: int):
+    """The CellChange of ``variant`` against its reference for a column, or None."""
+    for blk in cmp.blocks:
+        if blk.variant == variant:
+            return blk.cells.get((key, cores))
+    return None
+
+
+def sample(cmp, variant: str, key: str, cores: int):
+    """A side's Sample of a column (its ``benchmark`` is the one that variant ran for it), or None."""
+    return cmp.side(variant).samples.get((key, cores))
