@@ -113,11 +113,14 @@ class FunctionMap:
     def __init__(self, kallsyms: Path):
         table = core().symbol_map(kallsyms.read_bytes())
         funcs = sorted((a, n) for a, t, n in zip(table["addrs"], table["types"], table["names"]) if t in "tTwW")
-        self.addrs = [a for a, _ in funcs]
-        self.names = [n for _, n in funcs]
         self.by_name = {}
         for a, n in funcs:
             self.by_name.setdefault(n, a)
+        # aliases at one address (6.1's create_kpti_ng_temp_pgd is __create_pgd_mapping_locked): the first
+        # name in sort order, so every boot of a kernel names a block alike
+        funcs = [f for i, f in enumerate(funcs) if i == 0 or funcs[i - 1][0] != f[0]]
+        self.addrs = [a for a, _ in funcs]
+        self.names = [n for _, n in funcs]
 
     def name(self, addr: int) -> str | None:
         """The function holding ``addr``, or None below the lowest kernel function."""
