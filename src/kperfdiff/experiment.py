@@ -431,8 +431,10 @@ def resolve(exp: Experiment) -> dict[str, list[tuple[str, object]]]:
             try:
                 hits = catalogue.select("full", name)
             except KperfdiffError:
-                raise _err(exp.path, "benchmarks", f"entry {entry!r} ({name!r} for variant {v.label!r}) matches "
-                                                   f"no benchmark; see kperfdiff bench --list") from None
+                hits = _boot_benchmarks(exp, name, v)    # boot.*: a guest's boot, at the target's mem=
+                if not hits:
+                    raise _err(exp.path, "benchmarks", f"entry {entry!r} ({name!r} for variant {v.label!r}) matches "
+                                                       f"no benchmark; see kperfdiff bench --list") from None
             if templated:
                 if len(hits) != 1:
                     raise _err(exp.path, "benchmarks", f"entry {entry!r} must name exactly one benchmark per "
@@ -450,6 +452,18 @@ def resolve(exp: Experiment) -> dict[str, list[tuple[str, object]]]:
         if [k for k, _ in out[v.label]] != first:
             raise _err(exp.path, "benchmarks", f"resolve to different columns for variant {v.label!r}")
     return out
+
+
+def _boot_benchmarks(exp: Experiment, name: str, v: Variant) -> list:
+    """The boot.* benchmarks (targets/boot.py) a name or pattern matches; they run on guest targets only,
+    one boot per memory size (the variant's target says mem=)."""
+    import fnmatch
+    from .targets.boot import ALL_BOOT_BENCHMARKS
+    hits = [b for b in ALL_BOOT_BENCHMARKS if fnmatch.fnmatchcase(b.name, name) or b.family == name]
+    if hits and not v.target.startswith("qemu:"):
+        raise _err(exp.path, f"variant {v.label!r}.target",
+                   f"must be a qemu guest for the boot benchmarks ({name}), not {v.target!r}")
+    return hits
 
 
 def cells(exp: Experiment, columns: dict[str, list[tuple[str, object]]]) -> list[Cell]:
@@ -695,7 +709,7 @@ class _MatrixRun:
         return runs
 
     def _build(self) -> dict:
-        return build.build_all(sorted({b.family for b in self.bench_by_name.values()}))
+        return build.build_all(sorted({b.family for b in self.bench_by_name.values()} - {"boot"}))
 
     def _prepare(self, done_before: int) -> None:
         exp, todo = self.exp, self.todo
@@ -844,6 +858,20 @@ def _measure_remote(exp, v, batch, bench_by_name, overrides, run, store, facts):
     opts = BenchOptions(reps=1, intervals=exp.intervals, tiny=exp.tiny,
                         min_batch_ns=int(exp.min_batch_ms * 1e6) if exp.min_batch_ms else None,
                         timeout=exp.timeout, profile=exp.profile, profile_freq=exp.profile_freq)
+    if any(bench_by_name[x.benchmark].family == "boot" for x in batch):
+        # boot.*: the guest's own boots measure them (targets/boot.py), not a job in one boot
+        boots = [x for x in batch if bench_by_name[x.benchmark].family == "boot"]
+        from .targets.boot import measure_batch
+        with targets.open_target(v.target, cmdline=v.cmdline) as t:
+            ms = measure_batch(t, [x.benchmark for x in boots])
+        if ms and facts.get(v.label) is None and ms[0].facts:
+            facts[v.label] = ms[0].facts
+            store.set_run_machine(run.id, store.add_machine(ms[0].facts))
+        for x, m in zip(boots, ms):
+            yield x, m.as_repetition(x.rep), (lambda rid: None)
+        batch = [x for x in batch if bench_by_name[x.benchmark].family != "boot"]
+        if not batch:
+            return
     cells = [targets.Cell(bench_by_name[x.benchmark], x.cores, overrides[v.label].get(x.benchmark)) for x in batch]
     with targets.open_target(v.target, cmdline=v.cmdline) as t:
         ms = targets.run_benchmarks(t, cells, opts, artefact_dir=run.artefact_dir, first_rep=batch[0].rep)

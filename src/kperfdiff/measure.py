@@ -332,14 +332,18 @@ def run_bench_on_target(store: Store, opts: BenchOptions, benches: list[Benchmar
 
 
 def run_boot_timing(store: Store, spec: str, mems: list[str], boots: int, *, label: str = "",
-                    command: str = "", progress: bool = True) -> Outcome:
+                    command: str = "", progress: bool = True, mapping: bool | None = None) -> Outcome:
     """`kperfdiff target boot`: the boot.* benchmarks of a guest, stored as a run like any other."""
     target = targets.open_target(spec)
     if not isinstance(target, QemuTarget):
         raise UsageError(f"boot timing needs a guest target (qemu:arm64 or qemu:x86_64), not {spec!r}")
+    if mapping is None:     # the mapping phase is counted on arm64 guests (the plugin decodes AArch64)
+        mapping = target.qs.arch == "arm64"
+    elif mapping and target.qs.arch != "arm64":
+        raise UsageError("the mapping phase (boot.map_*) is counted on arm64 guests only")
     run = store.start_run(label=label, target=spec, machine_id=None, command=command,
-                          options={"boot": True, "mems": mems, "boots": boots, "target": spec})
-    bar = Progress(len(mems) * boots, enabled=progress)
+                          options={"boot": True, "mems": mems, "boots": boots, "target": spec, "mapping": mapping})
+    bar = Progress(len(mems) * boots * (2 if mapping else 1), enabled=progress)
     failed = False
 
     def step(what: str) -> None:
@@ -348,7 +352,7 @@ def run_boot_timing(store: Store, spec: str, mems: list[str], boots: int, *, lab
 
     with run_lifecycle(store, run, bar):
         with target:
-            ms = measure_boots(target, mems, boots, progress=step)
+            ms = measure_boots(target, mems, boots, progress=step, mapping=mapping)
         if ms and ms[0].facts:
             store.set_run_machine(run.id, store.add_machine(ms[0].facts))
         for m in ms:

@@ -97,6 +97,11 @@ def add_parsers(sub) -> None:
     tb.add_argument("--mem", default="1G,4G,16G", help="guest memory sizes (default: 1G,4G,16G)")
     tb.add_argument("--boots", type=whole(limits.MAX_BOOTS), default=3, help="boots per memory size (default: 3)")
     tb.add_argument("--label", default="", help="a label for the run")
+    mp = tb.add_mutually_exclusive_group()
+    mp.add_argument("--map", dest="map", action="store_true", default=None,
+                    help="also count the kernel's mapping phase (boot.map_*: paging_init with map_mem, in "
+                         "deterministic boots with the counting plugin; the default on arm64 guests)")
+    mp.add_argument("--no-map", dest="map", action="store_false", help="host-clock boot.* benchmarks only")
     tb.add_argument("--format", choices=["text", "json"], default="text")
     tb.add_argument("--no-progress", action="store_true")
 
@@ -156,6 +161,7 @@ def target(args: argparse.Namespace) -> int:
     mems = [m.strip().upper() for m in args.mem.split(",") if m.strip()]
     store = open_store(args)
     out = run_boot_timing(store, args.spec, mems, args.boots, label=args.label,
-                          command=" ".join(["kperfdiff", *sys.argv[1:]]), progress=not args.no_progress)
+                          command=" ".join(["kperfdiff", *sys.argv[1:]]), progress=not args.no_progress,
+                          mapping=args.map)
     sys.stdout.write(rb.results(out.run, out.results, args.format, machine=store.machine(out.run.machine_id)))
     return out.exit_status

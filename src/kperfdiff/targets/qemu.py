@@ -494,6 +494,9 @@ class QemuTarget(Target):
         # Deterministic guests: latency workers count their instructions (kpd --count) and
         # profiles sample every DETERMINISTIC_PERIOD instructions.
         self.count_instructions = self.qs.deterministic
+        # boot.map_* (targets/boot.py): kernel function addresses whose calls the plugin counts
+        # inclusively, with the boot window (reset to /init); None: neither
+        self.boot_calls: list[int] | None = None
         self.perf_period = DETERMINISTIC_PERIOD if self.qs.deterministic else None
 
     # -- set-up --
@@ -613,10 +616,12 @@ class QemuTarget(Target):
 
     def _boot(self, invocations: list[Invocation], *, timeout: float, probe: bool = False,
               boot_debug: bool = False, mem: str | None = None, out_dir: Path | None = None,
-              accel: str | None = None) -> BootRecord:
+              accel: str | None = None, kallsyms: bool = False) -> BootRecord:
         perf = perf_command("/kpd/perf") if self._perf else None
         script = job_script(invocations, "/kpd/bin", "/kpd/out", perf=perf, marker=MARK + "-MARK",
                             facts=not probe)
+        if kallsyms:
+            script += "cat /proc/kallsyms > /kpd/out/kallsyms 2>/dev/null\n"
         work = Path(tempfile.mkdtemp(prefix="boot-", dir=self._work))
         initrd = self._initrd(script, {"kpd/modules.late": b""} if self.qs.deterministic else {})
         disk = work / "out.img"
@@ -626,8 +631,11 @@ class QemuTarget(Target):
         out = out_dir or (work / "out")
         out.mkdir(parents=True, exist_ok=True)
         if self.count_instructions and not probe and (accel or self.accel()) == "tcg":
-            # exact instruction counts per block between the workers' marks (guest/counting.py)
-            argv += ["-plugin", f"{counting.plugin()},out={out / counting.WINDOW_PREFIX}"]
+            # exact instruction counts per block between the workers' marks (guest/counting.py);
+            # boot.map_*: also the boot window and the calls of the functions in self.boot_calls
+            argv += ["-plugin", ",".join([str(counting.plugin()), f"out={out / counting.WINDOW_PREFIX}",
+                                          *(counting.boot_args(out, self.boot_calls)
+                                            if self.boot_calls is not None else [])])]
         rec = self._run_console(argv, timeout)
         got = self._extract(disk, rec, out)
         initrd.unlink(missing_ok=True)

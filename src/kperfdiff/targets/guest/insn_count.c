@@ -19,6 +19,31 @@
  * is counted in full; kperfdiff maps kernel addresses to functions with the
  * guest's kallsyms.
  *
+ * Two more windows need no help from the guest (boot.map_* benchmarks):
+ *
+ *   boot=PATH       the boot window: from reset to the first block below
+ *                   user=ADDR (default 0x40000000, the virt machine's RAM
+ *                   base: a static /init runs at 0x400000) translated after
+ *                   the kernel's virtual addresses (top bit set) ran, i.e.
+ *                   the first user instruction, /init's; written to PATH.
+ *   call=ADDR       (up to 4) an inclusive window around every outermost
+ *                   call of the function at ADDR: a "bl ADDR" seen when
+ *                   translating opens it when executed and remembers its
+ *                   return address (the bl's address + 4); the next
+ *                   execution of that return address closes it and writes
+ *                   <callout>.<ADDR hex>.<N> (N = 0, 1, ... per function).
+ *                   Everything the CPU runs meanwhile counts: the function
+ *                   and all it calls. The header gives the host time the
+ *                   call took under emulation (host_ns, CLOCK_MONOTONIC). Calls through a register or a tail
+ *                   call (b ADDR) are not seen.
+ *
+ * Their lines carry three more columns, the TLB maintenance the block
+ * executed (each time it was entered): TLBI, DSB and ISB instructions,
+ *
+ *     <address> <instructions> <tlbi> <dsb> <isb>
+ *
+ * after one header line starting with '#'.
+ *
  * The declarations below are the QEMU plugin ABI (version 1, QEMU 4.2 to
  * 8.x) that this file uses, stated here so the build needs no QEMU headers.
  */
@@ -28,6 +53,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef uint64_t qemu_plugin_id_t;
 typedef struct qemu_info_t qemu_info_t;
@@ -56,11 +82,28 @@ __attribute__((visibility("default"))) int qemu_plugin_version = 1;
 #define MARK_START 0xd503201fu | (0x70u << 5)   /* hint #0x70 */
 #define MARK_STOP  0xd503201fu | (0x71u << 5)   /* hint #0x71 */
 #define CHUNK 65536
+#define MAX_CALLS 4
+#define MAX_SITES 4096
+#define SLOT_MARK 0             /* base slot of the marked windows; 1 + i for call window i */
+
+uint64_t qemu_plugin_insn_vaddr(const struct qemu_plugin_insn *insn);
+
+/* TLB maintenance on AArch64: TLBI is SYS with op0=1, CRn=8; DSB any option; ISB. */
+#define IS_TLBI(w) (((w) & 0xFFF8F000u) == 0xD5088000u)
+#define IS_DSB(w)  (((w) & 0xFFFFF0FFu) == 0xD503309Fu)
+#define IS_ISB(w)  ((w) == 0xD5033FDFu)
+#define IS_BL(w)   (((w) & 0xFC000000u) == 0x94000000u)
 
 struct block {
 	uint64_t vaddr;
-	uint64_t insns;
-	uint64_t entered;       /* incremented inline by the translated code */
+	uint32_t insns, tlbi, dsb, isb;
+	uint64_t entered;       /* incremented inline by the translated code, never cleared */
+	uint64_t base[1 + MAX_CALLS];   /* 'entered' when each window opened */
+};
+
+struct site {                   /* a translated "bl <watched function>" */
+	uint64_t ret;
+	unsigned fn;
 };
 
 static struct block **chunks;
@@ -68,6 +111,18 @@ static size_t nchunks, used;     /* used: blocks in the last chunk */
 static char out_prefix[4096];
 static unsigned window;
 static int open_window;
+
+static char boot_path[4096], call_prefix[4096];
+static uint64_t user_limit = 0x40000000u;
+static int boot_open, kernel_seen;
+static uint64_t call_fn[MAX_CALLS];
+static unsigned ncalls;
+static int call_open[MAX_CALLS];
+static uint64_t call_ret[MAX_CALLS];
+static unsigned call_n[MAX_CALLS];
+static uint64_t call_t0[MAX_CALLS];
+static struct site sites[MAX_SITES];
+static unsigned nsites;
 
 static struct block *new_block(void)
 {
@@ -94,23 +149,102 @@ static void for_each_block(void (*fn)(struct block *, void *), void *arg)
 	}
 }
 
+static unsigned cur_slot;       /* the slot clear/dump work on */
+static FILE *cur_file;
+
 static void clear(struct block *b, void *arg)
 {
 	(void)arg;
-	b->entered = 0;
+	b->base[cur_slot] = b->entered;
 }
 
 static void dump(struct block *b, void *arg)
 {
-	if (b->entered)
-		fprintf((FILE *)arg, "%" PRIx64 " %" PRIu64 "\n", b->vaddr, b->entered * b->insns);
+	uint64_t n = b->entered - b->base[SLOT_MARK];
+	if (n)
+		fprintf((FILE *)arg, "%" PRIx64 " %" PRIu64 "\n", b->vaddr, n * b->insns);
+}
+
+static void dump_events(struct block *b, void *arg)
+{
+	uint64_t n = arg ? b->entered : b->entered - b->base[cur_slot];
+	if (n)
+		fprintf(cur_file, "%" PRIx64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", b->vaddr,
+			n * b->insns, n * b->tlbi, n * b->dsb, n * b->isb);
 }
 
 static void on_start(unsigned int vcpu, void *arg)
 {
 	(void)vcpu, (void)arg;
+	cur_slot = SLOT_MARK;
 	for_each_block(clear, NULL);
 	open_window = 1;
+}
+
+/* the boot window closes at the first user block: everything since reset, per block */
+static void on_boot_end(unsigned int vcpu, void *arg)
+{
+	(void)vcpu, (void)arg;
+	if (!boot_open)
+		return;
+	boot_open = 0;
+	cur_file = fopen(boot_path, "w");
+	if (!cur_file)
+		return;
+	fprintf(cur_file, "# boot: reset to the first user instruction\n");
+	for_each_block(dump_events, (void *)1);
+	fclose(cur_file);
+}
+
+static uint64_t host_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void on_call(unsigned int vcpu, void *arg)
+{
+	struct site *s = arg;
+	(void)vcpu;
+	if (call_open[s->fn])
+		return;         /* a nested (recursive) call: the outermost window goes on */
+	call_open[s->fn] = 1;
+	call_ret[s->fn] = s->ret;
+	cur_slot = 1 + s->fn;
+	for_each_block(clear, NULL);
+	call_t0[s->fn] = host_ns();     /* after the snapshot: the host time the call took, emulated */
+}
+
+static void on_return(unsigned int vcpu, void *arg)
+{
+	struct site *s = arg;
+	char path[4200];
+	(void)vcpu;
+	if (!call_open[s->fn] || call_ret[s->fn] != s->ret)
+		return;
+	uint64_t took = host_ns() - call_t0[s->fn];
+	call_open[s->fn] = 0;
+	snprintf(path, sizeof path, "%s.%" PRIx64 ".%u", call_prefix, call_fn[s->fn], call_n[s->fn]++);
+	cur_file = fopen(path, "w");
+	if (!cur_file)
+		return;
+	fprintf(cur_file, "# call %" PRIx64 " return %" PRIx64 " host_ns %" PRIu64 "\n", call_fn[s->fn], s->ret, took);
+	cur_slot = 1 + s->fn;
+	for_each_block(dump_events, NULL);
+	fclose(cur_file);
+}
+
+static struct site *add_site(uint64_t ret, unsigned fn)
+{
+	for (unsigned i = 0; i < nsites; i++)
+		if (sites[i].ret == ret && sites[i].fn == fn)
+			return &sites[i];
+	if (nsites == MAX_SITES)
+		return NULL;
+	sites[nsites].ret = ret;
+	sites[nsites].fn = fn;
+	return &sites[nsites++];
 }
 
 static void on_stop(unsigned int vcpu, void *arg)
@@ -146,13 +280,41 @@ static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 	b->vaddr = qemu_plugin_tb_vaddr(tb);
 	b->insns = n;
 	qemu_plugin_register_vcpu_tb_exec_inline(tb, QEMU_PLUGIN_INLINE_ADD_U64, &b->entered, 1);
+	if (boot_path[0] && boot_open) {
+		if (b->vaddr >> 63)
+			kernel_seen = 1;
+		else if (kernel_seen && b->vaddr < user_limit)
+			qemu_plugin_register_vcpu_insn_exec_cb(qemu_plugin_tb_get_insn(tb, 0), on_boot_end,
+							       QEMU_PLUGIN_CB_NO_REGS, NULL);
+	}
 	for (size_t i = 0; i < n; i++) {
 		struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
 		uint32_t w = word(insn);
+		if (IS_TLBI(w))
+			b->tlbi++;
+		else if (IS_DSB(w))
+			b->dsb++;
+		else if (IS_ISB(w))
+			b->isb++;
 		if (w == (MARK_START))
 			qemu_plugin_register_vcpu_insn_exec_cb(insn, on_start, QEMU_PLUGIN_CB_NO_REGS, NULL);
 		else if (w == (MARK_STOP))
 			qemu_plugin_register_vcpu_insn_exec_cb(insn, on_stop, QEMU_PLUGIN_CB_NO_REGS, NULL);
+		if (!ncalls)
+			continue;
+		uint64_t pc = qemu_plugin_insn_vaddr(insn);
+		for (unsigned s = 0; s < nsites; s++)       /* a return address of a watched call */
+			if (sites[s].ret == pc)
+				qemu_plugin_register_vcpu_insn_exec_cb(insn, on_return, QEMU_PLUGIN_CB_NO_REGS, &sites[s]);
+		if (IS_BL(w)) {
+			int64_t off = (int64_t)((uint64_t)(w & 0x03FFFFFFu) << 38) >> 36;   /* imm26 * 4, signed */
+			uint64_t target = pc + (uint64_t)off;
+			for (unsigned f = 0; f < ncalls; f++) {
+				struct site *st = target == call_fn[f] ? add_site(pc + 4, f) : NULL;
+				if (st)
+					qemu_plugin_register_vcpu_insn_exec_cb(insn, on_call, QEMU_PLUGIN_CB_NO_REGS, st);
+			}
+		}
 	}
 }
 
@@ -168,9 +330,28 @@ __attribute__((visibility("default")))
 int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc, char **argv)
 {
 	(void)info;
-	for (int i = 0; i < argc; i++)
+	for (int i = 0; i < argc; i++) {
 		if (strncmp(argv[i], "out=", 4) == 0)
 			snprintf(out_prefix, sizeof out_prefix, "%s", argv[i] + 4);
+		else if (strncmp(argv[i], "boot=", 5) == 0)
+			snprintf(boot_path, sizeof boot_path, "%s", argv[i] + 5);
+		else if (strncmp(argv[i], "callout=", 8) == 0)
+			snprintf(call_prefix, sizeof call_prefix, "%s", argv[i] + 8);
+		else if (strncmp(argv[i], "user=", 5) == 0)
+			user_limit = strtoull(argv[i] + 5, NULL, 0);
+		else if (strncmp(argv[i], "call=", 5) == 0) {
+			if (ncalls == MAX_CALLS) {
+				fprintf(stderr, "insn_count: at most %d call= functions\n", MAX_CALLS);
+				return -1;
+			}
+			call_fn[ncalls++] = strtoull(argv[i] + 5, NULL, 16);
+		}
+	}
+	boot_open = boot_path[0] != 0;
+	if (ncalls && !call_prefix[0]) {
+		fprintf(stderr, "insn_count: call= needs callout=PATH_PREFIX\n");
+		return -1;
+	}
 	if (!out_prefix[0]) {
 		fprintf(stderr, "insn_count: give out=PATH_PREFIX\n");
 		return -1;
