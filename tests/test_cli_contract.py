@@ -3,7 +3,6 @@ or input error), one prefix per error sentence, global options on either side of
 sub-command, and machine output on stdout that parses."""
 import gzip
 import json
-import shutil
 import subprocess
 import sys
 import textwrap
