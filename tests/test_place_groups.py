@@ -186,3 +186,22 @@ def test_store_references_give_profiles_and_their_kallsyms_give_sizes(tmp_path):
     p = kperfdiff("--store", db, "place", "groups", f"{run.id}:proc.exec", "--hw", HW)
     one_sentence(p)
     assert "--sizes is needed" in p.stderr
+
+
+@pytest.mark.slow
+def test_the_study_section_from_a_real_guest_run(tmp_path):
+    """examples/studies/5-tcm.toml in an arm64 guest (about 2 minutes), then its section."""
+    from kperfdiff import studies
+    from kperfdiff.store import Store
+    study = ROOT / "examples" / "studies" / "5-tcm.toml"
+    p = kperfdiff("--store", tmp_path / "k.db", "studies", "run", study, "-o", tmp_path / "s.html")
+    assert p.returncode == 0, p.stderr[-2000:]
+    exp, _ = studies.load(study)
+    sec = studies.section(Store.open(tmp_path / "k.db", create=False), exp)
+    assert sec.complete and sec.emulated
+    titles = [t.title for t in sec.tables]
+    assert any("Each thesis group alone" in t for t in titles)
+    groups = next(t for t in sec.tables if "Each thesis group alone" in t.title)
+    assert len(groups.rows) == 15 and groups.columns[3:-1] == exp.benchmarks
+    assert sec.direction.agrees != "unknown" and sec.mechanism.agrees != "unknown"
+    assert "Each thesis group" in (tmp_path / "s.html").read_text()
