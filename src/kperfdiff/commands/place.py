@@ -6,15 +6,17 @@ import sys
 from pathlib import Path
 
 from ..errors import InputError, UsageError
-from ..ingest.load import load
-from ..place import emit
+from ..ingest.load import load_side, resolve_side
+from ..ingest.profile import merge
+from ..place import emit, grouptable
 from ..place import simulate as sim
 from ..place.inputs import load_groups, load_hw, load_sizes, parse_bytes, read_placement
 from ..place.model import build_problem, evaluate, placement_from_names
 from ..place.optimise import by_groups, methods_for, solve, sweep
-from ..render.place import group_table, kb, method_table, placement_table, render
+from ..render.place import group_table, groups_by_benchmark, kb, method_table, placement_table, render
 from ..render.table import Table
 from .common import write_file
+from .diff import store_lookup
 
 EPILOG = """\
 sub-commands:
@@ -23,20 +25,32 @@ sub-commands:
   model     evaluate a placement written by hand (--placement FILE, one function a line)
   simulate  run the profile's reconstructed trace through an I-cache + fast-memory
             simulator and set the simulation beside the model's prediction
+  groups    the TCM study's table: each thesis group placed alone, one column per
+            benchmark profile, the model's and the simulator's change in each cell,
+            beside the exact optimiser's placement
 
 inputs common to all: PROFILE (perf.data, perf script, perf report or folded
-stacks), --sizes (System.map, kallsyms or vmlinux; map and kallsyms sizes are
-address gaps, approximate), --hw (hardware model TOML, see
+stacks, or a store reference RUN:BENCHMARK[@CORES], its repetitions added up),
+--sizes (System.map, kallsyms or vmlinux, or a store reference whose kallsyms to
+use; map and kallsyms sizes are address gaps, approximate; default: the kallsyms
+stored with a store-referenced profile), --hw (hardware model TOML, see
 examples/place/arm926-tcm.toml), --fills (measured per function by a
 no-placement simulation, the default, or the thesis's uniform f). Groups: the shipped thesis groups plus
 --groups FILE; --atomic GROUP makes a group all-or-none.
 """
 
 
-def _common(p, *, capacity=True, method=True):
-    p.add_argument("profile", help="profile: perf.data, perf script, perf report --stdio or folded stacks")
-    p.add_argument("--sizes", required=True, metavar="FILE",
-                   help="function sizes: vmlinux (exact ELF sizes), System.map or kallsyms (address gaps, approximate)")
+def _common(p, *, capacity=True, method=True, many=False):
+    if many:
+        p.add_argument("profiles", nargs="+", metavar="PROFILE",
+                       help="one profile per benchmark (a column each): files or store references RUN:BENCHMARK")
+    else:
+        p.add_argument("profile", help="profile: perf.data, perf script, perf report --stdio, folded stacks, or a "
+                                       "store reference RUN:BENCHMARK[@CORES]")
+    p.add_argument("--sizes", metavar="FILE",
+                   help="function sizes: vmlinux (exact ELF sizes), System.map or kallsyms (address gaps, "
+                        "approximate), or a store reference RUN:BENCHMARK whose stored kallsyms to use "
+                        "(default: the kallsyms stored with a store-referenced profile)")
     p.add_argument("--hw", required=True, metavar="MODEL.toml", help="hardware model (examples/place/*.toml)")
     if capacity:
         p.add_argument("--capacity", metavar="BYTES", default=None,
@@ -102,16 +116,52 @@ def add_parser(sub) -> None:
                    help="leave main-memory functions at their old addresses instead of packing them again")
     p.add_argument("--no-groups", action="store_true", help="do not simulate each thesis group")
 
+    p = ps.add_parser("groups", help="each thesis group placed alone, per benchmark: model and simulator")
+    _common(p, method=False, many=True)
+    p.add_argument("--events", type=int, default=20000, help="body executions in each reconstructed trace (default 20000)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--no-own", action="store_true",
+                   help="leave out each benchmark's own exact placement (one MILP per profile)")
+
 
 class _Ctx:
     pass
 
 
+def _profile(spec: str, lookup) -> tuple[str, object, dict]:
+    """(column label, profile, what the store knows) of a file or a store reference; a reference's
+    repetitions (and parallel copies) are added up into one profile."""
+    refs = resolve_side(spec, lookup)
+    meta = next((m for _, m in refs if m), {})
+    profs = load_side(spec, lookup)
+    prof = merge(profs, spec)
+    label = meta.get("benchmark") or Path(spec).stem
+    return label, prof, meta
+
+
+def _sizes(args, metas: list[dict], lookup):
+    """--sizes as a file, as a store reference (its stored kallsyms), or the kallsyms stored with a profile."""
+    spec = args.sizes
+    if spec and (Path(spec).exists() or ":" not in spec and not spec.isdigit()):
+        return load_sizes(spec)
+    if spec:
+        metas = [m for _, m in lookup(spec)]
+    ks = next((m["kallsyms"] for m in metas if m.get("kallsyms")), None)
+    if ks:
+        return load_sizes(ks)
+    if spec:
+        raise InputError(f"--sizes {spec}: the store holds no kallsyms with that run's profiles; "
+                         f"give a System.map, kallsyms or vmlinux file")
+    raise InputError("--sizes is needed (a System.map, kallsyms or vmlinux file) unless a profile is a store "
+                     "reference recorded with its kallsyms")
+
+
 def _load(args) -> _Ctx:
     c = _Ctx()
     c.hw = load_hw(args.hw)
-    c.sizes = load_sizes(args.sizes)
-    c.profile = load(args.profile)
+    lookup = store_lookup(getattr(args, "store", None))
+    _, c.profile, meta = _profile(args.profile, lookup)
+    c.sizes = _sizes(args, [meta], lookup)
     groups, ex = load_groups(args.groups)
     c.groups = groups
     c.excludes = ([] if args.no_default_excludes else ex) + list(args.exclude)
@@ -284,8 +334,33 @@ def _cmd_simulate(args) -> int:
     return 0
 
 
+def _cmd_groups(args) -> int:
+    hw = load_hw(args.hw)
+    lookup = store_lookup(getattr(args, "store", None))
+    cols = [_profile(spec, lookup) for spec in args.profiles]
+    sizes = _sizes(args, [m for _, _, m in cols], lookup)
+    groups, ex = load_groups(args.groups)
+    excludes = ([] if args.no_default_excludes else ex) + list(args.exclude)
+    capacity = parse_bytes(args.capacity) if args.capacity is not None else hw.fast_size
+    if capacity <= 0:
+        raise InputError(f"the fast-memory capacity must be above zero bytes, not {args.capacity}")
+    if args.events < 1:
+        raise InputError(f"--events must be 1 or more, not {args.events}")
+    if args.calibrate:
+        raise InputError("--calibrate is for plan, sweep, model and simulate with --fills uniform; place groups "
+                         "measures fills per benchmark")
+    gt = grouptable.build([(lab, p) for lab, p, _ in cols], sizes, hw, capacity, groups=groups, excludes=excludes,
+                          fills=args.fills, events=args.events, seed=args.seed, time_limit=args.time_limit,
+                          own=not args.no_own, atomic=args.atomic, cycles_per_unit=args.cycles_per_unit)
+    doc = {"version": 1, "kind": "place-groups", "profiles": list(args.profiles), "sizes": sizes.path,
+           "sizes_approximate": sizes.approximate, "hw": hw.path} | gt.as_dict()
+    sys.stdout.write(render(groups_by_benchmark(gt), doc, args.format))
+    return 0
+
+
 def run(args) -> int:
     cmd = getattr(args, "place_command", None)
     if not cmd:
-        raise UsageError("needs a sub-command: plan, sweep, model or simulate (see kperfdiff place --help)", prog="kperfdiff place")
-    return {"plan": _cmd_plan, "sweep": _cmd_sweep, "model": _cmd_model, "simulate": _cmd_simulate}[cmd](args)
+        raise UsageError("needs a sub-command: plan, sweep, model, simulate or groups (see kperfdiff place --help)", prog="kperfdiff place")
+    return {"plan": _cmd_plan, "sweep": _cmd_sweep, "model": _cmd_model, "simulate": _cmd_simulate,
+            "groups": _cmd_groups}[cmd](args)

@@ -61,9 +61,22 @@ def check_capacity(capacity: int) -> int:
     return int(capacity)
 
 
-def _usable(problem: Problem, capacity: int) -> int:
+def usable_capacity(problem: Problem, capacity: int) -> int:
+    """The bytes placements may take: the capacity less the model's reserve (veneers, literal pools)."""
     reserve = problem.hw.fast_reserve if problem.hw else 0
     return max(0, capacity - reserve)
+
+
+def hottest_fitting(problem: Problem, members: list[int], cap: int) -> np.ndarray:
+    """A group too big for the memory, trimmed: its members of most self cycles per byte, in that
+    order, while they fit ``cap`` bytes (a member that does not fit is skipped, not the end)."""
+    mask = np.zeros(problem.n, dtype=bool)
+    used = 0
+    for k in sorted(members, key=lambda k: -problem.self_cycles[k] / max(1, problem.size[k])):
+        if used + problem.size[k] <= cap:
+            mask[k] = True
+            used += int(problem.size[k])
+    return mask
 
 
 def _adjacency(problem: Problem):
@@ -89,7 +102,7 @@ def _units(problem: Problem) -> list[list[int]]:
 
 def greedy(problem: Problem, capacity: int) -> Solution:
     t0 = time.perf_counter()
-    cap = _usable(problem, check_capacity(capacity))
+    cap = usable_capacity(problem, check_capacity(capacity))
     adj = _adjacency(problem)
     v, s = problem.cross_cost, problem.both_saving
     units = _units(problem)
@@ -122,7 +135,7 @@ def greedy(problem: Problem, capacity: int) -> Solution:
 def by_groups(problem: Problem, capacity: int, *, pairs: bool = True) -> Solution:
     """The thesis's method: every group alone, then pairs that fit; best wins."""
     t0 = time.perf_counter()
-    cap = _usable(problem, check_capacity(capacity))
+    cap = usable_capacity(problem, check_capacity(capacity))
     rows = []
     masks = {}
     fits_whole = []
@@ -137,11 +150,7 @@ def by_groups(problem: Problem, capacity: int, *, pairs: bool = True) -> Solutio
                 fits_whole.append(name)
         else:
             trimmed = True
-            used = 0
-            for k in sorted(members, key=lambda k: -problem.self_cycles[k] / max(1, problem.size[k])):
-                if used + problem.size[k] <= cap:
-                    mask[k] = True
-                    used += int(problem.size[k])
+            mask = hottest_fitting(problem, members, cap)
         pred = evaluate(problem, mask)
         masks[name] = mask
         rows.append({"group": name, "members": len(members), "group_bytes": total, "trimmed": trimmed,
@@ -280,7 +289,7 @@ def exact(problem: Problem, capacity: int, *, time_limit: float | None = 60.0, r
     densest others up to four times the capacity; the gap is stated against the
     whole problem's LP bound, so it is honest whichever step stops early."""
     t0 = time.perf_counter()
-    cap = _usable(problem, check_capacity(capacity))
+    cap = usable_capacity(problem, check_capacity(capacity))
     if fallback is None:
         fallback = greedy(problem, capacity)
     if problem.n == 0:

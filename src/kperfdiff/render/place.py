@@ -52,3 +52,32 @@ def render(tables: list[Table], doc: dict, fmt: str) -> str:
     if fmt == "text":
         return "\n".join(to_text(t) for t in tables)
     raise InputError(f"unknown format {fmt!r}; use text, json or markdown")
+
+
+def _pair(model, sim) -> str:
+    def f(v):
+        return "-" if v is None or v != v else f"{v:+.1f}"
+    return f"{f(model)} / {f(sim)}"
+
+
+def groups_by_benchmark(gt) -> list[Table]:
+    """The TCM study's table (place.grouptable.GroupTable): each group placed alone, per benchmark,
+    the model's change / the simulator's; then the best group or pair and the exact placements."""
+    cols = ["group", "bytes", "fits"] + list(gt.columns) + ["mean"]
+    t = Table(cols, title=f">> Each thesis group alone in {gt.fast_name} of {kb(gt.capacity)} ({gt.hw_name}): "
+                          f"change of kernel fetch cycles, % model / simulated (+ = faster)",
+              align=["l", "r", "l"] + ["r"] * (len(gt.columns) + 1))
+    for r in gt.groups:
+        fits = "no member" if not r.members else (f"trimmed to {kb(r.placed_bytes)}" if r.trimmed else "yes")
+        t.rows.append([r.label, r.group_bytes, fits] + [_pair(r.model.get(c), r.sim.get(c)) for c in gt.columns]
+                      + [_pair(r.mean("model"), r.mean("sim"))])
+    t.notes += gt.notes
+    o = Table(["placement", "bytes", "note"] + list(gt.columns) + ["mean"],
+              title=">> Beside it: the group method's best and the exact optimiser's placements",
+              align=["l", "r", "l"] + ["r"] * (len(gt.columns) + 1))
+    for r in gt.others:
+        o.rows.append([r.label, r.placed_bytes, r.note] + [_pair(r.model.get(c), r.sim.get(c)) for c in gt.columns]
+                      + [_pair(r.mean("model"), r.mean("sim"))])
+    o.notes.append("exact (all benchmarks): one placement from every benchmark's profile combined, each benchmark's "
+                   "kernel time weighing equally (one kernel for all, as the study built one kernel per group)")
+    return [t, o]
