@@ -20,10 +20,12 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = "kperfdiff"
 
 # Where each module lives: the first matching prefix wins. The flow of data is
-# targets -> store -> ingest -> analysis -> render; commands wire them.
+# targets -> store -> ingest -> analysis -> render; experiments and studies run the
+# matrix and read it back; commands wire them.
 STAGES = [
     ("commands", ("commands", "__main__")),
     ("render", ("render",)),
+    ("studies", ("studies",)),
     ("experiments", ("experiment",)),
     ("analysis", ("diff", "twins", "compare", "report", "place")),
     ("ingest", ("ingest", "symbols")),
@@ -41,7 +43,10 @@ ALLOWED = {
     "analysis": {"foundation", "ingest", "analysis"},
     "experiments": {"foundation", "store", "targets", "analysis", "experiments"},
     "render": {"foundation", "analysis", "render"},      # analysis: result types, never its I/O (see render_io)
-    "commands": {"foundation", "store", "targets", "ingest", "analysis", "experiments", "render", "commands"},
+    # a study runs experiments and reads their results; its sections hold tables (render.table's model)
+    "studies": {"foundation", "store", "targets", "ingest", "analysis", "experiments", "render", "studies"},
+    "commands": {"foundation", "store", "targets", "ingest", "analysis", "experiments", "render", "studies",
+                 "commands"},
 }
 # Third-party modules that may be imported inside a function: an optional or slow import
 # only some commands need (scipy.stats alone takes ~0.7 s).

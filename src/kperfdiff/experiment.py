@@ -70,6 +70,7 @@ Running (:func:`run_experiment`):
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import hashlib
 import json
 import math
@@ -89,6 +90,7 @@ from .measure import BenchOptions, measure, parse_param_overrides, store_target_
 from .progress import Progress
 from .record import BenchProfiler, require_perf
 from .targets import validate_spec
+from .targets.boot import ALL_BOOT_BENCHMARKS, measure_batch
 from .bench import rounds
 from .bench.measurement import Measurement, store_measurement
 from .errors import InputError, KperfdiffError
@@ -457,8 +459,6 @@ def resolve(exp: Experiment) -> dict[str, list[tuple[str, object]]]:
 def _boot_benchmarks(exp: Experiment, name: str, v: Variant) -> list:
     """The boot.* benchmarks (targets/boot.py) a name or pattern matches; they run on guest targets only,
     one boot per memory size (the variant's target says mem=)."""
-    import fnmatch
-    from .targets.boot import ALL_BOOT_BENCHMARKS
     hits = [b for b in ALL_BOOT_BENCHMARKS if fnmatch.fnmatchcase(b.name, name) or b.family == name]
     if hits and not v.target.startswith("qemu:"):
         raise _err(exp.path, f"variant {v.label!r}.target",
@@ -861,7 +861,6 @@ def _measure_remote(exp, v, batch, bench_by_name, overrides, run, store, facts):
     if any(bench_by_name[x.benchmark].family == "boot" for x in batch):
         # boot.*: the guest's own boots measure them (targets/boot.py), not a job in one boot
         boots = [x for x in batch if bench_by_name[x.benchmark].family == "boot"]
-        from .targets.boot import measure_batch
         with targets.open_target(v.target, cmdline=v.cmdline) as t:
             ms = measure_batch(t, [x.benchmark for x in boots])
         if ms and facts.get(v.label) is None and ms[0].facts:

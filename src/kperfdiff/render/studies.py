@@ -8,14 +8,15 @@ fetches nothing; every text that comes from a file or the store is escaped.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from html import escape
 
 from . import diff as rdiff
-from .report import CSS, _e, table_html
+from .report import CSS, table_html
 from .table import to_markdown as table_markdown
 
-if TYPE_CHECKING:
-    from ..studies import Section
+def _e(s) -> str:
+    return escape("" if s is None else str(s), quote=True)
+
 
 BADGE = {"yes": ("agrees", "#1a7f37"), "partly": ("partly", "#9a6700"), "no": ("disagrees", "#cf222e"),
          "unknown": ("not known", "#57606a")}
@@ -26,7 +27,7 @@ ul.differs li{margin:.15em 0}
 """
 
 
-def _anchor(i: int, sec: "Section") -> str:
+def _anchor(i: int, sec) -> str:
     return f"study-{i + 1}"
 
 
@@ -36,7 +37,7 @@ def _verdict(name: str, v) -> str:
             f"<b>{_e(name)}.</b> {_e(v.text)}</p>")
 
 
-def section_html(i: int, sec: "Section") -> str:
+def section_html(i: int, sec) -> str:
     st = sec.study
     out = [f'<h2 id="{_anchor(i, sec)}">{i + 1}. {_e(st.title)}'
            + (f" ({_e(st.source)})" if st.source else "") + "</h2>"]
@@ -74,7 +75,7 @@ def section_html(i: int, sec: "Section") -> str:
     return "\n".join(out)
 
 
-def to_html(sections: list["Section"], generated: str, machine: str = "") -> str:
+def to_html(sections: list, generated: str, machine: str = "") -> str:
     title = "kperfdiff: the studies, reproduced"
     body = [f"<h1>{_e(title)}</h1>", f'<p class="note">generated {_e(generated)}'
             + (f" on {_e(machine)}" if machine else "") + "</p>"]
@@ -94,7 +95,7 @@ def to_html(sections: list["Section"], generated: str, machine: str = "") -> str
             + "\n".join(body) + "\n</body></html>\n")
 
 
-def to_text(sections: list["Section"]) -> str:
+def to_text(sections: list) -> str:
     """A short plain summary (the verdicts and the tables in Markdown), for the terminal."""
     out = []
     for i, s in enumerate(sections):

@@ -23,10 +23,12 @@ Data flows one way: experiment files -> runs in the store -> sections
 from __future__ import annotations
 
 import importlib
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import experiment
+from .. import experiment, stats
+from ..compare import from_experiment
 from ..errors import InputError
 from ..render.table import Table
 
@@ -137,15 +139,12 @@ def section(store, exp: experiment.Experiment) -> Section:
 
 def comparison(store, exp: experiment.Experiment):
     """The comparison of the study's experiment (every variant vs its baseline, and its stack)."""
-    from ..compare import from_experiment
     return from_experiment(store, exp.name)
 
 
 def centre_text(sample, digits: int = 3) -> str:
     """A side's centre (geometric mean of the repetitions' medians) with its 95% interval, which is
     symmetric in logarithms: ``0.00553 [0.00541, 0.00565] GUP/s (5 reps)``."""
-    import math
-    from .. import stats
     if sample is None or sample.status != "ok" or not sample.pooled:
         return "not measured" if sample is None else f"{sample.status}" + (f": {sample.reason}" if sample.reason else "")
     c = sample.centre
@@ -158,7 +157,6 @@ def centre_text(sample, digits: int = 3) -> str:
 
 def change_text(c) -> str:
     """A cell change: ``+49.8% [+47.1, +52.6], significant`` (positive = better)."""
-    import math
     if c is None or math.isnan(c.change):
         return "no comparison" + (f" ({c.note})" if c is not None and c.note else "")
     ci = "" if math.isnan(c.low) else f" [{c.low:+.1f}, {c.high:+.1f}]"
@@ -166,7 +164,6 @@ def change_text(c) -> str:
 
 
 def _sig(v: float, digits: int) -> str:
-    import math
     if v == 0 or math.isnan(v) or math.isinf(v):
         return str(v)
     mag = math.floor(math.log10(abs(v)))

@@ -16,6 +16,7 @@ import math
 import warnings
 
 from .. import compare as cmpmod
+from .. import stats
 from ..errors import KperfdiffError
 from ..render.table import Table
 from ..targets.qemu import mem_mb, parse_spec
@@ -72,7 +73,6 @@ def _pct(new: float, old: float) -> str:
 
 def _timed(smp) -> str:
     """A host-clock centre with its 95% interval half-width."""
-    from .. import stats
     c = _centre(smp)
     if math.isnan(c):
         return "-"
