@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime
 import sys
+import time
 
 from .. import machine, studies
 from ..errors import InputError
@@ -44,6 +45,7 @@ def run(args) -> int:
         log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
         for i, (exp, st) in enumerate(loaded):
             log(f"kperfdiff: study {i + 1}/{len(loaded)}: {st.title} ({exp.path})")
+            t0 = time.monotonic()
             try:
                 rc = studies.run(store, exp, log, progress=not args.no_progress)
             except InputError:
@@ -53,6 +55,8 @@ def run(args) -> int:
                     raise
                 log(f"kperfdiff: study {st.title} failed: {e}")
                 rc = 1
+            log(f"kperfdiff: study {i + 1}/{len(loaded)} {'done' if rc == 0 else 'ended with failures'} "
+                f"in {time.monotonic() - t0:.0f} s")
             status = status or rc
     sections = [studies.section(store, exp) for exp, _ in loaded]
     generated = datetime.datetime.now().isoformat(timespec="seconds")

@@ -125,7 +125,9 @@ def section(store, exp) -> Section:
     if missing:
         sec.complete = False
         sec.paragraphs.append(f"No stored profile of {', '.join(missing)}: those columns are missing.")
-    sec.tables += groups_by_benchmark(gt)
+    for t in groups_by_benchmark(gt):
+        t.title = t.title.removeprefix(">> ")       # the terminal's section marker; the report has headings
+        sec.tables.append(t)
     cols = gt.columns
     local = [k for k in cols if _is(k, LOCAL)]
     proc = [k for k in cols if _is(k, PROC)]
