@@ -1,4 +1,5 @@
 """Experiments: file checks, the matrix, resume after a kill, knobs restored, the v1 -> v2 store upgrade."""
+import contextlib
 import os
 import signal
 import sqlite3
@@ -341,3 +342,52 @@ def test_precision_adds_interleaved_repetitions(tmp_path, home):
     loose = write(tmp_path, fast(name="loose", reps=3, extra="precision = 1000"), name="l.toml")
     r = run_cli("run", loose, "--no-progress", check=0)
     assert "precision reached" in r.stderr and len(_cells(home / "kperfdiff.db", "loose")) == 2 * 3
+
+
+def test_guest_variants_set_up_their_own_swap_and_the_host_is_never_touched(monkeypatch):
+    """allow_swap_setup: a local variant's cell enters this machine's temporary_swap and marks only the
+    local variants swap-ready; a guest variant's job is asked to set up its own zram swap."""
+    from kperfdiff import experiment as ex
+    from kperfdiff.bench import catalogue
+    exp = ex.parse_data({"name": "sw", "benchmarks": ["pageout.anon"], "allow_swap_setup": True, "tiny": True,
+                         "variant": [{"label": "host"}, {"label": "guest", "target": "qemu:arm64"}]})
+    entered = []
+
+    class Swap:
+        def __enter__(self):
+            entered.append(1)
+
+        def __exit__(self, *a):
+            pass
+    monkeypatch.setattr(ex, "temporary_swap", lambda *a, **k: Swap())
+    b = catalogue.get("pageout.anon")
+    ready = {"host": False, "guest": False}
+
+    class Measured:
+        def as_repetition(self, rep):
+            return "measured"
+    with contextlib.ExitStack() as stack:
+        m = ex._measure_cell(exp, exp.variant("host"), ex.Cell("host", b.name, b.name, 1, 0), b,
+                             {"pageout": "/nonexistent/kpd-pageout"}, {"host": {}, "guest": {}},
+                             {"host": {}, "guest": None}, ready, stack, {}, None, None,
+                             lambda *a: Measured(), lambda b, f, r: None if r else "no swap")
+    assert m == "measured" and entered == [1] and ready == {"host": True, "guest": False}
+
+    seen = {}
+
+    class Target:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            pass
+
+    def fake_run(t, cells, opts, **k):
+        seen["allow"] = opts.allow_swap_setup
+        return []
+    monkeypatch.setattr(ex.targets, "open_target", lambda *a, **k: Target())
+    monkeypatch.setattr(ex.targets, "run_benchmarks", fake_run)
+    list(ex._measure_remote(exp, exp.variant("guest"), [ex.Cell("guest", b.name, b.name, 1, 0)],
+                            {b.name: b}, {"guest": {}}, type("Run", (), {"artefact_dir": None})(), None,
+                            {"guest": None}))
+    assert seen["allow"] is True and entered == [1]

@@ -217,3 +217,122 @@ def test_arm64_profile_and_boot_timing(tmp_path):
         assert init.extra["initcalls"] and init.extra["initcalls"][0][1] > 0
     finally:
         t.close()
+
+
+# -- swap and a disk-backed directory in guests ---------------------------------------
+
+def _cpio_names(path: Path) -> dict[str, bytes]:
+    """name -> data of a newc archive (the initramfs pieces)."""
+    out, data, i = {}, path.read_bytes(), 0
+    while i + 110 <= len(data) and data[i:i + 6] == b"070701":
+        size, nsize = int(data[i + 54:i + 62], 16), int(data[i + 94:i + 102], 16)
+        name = data[i + 110:i + 110 + nsize - 1].decode()
+        j = (i + 110 + nsize + 3) & ~3
+        out[name] = data[j:j + size]
+        i = (j + size + 3) & ~3
+        if name == "TRAILER!!!":
+            i = len(data) if i >= len(data) else i
+    return out
+
+
+def test_job_script_sets_up_zram_swap_only_when_asked():
+    inv = [Invocation(["kpd-pageout", "pageout.anon"], 1, 30.0)]
+    assert "zram" not in base.job_script(inv, "/b", "/o")
+    s = base.job_script(inv, "/b", "/o", swap_mb=64)
+    assert "hot_add" in s and "mkswap" in s and "swapon" in s and "echo 64M > " in s
+    # set up before the facts are read (so swap_active says it) and removed when the script exits
+    assert s.index("kpd_swap_up >") < s.index("cat /proc/swaps >") and "trap 'kpd_swap_down' EXIT" in s
+    f = base.facts_from_files({"swaps": "Filename Type\n/dev/zram1 partition 65532 0 100\n",
+                               "swap_setup": "zram /dev/zram1 lz4\n"}, emulated=True, virtualisation="tcg")
+    assert f["swap_active"] is True and f["swap_setup"] == "zram /dev/zram1 lz4"
+
+
+def test_a_failed_swap_set_up_is_the_skip_reason():
+    from kperfdiff.targets import unmet_on_target
+    b = catalogue.get("pageout.anon")
+    assert "allow_swap_setup" in unmet_on_target(b, {"swap_active": False})
+    assert "zram is not available" in unmet_on_target(b, {"swap_active": False,
+                                                          "swap_setup": "zram is not available (no ...)"})
+    assert unmet_on_target(b, {"swap_active": True}) is None
+
+
+@pytest.mark.parametrize("spec", ["qemu:arm64", "qemu:arm64,kernel=6.12", "qemu:x86_64", "qemu:x86_64,kernel=6.12"])
+def test_the_initramfs_has_zram_and_the_disk_modules_when_the_job_asks(spec):
+    if not HAVE_APT:
+        pytest.skip("apt is not installed")
+    from kperfdiff.targets.qemu import DISK_MODULES, SWAP_MODULES, modules_piece
+    t = QemuTarget(spec)
+    try:
+        k = t.kernel
+    except (BenchError, InputError) as e:
+        pytest.skip(f"the kernel package cannot be fetched here: {e}")
+    finally:
+        t.close()
+    piece, names, missing = modules_piece(k)
+    assert "zram" not in names and "kpd/modules.early" not in _cpio_names(piece)
+    piece, names, missing = modules_piece(k, SWAP_MODULES + DISK_MODULES)
+    files = _cpio_names(piece)
+    early = files["kpd/modules.early"].decode().split()
+    # zram (a module in Debian's kernels) and its allocator, in dependency order, before the job
+    assert "zram" in early and "zsmalloc" in early and early.index("zsmalloc") < early.index("zram")
+    assert "virtio_blk" in early and "kpd/modules/zram.ko" in files
+    assert files["kpd/modules/zram.ko"][:4] == b"\x7fELF"        # .ko.xz decompressed on the host
+    # the compressor each kernel defaults to: lzo-rle (a crypto module on 6.1; built in on 6.12,
+    # whose zram has its own lz4 backend as a dependency)
+    assert "lzo_rle" in early or "lzo_rle" not in missing
+    assert "zram" not in missing and "ext4" not in missing
+
+
+def test_run_benchmarks_asks_the_target_for_swap_and_a_disk_dir(tmp_path):
+    class Fake(base.Target):
+        kind = "fake"
+
+        def __init__(self):
+            self.jobs = []
+            self.asked_disk = False
+
+        def prepare(self, families=None, profile=False):
+            pass
+
+        def disk_dir(self):
+            self.asked_disk = True
+            return "/kpd/disk"
+
+        def run_job(self, invocations):
+            self.jobs.append((self.swap_mb, [list(i.argv) for i in invocations]))
+            return [base.InvocationResult(i, error="not run") for i in invocations]
+
+        def facts(self):
+            return {"swap_active": True, "cpus": 2}
+
+    t = Fake()
+    cells = [(catalogue.get("pageout.anon"), 1), (catalogue.get("pageout.file"), 1)]
+    run_benchmarks(t, cells, BenchOptions(reps=1, intervals=3, tiny=True, allow_swap_setup=True))
+    swap_mb, argvs = t.jobs[-1]
+    assert swap_mb == base.SWAP_MB and t.asked_disk
+    assert "dir=/kpd/disk" in argvs[1] and not any(w.startswith("dir=") for w in argvs[0])
+    run_benchmarks(t, cells[:1], BenchOptions(reps=1, intervals=3, tiny=True))
+    assert t.jobs[-1][0] is None        # not allowed: no swap set up
+
+
+@need_arm
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel", ["", ",kernel=6.12"])
+def test_the_study_loop_pages_out_to_zram_in_an_arm64_guest(kernel):
+    """pageout.anon (the batched TLB shootdown study's loop) with the guest's own zram swap, and
+    pageout.file on the guest's ext4 disk: both ok, the kernel really swapped and wrote back."""
+    t = QemuTarget(f"qemu:arm64{kernel},mem=1G")
+    try:
+        opts = BenchOptions(reps=1, intervals=3, tiny=True, allow_swap_setup=True)
+        anon, file = run_benchmarks(t, [(catalogue.get("pageout.anon"), 1), (catalogue.get("pageout.file"), 1)], opts)
+        assert anon.status == "ok", anon.reason
+        assert anon.facts["swap_active"] is True and anon.facts["swap_setup"].startswith("zram /dev/zram")
+        assert anon.monitors.get("vmstat.pswpout", 0) > 0 and anon.monitors.get("vmstat.pswpin", 0) > 0
+        assert file.status == "ok", file.reason
+        assert file.params["dir"] == "/kpd/disk" and file.monitors.get("vmstat.pgmajfault", 0) > 0
+        assert any("KPD-DISK /dev/vd" in ln for _, ln in t.last_boot.lines)
+        # without allow_swap_setup the guest has no swap and says how to get it
+        (m,) = run_benchmarks(t, [(catalogue.get("pageout.anon"), 1)], BenchOptions(reps=1, intervals=3, tiny=True))
+        assert m.status == "skipped" and "allow_swap_setup" in m.reason and m.facts["swap_active"] is False
+    finally:
+        t.close()

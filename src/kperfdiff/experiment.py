@@ -19,7 +19,8 @@ An experiment file (TOML; commented examples in ``examples/``)::
     profile = true                       # perf record every process
     profile_freq = 999                   # optional sampling frequency (Hz)
     tiny = false                         # use the benchmarks' tiny parameters
-    allow_swap_setup = false             # temporary swap for benchmarks that need it
+    allow_swap_setup = false             # temporary swap for benchmarks that need it (this machine:
+                                         # zram or a swap file; a guest or board: zram set up by its job)
     params = { "gups.*:log2_words" = 22 }   # overrides for every variant
 
     [[variant]]
@@ -830,9 +831,12 @@ def _measure_cell(exp, v, c, b, binaries, overrides, facts, swap_ready, swap, pr
     params = b.run_params(tiny=exp.tiny, overrides=overrides[v.label].get(b.name),
                           hello=str(binaries["hello"]) if "hello" in binaries else None)
     if "swap" in b.requires and not swap_ready[v.label] and exp.allow_swap_setup:
+        # this machine's swap, for this machine's variants; a guest or board sets up its own in its
+        # job (targets.run_benchmarks with allow_swap_setup)
         swap.enter_context(temporary_swap())
-        for k in swap_ready:
-            swap_ready[k] = True
+        for other in exp.variants:
+            if other.target == "local":
+                swap_ready[other.label] = True
     reason = unmet_requirement(b, facts[v.label], swap_ready[v.label])
     if reason:
         return Measurement.skipped(b, reason, params=params, copies=c.cores)
@@ -857,7 +861,8 @@ def _measure_remote(exp, v, batch, bench_by_name, overrides, run, store, facts):
     """
     opts = BenchOptions(reps=1, intervals=exp.intervals, tiny=exp.tiny,
                         min_batch_ns=int(exp.min_batch_ms * 1e6) if exp.min_batch_ms else None,
-                        timeout=exp.timeout, profile=exp.profile, profile_freq=exp.profile_freq)
+                        timeout=exp.timeout, profile=exp.profile, profile_freq=exp.profile_freq,
+                        allow_swap_setup=exp.allow_swap_setup)
     if any(bench_by_name[x.benchmark].family == "boot" for x in batch):
         # boot.*: the guest's own boots measure them (targets/boot.py), not a job in one boot
         boots = [x for x in batch if bench_by_name[x.benchmark].family == "boot"]

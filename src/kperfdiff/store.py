@@ -760,7 +760,7 @@ def _nan_none(v):
 # The machine row's identity: facts that stay the same across boots of one configuration.
 STABLE_KEYS = ("arch", "cpu_model", "cpus", "kernel_release", "kernel_version", "cmdline", "hostname",
                "page_size", "mem_total_kb", "thp_enabled", "thp_defrag", "clocksource", "virtualisation",
-               "emulated", "perf_events")
+               "emulated", "perf_events", "swap_active")   # swap on or off changes what paging measures
 
 def fingerprint(f: dict) -> str:
     stable = {k: f.get(k) for k in STABLE_KEYS}

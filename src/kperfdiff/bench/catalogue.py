@@ -17,7 +17,7 @@ from ..files import read_toml
 
 FAMILIES_DIR = Path(__file__).with_name("families")
 UNITS = {"ns/op", "us/op", "ms/op", "GUP/s", "ops/s", "MB/s", "ns/page", "ns/loop", "s"}
-REQUIREMENTS = {"swap", "thp", "loopback", "root", "smp"}
+REQUIREMENTS = {"swap", "thp", "loopback", "root", "smp", "disk"}   # disk: a dir= on a disk file system
 
 @dataclass(frozen=True)
 class Benchmark:

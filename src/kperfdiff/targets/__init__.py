@@ -32,7 +32,7 @@ from ..bench.measurement import Measurement, aggregate
 from ..errors import UsageError
 from . import qemu, ssh
 from .guest import counting
-from .base import Invocation, InvocationResult, Target
+from .base import SWAP_MB, Invocation, InvocationResult, Target
 from .local import LocalTarget
 from .qemu import QemuTarget
 from .ssh import SshTarget
@@ -107,7 +107,11 @@ def unmet_on_target(b, facts: dict) -> str | None:
     """Why a benchmark cannot run on the target (its facts), or None."""
     for req in b.requires:
         if req == "swap" and not facts.get("swap_active"):
-            return "needs active swap and the target has none configured"
+            why = facts.get("swap_setup")
+            if why and not why.startswith(("zram /dev/", "active")):
+                return f"needs active swap and the target's own zram set-up failed: {why}"
+            return ("needs active swap and the target has none configured (--allow-swap-setup, or "
+                    "allow_swap_setup = true in an experiment, has the job set up zram swap)")
         if req == "thp" and facts.get("thp_enabled") not in ("always", "madvise"):
             return f"needs transparent huge pages (mode is {facts.get('thp_enabled')})"
         if req == "root" and facts.get("root") is False:
@@ -137,6 +141,11 @@ def run_benchmarks(target: Target, cells, opts, artefact_dir=None, first_rep: in
     profile = bool(getattr(opts, "profile", False))
     fams = sorted({c.bench.family for c in cells})
     target.prepare(fams, profile=profile)
+    # the target's own swap (a guest's or board's job sets up zram) when allowed and needed, and a
+    # disk-backed directory for the benchmarks that need one
+    wants_swap = bool(getattr(opts, "allow_swap_setup", False)) and any("swap" in c.bench.requires for c in cells)
+    target.swap_mb = SWAP_MB if wants_swap else None
+    disk_dir = target.disk_dir() if any("disk" in c.bench.requires for c in cells) else None
     invs: list[Invocation] = []
     owners: list[tuple[int, int]] = []
     for ci, c in enumerate(cells):
@@ -144,6 +153,8 @@ def run_benchmarks(target: Target, cells, opts, artefact_dir=None, first_rep: in
         # kpd-hello lies in the target's bin dir, which the job script substitutes for @BIN@
         c.params = params = b.run_params(tiny=getattr(opts, "tiny", False), overrides=c.params,
                                          hello="@BIN@/kpd-hello")
+        if disk_dir and "disk" in b.requires:
+            params.setdefault("dir", disk_dir)
         argv = [f"kpd-{b.family}", b.name]
         intervals = getattr(opts, "intervals", None) or b.intervals
         if intervals is not None:

@@ -1,6 +1,7 @@
 """This machine as a target: today's local behaviour behind the Target interface."""
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 import time
@@ -8,6 +9,7 @@ from pathlib import Path
 
 from .. import machine
 from ..bench import build, worker
+from ..bench.swap import temporary_swap
 from ..errors import BenchError, InputError
 from ..record import COPY, record_prefix, snapshot_kallsyms
 from .base import Invocation, InvocationResult, Target
@@ -36,6 +38,15 @@ class LocalTarget(Target):
         return str(self._bins[word])
 
     def run_job(self, invocations: list[Invocation]) -> list[InvocationResult]:
+        # swap asked for (swap_mb): a temporary one for the job, the facts taken while it is active
+        with temporary_swap(self.swap_mb) if self.swap_mb else contextlib.nullcontext():
+            results = self._run_job(invocations)
+            if self.swap_mb:
+                self._facts = None
+                self.facts()
+        return results
+
+    def _run_job(self, invocations: list[Invocation]) -> list[InvocationResult]:
         results = []
         for n, inv in enumerate(invocations):
             argv = [self._resolve(inv.argv[0])]

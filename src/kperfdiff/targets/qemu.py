@@ -55,6 +55,13 @@ ARCHES = {
 }
 ARCH_ALIASES = {"arm64": "arm64", "aarch64": "arm64", "x86_64": "x86_64", "amd64": "x86_64", "x86-64": "x86_64"}
 WANTED_MODULES = ["virtio_pci", "virtio_blk"]
+# loaded before the job when it sets up swap (zram, its allocator and the compressors the kernel
+# may default to: lzo-rle through the crypto API on 6.1, built into zram's backends on 6.12) or
+# mounts a disk-backed directory (the disk driver and ext4, when not built in)
+SWAP_MODULES = ["zram", "zsmalloc", "lzo_rle", "lzo", "lz4"]
+DISK_MODULES = ["virtio_pci", "virtio_blk", "ext4", "crc32c_generic"]
+DISK_DIR = "/kpd/disk"
+DISK_BYTES = 256 << 20     # the ext4 image behind DISK_DIR (sparse)
 MARK = "KPD"
 RESULT_DISK_BYTES = 2 << 30   # sparse; holds the results tar
 GRACE_AFTER_END_S = 5.0
@@ -70,23 +77,39 @@ mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2>/dev/null
 echo "KPD-INIT $(cut -d' ' -f1 /proc/uptime)"
 load_modules() {
-  if [ -f /kpd/modules.order ]; then
-    while read m; do insmod "/kpd/modules/$m.ko" 2>/dev/null || echo "KPD-WARN insmod $m failed"; done < /kpd/modules.order
+  if [ -f "/kpd/$1" ]; then
+    while read m; do insmod "/kpd/modules/$m.ko" 2>/dev/null || echo "KPD-WARN insmod $m failed"; done < "/kpd/$1"
   fi
 }
+# the virtio disk whose serial is $1 (vda when none says)
+disk_of() {
+  for s in /sys/block/vd*/serial; do [ "$(cat "$s" 2>/dev/null)" = "$1" ] && { s=${s%/serial}; echo "/dev/${s##*/}"; return; }; done
+}
+# what the job asked for (zram and its compressor; the disk and its file system) is loaded before it
+load_modules modules.early
 # a deterministic job loads the disk driver after the job: its first reads complete at host-timed moments
-[ -f /kpd/modules.late ] || load_modules
+[ -f /kpd/modules.late ] || load_modules modules.order
 mkdir -p /kpd/out
+# a disk-backed directory for the job (pageout.file): the ext4 virtio disk whose serial is kpddisk
+if [ -f /kpd/disk.want ]; then
+  mkdir -p /kpd/disk
+  n=0; d=""
+  while [ -z "$d" ] && [ $n -lt 50 ]; do d=$(disk_of kpddisk); [ -n "$d" ] || { sleep 0.1; n=$((n+1)); }; done
+  if [ -n "$d" ] && mount -t ext4 "$d" /kpd/disk; then echo "KPD-DISK $d"
+  else echo "KPD-WARN the disk for /kpd/disk did not mount"; fi
+fi
 echo "KPD-BEGIN $(cut -d' ' -f1 /proc/uptime)"
 sh /kpd/job.sh
 rc=$?
 echo "KPD-JOB-END $rc $(cut -d' ' -f1 /proc/uptime)"
-[ -f /kpd/modules.late ] && load_modules
+[ -f /kpd/disk.want ] && umount /kpd/disk 2>/dev/null
+[ -f /kpd/modules.late ] && load_modules modules.order
 dmesg > /kpd/out/dmesg 2>/dev/null
 n=0
 while [ ! -b /dev/vda ] && [ $n -lt 50 ]; do sleep 0.1; n=$((n+1)); done
-if [ -b /dev/vda ]; then
-  tar -c -f /dev/vda -C /kpd/out . && sync && echo "KPD-RESULTS disk"
+out=$(disk_of kpdout); out=${out:-/dev/vda}
+if [ -b "$out" ]; then
+  tar -c -f "$out" -C /kpd/out . && sync && echo "KPD-RESULTS disk"
 else
   echo "KPD-TAR-BEGIN"
   tar -c -C /kpd/out . | gzip -c | base64
@@ -410,16 +433,26 @@ def busybox_piece(arch: str) -> Path:
     return _piece("base", [bb, INIT], write)
 
 
-def modules_piece(kernel: Kernel) -> tuple[Path | None, list[str], list[str]]:
-    mods, missing = modules_needed(kernel.modules, WANTED_MODULES)
-    if not mods:
+def modules_piece(kernel: Kernel, early: list[str] | None = None) -> tuple[Path | None, list[str], list[str]]:
+    """The virtio modules (kpd/modules.order: loaded before the job, or after it when deterministic)
+    and the ``early`` ones with their dependencies (kpd/modules.early: always before the job, first);
+    returns (piece, names, names found neither as modules nor built in)."""
+    first, missing = modules_needed(kernel.modules, list(early or []))
+    mods, missing_virtio = modules_needed(kernel.modules, WANTED_MODULES)
+    late = [(n, p) for n, p in mods if n not in {m for m, _ in first}]
+    missing = sorted(set(missing) | set(missing_virtio))
+    everything = first + late
+    if not everything:
         return None, [], missing
 
     def write(w: CpioWriter):
-        for name, p in mods:
+        for name, p in everything:
             w.data(f"kpd/modules/{name}.ko", elf.decompress_module(p), 0o644)
-        w.data("kpd/modules.order", ("\n".join(n for n, _ in mods) + "\n").encode())
-    return _piece("modules", [p for _, p in mods], write), [n for n, _ in mods], missing
+        w.data("kpd/modules.order", "".join(n + "\n" for n, _ in late).encode())
+        if first:
+            w.data("kpd/modules.early", "".join(n + "\n" for n, _ in first).encode())
+    return (_piece("modules", [p for _, p in everything] + ["early:" + ",".join(n for n, _ in first)], write),
+            [n for n, _ in everything], missing)
 
 
 def files_piece(kind: str, files: dict[str, Path]) -> Path:
@@ -427,6 +460,19 @@ def files_piece(kind: str, files: dict[str, Path]) -> Path:
         for name, p in sorted(files.items()):
             w.file(name, p, 0o755)
     return _piece(kind, sorted((k, str(v), v.stat().st_size, v.stat().st_mtime_ns) for k, v in files.items()), write)
+
+
+def make_ext4(path: Path, size: int) -> None:
+    """A sparse image of size bytes holding an empty ext4 file system (mke2fs, e2fsprogs)."""
+    exe = shutil.which("mke2fs") or "/sbin/mke2fs"
+    with open(path, "wb") as fh:
+        fh.truncate(size)
+    try:
+        subprocess.run([exe, "-q", "-F", "-t", "ext4", "-L", "kpddisk", str(path)], check=True,
+                       capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise BenchError(f"the guest's disk image could not be formatted with mke2fs: "
+                         f"{getattr(e, 'stderr', b'') or e}") from None
 
 
 # -- KVM verdict -----------------------------------------------------------------
@@ -498,6 +544,15 @@ class QemuTarget(Target):
         # inclusively, with the boot window (reset to /init); None: neither
         self.boot_calls: list[int] | None = None
         self.perf_period = DETERMINISTIC_PERIOD if self.qs.deterministic else None
+        self._disk = False          # the next jobs mount an ext4 virtio disk at DISK_DIR
+
+    def disk_dir(self) -> str | None:
+        """An ext4 file system on a virtio disk of its own (formatted here with mke2fs), mounted at
+        /kpd/disk before the job: the guest's /var/tmp is the initramfs (tmpfs)."""
+        if shutil.which("mke2fs") is None and not Path("/sbin/mke2fs").exists():
+            return None     # the worker then says why it skips (dir= on tmpfs)
+        self._disk = True
+        return DISK_DIR
 
     # -- set-up --
     def _require_qemu(self) -> str:
@@ -560,9 +615,12 @@ class QemuTarget(Target):
         return verdict
 
     # -- running --
+    def _early_modules(self) -> list[str]:
+        return (SWAP_MODULES if self.swap_mb else []) + (DISK_MODULES if self._disk else [])
+
     def _initrd(self, job: str, extra_files: dict[str, bytes]) -> Path:
         pieces = [busybox_piece(self.qs.arch)]
-        mp, self.modules_loaded, self.modules_missing = modules_piece(self.kernel)
+        mp, self.modules_loaded, self.modules_missing = modules_piece(self.kernel, self._early_modules())
         if mp:
             pieces.append(mp)
         bins = {f"kpd/bin/{k}": v for k, v in self._bins.items()}
@@ -585,7 +643,7 @@ class QemuTarget(Target):
         return out
 
     def qemu_argv(self, initrd: Path, disk: Path, append: list[str], mem: str | None = None,
-                  accel: str | None = None) -> list[str]:
+                  accel: str | None = None, scratch: Path | None = None) -> list[str]:
         accel = accel or self.accel()
         q = self.qs
         argv = [self._require_qemu(), "-nodefaults", "-no-user-config", "-display", "none",
@@ -593,7 +651,10 @@ class QemuTarget(Target):
                 "-kernel", str(self.kernel.image), "-initrd", str(initrd),
                 "-append", " ".join(append), "-serial", "stdio", "-monitor", "none", "-no-reboot",
                 "-drive", f"file={disk},format=raw,if=none,id=kpdout,cache=unsafe",
-                "-device", "virtio-blk-pci,drive=kpdout"]
+                "-device", "virtio-blk-pci,drive=kpdout,serial=kpdout"]
+        if scratch is not None:     # the disk-backed directory's file system (DISK_DIR)
+            argv += ["-drive", f"file={scratch},format=raw,if=none,id=kpddisk,cache=unsafe",
+                     "-device", "virtio-blk-pci,drive=kpddisk,serial=kpddisk"]
         if accel == "kvm":
             argv += ["-accel", "kvm", "-cpu", "host"]
         else:
@@ -619,15 +680,21 @@ class QemuTarget(Target):
               accel: str | None = None, kallsyms: bool = False) -> BootRecord:
         perf = perf_command("/kpd/perf") if self._perf else None
         script = job_script(invocations, "/kpd/bin", "/kpd/out", perf=perf, marker=MARK + "-MARK",
-                            facts=not probe)
+                            facts=not probe, swap_mb=None if probe else self.swap_mb)
         if kallsyms:
             script += "cat /proc/kallsyms > /kpd/out/kallsyms 2>/dev/null\n"
         work = Path(tempfile.mkdtemp(prefix="boot-", dir=self._work))
-        initrd = self._initrd(script, {"kpd/modules.late": b""} if self.qs.deterministic else {})
+        extra = {"kpd/modules.late": b""} if self.qs.deterministic else {}
+        scratch = None
+        if self._disk and not probe:
+            extra["kpd/disk.want"] = b""
+            scratch = work / "disk.img"
+            make_ext4(scratch, DISK_BYTES)
+        initrd = self._initrd(script, extra)
         disk = work / "out.img"
         with open(disk, "wb") as fh:
             fh.truncate(RESULT_DISK_BYTES)
-        argv = self.qemu_argv(initrd, disk, self.cmdline(boot_debug), mem=mem, accel=accel)
+        argv = self.qemu_argv(initrd, disk, self.cmdline(boot_debug), mem=mem, accel=accel, scratch=scratch)
         out = out_dir or (work / "out")
         out.mkdir(parents=True, exist_ok=True)
         if self.count_instructions and not probe and (accel or self.accel()) == "tcg":
@@ -640,6 +707,8 @@ class QemuTarget(Target):
         got = self._extract(disk, rec, out)
         initrd.unlink(missing_ok=True)
         disk.unlink(missing_ok=True)
+        if scratch is not None:
+            scratch.unlink(missing_ok=True)
         if not got and rec.job_rc is not None:
             raise BenchError(f"the {self.qs.arch} guest ran the job but its results could not be read back "
                              f"(no tar on the virtio disk nor on the console)")

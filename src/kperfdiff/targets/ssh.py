@@ -168,7 +168,9 @@ class SshTarget(Target):
         self.prepare(fams, profile=any(i.profile for i in invocations))
         rd = self.remote_dir
         out = f"{rd}/out"
-        script = job_script(invocations, f"{rd}/bin", out, perf=self._perf)
+        # allow_swap_setup: the job hot-adds a zram swap when none is active (needs root and zram on the
+        # board) and removes it when it exits; facts/swap_setup says why not otherwise
+        script = job_script(invocations, f"{rd}/bin", out, perf=self._perf, swap_mb=self.swap_mb)
         q = shlex.quote
         self.remote_sh(f"rm -rf {q(out)} && cat > {q(rd + '/job.sh')}", stdin=script.encode(), what="sending the job")
         limit = 60 + sum(i.timeout + 10 for i in invocations)
