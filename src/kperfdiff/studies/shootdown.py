@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 
-from .. import compare
+from .. import compare, stats
 from ..diff import DiffOptions
 from ..render.table import Table
 from ..report import diff_stored
@@ -87,7 +87,6 @@ def per_page_text(smp, pages: int | None) -> str:
     """A side's centre per page, with its 95% interval (the interval of the loop, divided)."""
     if smp is None or smp.status != "ok" or not smp.pooled or not pages:
         return centre_text(smp)
-    from .. import stats
     c = smp.centre / pages
     hw = stats.centre_half_width(smp.reps)
     f = 1 + hw / 100
