@@ -23,6 +23,7 @@ one. Use :func:`open_target` to get a :class:`Target` and
 """
 from __future__ import annotations
 
+import hashlib
 import shutil
 import time
 from dataclasses import dataclass
@@ -218,10 +219,25 @@ def _keep_profiles(m: Measurement, folder: Path, binaries: dict[str, Path]) -> N
         counted.append((rep, copy, str(dst), total))
     m.counted = counted
     if m.kallsyms:
-        dst = folder / "kallsyms"
-        if not dst.exists():
-            shutil.copy2(m.kallsyms, dst)
-        m.kallsyms = str(dst)
+        m.kallsyms = str(_keep_kallsyms(Path(m.kallsyms), folder))
+
+
+def _keep_kallsyms(src: Path, folder: Path) -> Path:
+    """The folder's copy of a boot's kallsyms: ``kallsyms`` for the first, and one named by its content
+    for each boot that differs. Every boot of a guest loads its modules at other addresses (the kernel
+    image's move is undone from perf.data, a module's is not), so each profile needs its own boot's."""
+    folder.mkdir(parents=True, exist_ok=True)
+    first = folder / "kallsyms"
+    data = src.read_bytes()
+    if not first.exists():
+        shutil.copy2(src, first)
+        return first
+    if first.read_bytes() == data:
+        return first
+    other = folder / f"kallsyms.{hashlib.sha256(data).hexdigest()[:12]}"
+    if not other.exists():
+        shutil.copy2(src, other)
+    return other
 
 
 def _measure_cell(c: Cell, runs: list[tuple[int, InvocationResult]], started: float) -> Measurement:
