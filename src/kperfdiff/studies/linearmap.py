@@ -195,15 +195,15 @@ def section(store, exp) -> Section:
             f"{_num(val[(old, mems[0], INSNS)])} to {_num(val[(old, mems[-1], INSNS)])} instructions in {old}, "
             f"{_num(val[(new, mems[0], INSNS)])} to {_num(val[(new, mems[-1], INSNS)])} in {new})"
             if grows else "The mapping phase does not grow clearly with memory") +
-            f"; {new} executes {min(cuts) * 100:.0f}-{max(cuts) * 100:.0f}% fewer instructions than {old} "
+            f"; {new} executes {_span(cuts, 0)}% fewer instructions than {old} "
             f"at {len(lower)} of {len(mems)} sizes, and its host time under emulation is "
-            f"{min(hcuts) * 100:.0f}-{max(hcuts) * 100:.0f}% lower (the study: 49-85% less time).")
+            f"{_span(hcuts, 0)}% lower (the study: 49-85% less time).")
         tcut = [1 - val[(new, m, TLBI)] / val[(old, m, TLBI)] for m in mems if val[(old, m, TLBI)]]
         dcut = [1 - val[(new, m, DSB)] / val[(old, m, DSB)] for m in mems if val[(old, m, DSB)]]
         fewer = tcut and min(tcut) > 0
         sec.mechanism = Verdict("yes" if fewer and dcut and min(dcut) > 0 else ("partly" if fewer else "no"), (
-            f"{new} executes {min(tcut) * 100:.1f}-{max(tcut) * 100:.1f}% fewer TLBIs and "
-            f"{min(dcut) * 100:.1f}-{max(dcut) * 100:.1f}% fewer DSBs in the phase: {old} invalidates the fixmap "
+            f"{new} executes {_span(tcut, 1)}% fewer TLBIs and "
+            f"{_span(dcut, 1)}% fewer DSBs in the phase: {old} invalidates the fixmap "
             f"slot through which it writes each new page-table page, once per 64 KB contiguous block "
             f"({grow[old][TLBI] / 512:.1f} TLBIs per 2 MB PTE table, {grow[new][TLBI] / 512:.1f} in {new}), "
             f"and issues a DSB and ISB after every valid kernel PTE it writes (set_pte): the two costs the 2024 "
@@ -222,3 +222,9 @@ def section(store, exp) -> Section:
         sec.differs.append(f"The largest guest here has {mems[-1]} of RAM; the study went to 512 GB, where the "
                            f"per-GB growth above is what scales.")
     return sec
+
+
+def _span(fractions, digits: int) -> str:
+    """``58-59`` (percent) for a range of fractions, ``97.0`` when they round alike."""
+    lo, hi = f"{min(fractions) * 100:.{digits}f}", f"{max(fractions) * 100:.{digits}f}"
+    return lo if lo == hi else f"{lo}-{hi}"
