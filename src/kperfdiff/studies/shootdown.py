@@ -264,11 +264,11 @@ def _verdicts(sec: Section, pairs, change, found) -> None:
                    if ctl else "")
         if c.significant and e < 0:
             word = "yes" if e <= -3 else "partly"      # a gain of the study's size, or a small one
-            text = (f"The loop is {-e:.1f}% faster on arm64 {arm[2]} than on {arm[1]} (the study: 5% to 12.5% "
+            text = (f"The loop is {-e:.1f}% faster on {arm[2]} than on {arm[1]} (the study: 5% to 12.5% "
                     f"less elapsed time).")
         elif c.significant:
             word = "no"
-            text = f"The loop is {e:.1f}% slower on arm64 {arm[2]} than on {arm[1]}, against the study's 5-12.5% gain."
+            text = f"The loop is {e:.1f}% slower on {arm[2]} than on {arm[1]}, against the study's 5-12.5% gain."
         else:
             word = "no"
             text = (f"No significant change on arm64 ({elapsed_text(c)}), as the study found on a 4-CPU "
