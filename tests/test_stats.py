@@ -116,3 +116,15 @@ def test_ratio_half_width():
     assert stats.ratio_half_width(600, 800) == pytest.approx((math.sqrt(9 / 7) - 1) * 100)
     assert stats.ratio_half_width(-10, 10) == pytest.approx((math.sqrt(1.1 / 0.9) - 1) * 100)
     assert math.isnan(stats.ratio_half_width(float("nan"), 1)) and math.isnan(stats.ratio_half_width(-100, 5))
+
+
+def test_exact_counts_compare_without_a_warning(recwarn):
+    # Deterministic guests repeat instruction counts exactly: no scipy precision warning reaches the
+    # user, equal counts are no change, different ones a certain one with a zero-width interval.
+    same = stats.nested_change([[160510312.0]] * 3, [[160510312.0]] * 3, "lower")
+    assert same.change == 0 and same.low == same.high == 0 and same.p == 1.0
+    fewer = stats.nested_change([[160510312.0]] * 3, [[67228227.0]] * 3, "lower")
+    assert fewer.low == fewer.high == pytest.approx(fewer.change) and fewer.p == 0.0 and fewer.change > 100
+    nearly = stats.nested_change([[5e6]] * 3, [[5e6], [5e6], [5e6 + 1]], "lower")   # scipy warned here
+    assert not math.isnan(nearly.p) and abs(nearly.change) < 1e-4
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
