@@ -157,6 +157,23 @@ def test_the_private_apt_configuration_lists_the_neighbouring_releases():
                       ["trixie", "trixie-updates"]]
 
 
+def test_the_neighbouring_releases_are_listed_only_once_a_kernel_needs_them(tmp_path):
+    from kperfdiff.targets.guest.debian import Apt, _host_codename, host_debian_sources
+    if _host_codename() != "bookworm" or not host_debian_sources():
+        pytest.skip("the host is not Debian bookworm with its archive configured")
+    apt = Apt("arm64", root=tmp_path)
+    apt._write_config()
+    sources = tmp_path / "arm64/etc/sources.list.d/kperfdiff.sources"
+    assert "bookworm" in sources.read_text() and "trixie" not in sources.read_text()
+    (tmp_path / "arm64/lists/.updated").touch()
+    (tmp_path / "arm64/neighbours").touch()          # what list_neighbours() leaves behind
+    apt._write_config()
+    assert "trixie" in sources.read_text() and "bullseye" in sources.read_text()
+    assert not (tmp_path / "arm64/lists/.updated").exists()     # so the next use fetches their lists
+    assert "Pin: release n=trixie\nPin-Priority: 100" in (tmp_path / "arm64/etc/preferences.d/"
+                                                          "kperfdiff-neighbours.pref").read_text()
+
+
 @need_arm
 def test_a_kernel_series_takes_the_newest_of_any_release_and_defaults_stay_the_hosts():
     from kperfdiff.targets.guest.debian import Apt, _host_codename

@@ -232,8 +232,26 @@ def resolve_kernel(s: QemuSpec) -> Kernel:
     deb_arch = cfg["debian"]
     flav = f"cloud-{deb_arch}" if s.flavour == "cloud" else deb_arch
     meta = f"linux-image-{flav}"
-    v = s.kernel
-    pkg = version = None
+    pkg = _kernel_package(apt, meta, flav, s.kernel)
+    if pkg is None and s.kernel and apt.list_neighbours():     # a kernel of the release before or after
+        pkg = _kernel_package(apt, meta, flav, s.kernel)
+    if not pkg or not apt.versions(pkg):
+        avail = ", ".join(apt.versions(meta)[:5]) or "none"
+        raise InputError(f"no Debian {s.flavour} kernel package for {deb_arch} matches kernel={s.kernel} "
+                         f"(give a series such as 6.12, an ABI such as 6.1.0-56 or a version of {meta}: {avail}; or a kernel image path)")
+    tree = apt.fetch(pkg)
+    images = sorted((tree / "boot").glob("vmlinuz-*")) or sorted((tree / "boot").glob("vmlinux-*"))
+    if not images:
+        raise BenchError(f"the Debian package {pkg} holds no kernel image in /boot")
+    release = images[0].name.split("-", 1)[1]
+    mods = next((d for d in (tree / "lib/modules" / release, tree / "usr/lib/modules" / release) if d.is_dir()),
+                None)       # trixie's packages install under /usr (merged /usr)
+    return Kernel(images[0], mods, release, f"debian:{pkg}")
+
+
+def _kernel_package(apt: Apt, meta: str, flav: str, v: str | None) -> str | None:
+    """The linux-image package a kernel= value names in the listed releases, or None."""
+    pkg = None
     if v is None:
         deps = apt.depends(meta)
         pkg = next((d for d in deps if d.startswith("linux-image-")), None)
@@ -248,18 +266,7 @@ def resolve_kernel(s: QemuSpec) -> Kernel:
         if v in metas:
             deps = apt.depends(meta, v)
             pkg = next((d for d in deps if d.startswith("linux-image-")), None)
-    if not pkg or not apt.versions(pkg):
-        avail = ", ".join(apt.versions(meta)[:5]) or "none"
-        raise InputError(f"no Debian {s.flavour} kernel package for {deb_arch} matches kernel={v} "
-                         f"(give a series such as 6.12, an ABI such as 6.1.0-56 or a version of {meta}: {avail}; or a kernel image path)")
-    tree = apt.fetch(pkg, version)
-    images = sorted((tree / "boot").glob("vmlinuz-*")) or sorted((tree / "boot").glob("vmlinux-*"))
-    if not images:
-        raise BenchError(f"the Debian package {pkg} holds no kernel image in /boot")
-    release = images[0].name.split("-", 1)[1]
-    mods = next((d for d in (tree / "lib/modules" / release, tree / "usr/lib/modules" / release) if d.is_dir()),
-                None)       # trixie's packages install under /usr (merged /usr)
-    return Kernel(images[0], mods, release, f"debian:{pkg}")
+    return pkg if pkg and apt.versions(pkg) else None
 
 
 def modules_needed(mod_dir: Path | None, wanted: list[str]) -> tuple[list[tuple[str, Path]], list[str]]:

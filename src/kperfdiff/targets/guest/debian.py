@@ -24,10 +24,11 @@ from ...errors import BenchError
 
 DEBIAN_ARCH = {"arm64": "arm64", "aarch64": "arm64", "x86_64": "amd64", "amd64": "amd64"}
 LIST_MAX_AGE_S = 7 * 24 * 3600
-# Debian releases in order. The private configuration also lists the releases
-# on either side of the host's, pinned low (priority 100): a package is taken
-# from them only when asked for by version, so kernel=6.12 on a bookworm host
-# boots trixie's kernel while every default stays the host release's.
+# Debian releases in order. When a kernel is asked for that the host's release
+# lacks, the private configuration also lists the releases on either side of
+# the host's, pinned low (priority 100): a package is taken from them only when
+# asked for by version, so kernel=6.12 on a bookworm host boots trixie's kernel
+# while every default stays the host release's. Their lists are fetched only then.
 RELEASES = ("buster", "bullseye", "bookworm", "trixie", "forky")
 NEIGHBOUR_PIN_PRIORITY = 100
 
@@ -121,6 +122,19 @@ class Apt:
         self.trees = self.root / "root"
 
     # -- configuration -------------------------------------------------
+    def neighbours_listed(self) -> bool:
+        """Whether the neighbouring releases are in this configuration (once asked for, they stay)."""
+        return (self.root / "neighbours").exists()
+
+    def list_neighbours(self) -> bool:
+        """Add the neighbouring releases (pinned low) and update the lists; False when already there."""
+        if self.neighbours_listed():
+            return False
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "neighbours").touch()
+        self.ensure_lists()       # the sources changed, so the lists are fetched again
+        return True
+
     def _write_config(self) -> None:
         for sub in ("lists/partial", "archives/partial", "etc/sources.list.d", "etc/preferences.d",
                     "etc/apt.conf.d", "debs", "root"):
@@ -129,7 +143,9 @@ class Apt:
         if not status.exists():
             status.write_text("")
         code = _host_codename()
-        sources = with_neighbours(host_debian_sources(), code)
+        sources = host_debian_sources()
+        if sources and self.neighbours_listed():
+            sources = with_neighbours(sources, code)
         if not sources:
             raise BenchError("no Debian archive is configured in /etc/apt (sources.list or sources.list.d), "
                              "so kernel and perf packages cannot be fetched")
