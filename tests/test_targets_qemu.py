@@ -315,7 +315,9 @@ def test_a_failed_swap_set_up_is_the_skip_reason():
     assert unmet_on_target(b, {"swap_active": True}) is None
 
 
-@pytest.mark.parametrize("spec", ["qemu:arm64", "qemu:arm64,kernel=6.12", "qemu:x86_64", "qemu:x86_64,kernel=6.12"])
+@pytest.mark.parametrize("spec", ["qemu:arm64", "qemu:arm64,kernel=6.12", "qemu:x86_64",
+                                  # slow: the only fast test that would fetch x86_64's neighbour lists and 6.12
+                                  pytest.param("qemu:x86_64,kernel=6.12", marks=pytest.mark.slow)])
 def test_the_initramfs_has_zram_and_the_disk_modules_when_the_job_asks(spec):
     if not HAVE_APT:
         pytest.skip("apt is not installed")
