@@ -54,7 +54,8 @@ figure{margin:0}.emulated{color:#a00;font-weight:bold}code{background:#f5f5f5;pa
 """
 
 
-def _e(s) -> str:
+def esc(s) -> str:
+    """Text from data (names, labels, symbols, file text) made safe inside HTML."""
     return escape("" if s is None else str(s), quote=True)
 
 
@@ -64,8 +65,8 @@ def table_html(t: Table, *, cls_for=None) -> str:
     aligns = t.aligns()
     out = ["<table>"]
     if t.title:
-        out.append(f"<caption>{_e(t.title)}</caption>")
-    out.append("<tr>" + "".join(f'<th class="{"l" if a == "l" else ""}">{_e(c)}</th>'
+        out.append(f"<caption>{esc(t.title)}</caption>")
+    out.append("<tr>" + "".join(f'<th class="{"l" if a == "l" else ""}">{esc(c)}</th>'
                                 for c, a in zip(t.columns, aligns)) + "</tr>")
     for i, r in enumerate(t.rows):
         tds = []
@@ -73,11 +74,11 @@ def table_html(t: Table, *, cls_for=None) -> str:
             cls = ["l"] if a == "l" else []
             if cls_for:
                 cls += cls_for(i, j)
-            tds.append(f'<td class="{" ".join(cls)}">{_e(cell(v))}</td>')
+            tds.append(f'<td class="{" ".join(cls)}">{esc(cell(v))}</td>')
         out.append("<tr>" + "".join(tds) + "</tr>")
     out.append("</table>")
     for n in t.notes:
-        out.append(f'<p class="note">{_e(n.strip())}</p>')
+        out.append(f'<p class="note">{esc(n.strip())}</p>')
     return "\n".join(out)
 
 
@@ -88,13 +89,13 @@ def facts_html(data: ReportData) -> str:
     for k in keys:
         if k not in seen and any(k in data.facts[lab] for lab in labels):
             seen.append(k)
-    out = ["<table><tr><th class=\"l\">fact</th>" + "".join(f"<th>{_e(side_label(data.cmp, lab))}</th>"
+    out = ["<table><tr><th class=\"l\">fact</th>" + "".join(f"<th>{esc(side_label(data.cmp, lab))}</th>"
                                                            for lab in labels) + "</tr>"]
     for k in seen:
         vals = [data.facts[lab].get(k, "") for lab in labels]
         differs = k != "runs" and len({str(v) for v in vals}) > 1
-        out.append(f'<tr class="{"differs" if differs else ""}"><td class="l">{_e(k)}</td>'
-                   + "".join(f'<td class="l">{_e(v)}</td>' for v in vals) + "</tr>")
+        out.append(f'<tr class="{"differs" if differs else ""}"><td class="l">{esc(k)}</td>'
+                   + "".join(f'<td class="l">{esc(v)}</td>' for v in vals) + "</tr>")
     out.append("</table><p class=\"note\">Highlighted rows differ between variants.</p>")
     return "\n".join(out)
 
@@ -112,7 +113,7 @@ def _change_classes(blk, cmp):
 
 
 def comparison_html(cmp: Comparison) -> str:
-    out = [f'<p class="note">{_e(h)}</p>' for h in header_lines(cmp)[1:]]
+    out = [f'<p class="note">{esc(h)}</p>' for h in header_lines(cmp)[1:]]
     for s in cmp.sides:
         out.append(table_html(medians_table(cmp, s.label)))
     for blk in cmp.blocks:
@@ -190,9 +191,9 @@ def diff_tables_html(pd: ProfileDiff) -> str:
 def to_html(data: ReportData) -> str:
     cmp = data.cmp
     title = f"kperfdiff report: {cmp.title}"
-    body = [f"<h1>{_e(title)}</h1>",
-            f'<p class="note">generated {_e(data.generated)}; baseline {_e(side_label(cmp, cmp.baseline.label))}; '
-            f'variants {_e(", ".join(side_label(cmp, s.label) for s in cmp.sides[1:]))}</p>']
+    body = [f"<h1>{esc(title)}</h1>",
+            f'<p class="note">generated {esc(data.generated)}; baseline {esc(side_label(cmp, cmp.baseline.label))}; '
+            f'variants {esc(", ".join(side_label(cmp, s.label) for s in cmp.sides[1:]))}</p>']
     if any(s.emulated for s in cmp.sides):
         body.append('<p class="emulated">Some results come from an EMULATED machine (marked emulated): '
                     'their times are not those of real hardware.</p>')
@@ -200,7 +201,7 @@ def to_html(data: ReportData) -> str:
              "<h2 id=\"tables\">Comparison</h2>", comparison_html(cmp),
              "<h2 id=\"plots\">Plots</h2>", '<div class="plots">']
     for name, svg in plots(cmp).items():
-        body.append(f'<figure id="{_e(name)}">{svg}</figure>')
+        body.append(f'<figure id="{esc(name)}">{svg}</figure>')
     body.append("</div>")
     mt = monitors_table(cmp)
     body.append("<h2 id=\"counters\">Kernel counters</h2>")
@@ -209,18 +210,23 @@ def to_html(data: ReportData) -> str:
     if not data.diffs:
         body.append("<p class=\"note\">No benchmark changed significantly, or profiles were not requested.</p>")
     for pd in data.diffs:
-        body.append(f"<h3>{_e(pd.key)}, {pd.cores} core{'s' if pd.cores > 1 else ''}: {_e(pd.variant)} vs "
-                    f"{_e(pd.reference)} ({pd.change:+.1f}%)</h3>")
+        body.append(f"<h3>{esc(pd.key)}, {pd.cores} core{'s' if pd.cores > 1 else ''}: {esc(pd.variant)} vs "
+                    f"{esc(pd.reference)} ({pd.change:+.1f}%)</h3>")
         if pd.error:
-            body.append(f'<p class="note">{_e(pd.error)}</p>')
+            body.append(f'<p class="note">{esc(pd.error)}</p>')
             continue
         body.append(diff_tables_html(pd))
         body.append(f'<div class="flame">{flame_svg(pd)}</div>')
+    return html_page(title, body)
+
+
+def html_page(title: str, body: list[str], css: str = CSS) -> str:
+    """A self-contained page: inline CSS and SVG only, and a Content-Security-Policy that fetches nothing."""
     csp = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta http-equiv=\"Content-Security-Policy\" content=\"{csp}\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>{_e(title)}</title><style>{CSS}</style></head><body>\n"
+            f"<title>{esc(title)}</title><style>{css}</style></head><body>\n"
             + "\n".join(body) + "\n</body></html>\n")
 
 

@@ -8,15 +8,9 @@ fetches nothing; every text that comes from a file or the store is escaped.
 """
 from __future__ import annotations
 
-from html import escape
-
 from . import diff as rdiff
-from .report import CSS, table_html
+from .report import CSS, esc, html_page, table_html
 from .table import to_markdown as table_markdown
-
-def _e(s) -> str:
-    return escape("" if s is None else str(s), quote=True)
-
 
 BADGE = {"yes": ("agrees", "#1a7f37"), "partly": ("partly", "#9a6700"), "no": ("disagrees", "#cf222e"),
          "unknown": ("not known", "#57606a")}
@@ -33,33 +27,33 @@ def _anchor(i: int, sec) -> str:
 
 def _verdict(name: str, v) -> str:
     word, colour = BADGE[v.agrees]
-    return (f'<p class="verdict"><span class="badge" style="background:{colour}">{_e(word)}</span>'
-            f"<b>{_e(name)}.</b> {_e(v.text)}</p>")
+    return (f'<p class="verdict"><span class="badge" style="background:{colour}">{esc(word)}</span>'
+            f"<b>{esc(name)}.</b> {esc(v.text)}</p>")
 
 
 def section_html(i: int, sec) -> str:
     st = sec.study
-    out = [f'<h2 id="{_anchor(i, sec)}">{i + 1}. {_e(st.title)}'
-           + (f" ({_e(st.source)})" if st.source else "") + "</h2>"]
+    out = [f'<h2 id="{_anchor(i, sec)}">{i + 1}. {esc(st.title)}'
+           + (f" ({esc(st.source)})" if st.source else "") + "</h2>"]
     if sec.emulated:
         out.append('<p class="emulated">Measured on EMULATED machines (QEMU TCG): their times are not those '
                    "of real hardware; profiles and counts are the evidence.</p>")
     if not sec.complete:
         out.append('<p class="note">Incomplete: some cells are missing or failed; run '
-                   f"<code>kperfdiff studies run {_e(sec.file)}</code> again to finish them.</p>")
+                   f"<code>kperfdiff studies run {esc(sec.file)}</code> again to finish them.</p>")
     out.append('<div class="study"><h3>What the study measured and found</h3>')
     if st.measured:
-        out.append(f"<p>{_e(st.measured)}</p>")
+        out.append(f"<p>{esc(st.measured)}</p>")
     if st.found:
-        out.append(f"<p>{_e(st.found)}</p>")
+        out.append(f"<p>{esc(st.found)}</p>")
     out.append("</div>")
     out.append("<h3>What kperfdiff measured here</h3>")
-    out += [f"<p>{_e(p)}</p>" for p in sec.paragraphs]
+    out += [f"<p>{esc(p)}</p>" for p in sec.paragraphs]
     out += [table_html(t) for t in sec.tables]
     for pd in sec.diffs:
-        out.append(f"<h4>kperfdiff ranking: {_e(pd.title or pd.key)}</h4>")
+        out.append(f"<h4>kperfdiff ranking: {esc(pd.title or pd.key)}</h4>")
         if pd.error:
-            out.append(f'<p class="note">{_e(pd.error)}</p>')
+            out.append(f'<p class="note">{esc(pd.error)}</p>')
             continue
         out += [table_html(t) for t in rdiff.tables(pd.result, mark=True)]
     if sec.figures:
@@ -70,29 +64,24 @@ def section_html(i: int, sec) -> str:
     differs = list(st.differs) + [d for d in sec.differs if d not in st.differs]
     if differs:
         out.append("<h3>What differs from the study</h3><ul class=\"differs\">"
-                   + "".join(f"<li>{_e(d)}</li>" for d in differs) + "</ul>")
-    out.append(f'<p class="note">experiment <code>{_e(sec.experiment)}</code>, file <code>{_e(sec.file)}</code></p>')
+                   + "".join(f"<li>{esc(d)}</li>" for d in differs) + "</ul>")
+    out.append(f'<p class="note">experiment <code>{esc(sec.experiment)}</code>, file <code>{esc(sec.file)}</code></p>')
     return "\n".join(out)
 
 
 def to_html(sections: list, generated: str, machine: str = "") -> str:
     title = "kperfdiff: the studies, reproduced"
-    body = [f"<h1>{_e(title)}</h1>", f'<p class="note">generated {_e(generated)}'
-            + (f" on {_e(machine)}" if machine else "") + "</p>"]
-    rows = "".join(f'<tr><td class="l"><a href="#{_anchor(i, s)}">{i + 1}. {_e(s.study.title)}</a></td>'
-                   f'<td class="l">{_e(BADGE[s.direction.agrees][0])}</td>'
-                   f'<td class="l">{_e(BADGE[s.mechanism.agrees][0])}</td>'
+    body = [f"<h1>{esc(title)}</h1>", f'<p class="note">generated {esc(generated)}'
+            + (f" on {esc(machine)}" if machine else "") + "</p>"]
+    rows = "".join(f'<tr><td class="l"><a href="#{_anchor(i, s)}">{i + 1}. {esc(s.study.title)}</a></td>'
+                   f'<td class="l">{esc(BADGE[s.direction.agrees][0])}</td>'
+                   f'<td class="l">{esc(BADGE[s.mechanism.agrees][0])}</td>'
                    f'<td class="l">{"emulated" if s.emulated else "this machine"}</td></tr>'
                    for i, s in enumerate(sections))
     body.append('<table><tr><th class="l">study</th><th class="l">direction</th><th class="l">mechanism</th>'
                 f'<th class="l">measured on</th></tr>{rows}</table>')
     body += [section_html(i, s) for i, s in enumerate(sections)]
-    csp = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<meta http-equiv=\"Content-Security-Policy\" content=\"{csp}\">"
-            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>{_e(title)}</title><style>{STUDIES_CSS}</style></head><body>\n"
-            + "\n".join(body) + "\n</body></html>\n")
+    return html_page(title, body, STUDIES_CSS)
 
 
 def to_text(sections: list) -> str:
