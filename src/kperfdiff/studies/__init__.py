@@ -142,17 +142,18 @@ def comparison(store, exp: experiment.Experiment):
     return from_experiment(store, exp.name)
 
 
-def centre_text(sample, digits: int = 3) -> str:
+def centre_text(sample, digits: int = 3, *, per: float = 1.0, unit: str | None = None) -> str:
     """A side's centre (geometric mean of the repetitions' medians) with its 95% interval, which is
-    symmetric in logarithms: ``0.00553 [0.00541, 0.00565] GUP/s (5 reps)``."""
+    symmetric in logarithms: ``0.00553 [0.00541, 0.00565] GUP/s (5 reps)``; ``per`` divides the
+    centre and its interval (ns per page of a loop), ``unit`` then names what they are."""
     if sample is None or sample.status != "ok" or not sample.pooled:
         return "not measured" if sample is None else f"{sample.status}" + (f": {sample.reason}" if sample.reason else "")
-    c = sample.centre
+    c = sample.centre / per
     hw = stats.centre_half_width(sample.reps)
-    unit = f" {sample.unit}" if sample.unit else ""
+    unit = unit or sample.unit
     f = 1 + hw / 100
     body = _sig(c, digits) + ("" if math.isnan(hw) else f" [{_sig(c / f, digits)}, {_sig(c * f, digits)}]")
-    return f"{body}{unit} ({len(sample.reps)} reps)"
+    return f"{body}{f' {unit}' if unit else ''} ({len(sample.reps)} reps)"
 
 
 def change_text(c) -> str:

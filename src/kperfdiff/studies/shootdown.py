@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 
-from .. import compare, stats
+from .. import compare
 from ..diff import DiffOptions
 from ..render.table import Table
 from ..report import diff_stored
@@ -85,13 +85,9 @@ def pages_per_op(smp, facts: dict) -> int | None:
 
 def per_page_text(smp, pages: int | None) -> str:
     """A side's centre per page, with its 95% interval (the interval of the loop, divided)."""
-    if smp is None or smp.status != "ok" or not smp.pooled or not pages:
+    if not pages:
         return centre_text(smp)
-    c = smp.centre / pages
-    hw = stats.centre_half_width(smp.reps)
-    f = 1 + hw / 100
-    ci = "" if math.isnan(hw) else f" [{c / f:,.0f}, {c * f:,.0f}]"
-    return f"{c:,.0f}{ci} ns/page ({len(smp.reps)} reps)"
+    return centre_text(smp, per=pages, unit="ns/page")
 
 
 def elapsed_change(c) -> float:
