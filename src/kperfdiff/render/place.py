@@ -1,6 +1,8 @@
 """Placement results as tables (text, Markdown) or one JSON document."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..errors import InputError
 from .table import Table, to_json, to_markdown, to_text
 
@@ -12,7 +14,7 @@ def kb(b: int) -> str:
 def method_table(c, sols) -> Table:
     t = Table(["method", "functions", "bytes", "predicted gain (cycles)", "gain % of kernel", "crossing calls",
                "solve s", "gap %", "note"],
-              title=f">> Predicted gain, {c.hw.fast_name} of {c.capacity} bytes ({c.hw.name})")
+              title=f"Predicted gain, {c.hw.fast_name} of {c.capacity} bytes ({c.hw.name})")
     for s in sols:
         p = s.prediction
         t.rows.append([s.method, len(p.placed), p.bytes, int(round(p.gain)), p.gain_pct, int(round(p.crossing_calls)),
@@ -24,7 +26,7 @@ def method_table(c, sols) -> Table:
 def placement_table(c, sol, top: int, ann: dict) -> Table:
     pr = c.problem
     t = Table(["function", "bytes", "self % of kernel", "fetch saving (cycles)", "annotation"],
-              title=f">> Placement chosen by {sol.method}" + (f" ({sol.label})" if sol.label else ""))
+              title=f"Placement chosen by {sol.method}" + (f" ({sol.label})" if sol.label else ""))
     ks = sorted((pr.index[n] for n in sol.prediction.placed), key=lambda k: -pr.self_cycles[k])
     for k in ks[:top]:
         t.rows.append([pr.names[k], int(pr.size[k]), 100 * pr.self_cycles[k] / (pr.kernel_cycles or 1),
@@ -36,7 +38,7 @@ def placement_table(c, sol, top: int, ann: dict) -> Table:
 
 def group_table(sol) -> Table:
     t = Table(["group", "candidates", "bytes", "fits", "predicted gain % of kernel", "excluded members"],
-              title=">> Thesis groups, each placed alone (ranked)")
+              title="Thesis groups, each placed alone (ranked)")
     for r in sol.details:
         t.rows.append([r["group"], r["members"], r["group_bytes"], "trimmed" if r["trimmed"] else "yes",
                        r["prediction"].gain_pct, r["excluded_members"]])
@@ -49,8 +51,8 @@ def render(tables: list[Table], doc: dict, fmt: str) -> str:
         return to_json(doc)
     if fmt == "markdown":
         return "\n".join(to_markdown(t) for t in tables)
-    if fmt == "text":
-        return "\n".join(to_text(t) for t in tables)
+    if fmt == "text":       # the terminal's section marker; Markdown and HTML have headings
+        return "\n".join(to_text(replace(t, title=f">> {t.title}" if t.title else "")) for t in tables)
     raise InputError(f"unknown format {fmt!r}; use text, json or markdown")
 
 
@@ -64,7 +66,7 @@ def groups_by_benchmark(gt) -> list[Table]:
     """The TCM study's table (place.grouptable.GroupTable): each group placed alone, per benchmark,
     the model's change / the simulator's; then the best group or pair and the exact placements."""
     cols = ["group", "bytes", "fits"] + list(gt.columns) + ["mean"]
-    t = Table(cols, title=f">> Each thesis group alone in {gt.fast_name} of {kb(gt.capacity)} ({gt.hw_name}): "
+    t = Table(cols, title=f"Each thesis group alone in {gt.fast_name} of {kb(gt.capacity)} ({gt.hw_name}): "
                           f"change of kernel fetch cycles, % model / simulated (+ = faster)",
               align=["l", "r", "l"] + ["r"] * (len(gt.columns) + 1))
     for r in gt.groups:
@@ -73,7 +75,7 @@ def groups_by_benchmark(gt) -> list[Table]:
                       + [_pair(r.mean("model"), r.mean("sim"))])
     t.notes += gt.notes
     o = Table(["placement", "bytes", "note"] + list(gt.columns) + ["mean"],
-              title=">> Beside it: the group method's best and the exact optimiser's placements",
+              title="Beside it: the group method's best and the exact optimiser's placements",
               align=["l", "r", "l"] + ["r"] * (len(gt.columns) + 1))
     for r in gt.others:
         o.rows.append([r.label, r.placed_bytes, r.note] + [_pair(r.model.get(c), r.sim.get(c)) for c in gt.columns]

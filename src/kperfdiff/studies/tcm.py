@@ -125,9 +125,7 @@ def section(store, exp) -> Section:
     if missing:
         sec.complete = False
         sec.paragraphs.append(f"No stored profile of {', '.join(missing)}: those columns are missing.")
-    for t in groups_by_benchmark(gt):
-        t.title = t.title.removeprefix(">> ")       # the terminal's section marker; the report has headings
-        sec.tables.append(t)
+    sec.tables += groups_by_benchmark(gt)
     cols = gt.columns
     local = [k for k in cols if _is(k, LOCAL)]
     proc = [k for k in cols if _is(k, PROC)]
