@@ -75,21 +75,23 @@ def table_of(store, exp, cmp, variant: str, cores: int, events: int = 20000):
     return gt, missing, ""
 
 
+def _scored(gt, keys, which="sim") -> list[tuple[float, str]]:
+    """(mean change over ``keys``, group) of the groups with members, best first."""
+    return sorted(((sum(getattr(r, which).get(k, 0.0) for k in keys) / len(keys), r.label)
+                   for r in gt.groups if r.members), reverse=True)
+
+
 def _best_group(gt, keys, which="sim"):
     """The group of the highest mean change over ``keys`` (None without keys)."""
-    if not keys:
-        return None, math.nan
-    scored = [(sum(getattr(r, which).get(k, 0.0) for k in keys) / len(keys), r.label) for r in gt.groups if r.members]
+    scored = _scored(gt, keys, which) if keys else []
     if not scored:
         return None, math.nan
-    v, lab = max(scored)
+    v, lab = scored[0]
     return lab, v
 
 
 def _rank(gt, label, keys, which="sim") -> int:
-    scored = sorted(((sum(getattr(r, which).get(k, 0.0) for k in keys) / len(keys), r.label)
-                     for r in gt.groups if r.members), reverse=True)
-    return next((i + 1 for i, (_, lab) in enumerate(scored) if lab == label), 0)
+    return next((i + 1 for i, (_, lab) in enumerate(_scored(gt, keys, which)) if lab == label), 0)
 
 
 def section(store, exp) -> Section:
