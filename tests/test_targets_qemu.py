@@ -85,6 +85,10 @@ def test_module_plt_veneers_get_a_symbol_of_their_own(tmp_path, monkeypatch):
     addrs = [m["addrs"][i] for i in order]
     covering = [m["names"][order[bisect.bisect_right(addrs, a) - 1]] for a in (0xffff800001003e58, 0xffff800001003f00)]
     assert covering == ["cleanup_module", "module_plt_veneers"]
+    # this machine's own snapshot (record.snapshot_kallsyms) marks them the same way
+    from kperfdiff.record import module_plt_lines
+    assert module_plt_lines(sysmod) == "ffff800001003e70 t module_plt_veneers\t[zram]\n"
+    assert line in base.kallsyms_commands(str(tmp_path / "out"))
 
 
 def test_each_boot_keeps_its_own_kallsyms(tmp_path):

@@ -61,8 +61,28 @@ def hw_status(facts: dict) -> dict:
             "as in most virtual machines)"}
 
 
+# arm64 modules call the kernel through PLT veneers placed after their last function, which kallsyms
+# does not list: without a symbol of their own their samples would go to that function (often the
+# module's exit function, cleanup_module). One symbol per module, at its .plt section, marks them.
+MODULE_PLT = "module_plt_veneers"
+
+
+def module_plt_lines(sys_module: Path = Path("/sys/module")) -> str:
+    """kallsyms lines marking each loaded module's PLT veneers ("" where modules have none, as on x86)."""
+    out = []
+    for f in sorted(sys_module.glob("*/sections/.plt")):
+        try:
+            addr = f.read_text().strip()
+        except OSError:
+            continue
+        if addr:
+            out.append(f"{addr.removeprefix('0x')} t {MODULE_PLT}\t[{f.parent.parent.name}]\n")
+    return "".join(out)
+
+
 def snapshot_kallsyms(folder: Path) -> Path | None:
-    """Copy /proc/kallsyms into the folder (once); None when addresses are hidden."""
+    """Copy /proc/kallsyms (with the modules' PLT symbols) into the folder (once); None when addresses
+    are hidden."""
     out = folder / "kallsyms"
     if out.exists():
         return out
@@ -74,7 +94,7 @@ def snapshot_kallsyms(folder: Path) -> Path | None:
     if not first or set(first) == {"0"}:
         return None  # kptr_restrict hides addresses: a snapshot would mislead
     tmp = out.with_suffix(".tmp")
-    tmp.write_text(text)
+    tmp.write_text(text + module_plt_lines())
     os.replace(tmp, out)
     return out
 

@@ -27,6 +27,7 @@ from .. import monitors
 from ..arch import normalise_arch
 from ..bench import build, catalogue
 from ..bench.worker import STDERR_TAIL, WorkerOutput, copy_output, parse_status
+from ..record import MODULE_PLT
 from .guest import counting
 
 FACT_FILES = {
@@ -281,20 +282,22 @@ def job_script(invocations: list[Invocation], bin_dir: str, out_dir: str, *, per
         if marker:
             lines.append(f"echo {q(f'{marker} inv {i} done')}")
     if need_kallsyms:
-        ks = q(out_dir + '/kallsyms')
-        lines.append(f"cat /proc/kallsyms > {ks} 2>/dev/null")
-        # arm64 modules call the kernel through PLT veneers placed after their last function, which
-        # kallsyms does not list: without this line their samples would go to that function (often the
-        # module's exit function, cleanup_module). One symbol per module marks where its veneers start.
-        lines.append(f"for f in {SYS_MODULE}/*/sections/.plt; do [ -r \"$f\" ] || continue; m=${{f#{SYS_MODULE}/}}; "
-                     f"a=$(cat \"$f\"); printf '%s t {MODULE_PLT}\\t[%s]\\n' \"${{a#0x}}\" \"${{m%%/*}}\"; "
-                     f"done >> {ks} 2>/dev/null")
+        lines += kallsyms_commands(out_dir)
     lines.append(f"echo done > {q(out_dir + '/complete')}")
     return "\n".join(lines) + "\n"
 
 
-MODULE_PLT = "module_plt_veneers"     # the kallsyms name given to an arm64 module's PLT
-SYS_MODULE = "/sys/module"
+SYS_MODULE = "/sys/module"      # on the target
+
+
+def kallsyms_commands(out_dir: str) -> list[str]:
+    """Shell lines that leave the target's /proc/kallsyms in out_dir/kallsyms, with a symbol at each
+    module's PLT veneers (record.module_plt_lines does the same for this machine)."""
+    ks = _q(out_dir + "/kallsyms")
+    return [f"cat /proc/kallsyms > {ks} 2>/dev/null",
+            f"for f in {SYS_MODULE}/*/sections/.plt; do [ -r \"$f\" ] || continue; m=${{f#{SYS_MODULE}/}}; "
+            f"a=$(cat \"$f\"); printf '%s t {MODULE_PLT}\\t[%s]\\n' \"${{a#0x}}\" \"${{m%%/*}}\"; "
+            f"done >> {ks} 2>/dev/null"]
 
 
 def _text(p: Path, limit: int | None = None) -> str:

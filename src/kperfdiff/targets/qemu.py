@@ -41,7 +41,7 @@ from ..bench.build import cache_dir, host_arch
 from ..errors import BenchError, InputError, UsageError
 from .guest import counting, elf
 from .base import Invocation, InvocationResult, Target, bundle_binaries, facts_from_files, job_script, \
-    read_fact_files, read_results
+    kallsyms_commands, read_fact_files, read_results
 from .guest.cpio import CpioWriter
 from .guest.debian import Apt
 
@@ -689,7 +689,7 @@ class QemuTarget(Target):
         script = job_script(invocations, "/kpd/bin", "/kpd/out", perf=perf, marker=MARK + "-MARK",
                             facts=not probe, swap_mb=None if probe else self.swap_mb)
         if kallsyms:
-            script += "cat /proc/kallsyms > /kpd/out/kallsyms 2>/dev/null\n"
+            script += "\n".join(kallsyms_commands("/kpd/out")) + "\n"
         work = Path(tempfile.mkdtemp(prefix="boot-", dir=self._work))
         extra = {"kpd/modules.late": b""} if self.qs.deterministic else {}
         scratch = None
