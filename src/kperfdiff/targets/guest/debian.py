@@ -230,29 +230,27 @@ class Apt:
             stamp.touch()
 
     # -- queries ---------------------------------------------------------
-    def versions(self, package: str) -> list[str]:
-        """Available versions of a package (newest first); [] when unknown."""
+    def _ask(self, *argv: str) -> str:
+        """The output of an apt-cache query on the current lists; "" when apt-cache fails (unknown name)."""
         self.ensure_lists()
         try:
-            out = self._run(["apt-cache", "madison", package], f"apt-cache madison {package}")
+            return self._run(list(argv), " ".join(argv))
         except BenchError:
-            return []
+            return ""
+
+    def versions(self, package: str) -> list[str]:
+        """Available versions of a package (newest first); [] when unknown."""
         vers = []
-        for ln in out.splitlines():
+        for ln in self._ask("apt-cache", "madison", package).splitlines():
             parts = [p.strip() for p in ln.split("|")]
             if len(parts) >= 2 and parts[0] == package and parts[1] not in vers:
                 vers.append(parts[1])
         return vers
 
-    def candidate(self, package: str) -> list[str]:
-        """[the version apt would install] (the host release's, the neighbours being pinned low); []."""
-        self.ensure_lists()
-        try:
-            out = self._run(["apt-cache", "policy", package], f"apt-cache policy {package}")
-        except BenchError:
-            return []
-        m = re.search(r"^\s*Candidate:\s*(\S+)", out, re.M)
-        return [m.group(1)] if m and m.group(1) != "(none)" else []
+    def candidate(self, package: str) -> str | None:
+        """The version apt would install (the host release's, the neighbours being pinned low); None."""
+        m = re.search(r"^\s*Candidate:\s*(\S+)", self._ask("apt-cache", "policy", package), re.M)
+        return m.group(1) if m and m.group(1) != "(none)" else None
 
     def search_names(self, pattern: str) -> list[str]:
         self.ensure_lists()
@@ -286,11 +284,10 @@ class Apt:
                 return hits[0]
         self.ensure_lists()
         if not version:
-            vers = self.candidate(package)
-            if not vers:
+            version = self.candidate(package)
+            if not version:
                 raise BenchError(f"the Debian package {package} ({self.arch}) does not exist in the "
                                  f"configured archive")
-            version = vers[0]
             hits = sorted(self.debs.glob(f"{package}_{_deb_version(version)}_*.deb"))
             if hits:
                 return hits[0]
