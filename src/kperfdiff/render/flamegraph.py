@@ -58,8 +58,9 @@ def _tree(folded_a: dict, folded_b: dict) -> _Node:
     return root
 
 
-def _display(name: str) -> str:
-    return name[:-4] if name.endswith("_[k]") else name
+def frame_function(frame: str) -> str:
+    """The function of a folded-stack frame (its kernel suffix ``_[k]`` dropped)."""
+    return frame.removesuffix("_[k]")
 
 
 def _colour(delta: float, scale: float) -> str:
@@ -124,7 +125,7 @@ def differential_svg(result, title: str | None = None) -> str:
             y = base_y - (d + 1) * FRAME_H
             sa, sb = node.a / ta, node.b / tb
             delta = sb - sa
-            name = "all" if node is root else _display(node.name)
+            name = "all" if node is root else frame_function(node.name)
             tip = (f"{name}\n{la}: {_pct(sa)}\n{lb}: {_pct(sb)}\nchange: {delta * 100:+.2f} percentage points")
             out.append("<g>")
             out.append(f"<title>{escape(tip)}</title>")

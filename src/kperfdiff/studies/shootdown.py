@@ -24,6 +24,7 @@ import re
 
 from .. import compare
 from ..diff import DiffOptions
+from ..render.flamegraph import frame_function
 from ..render.table import Table
 from ..report import diff_stored
 from . import Section, Verdict, centre_text, change_text, comparison, sample, study_of
@@ -115,7 +116,7 @@ def shares(folded: dict[str, float], total: float, names: tuple[str, ...]) -> tu
     want = set(names)
     own = incl = 0.0
     for stack, w in folded.items():
-        frames = [f[:-4] if f.endswith("_[k]") else f for f in stack.split(";")]
+        frames = [frame_function(f) for f in stack.split(";")]
         if frames and frames[-1] in want:
             own += w
         if want.intersection(frames):
