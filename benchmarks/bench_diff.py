@@ -9,7 +9,7 @@ with a kallsyms snapshot beside each. Each command runs --repeat times (default
 own; the harness prints the median and best wall time, the ratio, and peak
 memory. Not a pass/fail test.
 
-    .venv/bin/python harness/bench_diff.py [--repeat N] [--seconds S] [--rerecord]
+    .venv/bin/python benchmarks/bench_diff.py [--repeat N] [--seconds S] [--rerecord]
 """
 from __future__ import annotations
 

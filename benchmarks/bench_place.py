@@ -7,7 +7,7 @@ Zipf-like self weights (a few hot functions, a long tail), log-normal sizes
 Runs the exact MILP with a time limit and prints the solve time, the
 optimality gap and the gain against greedy and the group method.
 
-    .venv/bin/python harness/bench_place.py [--functions 5000] [--edges 50000]
+    .venv/bin/python benchmarks/bench_place.py [--functions 5000] [--edges 50000]
         [--capacity 32K] [--time-limit 60] [--seed 1] [--fills measured|uniform]
 """
 from __future__ import annotations

@@ -15,7 +15,7 @@ of each child process; kperfdiff runs in a child too, so the numbers compare),
 with the load average before and after: on a shared machine, quote the load
 with the figures (the best of --repeat runs is the least disturbed one).
 
-    python harness/bench_ingest.py [--seconds 30] [--freq 20000] [--dir DIR] [--rerecord] [--repeat 5]
+    python benchmarks/bench_ingest.py [--seconds 30] [--freq 20000] [--dir DIR] [--rerecord] [--repeat 5]
 
 The Rust reader alone, without Python (for profiling with ``perf record``):
 
