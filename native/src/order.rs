@@ -7,7 +7,7 @@
 //! pending record needs them, are released, so the file does not all count
 //! in the process's resident memory at the end. Compressed files
 //! (perf record -z) go through `linux-perf-data`'s reader, which inflates them.
-use crate::abi::{REC_COMPRESSED, REC_COMPRESSED2, REC_FINISHED_ROUND, REC_SAMPLE};
+use crate::abi::{REC_COMPRESSED, REC_COMPRESSED2, REC_FINISHED_ROUND, REC_SAMPLE, SAMPLE_READ};
 use crate::header::{Attr, Events};
 use crate::layout::PatchedFile;
 use byteorder::ByteOrder;
@@ -22,11 +22,14 @@ pub trait RecordSink {
 }
 
 /// Populate the window ahead, and release it behind, by this much.
-const WINDOW_CHUNK: usize = 8 << 20;
+const WINDOW_CHUNK: usize = 4 << 20;
 
-/// Offsets in the pending list share a u64 with the event index.
+/// Offsets in the pending list share a u64 with the event index and, in the
+/// top bit, whether the record is one that changes the reader's state (not a sample).
 const PENDING_OFF_BITS: u32 = 40;
 const PENDING_OFF_MASK: u64 = (1 << PENDING_OFF_BITS) - 1;
+const PENDING_STATE: u64 = 1 << 63;
+const PENDING_AI_MASK: u64 = (1 << (63 - PENDING_OFF_BITS)) - 1;
 
 /// The records of a compressed file, in the crate's order. Returns why they
 /// stopped early, when they did.
@@ -62,11 +65,25 @@ pub fn read_mapped<T: ByteOrder, S: RecordSink>(
     sink: &mut S,
 ) -> Result<Option<String>, String> {
     let region = &data[off..end];
-    if region.len() as u64 > PENDING_OFF_MASK || events.len() as u64 >= 1 << (64 - PENDING_OFF_BITS) {
-        return Err(format!("{name} has more than 1 TiB of records or 16M events, which is not supported"));
+    if region.len() as u64 > PENDING_OFF_MASK || events.len() as u64 > PENDING_AI_MASK {
+        return Err(format!("{name} has more than 1 TiB of records or 8M events, which is not supported"));
     }
     let mut window = Window { map, base: off, end, ahead: off, behind: off };
-    let mut rounds = Rounds { pending: Vec::new(), prev_max: 0, cur_max: 0 };
+    // Samples add up the same in any order, so among themselves they need none; only
+    // the records that change what a sample resolves to (mappings, processes) need
+    // their place in time. Read values (PERF_SAMPLE_READ) are differences from the
+    // previous sample, so with them every record keeps its place.
+    let samples_commute = events.attrs.iter().all(|a| a.sample_type & SAMPLE_READ == 0);
+    let mut rounds = Rounds {
+        pending: Vec::new(),
+        prev_max: 0,
+        cur_max: 0,
+        samples_commute,
+        states: Vec::new(),
+        counts: Vec::new(),
+        bucket: Vec::new(),
+        sorted: Vec::new(),
+    };
     let mut pos = 0usize;
     let mut cut = None;
     while pos < region.len() {
@@ -91,7 +108,7 @@ pub fn read_mapped<T: ByteOrder, S: RecordSink>(
             sink.count(ty);
         } else {
             let ai = events.attr_index::<T>(ty, body);
-            rounds.push(time_of::<T>(&events.attrs[ai], ty, body), pos, ai);
+            rounds.push(time_of::<T>(&events.attrs[ai], ty, body), pos, ai, ty != REC_SAMPLE);
         }
         pos += size;
     }
@@ -173,19 +190,28 @@ impl Window<'_> {
     }
 }
 
-/// The records of the rounds not yet flushed: (time, offset | event index << 40).
+/// The records of the rounds not yet flushed: (time, offset | event index << 40 |
+/// PENDING_STATE for a record that is not a sample).
 struct Rounds {
     pending: Vec<(u64, u64)>,
     /// The latest time of the rounds before the last one.
     prev_max: u64,
     cur_max: u64,
+    /// Whether the order of samples among themselves does not matter.
+    samples_commute: bool,
+    /// Scratch space of `flush`: the state records due, and the samples by bucket.
+    states: Vec<(u64, u64)>,
+    counts: Vec<usize>,
+    bucket: Vec<u32>,
+    sorted: Vec<(u64, u64)>,
 }
 
 impl Rounds {
     #[inline]
-    fn push(&mut self, t: u64, pos: usize, ai: usize) {
+    fn push(&mut self, t: u64, pos: usize, ai: usize, state: bool) {
         self.cur_max = self.cur_max.max(t);
-        self.pending.push((t, pos as u64 | (ai as u64) << PENDING_OFF_BITS));
+        let flag = if state { PENDING_STATE } else { 0 };
+        self.pending.push((t, pos as u64 | (ai as u64) << PENDING_OFF_BITS | flag));
     }
 
     /// At a FINISHED_ROUND: what is no later than the rounds before the last one is in order.
@@ -199,28 +225,182 @@ impl Rounds {
         self.pending.iter().map(|e| (e.1 & PENDING_OFF_MASK) as usize).min()
     }
 
-    /// Hands the pending records up to time `limit` (all without one) to the sink, in time order.
+    /// Hands the pending records up to time `limit` (all without one) to the sink, in
+    /// time order (equal times in file order). When samples commute, only the records
+    /// that change the reader's state are sorted, and each sample goes between the two
+    /// of them around its time.
     fn flush<T: ByteOrder, S: RecordSink>(&mut self, region: &[u8], sink: &mut S, limit: Option<u64>) {
-        let pending = &mut self.pending;
-        if pending.is_empty() {
+        if self.pending.is_empty() {
             return;
         }
-        // A round is a concatenation of per-CPU runs already in time order:
-        // the stable sort merges those runs and keeps file order for equal times.
-        pending.sort_by_key(|e| e.0);
         let n = match limit {
-            Some(l) => pending.partition_point(|e| e.0 <= l),
-            None => pending.len(),
+            Some(l) => partition(&mut self.pending, |e| e.0 <= l),
+            None => self.pending.len(),
         };
-        for &(_, packed) in &pending[..n] {
-            let pos = (packed & PENDING_OFF_MASK) as usize;
-            let ai = (packed >> PENDING_OFF_BITS) as usize;
-            let ty = T::read_u32(&region[pos..pos + 4]);
-            let misc = T::read_u16(&region[pos + 4..pos + 6]);
-            let size = T::read_u16(&region[pos + 6..pos + 8]) as usize;
-            let body = &region[pos + 8..pos + size];
-            sink.record::<T>(ty, misc, body, ai);
+        // Offsets are unique and in file order, so equal times keep it.
+        let key = |e: &(u64, u64)| (e.0, e.1 & PENDING_OFF_MASK);
+        let due = &mut self.pending[..n];
+        if !self.samples_commute {
+            due.sort_by_key(key);
+            deliver::<T, S>(region, sink, due);
+        } else {
+            self.states.clear();
+            self.states.extend(due.iter().filter(|e| e.1 & PENDING_STATE != 0));
+            if self.states.is_empty() {
+                deliver::<T, S>(region, sink, due);
+            } else {
+                // A counting sort of the samples by how many state records come before them.
+                let states = &mut self.states;
+                states.sort_unstable_by_key(key);
+                let k = states.len();
+                self.counts.clear();
+                self.counts.resize(k + 2, 0);
+                self.bucket.clear();
+                for e in due.iter() {
+                    if e.1 & PENDING_STATE != 0 {
+                        self.bucket.push(u32::MAX);
+                    } else {
+                        let b = states.partition_point(|s| key(s) < key(e));
+                        self.bucket.push(b as u32);
+                        self.counts[b + 1] += 1;
+                    }
+                }
+                for b in 1..k + 2 {
+                    self.counts[b] += self.counts[b - 1];
+                }
+                self.sorted.clear();
+                self.sorted.resize(n, (0, 0));
+                for (e, &b) in due.iter().zip(&self.bucket) {
+                    if b != u32::MAX {
+                        let at = &mut self.counts[b as usize];
+                        self.sorted[*at] = *e;
+                        *at += 1;
+                    }
+                }
+                // counts[b] now ends bucket b.
+                let mut start = 0;
+                for b in 0..=k {
+                    deliver::<T, S>(region, sink, &self.sorted[start..self.counts[b]]);
+                    start = self.counts[b];
+                    if b < k {
+                        deliver::<T, S>(region, sink, &states[b..b + 1]);
+                    }
+                }
+            }
         }
-        pending.drain(..n);
+        self.pending.drain(..n);
+    }
+}
+
+/// Hands records to the sink in the order given.
+#[inline]
+fn deliver<T: ByteOrder, S: RecordSink>(region: &[u8], sink: &mut S, records: &[(u64, u64)]) {
+    for &(_, packed) in records {
+        let pos = (packed & PENDING_OFF_MASK) as usize;
+        let ai = ((packed >> PENDING_OFF_BITS) & PENDING_AI_MASK) as usize;
+        let ty = T::read_u32(&region[pos..pos + 4]);
+        let misc = T::read_u16(&region[pos + 4..pos + 6]);
+        let size = T::read_u16(&region[pos + 6..pos + 8]) as usize;
+        let body = &region[pos + 8..pos + size];
+        sink.record::<T>(ty, misc, body, ai);
+    }
+}
+
+/// Moves the entries for which `due` holds to the front (in no particular order) and
+/// returns how many there are.
+fn partition(v: &mut [(u64, u64)], due: impl Fn(&(u64, u64)) -> bool) -> usize {
+    let mut n = 0;
+    for i in 0..v.len() {
+        if due(&v[i]) {
+            v.swap(n, i);
+            n += 1;
+        }
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::abi::REC_MMAP2;
+    use byteorder::LittleEndian;
+
+    /// Collects (type, time) in the order records arrive.
+    struct Seen(Vec<(u32, u64)>);
+
+    impl RecordSink for Seen {
+        fn record<T: ByteOrder>(&mut self, ty: u32, _misc: u16, body: &[u8], _ai: usize) {
+            self.0.push((ty, T::read_u64(&body[..8])));
+        }
+        fn count(&mut self, _ty: u32) {}
+    }
+
+    /// Records of the given (type, time), each 16 bytes, pending in one round; then flushed.
+    fn flushed(records: &[(u32, u64)], commute: bool, limit: Option<u64>) -> (Vec<(u32, u64)>, usize) {
+        let mut region = Vec::new();
+        let mut rounds = Rounds {
+            pending: Vec::new(),
+            prev_max: 0,
+            cur_max: 0,
+            samples_commute: commute,
+            states: Vec::new(),
+            counts: Vec::new(),
+            bucket: Vec::new(),
+            sorted: Vec::new(),
+        };
+        for &(ty, t) in records {
+            rounds.push(t, region.len(), 0, ty != REC_SAMPLE);
+            region.extend_from_slice(&ty.to_le_bytes());
+            region.extend_from_slice(&0u16.to_le_bytes());
+            region.extend_from_slice(&16u16.to_le_bytes());
+            region.extend_from_slice(&t.to_le_bytes());
+        }
+        let mut seen = Seen(Vec::new());
+        rounds.flush::<LittleEndian, Seen>(&region, &mut seen, limit);
+        (seen.0, rounds.pending.len())
+    }
+
+    #[test]
+    fn samples_go_between_the_state_records_around_their_time() {
+        // A pseudo-random interleaving of two CPUs' runs, with mappings among them.
+        let mut records = Vec::new();
+        let mut x = 12345u64;
+        for i in 0..2000u64 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let t = if i % 2 == 0 { i * 10 } else { i * 10 - 7 } + (x >> 60);
+            let ty = if x % 97 == 0 { REC_MMAP2 } else { REC_SAMPLE };
+            records.push((ty, t));
+        }
+        let states = records.iter().filter(|r| r.0 != REC_SAMPLE).count();
+        assert!(states > 5);
+        for commute in [true, false] {
+            let (seen, left) = flushed(&records, commute, Some(15_000));
+            let due = records.iter().filter(|r| r.1 <= 15_000).count();
+            assert_eq!((seen.len(), left), (due, records.len() - due));
+            // Every state record sits after every earlier record and before every later one.
+            for (i, r) in seen.iter().enumerate() {
+                if r.0 != REC_SAMPLE || !commute {
+                    assert!(seen[..i].iter().all(|e| e.1 <= r.1), "{r:?} after a later record");
+                    assert!(seen[i + 1..].iter().all(|e| e.1 >= r.1), "{r:?} before an earlier record");
+                }
+            }
+            let mut got: Vec<_> = seen.clone();
+            let mut want: Vec<_> = records.iter().copied().filter(|r| r.1 <= 15_000).collect();
+            got.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(got, want);
+        }
+    }
+
+    #[test]
+    fn equal_times_keep_file_order() {
+        let records = [(REC_SAMPLE, 5), (REC_MMAP2, 5), (REC_SAMPLE, 5), (REC_MMAP2, 3), (REC_SAMPLE, 4)];
+        // Samples between two mappings come in any order; the sample at time 5 before
+        // the mapping at time 5 in the file stays before it.
+        let (mut seen, _) = flushed(&records, true, None);
+        seen[1..3].sort_unstable();
+        assert_eq!(seen, vec![(REC_MMAP2, 3), (REC_SAMPLE, 4), (REC_SAMPLE, 5), (REC_MMAP2, 5), (REC_SAMPLE, 5)]);
+        let (seen, _) = flushed(&records, false, None);
+        assert_eq!(seen, vec![(REC_MMAP2, 3), (REC_SAMPLE, 4), (REC_SAMPLE, 5), (REC_MMAP2, 5), (REC_SAMPLE, 5)]);
     }
 }
