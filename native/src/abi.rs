@@ -47,6 +47,7 @@ pub const CTX_GUEST_USER: u64 = (-2560i64) as u64;
 pub const CTX_MAX: u64 = (-4095i64) as u64;
 
 // The cpumode of a sample (the low bits of a record's misc).
+#[allow(dead_code)] // perf's name for the mode no symbol source is picked for
 pub const MODE_UNKNOWN: u8 = 0;
 pub const MODE_KERNEL: u8 = 1;
 pub const MODE_USER: u8 = 2;

@@ -19,14 +19,51 @@ struct Acc {
     by_stack: Vec<(u64, u64)>,
 }
 
+/// The raw-chain caches are memos: each is emptied when its entries outgrow
+/// this many words (8 MiB for whole chains, 2 MiB for kernel heads), which
+/// bounds the reader's memory on files of many short-lived processes, whose
+/// user chains never repeat.
+const CHAIN_CACHE_WORDS: usize = 1 << 20;
+const HEAD_CACHE_WORDS: usize = 256 << 10;
+/// The most words one entry takes: its key prefix, and a chain as long as a
+/// record can hold (64 KiB).
+const ENTRY_WORDS: usize = 8 + (64 << 10) / 8;
+
+/// A chain's bytes as words, where they are, when that is possible.
+#[inline]
+fn in_place<T: ByteOrder>(chain: &[u8]) -> Option<&[u64]> {
+    if T::read_u64(&1u64.to_ne_bytes()) != 1 {
+        return None;
+    }
+    // SAFETY: every bit pattern is a valid u64; align_to only takes the aligned middle.
+    match unsafe { chain.align_to::<u64>() } {
+        (&[], words, &[]) => Some(words),
+        _ => None,
+    }
+}
+
+/// No part (a chain with no kernel head, or no user tail).
+const NO_PART: u32 = u32::MAX;
+
 pub struct Aggregator {
-    raw_key: Vec<u64>,
-    /// Raw call chains (with mode, ip and, for user stacks, pid + maps
-    /// generation) -> symbolic stack id.
-    raw_chains: ChainMap,
+    /// A chain's words, when they cannot be read where they are.
+    key: Vec<u64>,
+    /// Raw call chains (with mode, ip and, for chains with user frames, pid +
+    /// maps generation) -> symbolic stack id.
+    chains: ChainMap,
+    /// The pid-free head of a raw chain (its mode, ip and the words before its
+    /// first user context) -> symbolic part id, so that a chain missing from
+    /// `chains` (a new process's) resolves only its user frames.
+    heads: ChainMap,
+    /// Symbolic heads, leaf first.
+    parts: SliceSet<u32>,
+    /// The stack of each head with no tail (NO_PART until one is seen).
+    head_alone: Vec<u32>,
     frames: Vec<u32>,
     /// Symbolic stacks (root first), ids in order of first appearance.
     stacks: SliceSet<u32>,
+    /// Raw chain parts symbolized (cache misses).
+    symbolized: u64,
     /// Per event.
     acc: Vec<Acc>,
     /// Samples skipped because their weight would overflow their event's total.
@@ -36,89 +73,188 @@ pub struct Aggregator {
 impl Aggregator {
     pub fn new(events: usize) -> Self {
         Aggregator {
-            raw_key: Vec::new(),
-            raw_chains: ChainMap::new(),
+            key: Vec::new(),
+            chains: ChainMap::with_capacity(CHAIN_CACHE_WORDS + ENTRY_WORDS),
+            heads: ChainMap::with_capacity(HEAD_CACHE_WORDS + ENTRY_WORDS),
+            parts: SliceSet::new(),
+            head_alone: Vec::new(),
             frames: Vec::new(),
             stacks: SliceSet::new(),
+            symbolized: 0,
             acc: (0..events).map(|_| Acc::default()).collect(),
             overflowed: 0,
         }
     }
 
-    pub fn unique_raw_stacks(&self) -> usize {
-        self.raw_chains.len()
+    /// How many raw chain parts were symbolized (the rest were cache hits).
+    pub fn symbolized_parts(&self) -> u64 {
+        self.symbolized
     }
 
     /// Forgets the raw chains symbolized so far (the kernel's symbols moved).
     pub fn forget_raw_chains(&mut self) {
-        self.raw_chains.clear();
+        self.chains.clear();
+        self.heads.clear();
     }
 
     /// The symbolic stack id of a sample: `chain` is its PERF_SAMPLE_CALLCHAIN words.
+    ///
+    /// A chain is looked up whole, with its pid and maps generation when it has user
+    /// frames. A chain not seen before is symbolized in two parts: the head (the
+    /// sample's mode and ip, and the kernel words before the first user context),
+    /// which resolves the same in every process and has a cache of its own, and the
+    /// tail (from the first user context on; a user-mode sample is all tail), so a new
+    /// process's chains resolve only their user frames.
     pub fn resolve_stack<T: ByteOrder>(&mut self, syms: &mut Symbols, pid: i32, mode: u8, ip: u64, chain: &[u8]) -> u32 {
-        let mut key = std::mem::take(&mut self.raw_key);
-        key.clear();
-        key.push(0);
-        key.push(mode as u64);
-        key.push(ip);
-        let mut user = mode == MODE_USER || mode == MODE_UNKNOWN;
-        for w in chain.chunks_exact(8) {
-            let a = T::read_u64(w);
-            if a == CTX_USER {
-                user = true;
+        // The chain's words where they are in the file when its byte order is the
+        // machine's and they are aligned (perf pads records to 8 bytes); a copy otherwise.
+        let mut copy = std::mem::take(&mut self.key);
+        let words: &[u64] = match in_place::<T>(chain) {
+            Some(w) => w,
+            None => {
+                copy.clear();
+                copy.extend(chain.chunks_exact(8).map(T::read_u64));
+                &copy
             }
-            key.push(a);
-        }
-        // Kernel-only stacks are shared by every process; user ones depend on
-        // the process's mappings at that time (pid + generation).
-        key[0] = if user { ((pid as u32 as u64) << 40) ^ syms.procs.generation(pid) ^ (1 << 63) } else { 0 };
-        let h = intern::hash(&key);
-        if let Some(id) = self.raw_chains.get(&key, h) {
-            self.raw_key = key;
-            return id;
-        }
-        let id = self.symbolize(syms, &key, pid, mode, ip);
-        if let Err(e) = self.raw_chains.insert_new(&key, h, id) {
-            panic!("{e}");
-        }
-        self.raw_key = key;
+        };
+        let id = self.resolve_words(syms, pid, mode, ip, words);
+        self.key = copy;
         id
     }
 
-    /// The symbolic stack of a raw chain key not seen before, interned.
-    fn symbolize(&mut self, syms: &mut Symbols, key: &[u64], pid: i32, mode: u8, ip: u64) -> u32 {
-        let mut frames = std::mem::take(&mut self.frames);
-        frames.clear();
-        frames.push(syms.frame_sym(mode, pid, ip));
-        if key.len() > 3 {
-            let mut ctx = mode;
-            let mut first = true;
-            for &a in &key[3..] {
-                if a >= CTX_MAX {
-                    ctx = match a {
-                        CTX_KERNEL => MODE_KERNEL,
-                        CTX_USER => MODE_USER,
-                        CTX_HV => MODE_HV,
-                        CTX_GUEST_KERNEL | CTX_GUEST => MODE_GUEST_KERNEL,
-                        CTX_GUEST_USER => MODE_GUEST_USER,
-                        _ => ctx,
-                    };
-                    continue;
-                }
-                if first {
-                    first = false;
-                    if a == ip {
-                        continue;
+    fn resolve_words(&mut self, syms: &mut Symbols, pid: i32, mode: u8, ip: u64, words: &[u64]) -> u32 {
+        let shared_head = matches!(mode, MODE_KERNEL | MODE_HV | MODE_GUEST_KERNEL | MODE_GUEST_USER);
+        let split = if shared_head { words.iter().position(|&a| a == CTX_USER).unwrap_or(words.len()) } else { 0 };
+        // Kernel-only chains are shared by every process; the others depend on the
+        // process's mappings at that time (pid + generation).
+        let space = if split == words.len() && shared_head {
+            0
+        } else {
+            ((pid as u32 as u64) << 40) ^ syms.procs.generation(pid) ^ (1 << 63)
+        };
+        let prefix = [space, mode as u64, ip];
+        let h = intern::hash_parts(&prefix, words);
+        if let Some(id) = self.chains.get(&prefix, words, h) {
+            return id;
+        }
+        let id = self.symbolize_chain(syms, pid, mode, ip, shared_head, words.split_at(split));
+        if self.chains.arena_words() > CHAIN_CACHE_WORDS {
+            self.chains.clear();
+        }
+        if let Err(e) = self.chains.insert_new(&prefix, words, h, id) {
+            panic!("{e}");
+        }
+        id
+    }
+
+    /// The stack of a raw chain not in the cache: its pid-free head through the heads'
+    /// cache, then its tail.
+    fn symbolize_chain(&mut self, syms: &mut Symbols, pid: i32, mode: u8, ip: u64, shared_head: bool,
+                       (head_words, tail_words): (&[u64], &[u64])) -> u32 {
+        // Whether the chain's first address (which repeats the ip) is still to come.
+        let first_pending = head_words.iter().all(|&a| a >= CTX_MAX);
+        let mut head = NO_PART;
+        if shared_head {
+            let prefix = [mode as u64, ip];
+            let h = intern::hash_parts(&prefix, head_words);
+            head = match self.heads.get(&prefix, head_words, h) {
+                Some(id) => id,
+                None => {
+                    let id = self.symbolize_head(syms, pid, mode, ip, head_words);
+                    if self.heads.arena_words() > HEAD_CACHE_WORDS {
+                        self.heads.clear();
                     }
+                    if let Err(e) = self.heads.insert_new(&prefix, head_words, h, id) {
+                        panic!("{e}");
+                    }
+                    id
                 }
-                let s = syms.frame_sym(ctx, pid, a);
-                frames.push(s);
+            };
+            if tail_words.is_empty() {
+                return self.head_alone(head);
             }
         }
+        self.symbolize_tail(syms, pid, mode, ip, head, shared_head, first_pending, tail_words)
+    }
+
+    /// The frames of raw chain words, appended to `frames` (leaf first): the ip's frame
+    /// first when `with_ip`, then each address in the context the markers before it set
+    /// (the sample's mode until the first marker). With `skip_first`, the first address
+    /// is the chain's first, which repeats the ip and is skipped when it does.
+    #[allow(clippy::too_many_arguments)]
+    fn frames_of(syms: &mut Symbols, frames: &mut Vec<u32>, pid: i32, mode: u8, ip: u64, with_ip: bool,
+                 skip_first: bool, words: &[u64]) {
+        if with_ip {
+            frames.push(syms.frame_sym(mode, pid, ip));
+        }
+        let mut ctx = mode;
+        let mut first = skip_first;
+        for &a in words {
+            if a >= CTX_MAX {
+                ctx = match a {
+                    CTX_KERNEL => MODE_KERNEL,
+                    CTX_USER => MODE_USER,
+                    CTX_HV => MODE_HV,
+                    CTX_GUEST_KERNEL | CTX_GUEST => MODE_GUEST_KERNEL,
+                    CTX_GUEST_USER => MODE_GUEST_USER,
+                    _ => ctx,
+                };
+                continue;
+            }
+            if first {
+                first = false;
+                if a == ip {
+                    continue;
+                }
+            }
+            frames.push(syms.frame_sym(ctx, pid, a));
+        }
+    }
+
+    /// The interned symbolic part of a head's raw words (after its mode and ip).
+    fn symbolize_head(&mut self, syms: &mut Symbols, pid: i32, mode: u8, ip: u64, words: &[u64]) -> u32 {
+        self.symbolized += 1;
+        let mut frames = std::mem::take(&mut self.frames);
+        frames.clear();
+        Self::frames_of(syms, &mut frames, pid, mode, ip, true, true, words);
+        let id = self.parts.intern(&frames);
+        self.frames = frames;
+        id
+    }
+
+    /// The stack of a head part and a tail's raw words (after its key words), interned.
+    #[allow(clippy::too_many_arguments)]
+    fn symbolize_tail(&mut self, syms: &mut Symbols, pid: i32, mode: u8, ip: u64, head: u32, shared_head: bool,
+                      first_pending: bool, words: &[u64]) -> u32 {
+        self.symbolized += 1;
+        let mut frames = std::mem::take(&mut self.frames);
+        frames.clear();
+        if head != NO_PART {
+            frames.extend_from_slice(self.parts.get(head));
+        }
+        Self::frames_of(syms, &mut frames, pid, mode, ip, !shared_head, !shared_head || first_pending, words);
         frames.reverse();
         let id = self.stacks.intern(&frames);
         self.frames = frames;
         id
+    }
+
+    /// The stack of a head with no tail.
+    #[inline]
+    fn head_alone(&mut self, head: u32) -> u32 {
+        let h = head as usize;
+        if self.head_alone.len() <= h {
+            self.head_alone.resize(h + 1, NO_PART);
+        }
+        if self.head_alone[h] == NO_PART {
+            let mut frames = std::mem::take(&mut self.frames);
+            frames.clear();
+            frames.extend_from_slice(self.parts.get(head));
+            frames.reverse();
+            self.head_alone[h] = self.stacks.intern(&frames);
+            self.frames = frames;
+        }
+        self.head_alone[h]
     }
 
     /// Adds a sample of weight `w` on `stack` to event `ev`.

@@ -8,17 +8,35 @@ pub struct ElfSyms {
     /// Sorted function symbols: start address, end address, name.
     starts: Vec<u64>,
     ends: Vec<u64>,
-    /// Names of the symbols, one after another (no allocation per symbol);
-    /// symbol i is `names_buf[name_ends[i - 1]..name_ends[i]]`.
-    names_buf: String,
-    name_ends: Vec<u32>,
+    /// Where each symbol's name is in `file` (offset, length): names are not
+    /// copied, as a big library's (librustc_driver) run to tens of megabytes.
+    names: Vec<(u64, u32)>,
+    /// A read-only map of the file.
+    file: memmap2::Mmap,
 }
 
 impl ElfSyms {
     /// Symbols of `data`; with `image`, the segments (file offset -> address)
     /// are taken from it instead (for a separate debug file, whose program
     /// headers may not keep the original file offsets).
-    pub fn parse(data: &[u8], image: Option<&[u8]>, want_build_id: Option<&[u8]>) -> Result<Self, String> {
+    pub fn parse(data: memmap2::Mmap, image: Option<&[u8]>, want_build_id: Option<&[u8]>) -> Result<Self, String> {
+        let (segments, starts, ends, names) = Self::read(&data, image, want_build_id)?;
+        // The pages read so far go back to the page cache: a big library's symbol table
+        // is read once, and only the names samples land in are read again, a page at a time.
+        // SAFETY: a read-only map of a file: released pages read back from the file when
+        // touched again, and nothing holds a reference into them across this call.
+        let _ = unsafe { data.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+        Ok(ElfSyms { segments, starts, ends, names, file: data })
+    }
+
+    /// The file's bytes (the image a separate debug file's segments come from).
+    pub fn bytes(&self) -> &[u8] {
+        &self.file
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn read(data: &[u8], image: Option<&[u8]>, want_build_id: Option<&[u8]>)
+            -> Result<(Vec<(u64, u64, u64)>, Vec<u64>, Vec<u64>, Vec<(u64, u32)>), String> {
         let file = object::File::parse(data).map_err(|e| e.to_string())?;
         let image_file = match image {
             Some(b) => Some(object::File::parse(b).map_err(|e| e.to_string())?),
@@ -70,8 +88,7 @@ impl ElfSyms {
         let n = syms.len();
         let mut starts = Vec::with_capacity(n);
         let mut ends = Vec::with_capacity(n);
-        let mut names_buf = String::with_capacity(syms.iter().map(|s| s.2.len()).sum());
-        let mut name_ends = Vec::with_capacity(n);
+        let mut names = Vec::with_capacity(n);
         for i in 0..n {
             let (a, size, _) = &syms[i];
             let next = if i + 1 < n { syms[i + 1].0 } else { u64::MAX };
@@ -80,26 +97,30 @@ impl ElfSyms {
             starts.push(*a);
             ends.push(end);
         }
+        // Names are valid UTF-8 slices of `data` (object checked them).
+        let base = data.as_ptr() as usize;
         for (_, _, name) in syms {
-            names_buf.push_str(name);
-            name_ends.push(u32::try_from(names_buf.len()).map_err(|_| "symbol names exceed 4 GiB".to_string())?);
+            let len = u32::try_from(name.len()).map_err(|_| "a symbol name exceeds 4 GiB".to_string())?;
+            names.push(((name.as_ptr() as usize - base) as u64, len));
         }
-        Ok(ElfSyms { segments, starts, ends, names_buf, name_ends })
+        Ok((segments, starts, ends, names))
     }
 
     /// Number of symbols.
     pub fn len(&self) -> usize {
-        self.name_ends.len()
+        self.names.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.name_ends.is_empty()
+        self.names.is_empty()
     }
 
     /// Name of symbol `i` (an index from `lookup`).
     pub fn name(&self, i: usize) -> &str {
-        let start = if i == 0 { 0 } else { self.name_ends[i - 1] as usize };
-        &self.names_buf[start..self.name_ends[i] as usize]
+        let (at, len) = self.names[i];
+        let bytes = &self.file[at as usize..at as usize + len as usize];
+        // Checked when parsed; a file changed underneath since reads as a placeholder.
+        std::str::from_utf8(bytes).unwrap_or("[changed file]")
     }
 
     /// The virtual address of a file offset (the loadable segment that holds it).

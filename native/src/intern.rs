@@ -25,8 +25,18 @@ impl Word for u32 {
 /// depend on every word.
 #[inline]
 pub fn hash<T: Word>(s: &[T]) -> u64 {
+    hash_parts(&[], s)
+}
+
+/// Hash of a key made of a short `prefix` (at most 3 words) and a slice, without
+/// joining them: the prefix words seed three of the lanes.
+#[inline]
+pub fn hash_parts<T: Word>(prefix: &[u64], s: &[T]) -> u64 {
     const K: [u64; 4] = [0xf135_7aea_2e62_a9c5, 0x9e37_79b9_7f4a_7c15, 0xc2b2_ae3d_27d4_eb4f, 0x1656_67b1_9e37_79f9];
-    let mut lanes = [s.len() as u64, 0x243f_6a88_85a3_08d3, 0x1319_8a2e_0370_7344, 0xa409_3822_299f_31d0];
+    let mut lanes = [(s.len() + prefix.len()) as u64, 0x243f_6a88_85a3_08d3, 0x1319_8a2e_0370_7344, 0xa409_3822_299f_31d0];
+    for (j, &w) in prefix.iter().enumerate().take(3) {
+        lanes[j + 1] = (lanes[j + 1] ^ w).wrapping_mul(K[j + 1]).rotate_left(29);
+    }
     let mut chunks = s.chunks_exact(4);
     for c in &mut chunks {
         for j in 0..4 {
@@ -165,24 +175,28 @@ mod tests {
     }
 }
 
-/// Raw call chains -> symbolic stack id, tuned for the per-sample lookup:
-/// each entry sits in one arena run `[hash, len << 32 | value, words...]` and
-/// the table holds 4-byte arena offsets, so a hit touches the table and one
-/// arena run, with no pointer chase and no allocation per entry.
+/// Raw call chains (or parts of them) -> an id, tuned for the per-sample
+/// lookup: each entry sits in one arena run `[hash, len << 32 | value, words...]`
+/// and the table holds the hash's high 32 bits beside the entry's arena
+/// offset, so a probe that misses does not touch the arena, a hit touches the
+/// table and one arena run, and nothing is allocated per entry.
 pub struct ChainMap {
     arena: Vec<u64>,
-    /// Arena offset + 1 of each entry, 0 = empty; linear probing.
-    slots: Vec<u32>,
+    /// (hash >> 32) << 32 | (arena offset + 1), 0 = empty; linear probing.
+    slots: Vec<u64>,
     len: usize,
 }
 
 impl ChainMap {
-    pub fn new() -> Self {
-        ChainMap { arena: Vec::new(), slots: vec![0; 1024], len: 0 }
+    /// A map whose arena is allocated once for `words` (a bound its owner keeps,
+    /// so that it never grows by doubling past it).
+    pub fn with_capacity(words: usize) -> Self {
+        ChainMap { arena: Vec::with_capacity(words), slots: vec![0; 1024], len: 0 }
     }
 
-    pub fn len(&self) -> usize {
-        self.len
+    /// The words the entries take (what the map costs in memory, over 8 bytes).
+    pub fn arena_words(&self) -> usize {
+        self.arena.len()
     }
 
     pub fn clear(&mut self) {
@@ -191,21 +205,27 @@ impl ChainMap {
         self.len = 0;
     }
 
-    /// The value stored for `key` (with `h = hash(key)`), if any.
+    /// The value stored for the key `prefix` + `rest` (with `h = hash_parts(prefix, rest)`), if any.
     #[inline]
-    pub fn get(&self, key: &[u64], h: u64) -> Option<u32> {
+    pub fn get(&self, prefix: &[u64], rest: &[u64], h: u64) -> Option<u32> {
         let mask = self.slots.len() - 1;
+        let tag = h >> 32;
         let mut i = h as usize & mask;
         loop {
-            let s = self.slots[i] as usize;
+            let s = self.slots[i];
             if s == 0 {
                 return None;
             }
-            let at = s - 1;
-            if self.arena[at] == h {
+            if s >> 32 == tag {
+                let at = (s as u32 - 1) as usize;
                 let meta = self.arena[at + 1];
                 let n = (meta >> 32) as usize;
-                if n == key.len() && words_eq(&self.arena[at + 2..at + 2 + n], key) {
+                let p = prefix.len();
+                if self.arena[at] == h
+                    && n == p + rest.len()
+                    && words_eq(&self.arena[at + 2..at + 2 + p], prefix)
+                    && words_eq(&self.arena[at + 2 + p..at + 2 + n], rest)
+                {
                     return Some(meta as u32);
                 }
             }
@@ -213,18 +233,20 @@ impl ChainMap {
         }
     }
 
-    /// Stores `value` for `key` (known not to be in the map).
-    pub fn insert_new(&mut self, key: &[u64], h: u64, value: u32) -> Result<(), String> {
+    /// Stores `value` for the key `prefix` + `rest` (known not to be in the map).
+    pub fn insert_new(&mut self, prefix: &[u64], rest: &[u64], h: u64, value: u32) -> Result<(), String> {
         if (self.len + 1) * 2 > self.slots.len() {
             self.grow();
         }
         let at = self.arena.len();
-        if at + 2 + key.len() >= u32::MAX as usize {
+        let n = prefix.len() + rest.len();
+        if at + 2 + n >= u32::MAX as usize {
             return Err("more than 32 GiB of distinct call chains".into());
         }
         self.arena.push(h);
-        self.arena.push((key.len() as u64) << 32 | value as u64);
-        self.arena.extend_from_slice(key);
+        self.arena.push((n as u64) << 32 | value as u64);
+        self.arena.extend_from_slice(prefix);
+        self.arena.extend_from_slice(rest);
         self.place(h, at);
         self.len += 1;
         Ok(())
@@ -237,7 +259,7 @@ impl ChainMap {
         while self.slots[i] != 0 {
             i = (i + 1) & mask;
         }
-        self.slots[i] = at as u32 + 1;
+        self.slots[i] = (h >> 32 << 32) | (at as u64 + 1);
     }
 
     fn grow(&mut self) {
@@ -266,20 +288,24 @@ mod chain_tests {
 
     #[test]
     fn chain_map() {
-        let mut m = ChainMap::new();
+        let mut m = ChainMap::with_capacity(0);
         let keys: Vec<Vec<u64>> =
             (0..3000u64).map(|i| std::iter::once(i).chain((0..(i % 9)).map(|j| i * 7 + j)).collect()).collect();
+        // Keys split into a prefix of up to 3 words and the rest, at every split.
+        let split = |k: &Vec<u64>, v: usize| k.len().min(v % 4);
         for (v, k) in keys.iter().enumerate() {
-            let h = hash(k);
-            assert_eq!(m.get(k, h), None);
-            m.insert_new(k, h, v as u32).unwrap();
+            let (p, r) = k.split_at(split(k, v));
+            let h = hash_parts(p, r);
+            assert_eq!(m.get(p, r, h), None);
+            m.insert_new(p, r, h, v as u32).unwrap();
         }
-        assert_eq!(m.len(), keys.len());
+        assert_eq!(m.len, keys.len());
         for (v, k) in keys.iter().enumerate() {
-            assert_eq!(m.get(k, hash(k)), Some(v as u32));
+            let (p, r) = k.split_at(split(k, v));
+            assert_eq!(m.get(p, r, hash_parts(p, r)), Some(v as u32));
         }
-        assert_eq!(m.get(&[1, 2, 3], hash(&[1u64, 2, 3])), None);
+        assert_eq!(m.get(&[1], &[2, 3], hash_parts(&[1], &[2u64, 3])), None);
         m.clear();
-        assert_eq!(m.get(&keys[5], hash(&keys[5])), None);
+        assert_eq!(m.get(&[], &keys[5], hash_parts(&[], &keys[5])), None);
     }
 }

@@ -151,7 +151,7 @@ fn read_impl<T: ByteOrder>(
 /// The facts known once the records are read.
 fn closing_facts(facts: &mut Vec<(String, Fact)>, layout: &Layout, counts: &Counts, agg: &Aggregator, syms: &Symbols) {
     facts.push(("samples".into(), Fact::Int(counts.samples as i64)));
-    facts.push(("unique_raw_stacks".into(), Fact::Int(agg.unique_raw_stacks() as i64)));
+    facts.push(("symbolized_chain_parts".into(), Fact::Int(agg.symbolized_parts() as i64)));
     facts.push(("lost_events".into(), Fact::Int(counts.lost_events as i64)));
     facts.push(("lost_samples".into(), Fact::Int(counts.lost_samples as i64)));
     facts.push(("truncated".into(), Fact::Bool(layout.truncated_at.is_some())));

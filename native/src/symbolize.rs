@@ -49,6 +49,8 @@ pub struct Symbols<'o> {
     pub kernel_ref: Option<(String, u64)>,
     kaddr_cache: FxHashMap<u64, u32>,
     uaddr_cache: FxHashMap<(u32, u64), u32>,
+    /// In front of those two: the last symbol of an address, direct-mapped.
+    recent: AddrCache,
     dso_unknown: u32,
     dso_kernel: u32,
     pub procs: Processes,
@@ -65,6 +67,44 @@ pub struct Tables {
     pub sym_kernel: Vec<u8>,
     pub dso_names: Vec<String>,
     pub dso_paths: Vec<String>,
+}
+
+/// The address space of kernel addresses in the recent-address cache; a user
+/// one is pid << 40 ^ maps generation ^ USER_SPACE.
+const KERNEL_SPACE: u64 = 0;
+const USER_SPACE: u64 = 1 << 63;
+const RECENT_BITS: u32 = 14;
+
+/// A direct-mapped cache of (address space, address) -> symbol: one probe,
+/// no chaining, an entry simply replaced by the next that maps to its slot.
+struct AddrCache {
+    slots: Vec<(u64, u64, u32)>,
+}
+
+impl AddrCache {
+    fn new() -> Self {
+        AddrCache { slots: vec![(u64::MAX, u64::MAX, NONE); 1 << RECENT_BITS] }
+    }
+
+    #[inline]
+    fn slot(space: u64, addr: u64) -> usize {
+        ((space ^ addr).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - RECENT_BITS)) as usize
+    }
+
+    #[inline]
+    fn get(&self, space: u64, addr: u64) -> Option<u32> {
+        let e = &self.slots[Self::slot(space, addr)];
+        (e.0 == space && e.1 == addr).then_some(e.2)
+    }
+
+    #[inline]
+    fn put(&mut self, space: u64, addr: u64, id: u32) {
+        self.slots[Self::slot(space, addr)] = (space, addr, id);
+    }
+
+    fn clear(&mut self) {
+        self.slots.iter_mut().for_each(|e| *e = (u64::MAX, u64::MAX, NONE));
+    }
 }
 
 fn basename(p: &str) -> &str {
@@ -89,6 +129,7 @@ impl<'o> Symbols<'o> {
             kernel_ref: None,
             kaddr_cache: FxHashMap::default(),
             uaddr_cache: FxHashMap::default(),
+            recent: AddrCache::new(),
             dso_unknown: 0,
             dso_kernel: 0,
             procs: Processes::new(),
@@ -198,7 +239,17 @@ impl<'o> Symbols<'o> {
         }
     }
 
+    #[inline]
     fn kernel_sym(&mut self, addr: u64) -> u32 {
+        if let Some(id) = self.recent.get(KERNEL_SPACE, addr) {
+            return id;
+        }
+        let id = self.kernel_sym_uncached(addr);
+        self.recent.put(KERNEL_SPACE, addr, id);
+        id
+    }
+
+    fn kernel_sym_uncached(&mut self, addr: u64) -> u32 {
         if let Some(&id) = self.kaddr_cache.get(&addr) {
             return id;
         }
@@ -228,7 +279,20 @@ impl<'o> Symbols<'o> {
         id
     }
 
+    /// A user address's symbol: the same while the process's mappings stay the
+    /// same, so the recent-address cache is keyed by pid and maps generation.
+    #[inline]
     fn user_sym(&mut self, pid: i32, addr: u64) -> u32 {
+        let space = (pid as u32 as u64) << 40 ^ self.procs.generation(pid) ^ USER_SPACE;
+        if let Some(id) = self.recent.get(space, addr) {
+            return id;
+        }
+        let id = self.user_sym_uncached(pid, addr);
+        self.recent.put(space, addr, id);
+        id
+    }
+
+    fn user_sym_uncached(&mut self, pid: i32, addr: u64) -> u32 {
         let Some(m) = self.procs.map_of(pid, addr) else {
             return self.unknown_of(self.dso_unknown);
         };
@@ -279,20 +343,20 @@ impl<'o> Symbols<'o> {
         };
         // The first image that parses (and matches the build id); its symbols
         // are kept for when no separate debug file has any.
-        let mut image: Option<(memmap2::Mmap, ElfSyms)> = None;
+        let mut image: Option<ElfSyms> = None;
         for c in &images {
             if let Some(m) = open(c) {
-                if let Ok(s) = ElfSyms::parse(&m, None, bid.as_deref()) {
-                    image = Some((m, s));
+                if let Ok(s) = ElfSyms::parse(m, None, bid.as_deref()) {
+                    image = Some(s);
                     break;
                 }
             }
         }
         let mut state = SymState::Missing;
-        if let Some((img, img_syms)) = image {
+        if let Some(img_syms) = image {
             for c in &dbgs {
                 if let Some(m) = open(c) {
-                    if let Ok(s) = ElfSyms::parse(&m, Some(&img), bid.as_deref()) {
+                    if let Ok(s) = ElfSyms::parse(m, Some(img_syms.bytes()), bid.as_deref()) {
                         if !s.is_empty() {
                             state = SymState::Loaded(s);
                             break;
@@ -348,6 +412,7 @@ impl<'o> Symbols<'o> {
                 if delta != self.kernel_reloc {
                     self.kernel_reloc = delta;
                     self.kaddr_cache.clear();
+                    self.recent.clear();
                     if delta != 0 {
                         self.warnings.push(format!(
                             "kallsyms is from another boot of the kernel (KASLR); addresses relocated by {delta:#x} using {name}"
