@@ -165,16 +165,20 @@ def _profiles(raw: dict, path: Path, meta: dict, wanted: list[int]) -> list[Prof
         stack_ids = np.frombuffer(ev["stack_ids"], dtype=np.uint32)
         stack_w = np.frombuffer(ev["stack_weight"], dtype=np.float64)
         stacks: dict[tuple[int, ...], float] = {}
-        # one vectorised remap of every frame, then plain list slices per stack
-        rframes = remap[frames].tolist()
+        # One vectorised remap of every frame, then plain list slices per stack. The frames
+        # refer to one int object per symbol (not one per frame): a file's millions of frames
+        # would otherwise each hold an int of their own.
+        shared = np.empty(len(used), dtype=object)
+        shared[:] = range(len(used))
+        rframes = shared[remap[frames]].tolist()
         offs = offsets.tolist()
         for s, w in zip(stack_ids.tolist(), stack_w.tolist()):
             key = tuple(rframes[offs[s]:offs[s + 1]])
             stacks[key] = stacks.get(key, 0.0) + w
         e = np.frombuffer(ev["edges"], dtype=np.uint32).reshape(-1, 2)
         ew = np.frombuffer(ev["edge_weight"], dtype=np.float64)
-        er = remap[e]
-        edges = {(int(a), int(b)): float(w) for (a, b), w in zip(er.tolist(), ew.tolist())}
+        er = shared[remap[e]]
+        edges = {(a, b): w for (a, b), w in zip(er.tolist(), ew.tolist())}
         name = ev["name"]
         if ev["has_period"]:
             unit = "ns" if name.split(":")[0] in _NS_EVENTS else "period"
