@@ -9,12 +9,12 @@ from pathlib import Path
 
 from ..diff import DiffOptions, add_folded, diff_profiles
 from ..errors import InputError, KperfdiffError
-from ..ingest.load import ProfileRef, load_side
+from ..ingest.load import ProfileRef, load_sides
 from ..render import diff as render
 from ..render import flamegraph
 from ..store import Store, default_path
 from ..symbols.equivalence import load_roles
-from .common import FORMATS, write_file
+from .common import FORMATS, whole, write_file
 
 
 def add_parser(sub) -> None:
@@ -89,6 +89,9 @@ def add_parser(sub) -> None:
     d.add_argument("--folded", metavar="PREFIX",
                    help="write PREFIX.a.folded and PREFIX.b.folded (stack count) and PREFIX.diff.folded "
                         "(stack countA countB, as FlameGraph's difffolded.pl), for flamegraph.pl or inferno")
+    d.add_argument("--jobs", "-j", type=whole(256), metavar="N",
+                   help="read up to N profile files at once (default: one per CPU); the result is the same "
+                        "as one at a time")
     d.add_argument("--format", choices=FORMATS, default="text")
 
 
@@ -164,12 +167,10 @@ def run(args: argparse.Namespace) -> int:
     if opts.maps:
         load_roles(opts.maps)   # report a bad map before reading profiles
     lookup = store_lookup(args.store, args.event)
-    sides = []
-    for spec, side in ((args.a, "a"), (args.b, "b")):
-        sides.append(load_side(spec, lookup, kallsyms=getattr(args, f"kallsyms_{side}") or args.kallsyms,
-                               symfs=getattr(args, f"symfs_{side}") or args.symfs, event=args.event,
-                               folded_kernel=args.folded_kernel))
-    side_a, side_b = sides
+    side_a, side_b = load_sides([args.a, args.b], lookup,
+                                kallsyms=[args.kallsyms_a or args.kallsyms, args.kallsyms_b or args.kallsyms],
+                                symfs=[args.symfs_a or args.symfs, args.symfs_b or args.symfs], event=args.event,
+                                folded_kernel=args.folded_kernel, workers=args.jobs)
     result = diff_profiles(side_a, side_b, opts)
     for w in result.warnings:
         print(f"kperfdiff: warning: {w}", file=sys.stderr)

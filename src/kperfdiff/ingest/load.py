@@ -1,10 +1,16 @@
 """Loading profiles: name a file's format by its first bytes, read it with the one reader of
 that format, and turn store references (RUN[:benchmark[@CORES]]) into one profile per
-repetition, its parallel copies merged."""
+repetition, its parallel copies merged.
+
+Many files (both sides of a diff, every repetition of a side) are read at once, one per core:
+the native perf.data reader releases the GIL, so threads scale. The profiles come back in the
+order asked for and are the same as read one after another (``jobs=1``)."""
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 from ..errors import InputError
@@ -60,6 +66,26 @@ def load(path: str | Path, *, kallsyms: str | Path | None = None, symfs: list[st
     return prof
 
 
+def default_jobs() -> int:
+    """How many files are read at once: one per CPU this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def load_many(jobs: list[Callable[[], Profile]], workers: int | None = None) -> list[Profile]:
+    """Run profile loads, up to ``workers`` at once (default: one per CPU), and return their
+    profiles in order. When loads fail, the first failing one in order raises, as it would have
+    read one after another."""
+    workers = min(len(jobs), workers or default_jobs())
+    if workers <= 1:
+        return [job() for job in jobs]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(job) for job in jobs]
+        return [f.result() for f in futures]
+
+
 # -- sides of a diff: files or store references -----------------------------------
 
 ProfileRef = tuple[list[Path], dict]   # the parallel copies of one repetition, and what the store knows
@@ -83,34 +109,55 @@ def resolve_side(spec: str, lookup: Callable[[str], list[ProfileRef]]) -> list[P
     return out
 
 
+def _check_copy(path: Path, meta: dict) -> None:
+    if path.is_dir():
+        raise InputError(f"{path} is a directory, not a profile; name the perf.data inside it")
+    if not path.exists():
+        raise InputError(f"{path} is missing (named by run {meta.get('run_id')} in the store; was the "
+                         f"store's .artefacts folder moved without it?)")
+
+
+def _replicate(paths: list[Path], meta: dict, copies: list[Profile]) -> Profile:
+    """One replicate of a side: its parallel copies merged, with what the store knows of it."""
+    prof = merge(copies, f"{paths[0]}" + (f" (+{len(paths) - 1} parallel copies)" if len(paths) > 1 else ""))
+    if meta.get("counted"):
+        prof.event, prof.weight_unit = "instructions", "instructions"
+    for key in ("ops", "cpu_time_ns", "time_unit", "instructions"):
+        if meta.get(key):
+            prof.meta[key] = meta[key]
+    if meta.get("arch"):
+        prof.arch = meta["arch"]
+    if meta.get("label"):
+        prof.label = meta["label"]
+    return prof
+
+
+def load_sides(specs: list[str], lookup: Callable[[str], list[ProfileRef]], *, kallsyms: list[str | None],
+               symfs: list[str | None], event: str | None = None, folded_kernel: str = "auto",
+               workers: int | None = None) -> list[list[Profile]]:
+    """One profile per replicate of each side (``specs[i]``, read with ``kallsyms[i]`` and
+    ``symfs[i]``; each replicate's parallel copies merged), every file of every side read at once."""
+    sides = [resolve_side(spec, lookup) for spec in specs]
+    jobs = []
+    for refs, ks, fs in zip(sides, kallsyms, symfs):
+        for paths, meta in refs:
+            for path in paths:
+                _check_copy(path, meta)
+                copy_fs = fs or meta.get("symfs")
+                # exact instruction counts are folded stacks of one event, which the store names
+                jobs.append(partial(load, path, kallsyms=ks or meta.get("kallsyms"),
+                                    symfs=[copy_fs] if copy_fs else None,
+                                    event=None if meta.get("counted") else event, folded_kernel=folded_kernel))
+    loaded = iter(load_many(jobs, workers))
+    return [[_replicate(paths, meta, [next(loaded) for _ in paths]) for paths, meta in refs] for refs in sides]
+
+
 def load_side(spec: str, lookup: Callable[[str], list[ProfileRef]], *, kallsyms: str | None = None,
-              symfs: str | None = None, event: str | None = None, folded_kernel: str = "auto") -> list[Profile]:
+              symfs: str | None = None, event: str | None = None, folded_kernel: str = "auto",
+              workers: int | None = None) -> list[Profile]:
     """One profile per replicate of a diff side (its parallel copies merged)."""
-    profs = []
-    for paths, meta in resolve_side(spec, lookup):
-        copies = []
-        for path in paths:
-            if path.is_dir():
-                raise InputError(f"{path} is a directory, not a profile; name the perf.data inside it")
-            if not path.exists():
-                raise InputError(f"{path} is missing (named by run {meta.get('run_id')} in the store; was the "
-                                 f"store's .artefacts folder moved without it?)")
-            fs = symfs or meta.get("symfs")
-            # exact instruction counts are folded stacks of one event, which the store names
-            copies.append(load(path, kallsyms=kallsyms or meta.get("kallsyms"), symfs=[fs] if fs else None,
-                               event=None if meta.get("counted") else event, folded_kernel=folded_kernel))
-        prof = merge(copies, f"{paths[0]}" + (f" (+{len(paths) - 1} parallel copies)" if len(paths) > 1 else ""))
-        if meta.get("counted"):
-            prof.event, prof.weight_unit = "instructions", "instructions"
-        for key in ("ops", "cpu_time_ns", "time_unit", "instructions"):
-            if meta.get(key):
-                prof.meta[key] = meta[key]
-        if meta.get("arch"):
-            prof.arch = meta["arch"]
-        if meta.get("label"):
-            prof.label = meta["label"]
-        profs.append(prof)
-    return profs
+    return load_sides([spec], lookup, kallsyms=[kallsyms], symfs=[symfs], event=event,
+                      folded_kernel=folded_kernel, workers=workers)[0]
 
 
 def load_stored(entries: list[dict], label: str) -> list[Profile]:
@@ -120,18 +167,22 @@ def load_stored(entries: list[dict], label: str) -> list[Profile]:
     by_rep: dict = {}
     for p in entries:
         by_rep.setdefault((p.get("run_id") or 0, p.get("rep") or 0), []).append(p)
+    reps = [by_rep[rep] for rep in sorted(by_rep)[:MAX_STORED_PROFILES_PER_SIDE]]
+    for p in (p for rep in reps for p in rep):
+        if not Path(p["path"]).exists():
+            raise InputError(f"the profile {p['path']} is missing from the store's artefact folder")
+    loaded = iter(load_many([partial(load, p["path"], kallsyms=p.get("kallsyms"), label=label)
+                             for rep in reps for p in rep]))
     out = []
-    for rep in sorted(by_rep)[:MAX_STORED_PROFILES_PER_SIDE]:
+    for rep in reps:
         copies = []
-        for p in by_rep[rep]:
-            if not Path(p["path"]).exists():
-                raise InputError(f"the profile {p['path']} is missing from the store's artefact folder")
-            prof = load(p["path"], kallsyms=p.get("kallsyms"), label=label)
+        for p in rep:
+            prof = next(loaded)
             for k in ("ops", "cpu_time_ns"):
                 if p.get(k):
                     prof.meta[k] = p[k]
             copies.append(prof)
-        prof = merge(copies, by_rep[rep][0]["path"])
+        prof = merge(copies, rep[0]["path"])
         prof.label = label
         out.append(prof)
     return out
