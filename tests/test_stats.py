@@ -1,5 +1,6 @@
 import math
 
+import numpy as np
 import pytest
 
 from kperfdiff import stats
@@ -128,3 +129,19 @@ def test_exact_counts_compare_without_a_warning(recwarn):
     nearly = stats.nested_change([[5e6]] * 3, [[5e6], [5e6], [5e6 + 1]], "lower")   # scipy warned here
     assert not math.isnan(nearly.p) and abs(nearly.change) < 1e-4
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+def test_benjamini_hochberg_and_welch_agree_with_scipy_stats():
+    from scipy import stats as sst
+    rng = np.random.default_rng(7)
+    for m in (1, 2, 5, 40, 300):
+        p = rng.uniform(0, 1, m) ** 3
+        p[rng.integers(0, m, m // 5)] = p[0]            # ties
+        assert stats.benjamini_hochberg(p) == pytest.approx(sst.false_discovery_control(p, method="bh"), rel=1e-12)
+    for _ in range(50):
+        a, b = rng.normal(10, 2, rng.integers(2, 12)), rng.normal(11, 3, rng.integers(2, 12))
+        d, lo, hi, p = stats.welch_interval(a, b, confidence=0.9)
+        t = sst.ttest_ind(b, a, equal_var=False)
+        assert p == pytest.approx(t.pvalue, rel=1e-9)
+        ci = t.confidence_interval(0.9)
+        assert (lo, hi) == (pytest.approx(ci.low, rel=1e-9), pytest.approx(ci.high, rel=1e-9))
