@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """Time `kperfdiff diff A B --children` against `perf diff A B` on two large
-perf.data files (about 1.4M samples each, with call chains).
+perf.data files (about 1.4M samples each, with call chains), and `kperfdiff diff`
+with 10 profiles a side (the same two files named ten times each) against one.
 
 The files are recorded once (perf record -e cpu-clock -F 20000 -g -a around a
 busy two-CPU workload for about 35 s each) and cached in /tmp/kperfdiff-bench/
 with a kallsyms snapshot beside each. Each command runs --repeat times (default
 3) in a fresh wrapper process so its peak RSS (getrusage of children) is its
 own; the harness prints the median and best wall time, the ratio, and peak
-memory. Not a pass/fail test.
+memory, each against its target (kperfdiff at most 0.4x perf diff's time, under
+150 MB; ten profiles a side take at most ten times one). Not a pass/fail test.
 
-    .venv/bin/python benchmarks/bench_diff.py [--repeat N] [--seconds S] [--rerecord]
+    .venv/bin/python benchmarks/bench_diff.py [--repeat N] [--seconds S] [--rerecord] [--replicates 10]
 """
 from __future__ import annotations
 
@@ -86,6 +88,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--seconds", type=int, default=35)
     ap.add_argument("--rerecord", action="store_true")
+    ap.add_argument("--replicates", type=int, default=10, help="profiles a side in the many-profiles row")
     args = ap.parse_args()
     if shutil.which("perf") is None:
         raise SystemExit("perf is not installed")
@@ -101,21 +104,31 @@ def main() -> int:
                 pass
     kd = [str(KPERFDIFF), "diff", str(a), str(b), "--children"]
     pd = ["perf", "diff", str(a), str(b)]
-    k_times, k_rss = measure(kd, args.repeat)
-    p_times, p_rss = measure(pd, args.repeat)
-    km, pm = statistics.median(k_times), statistics.median(p_times)
-    rows = [
-        ("kperfdiff diff --children", km, min(k_times), k_rss),
-        ("perf diff", pm, min(p_times), p_rss),
-    ]
-    print(f"{'command':28} {'median s':>9} {'best s':>8} {'peak RSS MB':>12}")
-    for name, med, best, rss in rows:
-        print(f"{name:28} {med:9.2f} {best:8.2f} {rss / 1024:12.1f}")
-    print(f"ratio perf diff / kperfdiff diff: {pm / km:.2f}x (median), "
-          f"{min(p_times) / min(k_times):.2f}x (best); "
-          f"samples/s end to end: {(na + nb) / km / 1e6:.2f} M")
-    print(json.dumps({"samples": [na, nb], "kperfdiff_s": k_times, "perf_diff_s": p_times,
-                      "kperfdiff_rss_kb": k_rss, "perf_diff_rss_kb": p_rss}))
+    many = [str(KPERFDIFF), "diff", ",".join([str(a)] * args.replicates), ",".join([str(b)] * args.replicates),
+            "--children"]
+    load_before = os.getloadavg()
+    runs = {
+        "kperfdiff diff --children": measure(kd, args.repeat),
+        "kperfdiff diff --children -j 1": measure(kd + ["-j", "1"], args.repeat),
+        "perf diff": measure(pd, args.repeat),
+        f"kperfdiff diff --children, {args.replicates} a side": measure(many, max(1, args.repeat // 2)),
+    }
+    load_after = os.getloadavg()
+    print(f"load average (1 min) {load_before[0]:.2f} before, {load_after[0]:.2f} after, on {os.cpu_count()} CPUs")
+    print(f"{'command':40} {'median s':>9} {'best s':>8} {'x perf diff':>12} {'peak RSS MB':>12}")
+    pm = statistics.median(runs["perf diff"][0])
+    for name, (times, rss) in runs.items():
+        med = statistics.median(times)
+        print(f"{name:40} {med:9.2f} {min(times):8.2f} {med / pm:12.2f} {rss / 1024:12.1f}")
+    k_times, k_rss = runs["kperfdiff diff --children"]
+    km = statistics.median(k_times)
+    mm = statistics.median(runs[f"kperfdiff diff --children, {args.replicates} a side"][0])
+    print(f"target: kperfdiff diff --children at most 0.4x perf diff: {km / pm:.2f}x (median); "
+          f"peak memory under 150 MB: {k_rss / 1024:.0f} MB (with -j 1: {runs['kperfdiff diff --children -j 1'][1] / 1024:.0f} MB)")
+    print(f"target: {args.replicates} profiles a side scale linearly: {mm / km:.1f}x the time of one a side "
+          f"({mm / (2 * args.replicates):.2f} s a profile against {km / 2:.2f} s a profile with one a side)")
+    print(f"samples/s end to end: {(na + nb) / km / 1e6:.2f} M")
+    print(json.dumps({"samples": [na, nb], **{name: {"seconds": t, "rss_kb": r} for name, (t, r) in runs.items()}}))
     return 0
 
 

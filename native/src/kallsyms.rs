@@ -8,6 +8,7 @@
 //! and bss symbols; a symbol ends where the next one starts.
 use std::io::Read;
 use std::path::Path;
+use std::sync::Arc;
 
 pub struct Kallsyms {
     /// Sorted by address; one entry per address (the best name of that address).
@@ -208,7 +209,34 @@ pub fn symbol_map<'py>(py: pyo3::Python<'py>, data: &[u8]) -> pyo3::PyResult<pyo
     })
 }
 
+/// The kallsyms files read last, by path, size and modification time: the
+/// repetitions of a run share one, and a diff of ten profiles a side would
+/// otherwise parse it ten times.
+static RECENT: std::sync::Mutex<Vec<(std::path::PathBuf, u64, std::time::SystemTime, Arc<Kallsyms>)>> =
+    std::sync::Mutex::new(Vec::new());
+const RECENT_FILES: usize = 4;
+
 impl Kallsyms {
+    /// `load`, shared with the other reads of the same unchanged file.
+    pub fn load_shared(path: &Path) -> Result<Arc<Self>, String> {
+        let stamp = std::fs::metadata(path).ok().and_then(|m| Some((m.len(), m.modified().ok()?)));
+        let Some((len, mtime)) = stamp else {
+            return Self::load(path).map(Arc::new);
+        };
+        let recent = |list: &[(std::path::PathBuf, u64, std::time::SystemTime, Arc<Kallsyms>)]| {
+            list.iter().find(|e| e.0 == path && e.1 == len && e.2 == mtime).map(|e| e.3.clone())
+        };
+        if let Some(k) = recent(&RECENT.lock().unwrap_or_else(|e| e.into_inner())) {
+            return Ok(k);
+        }
+        let k = Arc::new(Self::load(path)?);
+        let mut list = RECENT.lock().unwrap_or_else(|e| e.into_inner());
+        list.retain(|e| e.0 != path);
+        list.insert(0, (path.to_path_buf(), len, mtime, k.clone()));
+        list.truncate(RECENT_FILES);
+        Ok(k)
+    }
+
     pub fn load(path: &Path) -> Result<Self, String> {
         let bytes = read_maybe_gz(path).map_err(|e| format!("cannot read kallsyms file {}: {}", path.display(), e))?;
         // Validating is much cheaper than from_utf8_lossy's scan; the lossy copy only for odd files.
@@ -318,6 +346,23 @@ impl Kallsyms {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unchanged_file_is_parsed_once() {
+        let dir = std::env::temp_dir().join(format!("kpd-kallsyms-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("kallsyms");
+        std::fs::write(&p, "ffffffff81000000 T _text\nffffffff81000100 T do_one\n").unwrap();
+        let a = Kallsyms::load_shared(&p).unwrap();
+        let b = Kallsyms::load_shared(&p).unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        // A changed file (another size) is read again.
+        std::fs::write(&p, "ffffffff81000000 T _text\nffffffff81000100 T do_one\nffffffff81000200 T do_two\n").unwrap();
+        let c = Kallsyms::load_shared(&p).unwrap();
+        assert!(!Arc::ptr_eq(&a, &c));
+        assert_eq!(c.addrs.len(), 3);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     fn line<'a>(addr: u64, ty: u8, name: &'a str, module: Option<&'a str>) -> Option<Line<'a>> {
         Some(Line { addr, ty, name: name.as_bytes(), module: module.map(str::as_bytes) })

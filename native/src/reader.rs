@@ -125,7 +125,7 @@ fn read_impl<T: ByteOrder>(
     let Header { events, mut facts, build_ids, compressed, mut perf_file, mut record_iter } =
         header::read(name, data, &layout, endian)?;
     let kallsyms = match &opts.kallsyms {
-        Some(p) => Some(Kallsyms::load(p)?),
+        Some(p) => Some(Kallsyms::load_shared(p)?),
         None => None,
     };
     if let Some(p) = &opts.kallsyms {

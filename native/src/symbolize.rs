@@ -11,6 +11,7 @@ use crate::procmaps::Processes;
 use crate::reader::Options;
 use rustc_hash::FxHashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// No id yet.
 const NONE: u32 = u32::MAX;
@@ -42,7 +43,7 @@ pub struct Symbols<'o> {
     dso_by_path: FxHashMap<String, u32>,
     header_build_ids: BuildIds,
     // kernel
-    kallsyms: Option<Kallsyms>,
+    kallsyms: Option<Arc<Kallsyms>>,
     kallsyms_dso: Vec<u32>,
     kallsyms_sym: Vec<u32>,
     pub kernel_reloc: i64,
@@ -112,7 +113,7 @@ fn basename(p: &str) -> &str {
 }
 
 impl<'o> Symbols<'o> {
-    pub fn new(opts: &'o Options, kallsyms: Option<Kallsyms>, header_build_ids: BuildIds) -> Self {
+    pub fn new(opts: &'o Options, kallsyms: Option<Arc<Kallsyms>>, header_build_ids: BuildIds) -> Self {
         let mut s = Symbols {
             opts,
             sym_names: Vec::new(),
