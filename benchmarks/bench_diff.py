@@ -12,6 +12,7 @@ memory, each against its target (kperfdiff at most 0.4x perf diff's time, under
 150 MB; ten profiles a side take at most ten times one). Not a pass/fail test.
 
     .venv/bin/python benchmarks/bench_diff.py [--repeat N] [--seconds S] [--rerecord] [--replicates 10]
+        [--before DIR]   (also time another checkout of kperfdiff, built with make setup, in the same run)
 """
 from __future__ import annotations
 
@@ -89,6 +90,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=int, default=35)
     ap.add_argument("--rerecord", action="store_true")
     ap.add_argument("--replicates", type=int, default=10, help="profiles a side in the many-profiles row")
+    ap.add_argument("--before", type=Path, metavar="DIR",
+                    help="another kperfdiff checkout (built with make setup) to time beside this one")
     args = ap.parse_args()
     if shutil.which("perf") is None:
         raise SystemExit("perf is not installed")
@@ -113,13 +116,17 @@ def main() -> int:
         "perf diff": measure(pd, args.repeat),
         f"kperfdiff diff --children, {args.replicates} a side": measure(many, max(1, args.repeat // 2)),
     }
+    if args.before:
+        before = str(args.before / ".venv" / "bin" / "kperfdiff")
+        runs["before: kperfdiff diff --children"] = measure([before, *kd[1:]], args.repeat)
+        runs[f"before: {args.replicates} a side"] = measure([before, *many[1:]], max(1, args.repeat // 2))
     load_after = os.getloadavg()
     print(f"load average (1 min) {load_before[0]:.2f} before, {load_after[0]:.2f} after, on {os.cpu_count()} CPUs")
-    print(f"{'command':40} {'median s':>9} {'best s':>8} {'x perf diff':>12} {'peak RSS MB':>12}")
+    print(f"{'command':42} {'median s':>9} {'best s':>8} {'x perf diff':>12} {'peak RSS MB':>12}")
     pm = statistics.median(runs["perf diff"][0])
     for name, (times, rss) in runs.items():
         med = statistics.median(times)
-        print(f"{name:40} {med:9.2f} {min(times):8.2f} {med / pm:12.2f} {rss / 1024:12.1f}")
+        print(f"{name:42} {med:9.2f} {min(times):8.2f} {med / pm:12.2f} {rss / 1024:12.1f}")
     k_times, k_rss = runs["kperfdiff diff --children"]
     km = statistics.median(k_times)
     mm = statistics.median(runs[f"kperfdiff diff --children, {args.replicates} a side"][0])

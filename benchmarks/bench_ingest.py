@@ -19,6 +19,7 @@ with the figures (the best of --repeat runs is the least disturbed one).
 
     python benchmarks/bench_ingest.py [--seconds 30] [--freq 20000] [--dir DIR] [--rerecord] [--repeat 5]
         [--file PERF.DATA --kallsyms FILE]   (time a file of your own instead of recording one)
+        [--before DIR]   (also time another checkout of kperfdiff, built with make setup, in the same run)
 
 The Rust reader alone, without Python (for profiling with ``perf record``):
 
@@ -66,11 +67,10 @@ def timed(argv: list[str], stdout=subprocess.DEVNULL) -> tuple[float, float]:
 
 CHILD = r"""
 import json, sys, time
-sys.path.insert(0, %r)
+sys.path.insert(0, sys.argv[4])
 from functools import partial
 from kperfdiff import native
 from kperfdiff.ingest import perfdata
-from kperfdiff.ingest.load import load_many
 path, ks, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 t = time.perf_counter()
 if mode == "native":
@@ -78,6 +78,7 @@ if mode == "native":
     n = sum(e["samples"] for e in d["events"])
     extra = {"stacks": len(d["stack_offsets"]) // 8 - 1, "symbols": len(d["sym_names"])}
 elif mode.startswith("pair"):
+    from kperfdiff.ingest.load import load_many   # not in checkouts before it (--before)
     workers = int(mode[4:])
     ps = load_many([partial(perfdata.load, path, kallsyms=ks)] * 2, workers)
     n = sum(p.samples for p in ps)
@@ -87,12 +88,17 @@ else:
     n = p.samples
     extra = {"stacks": len(p.stacks), "symbols": len(p.symbols)}
 print(json.dumps({"seconds": time.perf_counter() - t, "samples": n, **extra}))
-""" % str(ROOT / "src")
+"""
 
 
-def kperfdiff_run(data: Path, ks: Path, mode: str) -> dict:
+def child(data: Path, ks: Path, mode: str, root: Path = ROOT) -> list[str]:
+    """The command that reads ``data`` with the kperfdiff checkout at ``root`` (its own venv)."""
+    return [str(root / ".venv" / "bin" / "python"), "-c", CHILD, str(data), str(ks), mode, str(root / "src")]
+
+
+def kperfdiff_run(data: Path, ks: Path, mode: str, root: Path = ROOT) -> dict:
     """Time kperfdiff's ingest inside a fresh child (its own timer, without interpreter start-up)."""
-    p = subprocess.run([sys.executable, "-c", CHILD, str(data), str(ks), mode], capture_output=True, text=True)
+    p = subprocess.run(child(data, ks, mode, root), capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit(f"kperfdiff ingest failed: {p.stderr}")
     return json.loads(p.stdout)
@@ -107,6 +113,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5, help="runs of kperfdiff ingest (best is reported)")
     ap.add_argument("--file", type=Path, help="a perf.data to time instead of recording one")
     ap.add_argument("--kallsyms", type=Path, help="the kallsyms of --file")
+    ap.add_argument("--before", type=Path, metavar="DIR",
+                    help="another kperfdiff checkout (built with make setup) to time beside this one")
     args = ap.parse_args()
     if shutil.which("perf") is None:
         raise SystemExit("perf is not installed")
@@ -131,11 +139,15 @@ def main() -> None:
     samples = best["samples"]
     t_native = best["seconds"]
     # Peak memory of the whole child (interpreter + numpy + ingest), from wait4.
-    _, rss_native = timed([sys.executable, "-c", CHILD, str(data), str(ks), "native"])
+    _, rss_native = timed(child(data, ks, "native"))
     info_load = kperfdiff_run(data, ks, "load")
-    _, rss_load = timed([sys.executable, "-c", CHILD, str(data), str(ks), "load"])
+    _, rss_load = timed(child(data, ks, "load"))
     rows.append(("kperfdiff native ingest", t_native, rss_native))
     rows.append(("kperfdiff ingest.perfdata.load", info_load["seconds"], rss_load))
+    if args.before:
+        old = min((kperfdiff_run(data, ks, "native", args.before) for _ in range(args.repeat)),
+                  key=lambda i: i["seconds"])
+        rows.append(("before: kperfdiff native ingest", old["seconds"], timed(child(data, ks, "native", args.before))[1]))
     perf_g, rss_g = timed(["perf", "report", "-i", str(data), "--kallsyms", str(ks), "--stdio", "--sort", "sym"])
     rows.append(("perf report --stdio --sort sym (call graph)", perf_g, rss_g))
     perf_ng, rss_ng = timed(["perf", "report", "-i", str(data), "--kallsyms", str(ks), "--stdio", "--sort", "sym",
