@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import zlib
 from collections import defaultdict
+from itertools import chain
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -283,8 +284,6 @@ def reconstruct(profile: Profile, sizes: SizeTable, hw: HwModel, *, events: int 
     np.random.default_rng(seed).shuffle(seq)
     med = int(np.median(list(sized.values())))
     fsizes: dict[str, int] = {}
-    steps = []
-    instr = 0
     step_of = {}
     for k in range(len(stacks)):
         st = stacks[k]
@@ -300,9 +299,8 @@ def reconstruct(profile: Profile, sizes: SizeTable, hw: HwModel, *, events: int 
             step_of[k] = (("call", caller, leaf), body, ret)
         else:
             step_of[k] = (body,)
-    for k in seq.tolist():
-        steps.extend(step_of[k])
-        instr += sum(s[3] for s in step_of[k] if s[0] == "body")
+    steps = list(chain.from_iterable(map(step_of.__getitem__, seq.tolist())))
+    instr = int(np.dot(cnt, [sum(s[3] for s in step_of[k] if s[0] == "body") for k in range(len(stacks))]))
     notes = [f"trace: {len(seq)} executions of {len(stacks)} kernel stacks, {instr} instructions (seed {seed})"]
     if any(n not in sized for n in fsizes):
         notes.append("callers without a size are simulated with the median function size")
