@@ -397,7 +397,7 @@ def measure(profile: Profile, sizes: SizeTable, hw: HwModel, kernel_cycles: floa
     tr = reconstruct(profile, sizes, hw, events=events, seed=seed)
     if not tr.steps:
         return None
-    base = simulate_placements(tr, sizes, hw, [])[0]
+    base = simulate_placements(tr, sizes, hw, [], attribute=True)[0]
     if base.cycles <= 0:
         return None
     k = kernel_cycles / base.cycles

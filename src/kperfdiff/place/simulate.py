@@ -308,14 +308,15 @@ def reconstruct(profile: Profile, sizes: SizeTable, hw: HwModel, *, events: int 
 
 
 def simulate_placements(trace: Trace, sizes: SizeTable, hw: HwModel, placements: list[tuple[str, set[str]]],
-                        *, relink: bool = True) -> list[SimResult]:
-    """Run the trace with no placement first (its fills, instructions and calls
-    attributed per function and edge), then with each (label, functions)."""
+                        *, relink: bool = True, attribute: bool = False) -> list[SimResult]:
+    """Run the trace with no placement first (with ``attribute``, its fills,
+    instructions and calls attributed per function and edge, as the cost model
+    needs; the attributing cache is the slower), then with each (label, functions)."""
     out = []
     for label, fast in [("no placement", set())] + list(placements):
         fast = set(fast)
         addr = layout(trace.names, trace.sizes, sizes.addrs, fast, hw, relink=relink)
-        r = run(trace.steps, trace.sizes, addr, fast, hw, label, attribute=not fast)
+        r = run(trace.steps, trace.sizes, addr, fast, hw, label, attribute=attribute and not fast)
         r.placed_bytes = sum(hw.aligned(trace.sizes.get(f, sizes.sizes.get(f, 0))) for f in fast)
         out.append(r)
     return out
