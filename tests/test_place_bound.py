@@ -5,14 +5,17 @@ negative), calls between candidates and to code that cannot move, both fill
 models' per-call costs, and sometimes an all-or-none group.
 """
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from kperfdiff.errors import InputError
+from kperfdiff.ingest.load import load
 from kperfdiff.place import bound as bd
 from kperfdiff.place import optimise
-from kperfdiff.place.model import Problem, evaluate
+from kperfdiff.place.inputs import load_groups, load_hw, load_sizes
+from kperfdiff.place.model import Problem, build_problem, evaluate
 
 
 def random_problem(n: int, m: int, seed: int, *, both: float = 0.0, atomic: bool = False) -> Problem:
@@ -159,3 +162,15 @@ def test_a_first_set_too_small_grows_until_the_left_out_cannot_help(seed, monkey
     assert " then " in red.detail                       # a second MILP over a larger set
     assert red.prediction.gain == pytest.approx(whole.prediction.gain, rel=1e-6)
     assert red.bound >= whole.prediction.gain * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("cap", [2048, 4096, 8192, 16384])
+def test_reduced_and_whole_agree_on_the_recorded_profile(cap):
+    root = Path(__file__).resolve().parents[1]
+    groups, ex = load_groups([])
+    p = build_problem(load(root / "tests/data/place/forkexec.folded"), load_sizes(root / "tests/data/place/System.map"),
+                      load_hw(root / "examples/place/arm926-tcm.toml"), groups=groups, excludes=ex)
+    red = optimise.exact(p, cap, rel_gap=1e-9, reduce=True)
+    whole = optimise.exact(p, cap, rel_gap=1e-9, reduce=False)
+    assert red.prediction.gain == pytest.approx(whole.prediction.gain, rel=1e-9)
+    assert red.bound >= whole.prediction.gain * (1 - 1e-9) and red.status == "optimal"
