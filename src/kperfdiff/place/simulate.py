@@ -64,22 +64,27 @@ class ICache:
         self.hits = 0
 
     def access(self, line_no: int) -> bool:
-        s = self.sets[line_no % self.nsets]
-        if s and s[-1] == line_no:          # most recent: the common case
-            self.hits += 1
-            return True
-        try:
-            s.remove(line_no)
+        hits = self.hits
+        self.access_all((line_no,))
+        return self.hits > hits
+
+    def access_all(self, lines) -> None:
+        """:meth:`access` each line in turn (one call for a body's lines: the simulator's hot loop)."""
+        sets, nsets, ways = self.sets, self.nsets, self.ways
+        hits = 0
+        for line_no in lines:
+            s = sets[line_no % nsets]
+            if s and s[-1] == line_no:          # most recent: the common case
+                hits += 1
+                continue
+            if line_no in s:
+                s.remove(line_no)
+                hits += 1
+            elif len(s) >= ways:
+                s.pop(0)
             s.append(line_no)
-            self.hits += 1
-            return True
-        except ValueError:
-            pass
-        if len(s) >= self.ways:
-            s.pop(0)
-        s.append(line_no)
-        self.fills += 1
-        return False
+        self.hits += hits
+        self.fills += len(lines) - hits
 
 
 class AttributingICache(ICache):
@@ -103,31 +108,41 @@ class AttributingICache(ICache):
         self.relief: dict[str, float] = defaultdict(float)
 
     def touch(self, line_no: int, fn: str) -> bool:
-        s = self.sets[line_no % self.nsets]          # least recent first
-        try:
-            k = s.index(line_no)
-        except ValueError:
-            k = -1
-        hit = k >= 0 and len(s) - 1 - k < self.ways
-        if hit:
-            self.hits += 1
-        else:
-            self.fills += 1
-            if k >= 0:
-                need = len(s) - k - self.ways
-                counts: dict[str, int] = defaultdict(int)
-                for other in s[k + 1:]:
-                    counts[self.owner[other]] += 1
-                savers = [g for g, c in counts.items() if c >= need and g != fn]
-                for g in savers:
-                    self.relief[g] += 1.0 / len(savers)
-        if k >= 0:
-            del s[k]
-        elif len(s) >= self.depth:
-            del self.owner[s.pop(0)]
-        s.append(line_no)
-        self.owner[line_no] = fn
-        return hit
+        hits = self.hits
+        self.touch_all((line_no,), fn)
+        return self.hits > hits
+
+    def touch_all(self, lines, fn: str) -> None:
+        """:meth:`touch` each line in turn for ``fn`` (one call for a body's lines)."""
+        sets, nsets, ways, depth = self.sets, self.nsets, self.ways, self.depth
+        owner, relief = self.owner, self.relief
+        hits = 0
+        for line_no in lines:
+            s = sets[line_no % nsets]          # least recent first
+            if s and s[-1] == line_no:
+                hits += 1
+                owner[line_no] = fn
+                continue
+            if line_no in s:
+                k = s.index(line_no)
+                if len(s) - 1 - k < ways:
+                    hits += 1
+                else:
+                    need = len(s) - k - ways
+                    counts: dict[str, int] = {}
+                    for other in s[k + 1:]:
+                        g = owner[other]
+                        counts[g] = counts.get(g, 0) + 1
+                    savers = [g for g, c in counts.items() if c >= need and g != fn]
+                    for g in savers:
+                        relief[g] += 1.0 / len(savers)
+                del s[k]
+            elif len(s) >= depth:
+                del owner[s.pop(0)]
+            s.append(line_no)
+            owner[line_no] = fn
+        self.hits += hits
+        self.fills += len(lines) - hits
 
 
 @dataclass
@@ -213,14 +228,14 @@ def run(trace, sizes: dict[str, int], addr: dict[str, int], fast: set[str], hw: 
             rng = lines_of[key] = range(a // lsz, (a + n * ib - 1) // lsz + 1)
         if attribute:
             before = ic.fills
-            touch = ic.touch if isinstance(ic, AttributingICache) else (lambda ln, _fn: ic.access(ln))
-            for ln in rng:
-                touch(ln, fn)
+            if isinstance(ic, AttributingICache):
+                ic.touch_all(rng, fn)
+            else:
+                ic.access_all(rng)
             fn_fills[fn] += ic.fills - before
             fn_instr[fn] += n
         else:
-            for ln in rng:
-                ic.access(ln)
+            ic.access_all(rng)
     cycles = fast_i * hw.t_fast + cached_i * hw.t_cache + ic.fills * hw.t_fill + cross * hw.veneer_cycles
     return SimResult(label, ic.fills, fast_i, cached_i, calls, cross, cycles, 0, dict(fn_fills), dict(fn_instr),
                      dict(edge_calls), dict(getattr(ic, "relief", {})))
