@@ -174,3 +174,15 @@ def test_reduced_and_whole_agree_on_the_recorded_profile(cap):
     whole = optimise.exact(p, cap, rel_gap=1e-9, reduce=False)
     assert red.prediction.gain == pytest.approx(whole.prediction.gain, rel=1e-9)
     assert red.bound >= whole.prediction.gain * (1 - 1e-9) and red.status == "optimal"
+
+
+def test_nothing_worth_placing_or_nothing_fits():
+    p = random_problem(40, 80, 1)
+    p.node_gain[:] = -10.0                  # only calls could pay, and they do not
+    for reduce in (True, False):
+        ex = optimise.exact(p, 2000, reduce=reduce)
+        assert ex.status == "optimal" and ex.prediction.placed == [] and ex.gap == 0
+    p = random_problem(40, 80, 2)
+    for reduce in (True, False):            # every function larger than the memory
+        ex = optimise.exact(p, 12, reduce=reduce)
+        assert ex.status == "optimal" and ex.prediction.placed == [] and ex.gap == 0

@@ -241,9 +241,12 @@ def lp_bound(obj: Objective, out: np.ndarray, cap: int, start: np.ndarray, deadl
     best, r = bound_value(obj, dual, out, cap)
     best_dual = dual
     keep = start & ~out
+    if not keep.any():                  # nothing to start from: the best reduced profits of the split in half
+        keep[np.argsort(-r, kind="stable")[:batch]] = True
+        keep &= ~out
     x = np.zeros(obj.n)
     rounds = 0
-    while True:
+    while keep.any():
         left = None if deadline is None else deadline - time.perf_counter()
         if left is not None and left <= 0:
             break

@@ -337,8 +337,8 @@ def _exact_reduced(problem: Problem, cap: int, fallback: Solution, t0: float, ti
     keep = np.zeros(problem.n, dtype=bool)
     keep[np.argsort(-r, kind="stable")[:n_first]] = True
     keep = _whole_groups(obj, (keep | fallback.mask | lp_ones) & live, out)
-    status, sizes = "no time left for the MILP", []
-    while left() is None or left() > 0:
+    status, sizes = ("no time left for the MILP", []) if keep.any() else ("optimal: no function can add gain", [])
+    while keep.any() and (left() is None or left() > 0):
         fixed_in = keep & live & (bnd - r < best)
         if problem.size[fixed_in].sum() > cap:
             fixed_in[:] = False
@@ -364,7 +364,7 @@ def _exact_reduced(problem: Problem, cap: int, fallback: Solution, t0: float, ti
             break
         keep = grown
     done = (f"LP bound by column generation ({rounds} LP{'s' if rounds != 1 else ''}); " if rounds else
-            "fractional-knapsack bound (no time for the LP); ") + (
+            "fractional-knapsack bound (no LP solved); ") + (
             f"{int(out.sum())} of {problem.n} functions dominated; MILP over "
             f"{' then '.join(str(k) for k in sizes) or 'no'} functions")
     return cands, upper, status, done
