@@ -146,9 +146,8 @@ def main() -> int:
               f"{len(tr.steps)} steps), cache run {t6 - t5:.1f} s ({res.fills} fills)")
     print(f"peak RSS {peak_mb():.0f} MB; ratios measured in one run")
     within = ex.seconds <= a.time_limit + 1.0
-    print("result:", "within the time limit" if within else "over the time limit",
-          f"({ex.seconds:.1f} of {a.time_limit:g} s), gap", "stated" if ex.gap is not None else "missing",
-          f", peak RSS {'under' if peak_mb() < 2048 else 'OVER'} 2 GB")
+    print(f"result: {'within' if within else 'OVER'} the time limit ({ex.seconds:.1f} of {a.time_limit:g} s), "
+          f"gap {'stated' if ex.gap is not None else 'MISSING'}, peak RSS {'under' if peak_mb() < 2048 else 'OVER'} 2 GB")
     return 0 if within and ex.gap is not None else 1
 
 
