@@ -147,9 +147,10 @@ def knapsack_dual(obj: Objective, out: np.ndarray, cap: int) -> Dual:
 
 
 def restricted_lp(obj: Objective, keep: np.ndarray, cap: int, time_limit: float | None):
-    """The LP relaxation with only the functions in ``keep`` placeable: its value and its
-    duals as a :class:`Dual` over the whole problem (pairs leaving ``keep`` split 0),
-    or None when HiGHS gives no optimum."""
+    """The LP relaxation with only the functions in ``keep`` placeable: (its value, its
+    duals as a :class:`Dual` over the whole problem, its x over the whole problem), or
+    None when HiGHS gives no optimum. A pair with one end outside ``keep`` goes wholly
+    to that end (:func:`absorb` moves what it can); one with both outside is split in half."""
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
     idx = np.flatnonzero(keep)
@@ -192,7 +193,6 @@ def restricted_lp(obj: Objective, keep: np.ndarray, cap: int, time_limit: float 
     share_i = 0.5 * obj.q
     mu_i = np.clip(marg[1:1 + m], 0, None)
     share_i[inner] = np.minimum(mu_i, q)
-    # pairs with one end outside ``keep``: all to the outside end for now (see lp_bound)
     cross = keep[obj.ei] != keep[obj.ej]
     share_i[cross & ~keep[obj.ei]] = obj.q[cross & ~keep[obj.ei]]
     share_i[cross & keep[obj.ei]] = 0.0
