@@ -96,3 +96,19 @@ def test_bad_inputs_one_sentence(tmp_path):
 
     p = run_cli("place")
     assert_one_sentence_error(p)
+
+
+def test_plan_exact_without_time_keeps_greedy_and_states_the_gap():
+    p = run_cli("place", "plan", *BASE, "--capacity", "8K", "--method", "exact", "--time-limit", "0",
+                "--format", "json", check=0)
+    ex = json.loads(p.stdout)["methods"]["exact"]
+    assert "greedy placement kept" in ex["status"]
+    assert ex["prediction"]["bytes"] <= 8192 and ex["placed"]
+    assert ex["gap"] is not None and ex["bound"] >= ex["prediction"]["gain"]
+    full = json.loads(run_cli("place", "plan", *BASE, "--capacity", "8K", "--method", "exact", "--format", "json",
+                              check=0).stdout)["methods"]["exact"]
+    assert full["status"] == "optimal" and full["bound"] >= full["prediction"]["gain"] >= ex["prediction"]["gain"]
+
+
+def test_negative_time_limit_is_one_sentence():
+    assert_one_sentence_error(run_cli("place", "plan", *BASE, "--time-limit", "-1"))

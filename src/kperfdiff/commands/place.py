@@ -67,7 +67,8 @@ def _common(p, *, capacity=True, method=True, many=False):
     p.add_argument("--atomic", action="append", default=[], metavar="GROUP",
                    help="place this group all or none (exact and greedy)")
     p.add_argument("--time-limit", type=float, default=60.0, metavar="S",
-                   help="stop the exact solver after S seconds with its best placement and the gap (default 60)")
+                   help="stop the exact method after S seconds with its best placement and the gap to a bound "
+                        "(default 60; 0 keeps the greedy placement and states its gap)")
     p.add_argument("--cycles-per-unit", type=float, default=None, metavar="C",
                    help="cycles one unit of profile weight stands for (default: from the event and the model)")
     p.add_argument("--fills", choices=["measured", "uniform"], default="measured",
@@ -218,8 +219,11 @@ def _doc(c, kind: str) -> dict:
 
 
 def _sol_doc(s) -> dict:
-    return {"method": s.method, "seconds": s.seconds, "gap": s.gap, "status": s.status, "label": s.label,
-            "prediction": s.prediction.as_dict(), "placed": s.prediction.placed}
+    doc = {"method": s.method, "seconds": s.seconds, "gap": s.gap, "status": s.status, "label": s.label,
+           "prediction": s.prediction.as_dict(), "placed": s.prediction.placed}
+    if s.method == "exact":
+        doc |= {"bound": s.bound, "solved": s.detail}
+    return doc
 
 
 def _cmd_plan(args) -> int:
@@ -362,5 +366,7 @@ def run(args) -> int:
     cmd = getattr(args, "place_command", None)
     if not cmd:
         raise UsageError("needs a sub-command: plan, sweep, model, simulate or groups (see kperfdiff place --help)", prog="kperfdiff place")
+    if getattr(args, "time_limit", 0) < 0:
+        raise InputError(f"--time-limit must be zero or more seconds, not {args.time_limit:g}")
     return {"plan": _cmd_plan, "sweep": _cmd_sweep, "model": _cmd_model, "simulate": _cmd_simulate,
             "groups": _cmd_groups}[cmd](args)

@@ -336,23 +336,7 @@ def build_problem(profile: Profile, sizes: SizeTable, hw: HwModel, *, groups: di
         node_gain = np.array([measured.saving.get(nm, 0.0) for nm in cands])
     else:
         node_gain = sc * (1.0 - hw.t_fast / cpi)
-    pairs: dict[tuple[int, int], float] = defaultdict(float)
-    out_calls = np.zeros(len(cands))
-    for (a, b), c in calls.items():
-        ia, ib = index.get(a), index.get(b)
-        if ia is not None and ib is not None:
-            if ia != ib:
-                pairs[(min(ia, ib), max(ia, ib))] += c
-        elif ia is not None:
-            out_calls[ia] += c
-        elif ib is not None:
-            out_calls[ib] += c
-    if pairs:
-        pi, pj = (np.array(v, dtype=np.int64) for v in zip(*pairs))
-        pc = np.fromiter(pairs.values(), dtype=float, count=len(pairs))
-    else:
-        pi = pj = np.zeros(0, dtype=np.int64)
-        pc = np.zeros(0)
+    pi, pj, pc, out_calls = call_pairs(calls, index)
 
     # groups, resolved against every sized name; excluded members dropped
     gidx: dict[str, list[int]] = {}
@@ -381,6 +365,21 @@ def build_problem(profile: Profile, sizes: SizeTable, hw: HwModel, *, groups: di
     return prob
 
 
+def call_pairs(calls: dict[tuple[str, str], float], index: dict[str, int]):
+    """(i, j, calls) of each pair of candidates i < j that call each other (both directions
+    added up), and each candidate's calls to or from code that cannot move."""
+    n = len(index)
+    c = np.fromiter(calls.values(), dtype=float, count=len(calls))
+    ia = np.fromiter((index.get(a, -1) for a, _ in calls), dtype=np.int64, count=len(calls))
+    ib = np.fromiter((index.get(b, -1) for _, b in calls), dtype=np.int64, count=len(calls))
+    both = (ia >= 0) & (ib >= 0)
+    out = np.bincount(ia[(ia >= 0) & ~both], c[(ia >= 0) & ~both], n) + \
+        np.bincount(ib[(ib >= 0) & ~both], c[(ib >= 0) & ~both], n)
+    two = both & (ia != ib)
+    key, inv = np.unique(np.minimum(ia, ib)[two] * n + np.maximum(ia, ib)[two], return_inverse=True)
+    return key // max(n, 1), key % max(n, 1), np.bincount(inv, c[two], len(key)), out
+
+
 @dataclass
 class Measured:
     """Per-function costs from the no-placement simulation, in profile cycles."""
@@ -398,7 +397,7 @@ def measure(profile: Profile, sizes: SizeTable, hw: HwModel, kernel_cycles: floa
     tr = reconstruct(profile, sizes, hw, events=events, seed=seed)
     if not tr.steps:
         return None
-    base = simulate_placements(tr, sizes, hw, [])[0]
+    base = simulate_placements(tr, sizes, hw, [], attribute=True)[0]
     if base.cycles <= 0:
         return None
     k = kernel_cycles / base.cycles

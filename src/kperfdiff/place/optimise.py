@@ -20,9 +20,16 @@ All four maximise the same predicted gain (:func:`.model.evaluate`):
       max  sum_i (a_i - v*(out_i + sum_j c_ij)) x_i + sum_ij c_ij*(2v + s) y_ij
       s.t. sum_i size_i x_i <= capacity,   x_i = x_g for members of an atomic group g.
 
-  A time limit returns the best placement found, with HiGHS's relative gap
-  (primal vs dual bound); the greedy placement is the fallback, so the
-  answer is never worse than greedy's.
+  Above ``REDUCE_ABOVE`` variables the MILP is first reduced exactly
+  (:mod:`.bound`): dominated functions dropped, the LP bound of the whole
+  problem found by column generation, and the MILP solved over the functions
+  whose bound could still beat the best placement found, in rounds until the
+  functions left out provably cannot. The time limit covers the whole method
+  and returns the best placement found; the gap is always against an upper
+  bound of the whole problem (HiGHS's dual bound combined with the bounds of
+  the functions left out, or the LP bound). The greedy placement is one of
+  the candidates, so the answer is never worse than greedy's, and the status
+  says when it is the one kept.
 * :func:`sweep` -- each method over a list of capacities.
 """
 from __future__ import annotations
@@ -40,6 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import InputError
+from . import bound as bd
 from .model import Prediction, Problem, evaluate
 
 
@@ -53,6 +61,8 @@ class Solution:
     status: str = "ok"
     label: str = ""                 # e.g. the groups chosen
     details: list = field(default_factory=list)   # per-group rows for the group method
+    bound: float | None = None      # exact: an upper bound on the gain of any placement
+    detail: str = ""                # exact: how the MILP was reduced and solved
 
 
 def check_capacity(capacity: int) -> int:
@@ -172,27 +182,6 @@ def by_groups(problem: Problem, capacity: int, *, pairs: bool = True) -> Solutio
     return Solution("groups", best_mask, best, time.perf_counter() - t0, label=best_name, details=rows)
 
 
-def knapsack_bound(problem: Problem, cap: int) -> float:
-    """A quick upper bound on any placement's gain: give each placed function
-    its fetch saving, minus calls to code that cannot move, plus half the
-    saving of every call it could share with a placed neighbour (crossing
-    calls among candidates dropped), and fill the capacity fractionally."""
-    u = problem.node_gain - problem.cross_cost * problem.out_calls
-    half = 0.5 * problem.both_saving * problem.pair_calls
-    u = u + np.bincount(problem.pair_i, half, problem.n) + np.bincount(problem.pair_j, half, problem.n)
-    ok = (u > 0) & (problem.size <= cap)
-    order = sorted(np.flatnonzero(ok), key=lambda k: -u[k] / max(1, problem.size[k]))
-    total, room = 0.0, float(cap)
-    for k in order:
-        if problem.size[k] <= room:
-            total += u[k]
-            room -= problem.size[k]
-        else:
-            total += u[k] * room / problem.size[k]
-            break
-    return total
-
-
 def _model(problem: Problem, keep: np.ndarray, cap: int):
     """The MILP over the candidates in ``keep`` (others fixed out of fast memory)."""
     from scipy.sparse import coo_matrix, csr_matrix, vstack
@@ -264,7 +253,7 @@ def solver_output_captured():
         os.close(saved)
 
 
-def _solve(mod, *, integer: bool, time_limit: float | None, rel_gap: float):
+def _solve(mod, *, integer: bool, time_limit: float | None, rel_gap: float, lb: np.ndarray | None = None):
     from scipy.optimize import Bounds, LinearConstraint, milp
     n, m = mod["n"], mod["m"]
     opts = {"disp": False}
@@ -275,91 +264,168 @@ def _solve(mod, *, integer: bool, time_limit: float | None, rel_gap: float):
     integrality = np.concatenate([np.ones(n), np.zeros(m)]) if integer else np.zeros(n + m)
     with solver_output_captured():
         return milp(mod["c"], constraints=LinearConstraint(mod["A"], mod["lo"], mod["hi"]),
-                    integrality=integrality, bounds=Bounds(np.zeros(n + m), mod["ub"]), options=opts)
+                    integrality=integrality, bounds=Bounds(np.zeros(n + m) if lb is None else lb, mod["ub"]),
+                    options=opts)
 
 
 _STATUS = {0: "optimal", 1: "time limit", 2: "infeasible", 3: "unbounded", 4: "solver error"}
 
+# the whole MILP up to this many variables (functions + call pairs); above, the reduced one
+REDUCE_ABOVE = 2000
+# the reduced MILP's first set of functions: the best reduced profits, at least FIRST_SET of them
+# and FIRST_PER_LP_ONE times as many as the LP places whole ...
+FIRST_SET = 400
+FIRST_PER_LP_ONE = 4
+# ... and at most this many in any round (the rest stay out, their bound stated in the gap)
+LARGEST_SET = 3000
+
+
+def _milp(problem: Problem, keep: np.ndarray, cap: int, fixed_in: np.ndarray, left: float | None,
+          rel_gap: float):
+    """The MILP over ``keep`` (others held out of fast memory, ``fixed_in`` held in):
+    (placement or None, an upper bound on its gain or None, HiGHS's status)."""
+    mod = _model(problem, keep, cap)
+    lb = np.zeros(mod["n"] + mod["m"])
+    lb[:mod["n"]] = fixed_in[mod["idx"]]
+    res = _solve(mod, integer=True, time_limit=left, rel_gap=rel_gap, lb=lb)
+    mask = None
+    if res.x is not None:
+        mask = np.zeros(problem.n, dtype=bool)
+        mask[mod["idx"][res.x[:mod["n"]] > 0.5]] = True
+    db = getattr(res, "mip_dual_bound", None)
+    up = -db * mod["scale"] if db is not None and math.isfinite(db) else None
+    if up is None and res.status == 0 and res.x is not None:
+        up = -res.fun * mod["scale"]
+    if res.status == 2:            # nothing placeable with these fixings is feasible: no better placement
+        up = -math.inf
+    return mask, up, _STATUS.get(res.status, str(res.status))
+
+
+def _densest(obj: bd.Objective, out: np.ndarray, cap: int, room: int) -> np.ndarray:
+    """The functions of best half-split value per byte, up to ``room`` x the capacity in bytes."""
+    w = obj.lin + np.bincount(obj.ei, 0.5 * obj.q, obj.n) + np.bincount(obj.ej, 0.5 * obj.q, obj.n)
+    ok = np.flatnonzero(~out & (w > 0))
+    order = ok[np.argsort(-w[ok] / np.maximum(obj.size[ok], 1), kind="stable")]
+    mask = np.zeros(obj.n, dtype=bool)
+    mask[order[:int(np.searchsorted(np.cumsum(obj.size[order]), room * cap)) + 1]] = True
+    return mask
+
+
+def _whole_groups(obj: bd.Objective, mask: np.ndarray, out: np.ndarray) -> np.ndarray:
+    for a in obj.atomic:
+        if mask[a].any():
+            mask[a] = ~out[a]
+    return mask
+
+
+def _exact_reduced(problem: Problem, cap: int, fallback: Solution, t0: float, time_limit: float | None,
+                   rel_gap: float):
+    """The reduced MILP (see :mod:`.bound`): (candidate placements, upper bound, solver status, what was done)."""
+    def left():
+        return None if time_limit is None else time_limit - (time.perf_counter() - t0)
+    obj = bd.objective(problem, cap)
+    out = bd.dominated(obj)
+    start = fallback.mask | _densest(obj, out, cap, 4)
+    lp_deadline = None if time_limit is None else t0 + 0.5 * time_limit
+    bnd, _, r, x, rounds = bd.lp_bound(obj, out, cap, start & ~out, lp_deadline)
+    upper = bnd
+    live = ~out & np.isfinite(r)
+    lp_ones = live & (x > 1 - 1e-6)
+    cands = [(fallback.mask, "greedy"), (lp_ones, "LP rounded down")]
+    best = max(evaluate(problem, m).gain for m, _ in cands if problem.size[m].sum() <= cap)
+    n_first = min(int(live.sum()), max(FIRST_SET, FIRST_PER_LP_ONE * int(lp_ones.sum())))
+    keep = np.zeros(problem.n, dtype=bool)
+    keep[np.argsort(-r, kind="stable")[:n_first]] = True
+    keep = _whole_groups(obj, (keep | fallback.mask | lp_ones) & live, out)
+    status, sizes = ("no time left for the MILP", []) if keep.any() else ("optimal: no function can add gain", [])
+    while keep.any() and (left() is None or left() > 0):
+        fixed_in = keep & live & (bnd - r < best)
+        if problem.size[fixed_in].sum() > cap:
+            fixed_in[:] = False
+        mask, up, status = _milp(problem, keep, cap, fixed_in, left(), rel_gap)
+        sizes.append(int(keep.sum()))
+        if mask is not None:
+            cands.append((mask, "solver"))
+            best = max(best, evaluate(problem, mask).gain)
+        # every placement either keeps to this round's set and fixings (bounded by the MILP) or
+        # places a function left out (at most bnd + r_i) or leaves out one held in (bnd - r_i)
+        outside = float((bnd + r[live & ~keep]).max(initial=-np.inf))
+        held = float((bnd - r[fixed_in]).max(initial=-np.inf))
+        if up is not None:
+            upper = min(upper, max(up, outside, held))
+        if status != "optimal" or outside <= max(best, -np.inf if up is None else up):
+            break
+        grown = _whole_groups(obj, keep | (live & (r >= -(bnd - best))), out)
+        if grown.sum() > LARGEST_SET:
+            extra = np.flatnonzero(grown & ~keep)
+            grown[extra[np.argsort(-r[extra], kind="stable")[LARGEST_SET - int(keep.sum()):]]] = False
+            grown = _whole_groups(obj, grown, out)
+        if (grown == keep).all():
+            break
+        keep = grown
+    done = (f"LP bound by column generation ({rounds} LP{'s' if rounds != 1 else ''}); " if rounds else
+            "fractional-knapsack bound (no LP solved); ") + (
+            f"{int(out.sum())} of {problem.n} functions dominated; MILP over "
+            f"{' then '.join(str(k) for k in sizes) or 'no'} functions")
+    return cands, upper, status, done
+
+
+def _exact_whole(problem: Problem, cap: int, fallback: Solution, t0: float, time_limit: float | None,
+                 rel_gap: float):
+    """The MILP over every candidate: (candidate placements, upper bound, solver status, what was done)."""
+    left = None if time_limit is None else time_limit - (time.perf_counter() - t0)
+    cands = [(fallback.mask, "greedy")]
+    upper = None
+    status = "no time left for the MILP"
+    if left is None or left > 0:
+        mask, upper, status = _milp(problem, np.ones(problem.n, dtype=bool), cap, np.zeros(problem.n, dtype=bool),
+                                    left, rel_gap)
+        if mask is not None:
+            cands.append((mask, "solver"))
+    if upper is None:
+        obj = bd.objective(problem, cap)
+        out = obj.ub == 0
+        upper = bd.bound_value(obj, bd.knapsack_dual(obj, out, cap), out, cap)[0]
+        status += "; gap against the fractional-knapsack bound"
+    return cands, upper, status, f"MILP over all {problem.n} functions"
+
 
 def exact(problem: Problem, capacity: int, *, time_limit: float | None = 60.0, rel_gap: float = 1e-4,
-          fallback: Solution | None = None, reduce_above: int = 20000) -> Solution:
-    """The MILP. Problems with more than ``reduce_above`` variables are solved in
-    two steps: the LP relaxation of the whole problem (its optimum bounds every
-    placement's gain), then the MILP over the functions the LP uses plus the
-    densest others up to four times the capacity; the gap is stated against the
-    whole problem's LP bound, so it is honest whichever step stops early."""
+          fallback: Solution | None = None, reduce: bool | None = None) -> Solution:
+    """The MILP. Above ``REDUCE_ABOVE`` variables (or with ``reduce``) it is first
+    reduced exactly (:mod:`.bound`): the LP bound by column generation, dominated
+    functions and functions whose bound cannot beat the best placement found
+    dropped, the MILP solved over the rest. The gap is always against an upper
+    bound of the whole problem. ``time_limit`` (seconds, for the whole method)
+    stops it with the best placement found; the greedy placement (``fallback``)
+    is one of the candidates, so the answer is never worse than greedy's."""
     t0 = time.perf_counter()
     cap = usable_capacity(problem, check_capacity(capacity))
+    if time_limit is not None and not time_limit >= 0:
+        raise InputError(f"the time limit must be zero or more seconds, not {time_limit}")
     if fallback is None:
         fallback = greedy(problem, capacity)
     if problem.n == 0:
         return Solution("exact", np.zeros(0, dtype=bool), evaluate(problem, np.zeros(0, dtype=bool)), 0.0, 0.0)
-
-    def left():
-        return None if time_limit is None else max(0.5, time_limit - (time.perf_counter() - t0))
-
-    full = np.ones(problem.n, dtype=bool)
-    nvars = problem.n + len(problem.pair_calls)
-    bound = None                 # an upper bound on the gain of any placement
-    candidates = []              # (mask, how)
-    status = ""
-    if nvars <= reduce_above:
-        mod = _model(problem, full, cap)
-        res = _solve(mod, integer=True, time_limit=left(), rel_gap=rel_gap)
-        status = _STATUS.get(res.status, str(res.status))
-        if res.x is not None:
-            candidates.append((res.x[:problem.n] > 0.5, "solver"))
-        db = getattr(res, "mip_dual_bound", None)
-        if db is not None and math.isfinite(db):
-            bound = -db * mod["scale"]
-        elif res.status == 0 and res.x is not None:
-            bound = -res.fun * mod["scale"]
-    else:
-        mod = _model(problem, full, cap)
-        lp = _solve(mod, integer=False, time_limit=None if time_limit is None else 0.6 * left(), rel_gap=rel_gap)
-        keep = fallback.mask.copy()
-        if lp.status == 0 and lp.x is not None:
-            bound = -lp.fun * mod["scale"]
-            xl = lp.x[:problem.n]
-            candidates.append((xl > 1 - 1e-6, "LP rounded down"))
-            keep |= xl > 1e-6
-        dens = problem.self_cycles / np.maximum(1, problem.size)
-        used = 0
-        for k in np.argsort(-dens, kind="stable"):
-            if used > 4 * cap:
-                break
-            if problem.size[k] <= cap and problem.self_cycles[k] > 0:
-                keep[k] = True
-                used += int(problem.size[k])
-        for g in getattr(problem, "atomic", []):       # a group is kept whole or not at all
-            mem = problem.groups.get(g, [])
-            if keep[mem].any():
-                keep[mem] = True
-        sub = _model(problem, keep, cap)
-        res = _solve(sub, integer=True, time_limit=left(), rel_gap=rel_gap)
-        status = ("LP bound, then " if bound is not None else "no LP bound in time, then ") + \
-            f"MILP over {sub['n']} functions: " + _STATUS.get(res.status, str(res.status))
-        if res.x is not None:
-            m = np.zeros(problem.n, dtype=bool)
-            m[sub["idx"][res.x[:sub["n"]] > 0.5]] = True
-            candidates.append((m, "solver"))
-    candidates.append((fallback.mask.copy(), "greedy"))
+    if reduce is None:
+        reduce = problem.n + len(problem.pair_calls) > REDUCE_ABOVE
+    how_solved = _exact_reduced if reduce else _exact_whole
+    cands, upper, status, done = how_solved(problem, cap, fallback, t0, time_limit, rel_gap)
     best = None
-    for mask, how in candidates:
+    for mask, how in cands:
         if problem.size[mask].sum() > cap:
             continue
         pred = evaluate(problem, mask)
-        if best is None or pred.gain > best[1].gain + 1e-9:
+        if best is None or pred.gain > best[1].gain + 1e-9 * max(1.0, abs(pred.gain)):
             best = (mask, pred, how)
     mask, pred, how = best
-    if how != "solver":
+    gap = max(0.0, (upper - pred.gain) / max(abs(upper), 1e-12))
+    if gap <= rel_gap and status.startswith("optimal"):
+        status = "optimal"
+    elif how != "solver":
         status += f" ({how} placement kept: the best found)"
-    sol = Solution("exact", mask, pred, time.perf_counter() - t0, status=status)
-    if bound is None:
-        bound = knapsack_bound(problem, cap)
-        sol.status += "; gap against the fractional-knapsack bound"
-    if bound is not None:
-        sol.gap = max(0.0, (bound - pred.gain) / max(abs(bound), 1e-12))
+    sol = Solution("exact", mask, pred, time.perf_counter() - t0, gap, status)
+    sol.bound, sol.detail = upper, done
     return sol
 
 

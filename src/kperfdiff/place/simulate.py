@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import zlib
 from collections import defaultdict
+from itertools import chain
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -63,22 +64,27 @@ class ICache:
         self.hits = 0
 
     def access(self, line_no: int) -> bool:
-        s = self.sets[line_no % self.nsets]
-        if s and s[-1] == line_no:          # most recent: the common case
-            self.hits += 1
-            return True
-        try:
-            s.remove(line_no)
+        hits = self.hits
+        self.access_all((line_no,))
+        return self.hits > hits
+
+    def access_all(self, lines) -> None:
+        """:meth:`access` each line in turn (one call for a body's lines: the simulator's hot loop)."""
+        sets, nsets, ways = self.sets, self.nsets, self.ways
+        hits = 0
+        for line_no in lines:
+            s = sets[line_no % nsets]
+            if s and s[-1] == line_no:          # most recent: the common case
+                hits += 1
+                continue
+            if line_no in s:
+                s.remove(line_no)
+                hits += 1
+            elif len(s) >= ways:
+                s.pop(0)
             s.append(line_no)
-            self.hits += 1
-            return True
-        except ValueError:
-            pass
-        if len(s) >= self.ways:
-            s.pop(0)
-        s.append(line_no)
-        self.fills += 1
-        return False
+        self.hits += hits
+        self.fills += len(lines) - hits
 
 
 class AttributingICache(ICache):
@@ -102,31 +108,41 @@ class AttributingICache(ICache):
         self.relief: dict[str, float] = defaultdict(float)
 
     def touch(self, line_no: int, fn: str) -> bool:
-        s = self.sets[line_no % self.nsets]          # least recent first
-        try:
-            k = s.index(line_no)
-        except ValueError:
-            k = -1
-        hit = k >= 0 and len(s) - 1 - k < self.ways
-        if hit:
-            self.hits += 1
-        else:
-            self.fills += 1
-            if k >= 0:
-                need = len(s) - k - self.ways
-                counts: dict[str, int] = defaultdict(int)
-                for other in s[k + 1:]:
-                    counts[self.owner[other]] += 1
-                savers = [g for g, c in counts.items() if c >= need and g != fn]
-                for g in savers:
-                    self.relief[g] += 1.0 / len(savers)
-        if k >= 0:
-            del s[k]
-        elif len(s) >= self.depth:
-            del self.owner[s.pop(0)]
-        s.append(line_no)
-        self.owner[line_no] = fn
-        return hit
+        hits = self.hits
+        self.touch_all((line_no,), fn)
+        return self.hits > hits
+
+    def touch_all(self, lines, fn: str) -> None:
+        """:meth:`touch` each line in turn for ``fn`` (one call for a body's lines)."""
+        sets, nsets, ways, depth = self.sets, self.nsets, self.ways, self.depth
+        owner, relief = self.owner, self.relief
+        hits = 0
+        for line_no in lines:
+            s = sets[line_no % nsets]          # least recent first
+            if s and s[-1] == line_no:
+                hits += 1
+                owner[line_no] = fn
+                continue
+            if line_no in s:
+                k = s.index(line_no)
+                if len(s) - 1 - k < ways:
+                    hits += 1
+                else:
+                    need = len(s) - k - ways
+                    counts: dict[str, int] = {}
+                    for other in s[k + 1:]:
+                        g = owner[other]
+                        counts[g] = counts.get(g, 0) + 1
+                    savers = [g for g, c in counts.items() if c >= need and g != fn]
+                    for g in savers:
+                        relief[g] += 1.0 / len(savers)
+                del s[k]
+            elif len(s) >= depth:
+                del owner[s.pop(0)]
+            s.append(line_no)
+            owner[line_no] = fn
+        self.hits += hits
+        self.fills += len(lines) - hits
 
 
 @dataclass
@@ -212,14 +228,14 @@ def run(trace, sizes: dict[str, int], addr: dict[str, int], fast: set[str], hw: 
             rng = lines_of[key] = range(a // lsz, (a + n * ib - 1) // lsz + 1)
         if attribute:
             before = ic.fills
-            touch = ic.touch if isinstance(ic, AttributingICache) else (lambda ln, _fn: ic.access(ln))
-            for ln in rng:
-                touch(ln, fn)
+            if isinstance(ic, AttributingICache):
+                ic.touch_all(rng, fn)
+            else:
+                ic.access_all(rng)
             fn_fills[fn] += ic.fills - before
             fn_instr[fn] += n
         else:
-            for ln in rng:
-                ic.access(ln)
+            ic.access_all(rng)
     cycles = fast_i * hw.t_fast + cached_i * hw.t_cache + ic.fills * hw.t_fill + cross * hw.veneer_cycles
     return SimResult(label, ic.fills, fast_i, cached_i, calls, cross, cycles, 0, dict(fn_fills), dict(fn_instr),
                      dict(edge_calls), dict(getattr(ic, "relief", {})))
@@ -283,8 +299,6 @@ def reconstruct(profile: Profile, sizes: SizeTable, hw: HwModel, *, events: int 
     np.random.default_rng(seed).shuffle(seq)
     med = int(np.median(list(sized.values())))
     fsizes: dict[str, int] = {}
-    steps = []
-    instr = 0
     step_of = {}
     for k in range(len(stacks)):
         st = stacks[k]
@@ -300,9 +314,8 @@ def reconstruct(profile: Profile, sizes: SizeTable, hw: HwModel, *, events: int 
             step_of[k] = (("call", caller, leaf), body, ret)
         else:
             step_of[k] = (body,)
-    for k in seq.tolist():
-        steps.extend(step_of[k])
-        instr += sum(s[3] for s in step_of[k] if s[0] == "body")
+    steps = list(chain.from_iterable(map(step_of.__getitem__, seq.tolist())))
+    instr = int(np.dot(cnt, [sum(s[3] for s in step_of[k] if s[0] == "body") for k in range(len(stacks))]))
     notes = [f"trace: {len(seq)} executions of {len(stacks)} kernel stacks, {instr} instructions (seed {seed})"]
     if any(n not in sized for n in fsizes):
         notes.append("callers without a size are simulated with the median function size")
@@ -310,14 +323,15 @@ def reconstruct(profile: Profile, sizes: SizeTable, hw: HwModel, *, events: int 
 
 
 def simulate_placements(trace: Trace, sizes: SizeTable, hw: HwModel, placements: list[tuple[str, set[str]]],
-                        *, relink: bool = True) -> list[SimResult]:
-    """Run the trace with no placement first (its fills, instructions and calls
-    attributed per function and edge), then with each (label, functions)."""
+                        *, relink: bool = True, attribute: bool = False) -> list[SimResult]:
+    """Run the trace with no placement first (with ``attribute``, its fills,
+    instructions and calls attributed per function and edge, as the cost model
+    needs; the attributing cache is the slower), then with each (label, functions)."""
     out = []
     for label, fast in [("no placement", set())] + list(placements):
         fast = set(fast)
         addr = layout(trace.names, trace.sizes, sizes.addrs, fast, hw, relink=relink)
-        r = run(trace.steps, trace.sizes, addr, fast, hw, label, attribute=not fast)
+        r = run(trace.steps, trace.sizes, addr, fast, hw, label, attribute=attribute and not fast)
         r.placed_bytes = sum(hw.aligned(trace.sizes.get(f, sizes.sizes.get(f, 0))) for f in fast)
         out.append(r)
     return out
