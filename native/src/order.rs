@@ -79,10 +79,6 @@ pub fn read_mapped<T: ByteOrder, S: RecordSink>(
         prev_max: 0,
         cur_max: 0,
         samples_commute,
-        states: Vec::new(),
-        counts: Vec::new(),
-        bucket: Vec::new(),
-        sorted: Vec::new(),
     };
     let mut pos = 0usize;
     let mut cut = None;
@@ -199,11 +195,6 @@ struct Rounds {
     cur_max: u64,
     /// Whether the order of samples among themselves does not matter.
     samples_commute: bool,
-    /// Scratch space of `flush`: the state records due, and the samples by bucket.
-    states: Vec<(u64, u64)>,
-    counts: Vec<usize>,
-    bucket: Vec<u32>,
-    sorted: Vec<(u64, u64)>,
 }
 
 impl Rounds {
@@ -226,69 +217,27 @@ impl Rounds {
     }
 
     /// Hands the pending records up to time `limit` (all without one) to the sink, in
-    /// time order (equal times in file order). When samples commute, only the records
-    /// that change the reader's state are sorted, and each sample goes between the two
-    /// of them around its time.
+    /// time order (equal times in file order). When samples commute and none of the
+    /// records due changes the reader's state, they go in the order they are found: no sort.
     fn flush<T: ByteOrder, S: RecordSink>(&mut self, region: &[u8], sink: &mut S, limit: Option<u64>) {
-        if self.pending.is_empty() {
+        let pending = &mut self.pending;
+        if pending.is_empty() {
             return;
         }
-        let n = match limit {
-            Some(l) => partition(&mut self.pending, |e| e.0 <= l),
-            None => self.pending.len(),
-        };
-        // Offsets are unique and in file order, so equal times keep it.
-        let key = |e: &(u64, u64)| (e.0, e.1 & PENDING_OFF_MASK);
-        let due = &mut self.pending[..n];
-        if !self.samples_commute {
-            due.sort_by_key(key);
-            deliver::<T, S>(region, sink, due);
+        let due = |e: &(u64, u64)| limit.map_or(true, |l| e.0 <= l);
+        let n = if self.samples_commute && !pending.iter().any(|e| e.1 & PENDING_STATE != 0 && due(e)) {
+            partition(pending, due)
         } else {
-            self.states.clear();
-            self.states.extend(due.iter().filter(|e| e.1 & PENDING_STATE != 0));
-            if self.states.is_empty() {
-                deliver::<T, S>(region, sink, due);
-            } else {
-                // A counting sort of the samples by how many state records come before them.
-                let states = &mut self.states;
-                states.sort_unstable_by_key(key);
-                let k = states.len();
-                self.counts.clear();
-                self.counts.resize(k + 2, 0);
-                self.bucket.clear();
-                for e in due.iter() {
-                    if e.1 & PENDING_STATE != 0 {
-                        self.bucket.push(u32::MAX);
-                    } else {
-                        let b = states.partition_point(|s| key(s) < key(e));
-                        self.bucket.push(b as u32);
-                        self.counts[b + 1] += 1;
-                    }
-                }
-                for b in 1..k + 2 {
-                    self.counts[b] += self.counts[b - 1];
-                }
-                self.sorted.clear();
-                self.sorted.resize(n, (0, 0));
-                for (e, &b) in due.iter().zip(&self.bucket) {
-                    if b != u32::MAX {
-                        let at = &mut self.counts[b as usize];
-                        self.sorted[*at] = *e;
-                        *at += 1;
-                    }
-                }
-                // counts[b] now ends bucket b.
-                let mut start = 0;
-                for b in 0..=k {
-                    deliver::<T, S>(region, sink, &self.sorted[start..self.counts[b]]);
-                    start = self.counts[b];
-                    if b < k {
-                        deliver::<T, S>(region, sink, &states[b..b + 1]);
-                    }
-                }
+            // A round is a concatenation of per-CPU runs already in time order: the stable
+            // sort merges those runs. Offsets are unique and in file order, so equal times keep it.
+            pending.sort_by_key(|e| (e.0, e.1 & PENDING_OFF_MASK));
+            match limit {
+                Some(l) => pending.partition_point(|e| e.0 <= l),
+                None => pending.len(),
             }
-        }
-        self.pending.drain(..n);
+        };
+        deliver::<T, S>(region, sink, &pending[..n]);
+        pending.drain(..n);
     }
 }
 
@@ -343,10 +292,6 @@ mod tests {
             prev_max: 0,
             cur_max: 0,
             samples_commute: commute,
-            states: Vec::new(),
-            counts: Vec::new(),
-            bucket: Vec::new(),
-            sorted: Vec::new(),
         };
         for &(ty, t) in records {
             rounds.push(t, region.len(), 0, ty != REC_SAMPLE);
