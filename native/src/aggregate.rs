@@ -122,6 +122,7 @@ impl Aggregator {
         id
     }
 
+    #[inline(always)]
     fn resolve_words(&mut self, syms: &mut Symbols, pid: i32, mode: u8, ip: u64, words: &[u64]) -> u32 {
         let shared_head = matches!(mode, MODE_KERNEL | MODE_HV | MODE_GUEST_KERNEL | MODE_GUEST_USER);
         let split = if shared_head { words.iter().position(|&a| a == CTX_USER).unwrap_or(words.len()) } else { 0 };
@@ -258,7 +259,7 @@ impl Aggregator {
     }
 
     /// Adds a sample of weight `w` on `stack` to event `ev`.
-    #[inline]
+    #[inline(always)]
     pub fn deliver(&mut self, ev: usize, stack: u32, w: u64) {
         let a = &mut self.acc[ev];
         // The weights of an event add up in 64 bits, as perf's do; a sample that would

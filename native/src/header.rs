@@ -29,6 +29,21 @@ pub struct Attr {
     pub time_from_start: Option<usize>,
     /// Byte offset of the time field from the end of a non-sample body.
     pub time_from_end: Option<usize>,
+    /// Where a SAMPLE's fields are when none before the call chain varies in size
+    /// (no PERF_SAMPLE_READ), so a sample is read with one length check.
+    pub fixed: Option<FixedSample>,
+}
+
+/// Byte offsets in a SAMPLE body of a fixed layout (None: the field is absent).
+#[derive(Clone, Copy)]
+pub struct FixedSample {
+    pub ip: Option<usize>,
+    pub tid: Option<usize>,
+    pub period: Option<usize>,
+    /// The call chain's count word, when there is a call chain.
+    pub chain: Option<usize>,
+    /// The bytes up to the call chain's words (or to the last field read).
+    pub len: usize,
 }
 
 /// The events of the file, and which event each record is of.
@@ -80,13 +95,23 @@ fn event_name_fallback(type_: u32, config: u64) -> String {
 }
 
 impl Attr {
-    fn new(a: &RawAttr, name: String) -> Attr {
+    pub(crate) fn new(a: &RawAttr, name: String) -> Attr {
         let st = a.sample_type;
         let sample_id_all = a.flags & ATTR_FLAG_SAMPLE_ID_ALL != 0;
         let time_from_start = (st & SAMPLE_TIME != 0)
             .then(|| 8 * (st & (SAMPLE_IDENTIFIER | SAMPLE_IP | SAMPLE_TID)).count_ones() as usize);
         let time_from_end = (sample_id_all && st & SAMPLE_TIME != 0).then(|| {
             8 * (st & (SAMPLE_TIME | SAMPLE_ID | SAMPLE_STREAM_ID | SAMPLE_CPU | SAMPLE_IDENTIFIER)).count_ones() as usize
+        });
+        let at = |bits: u64| 8 * (st & bits).count_ones() as usize;
+        let before_period = SAMPLE_IDENTIFIER | SAMPLE_IP | SAMPLE_TID | SAMPLE_TIME | SAMPLE_ADDR | SAMPLE_ID
+            | SAMPLE_STREAM_ID | SAMPLE_CPU;
+        let fixed = (st & SAMPLE_READ == 0).then(|| FixedSample {
+            ip: (st & SAMPLE_IP != 0).then(|| at(SAMPLE_IDENTIFIER)),
+            tid: (st & SAMPLE_TID != 0).then(|| at(SAMPLE_IDENTIFIER | SAMPLE_IP)),
+            period: (st & SAMPLE_PERIOD != 0).then(|| at(before_period)),
+            chain: (st & SAMPLE_CALLCHAIN != 0).then(|| at(before_period | SAMPLE_PERIOD)),
+            len: at(before_period | SAMPLE_PERIOD) + if st & SAMPLE_CALLCHAIN != 0 { 8 } else { 0 },
         });
         Attr {
             name,
@@ -99,6 +124,7 @@ impl Attr {
             sample_id_all,
             time_from_start,
             time_from_end,
+            fixed,
         }
     }
 }
@@ -126,6 +152,7 @@ impl Events {
     }
 
     /// The event a record is of (the first when its id is missing or unknown).
+    #[inline]
     pub fn attr_index<T: ByteOrder>(&self, ty: u32, body: &[u8]) -> usize {
         if self.attrs.len() == 1 {
             return 0;

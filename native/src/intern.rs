@@ -206,7 +206,7 @@ impl ChainMap {
     }
 
     /// The value stored for the key `prefix` + `rest` (with `h = hash_parts(prefix, rest)`), if any.
-    #[inline]
+    #[inline(always)]
     pub fn get(&self, prefix: &[u64], rest: &[u64], h: u64) -> Option<u32> {
         let mask = self.slots.len() - 1;
         let tag = h >> 32;
