@@ -434,7 +434,7 @@ def history_queries(conn: sqlite3.Connection, run_ids: list[int]) -> list[str]:
             seen.add((mid, b, p, c))
             sub = (f"SELECT result.id FROM result JOIN run ON run.id = result.run_id WHERE run.machine_id={mid} "
                    f"AND result.benchmark={q(b)} AND result.params={q(p)} AND result.copies={c} AND "
-                   f"result.status='ok' AND result.experiment_id IS NULL ORDER BY result.id DESC LIMIT 100")
+                   f"result.status='ok' AND result.experiment_id IS NULL ORDER BY result.run_id DESC, result.id DESC LIMIT 100")
             out.append(f"SELECT result_id, rep, value FROM interval WHERE result_id IN ({sub})")
     return out
 

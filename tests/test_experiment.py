@@ -128,7 +128,7 @@ def test_v1_store_is_upgraded(tmp_path):
     conn.commit()
     conn.close()
     s = st.Store.open(path)
-    assert s.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "3"
+    assert s.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == str(st.SCHEMA_VERSION)
     r = s.results(1)[0]
     assert r.median == 5.0 and r.values == [5.0] and r.cell is None and r.experiment_id is None
     assert r.noise == [] and r.stop is None and r.disturbed == []     # schema 3

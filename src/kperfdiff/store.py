@@ -31,7 +31,7 @@ from . import __version__
 from .errors import InputError, StoreError
 from .records import Result, Run
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 RUN_STATES = ("running", "complete", "interrupted", "failed")
 
 SCHEMA = """
@@ -150,6 +150,21 @@ CREATE INDEX IF NOT EXISTS run_experiment ON run(experiment_id);
 ALTER TABLE result ADD COLUMN noise TEXT NOT NULL DEFAULT '[]';
 ALTER TABLE result ADD COLUMN stop TEXT;
 """,
+    # 3 -> 4: indexes for stores of thousands of runs and millions of intervals. ``result_history``
+    # answers run_history (the stored bench results of one benchmark, parameter set and copy count,
+    # newest run first) from the index alone, without reading a row of the result table (a result
+    # row holds kilobytes of monitor and noise records); ``run_label`` finds a run by its label;
+    # ``run_running`` lets every open find the runs left running without reading the run table;
+    # ``profile_run`` lists a run's profiles, and ``profile_result`` finds the profiles of a result
+    # that is replaced or deleted (the ON DELETE CASCADE lookup).
+    3: """
+CREATE INDEX IF NOT EXISTS result_history ON result(benchmark, params, copies, run_id)
+    WHERE experiment_id IS NULL AND status = 'ok';
+CREATE INDEX IF NOT EXISTS run_label ON run(label);
+CREATE INDEX IF NOT EXISTS run_running ON run(state) WHERE state = 'running';
+CREATE INDEX IF NOT EXISTS profile_run ON profile(run_id, benchmark);
+CREATE INDEX IF NOT EXISTS profile_result ON profile(result_id);
+""",
 }
 
 def default_path() -> Path:
@@ -258,8 +273,29 @@ class Store:
         ``NAME.artefacts`` folder beside the store when the store has moved."""
         if not text:
             return None
+        return self._find(text) or self._here(text)
+
+    def _artefact_text(self, text: str, folders: dict[str, str]) -> str:
+        """``str(artefact_path(text))`` for one file of a listing (a run's profiles, a page of runs),
+        looking at the disk once per folder rather than once per file: ``folders`` keeps where each
+        folder is (a file is where its folder is; where no folder of that name is, no file is either)."""
+        head, _, name = text.rpartition("/")
+        if not head or name in ("", ".", ".."):
+            return str(self.artefact_path(text))
+        if head not in folders:
+            found = self._find(head)
+            folders[head] = str(found if found is not None else self._here(head))
+        return f"{folders[head]}/{name}"
+
+    def _here(self, text: str) -> Path:
         p = Path(text)
-        here = p if p.is_absolute() else self.dir / p
+        return p if p.is_absolute() else self.dir / p
+
+    def _find(self, text: str) -> Path | None:
+        """The first place a stored artefact path exists: beside the store, in its moved
+        ``.artefacts`` folder, or relative to the current directory (older versions); None if nowhere."""
+        p = Path(text)
+        here = self._here(text)
         if here.exists():
             return here
         parts = p.parts
@@ -271,7 +307,7 @@ class Store:
                 break
         if not p.is_absolute() and p.exists():
             return Path(os.path.abspath(p))
-        return here
+        return None
 
     # -- opening ------------------------------------------------------------
     @classmethod
@@ -429,12 +465,15 @@ class Store:
         self._write(lambda: self.conn.execute("UPDATE run SET state=?, ended_at=? WHERE id=?",
                                               (state, time.time(), run_id)))
 
-    def _run(self, row) -> Run:
+    def _run(self, row, folders: dict[str, str] | None = None) -> Run:
+        """A run from its row; ``folders``: the folder cache of a listing (see _artefact_text)."""
+        adir = row["artefact_dir"]
+        if adir:
+            adir = self._artefact_text(adir, folders) if folders is not None else str(self.artefact_path(adir))
         return Run(id=row["id"], label=row["label"], variant=row["variant"], target=row["target"],
                    machine_id=row["machine_id"], tool_version=row["tool_version"], started_at=row["started_at"],
                    ended_at=row["ended_at"], state=row["state"], command=row["command"],
-                   options=json.loads(row["options"] or "{}"),
-                   artefact_dir=str(self.artefact_path(row["artefact_dir"])) if row["artefact_dir"] else None,
+                   options=json.loads(row["options"] or "{}"), artefact_dir=adir or None,
                    experiment_hash=row["experiment_hash"])
 
     def get_run(self, run_id: int) -> Run:
@@ -444,7 +483,8 @@ class Store:
         return self._run(row)
 
     def list_runs(self) -> list[Run]:
-        return [self._run(r) for r in self.conn.execute("SELECT * FROM run ORDER BY id")]
+        folders: dict[str, str] = {}
+        return [self._run(r, folders) for r in self.conn.execute("SELECT * FROM run ORDER BY id")]
 
     def find_run(self, ref: str) -> Run:
         """A run by id, or by a label that names exactly one run."""
@@ -503,23 +543,36 @@ class Store:
         self.conn.executemany("INSERT INTO interval VALUES (?,?,?,?,?,?,?)", [(rid, *r) for r in raw])
         return rid
 
+    def _plain(self) -> sqlite3.Cursor:
+        """A cursor that returns plain tuples (many rows: no sqlite3.Row per row)."""
+        cur = self.conn.cursor()
+        cur.row_factory = None
+        return cur
+
+    @staticmethod
+    def _result(r) -> Result:
+        return Result(id=r["id"], run_id=r["run_id"], benchmark=r["benchmark"], params=json.loads(r["params"]),
+                      copies=r["copies"], status=r["status"], reason=r["reason"], unit=r["unit"],
+                      better=r["better"], n=r["n"], median=r["median"], min=r["min"], max=r["max"], q1=r["q1"],
+                      q3=r["q3"], mean=r["mean"], stdev=r["stdev"], cv=r["cv"], overhead=r["overhead"],
+                      ops=r["ops"], cpu_ns=r["cpu_ns"], wall_s=r["wall_s"], monitors=json.loads(r["monitors"]),
+                      info=json.loads(r["info"]), experiment_id=r["experiment_id"], cell=r["cell"],
+                      rep=r["rep"], bench_key=r["bench_key"], noise=json.loads(r["noise"] or "[]"),
+                      stop=r["stop"])
+
     def results(self, run_id: int, with_raw: bool = True) -> list[Result]:
-        out = []
-        for r in self.conn.execute("SELECT * FROM result WHERE run_id=? ORDER BY id", (run_id,)):
-            res = Result(id=r["id"], run_id=r["run_id"], benchmark=r["benchmark"], params=json.loads(r["params"]),
-                         copies=r["copies"], status=r["status"], reason=r["reason"], unit=r["unit"],
-                         better=r["better"], n=r["n"], median=r["median"], min=r["min"], max=r["max"], q1=r["q1"],
-                         q3=r["q3"], mean=r["mean"], stdev=r["stdev"], cv=r["cv"], overhead=r["overhead"],
-                         ops=r["ops"], cpu_ns=r["cpu_ns"], wall_s=r["wall_s"], monitors=json.loads(r["monitors"]),
-                         info=json.loads(r["info"]), experiment_id=r["experiment_id"], cell=r["cell"],
-                         rep=r["rep"], bench_key=r["bench_key"], noise=json.loads(r["noise"] or "[]"),
-                         stop=r["stop"])
-            if with_raw:
-                res.raw = [tuple(x) for x in self.conn.execute(
-                    "SELECT rep, copy, seq, value, ops, ns FROM interval WHERE result_id=? ORDER BY rep, copy, seq",
-                    (res.id,))]
+        """A run's results in the order they were stored. ``with_raw`` also reads every raw interval
+        (in one query for the whole run); what needs only the summaries passes False."""
+        out = [self._result(r) for r in self.conn.execute("SELECT * FROM result WHERE run_id=? ORDER BY id",
+                                                           (run_id,))]
+        if with_raw and out:
+            by_id = {r.id: r.raw for r in out}
+            for row in self._plain().execute(
+                    "SELECT result_id, rep, copy, seq, value, ops, ns FROM interval WHERE result_id IN "
+                    "(SELECT id FROM result WHERE run_id=?) ORDER BY result_id, rep, copy, seq", (run_id,)):
+                by_id[row[0]].append(row[1:])
+            for res in out:
                 res.values = [x[3] for x in res.raw]
-            out.append(res)
         return out
 
     def run_history(self, machine_id: int | None, benchmark: str, params: dict, copies: int,
@@ -529,18 +582,35 @@ class Store:
         newest ``limit`` runs: what the drift between runs of this benchmark has been here."""
         if machine_id is None:
             return []
-        rows = self.conn.execute(
+        ids = [r[0] for r in self.conn.execute(
             "SELECT result.id FROM result JOIN run ON run.id = result.run_id WHERE run.machine_id=? "
             "AND result.benchmark=? AND result.params=? AND result.copies=? AND result.status='ok' "
-            "AND result.experiment_id IS NULL ORDER BY result.id DESC LIMIT ?",
-            (machine_id, benchmark, json.dumps(params, sort_keys=True), copies, limit)).fetchall()
-        out = []
-        for (rid,) in rows:
-            reps: dict[int, list[float]] = {}
-            for rep, value in self.conn.execute("SELECT rep, value FROM interval WHERE result_id=?", (rid,)):
-                reps.setdefault(rep, []).append(value)
-            out.append([reps[k] for k in sorted(reps)])
-        return out
+            "AND result.experiment_id IS NULL ORDER BY result.run_id DESC, result.id DESC LIMIT ?",
+            (machine_id, benchmark, json.dumps(params, sort_keys=True), copies, limit))]
+        if not ids:
+            return []
+        # The values in one column, and the size of each repetition from a second query (in one read
+        # transaction, so both see the same rows): less Python work than a (result, rep, value) row
+        # per value, for the hundreds of thousands of values a comparison of two big runs reads.
+        marks = ",".join("?" * len(ids))
+        cur = self._plain()
+        own = not self.conn.in_transaction
+        if own:
+            cur.execute("BEGIN")
+        try:
+            values = [v for (v,) in cur.execute(f"SELECT value FROM interval WHERE result_id IN ({marks}) "
+                                                f"ORDER BY result_id, rep, copy, seq", ids)]
+            sizes = cur.execute(f"SELECT result_id, count(*) FROM interval WHERE result_id IN ({marks}) "
+                                f"GROUP BY result_id, rep ORDER BY result_id, rep", ids).fetchall()
+        finally:
+            if own:
+                cur.execute("COMMIT")
+        reps: dict[int, list[list[float]]] = {rid: [] for rid in ids}
+        at = 0
+        for rid, n in sizes:
+            reps[rid].append(values[at:at + n])
+            at += n
+        return [reps[rid] for rid in ids]
 
     # -- profiles ------------------------------------------------------------
     def add_profile(self, *, run_id: int, result_id: int | None, benchmark: str, rep: int, path: str,
@@ -562,12 +632,13 @@ class Store:
             q += " AND benchmark=?"
             args.append(benchmark)
         out = []
+        folders: dict[str, str] = {}
         for r in self.conn.execute(q + " ORDER BY id", args):
             d = dict(r) | {"meta": json.loads(r["meta"] or "{}")}
-            d["path"] = str(self.artefact_path(d["path"]))
-            d["kallsyms"] = str(self.artefact_path(d["kallsyms"])) if d["kallsyms"] else None
+            d["path"] = self._artefact_text(d["path"], folders)
+            d["kallsyms"] = self._artefact_text(d["kallsyms"], folders) if d["kallsyms"] else None
             if d["meta"].get("symfs"):
-                d["meta"]["symfs"] = str(self.artefact_path(d["meta"]["symfs"]))
+                d["meta"]["symfs"] = self._artefact_text(d["meta"]["symfs"], folders)
             out.append(d)
         return out
 
@@ -739,14 +810,16 @@ class Store:
                              f"it is never measured twice") from None
 
     def cell_stops(self, exp_id: int) -> dict[tuple[str, int], str]:
-        """(column, copies) -> why its repetitions stopped, for the columns of an experiment that have a reason."""
+        """(column, copies) -> why its repetitions stopped, for the columns of an experiment that have a reason.
+        (Every cell has a key: ``cell IS NOT NULL`` lets this and set_cell_stop use the result_cell index.)"""
         return {(r[0], r[1]): r[2] for r in self.conn.execute(
-            "SELECT bench_key, copies, stop FROM result WHERE experiment_id=? AND stop IS NOT NULL", (exp_id,))}
+            "SELECT bench_key, copies, stop FROM result WHERE experiment_id=? AND cell IS NOT NULL "
+            "AND stop IS NOT NULL", (exp_id,))}
 
     def set_cell_stop(self, exp_id: int, bench_key: str, copies: int, text: str) -> None:
         """Say, on every cell of one column and core count of an experiment, why its repetitions stopped."""
         self._write(lambda: self.conn.execute(
-            "UPDATE result SET stop=? WHERE experiment_id=? AND bench_key=? AND copies=?",
+            "UPDATE result SET stop=? WHERE experiment_id=? AND cell IS NOT NULL AND bench_key=? AND copies=?",
             (text, exp_id, bench_key, copies)))
 
 def _nan_none(v):

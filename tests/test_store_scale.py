@@ -1,0 +1,137 @@
+"""The store at lab scale: the schema-4 indexes and their migration, and the query plans of the
+hot queries. Small stores; benchmarks/bench_store.py times a big one."""
+import re
+import sqlite3
+
+import pytest
+
+from kperfdiff import store as st
+
+NEW_INDEXES = {"result_history", "run_label", "run_running", "profile_run", "profile_result"}
+BIG_TABLES = ("result", "interval", "run", "profile", "experiment")
+
+
+def _add(s, run_id, bench="a.b", copies=1, reps=3, **kw):
+    raw = [(r, 0, i, 100.0 + r + i / 10, 10, 1000) for r in range(reps) for i in range(4)]
+    return s.add_result(run_id, benchmark=bench, params={"k": "1"}, copies=copies, status="ok", reason=None,
+                        unit="ns/op", better="lower", summary={"n": len(raw), "median": 100.0}, raw=raw, **kw)
+
+
+def _v3_store(path):
+    """A store as schema 3 made it: SCHEMA and the migrations before 3 -> 4, with data in it."""
+    c = sqlite3.connect(path)
+    for script in (st.SCHEMA, st.MIGRATIONS[1], st.MIGRATIONS[2]):
+        c.executescript(script)
+    c.execute("INSERT INTO meta VALUES ('schema_version', '3')")
+    c.execute("INSERT INTO machine (fingerprint, arch, facts) VALUES ('f', 'x86_64', '{}')")
+    c.execute("INSERT INTO run (id, label, machine_id, tool_version, started_at, state, artefact_dir) "
+              "VALUES (1, 'base', 1, '0.1.0', 1.0, 'complete', 'k.artefacts/run-1')")
+    c.execute("INSERT INTO result (id, run_id, benchmark, params, copies, status, unit, better, median) "
+              "VALUES (1, 1, 'a.b', '{}', 1, 'ok', 'ns/op', 'lower', 2.0)")
+    c.executemany("INSERT INTO interval VALUES (1, ?, 0, ?, ?, 10, 100)",
+                  [(r, i, 1.0 + r + i) for r in range(3) for i in range(2)])
+    c.execute("INSERT INTO profile (result_id, run_id, benchmark, path) VALUES (1, 1, 'a.b', 'k.artefacts/run-1/p')")
+    c.commit()
+    c.close()
+
+
+def _indexes(conn) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+
+
+def test_schema_3_store_migrates_to_4_with_its_data_and_the_new_indexes(tmp_path):
+    db = tmp_path / "k.db"
+    _v3_store(db)
+    before = sqlite3.connect(db)
+    assert not NEW_INDEXES & _indexes(before)
+    before.close()
+    s = st.Store.open(db, create=False)
+    assert st.SCHEMA_VERSION == 4
+    assert s.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "4"
+    assert NEW_INDEXES <= _indexes(s.conn)
+    (r,) = s.results(1)
+    assert r.median == 2.0 and r.values == [1.0, 2.0, 2.0, 3.0, 3.0, 4.0]
+    assert s.find_run("base").id == 1 and len(s.profiles(1)) == 1
+    assert s.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    # a new store has the same schema as a migrated one
+    fresh = st.Store.open(tmp_path / "new.db")
+    assert _indexes(fresh.conn) == _indexes(s.conn)
+
+
+@pytest.fixture
+def busy_store(tmp_path):
+    """Two machines, bench runs, an experiment with cells and profiles."""
+    s = st.Store.open(tmp_path / "k.db")
+    m1, m2 = s.add_machine({"arch": "x86_64", "cpus": 2}), s.add_machine({"arch": "aarch64", "cpus": 4})
+    runs = []
+    for i in range(6):
+        run = s.start_run(label=f"r{i}", machine_id=m1 if i % 3 else m2)
+        rid = _add(s, run.id)
+        _add(s, run.id, copies=2)
+        s.add_profile(run_id=run.id, result_id=rid, benchmark="a.b", rep=0, path=f"{run.artefact_dir}/p.perf.data",
+                      kallsyms=None, event="cycles", samples=None, cpu_time_ns=None, ops=None)
+        s.finish_run(run.id, "complete")
+        runs.append(run.id)
+    eid = s.create_experiment(name="e", path="", file_hash="h", spec={}, cells=2)
+    run = s.start_run(label="e/a", variant="a", machine_id=m1)
+    s.link_run(run.id, eid)
+    for rep in range(2):
+        s.add_cell_result(run.id, experiment_id=eid, cell=f"a|a.b|P1|r{rep}", rep=rep, bench_key="a.b",
+                          benchmark="a.b", params={"k": "1"}, copies=1, status="ok", reason=None, unit="ns/op",
+                          better="lower", summary=None, raw=[(rep, 0, 0, 5.0, 1, 1)])
+    return s, m1, runs, eid, run.id
+
+
+def _plans(s, calls) -> dict[str, list[str]]:
+    """statement -> its query plan, for every SELECT, UPDATE and DELETE the calls make."""
+    seen: list[str] = []
+    s.conn.set_trace_callback(seen.append)
+    try:
+        for call in calls:
+            call()
+    finally:
+        s.conn.set_trace_callback(None)
+    stmts = [q for q in seen if re.match(r"\s*(SELECT|UPDATE|DELETE)\b", q, re.I)]
+    return {q: [r[3] for r in s.conn.execute("EXPLAIN QUERY PLAN " + q)] for q in stmts}
+
+
+def test_hot_queries_search_an_index_and_scan_no_table(busy_store):
+    s, m1, runs, eid, erun = busy_store
+    plans = _plans(s, [
+        lambda: s.results(runs[1]),                            # show, compare: a run's results and raw values
+        lambda: s.results(runs[1], with_raw=False),
+        lambda: s.run_history(m1, "a.b", {"k": "1"}, 1),       # compare of separate runs
+        lambda: s.find_run("r2"),                              # a run named by its label
+        lambda: s.get_run(runs[0]),
+        lambda: s.profiles(runs[1]), lambda: s.profiles(runs[1], "a.b"), lambda: s.primary_profiles(erun),
+        lambda: s.find_experiment("e"), lambda: s.experiment_runs(eid),   # compare/report --experiment
+        lambda: s.cell_states(eid), lambda: s.cell_stops(eid),          # kperfdiff run, resuming
+        lambda: s.set_cell_stop(eid, "a.b", 1, "3 repetitions (fixed count)"),
+        lambda: s.machine(m1),
+        s._mark_dead_runs,                                     # every open
+    ])
+    assert len(plans) >= 14
+    for q, plan in plans.items():
+        scans = [p for p in plan if re.match(rf"SCAN ({'|'.join(BIG_TABLES)})\b", p)]
+        assert not scans, f"{q}\n  reads a whole table: {plan}"
+    history = next(p for q, p in plans.items() if "result.benchmark=" in q)
+    assert any("USING INDEX result_history" in p for p in history), history
+    assert any("run_label" in p for q, plan in plans.items() if "label=" in q for p in plan)
+
+
+def test_run_history_newest_bench_runs_of_the_machine_only(busy_store):
+    s, m1, runs, eid, erun = busy_store
+    hist = s.run_history(m1, "a.b", {"k": "1"}, 1)
+    assert len(hist) == 4                    # runs 2, 3, 5, 6 are on m1; the experiment cells are not
+    assert hist[0] == [[100.0, 100.1, 100.2, 100.3], [101.0, 101.1, 101.2, 101.3], [102.0, 102.1, 102.2, 102.3]]
+    assert len(s.run_history(m1, "a.b", {"k": "1"}, 1, limit=2)) == 2
+    assert s.run_history(m1, "a.b", {"k": "2"}, 1) == [] and s.run_history(None, "a.b", {"k": "1"}, 1) == []
+
+
+def test_results_with_raw_keep_each_results_intervals_in_order(busy_store):
+    s, _m1, runs, _eid, _erun = busy_store
+    a, b = s.results(runs[0])
+    assert a.copies == 1 and b.copies == 2
+    assert a.raw == sorted(a.raw) and a.raw[0] == (0, 0, 0, 100.0, 10, 1000) and len(a.raw) == 12
+    assert a.values == [x[3] for x in a.raw]
+    assert [r.raw for r in s.results(runs[0], with_raw=False)] == [[], []]
