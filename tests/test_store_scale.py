@@ -1,10 +1,12 @@
-"""The store at lab scale: the schema-4 indexes and their migration, and the query plans of the
-hot queries. Small stores; benchmarks/bench_store.py times a big one."""
+"""The store at lab scale: the schema-4 indexes and their migration, the query plans of the
+hot queries, and `kperfdiff runs` pages. Small stores; benchmarks/bench_store.py times a big one."""
+import json
 import re
 import sqlite3
 
 import pytest
 
+from conftest import run_cli
 from kperfdiff import store as st
 
 NEW_INDEXES = {"result_history", "run_label", "run_running", "profile_run", "profile_result"}
@@ -135,3 +137,49 @@ def test_results_with_raw_keep_each_results_intervals_in_order(busy_store):
     assert a.raw == sorted(a.raw) and a.raw[0] == (0, 0, 0, 100.0, 10, 1000) and len(a.raw) == 12
     assert a.values == [x[3] for x in a.raw]
     assert [r.raw for r in s.results(runs[0], with_raw=False)] == [[], []]
+
+
+@pytest.fixture
+def runs_store(tmp_path):
+    s = st.Store.open(tmp_path / "k.db")
+    for i in range(55):
+        s.finish_run(s.start_run(label=f"r{i + 1}", machine_id=None).id, "complete")
+    return tmp_path / "k.db"
+
+
+def _ids(text: str) -> list[int]:
+    return [int(line.split()[0]) for line in text.splitlines()[2:] if line.strip()]
+
+
+def test_runs_lists_the_newest_50_and_says_what_it_left_out(runs_store):
+    p = run_cli("--store", runs_store, "runs", check=0)
+    assert _ids(p.stdout) == list(range(6, 56))
+    assert "the newest 50 of 55 runs (5 older not listed)" in p.stderr and "--offset 50" in p.stderr
+    assert "--all" in p.stderr and len(p.stderr.splitlines()) == 1
+
+
+def test_runs_pages_with_limit_and_offset(runs_store):
+    p = run_cli("--store", runs_store, "runs", "-n", "3", "--offset", "3", check=0)
+    assert _ids(p.stdout) == [50, 51, 52]
+    assert "runs 4-6 of 55" in p.stderr and "49 older and 3 newer" in p.stderr and "--offset 6" in p.stderr
+    p = run_cli("--store", runs_store, "runs", "--all", check=0)
+    assert _ids(p.stdout) == list(range(1, 56)) and p.stderr == ""
+    p = run_cli("--store", runs_store, "runs", "--limit", "60", check=0)
+    assert len(_ids(p.stdout)) == 55 and p.stderr == ""
+    p = run_cli("--store", runs_store, "runs", "--offset", "55", check=0)
+    assert _ids(p.stdout) == [] and "leaves out every run" in p.stderr
+
+
+def test_runs_formats_list_the_same_page(runs_store):
+    js = json.loads(run_cli("--store", runs_store, "runs", "-n", "2", "--format", "json", check=0).stdout)
+    assert [r["id"] for r in js["runs"]] == [54, 55] and js["total"] == 55 and js["offset"] == 0
+    csv = run_cli("--store", runs_store, "runs", "-n", "2", "--format", "csv", check=0).stdout.splitlines()
+    assert csv[0] == "run,label,state,target,started,command" and [x.split(",")[0] for x in csv[1:]] == ["54", "55"]
+    md = run_cli("--store", runs_store, "runs", "-n", "2", "--format", "markdown", check=0).stdout.splitlines()
+    assert md[0].startswith("| run | label |") and [x.split("|")[1].strip() for x in md[2:]] == ["54", "55"]
+
+
+@pytest.mark.parametrize("args", [["--all", "-n", "3"], ["-n", "0"], ["--offset", "-1"], ["-n", "x"]])
+def test_runs_bad_page_options_are_usage_errors(runs_store, args):
+    p = run_cli("--store", runs_store, "runs", *args)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1

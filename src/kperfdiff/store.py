@@ -482,9 +482,19 @@ class Store:
             raise InputError(f"there is no run {run_id} in the store {self.path}")
         return self._run(row)
 
-    def list_runs(self) -> list[Run]:
+    def list_runs(self, limit: int | None = None, offset: int = 0) -> list[Run]:
+        """Runs, oldest first: every run, or with ``limit`` the newest ``limit`` of them after
+        leaving out the newest ``offset`` (a page counted back from the newest run)."""
         folders: dict[str, str] = {}
-        return [self._run(r, folders) for r in self.conn.execute("SELECT * FROM run ORDER BY id")]
+        if limit is None and not offset:
+            rows = self.conn.execute("SELECT * FROM run ORDER BY id")
+        else:
+            rows = self.conn.execute("SELECT * FROM (SELECT * FROM run ORDER BY id DESC LIMIT ? OFFSET ?) ORDER BY id",
+                                     (-1 if limit is None else limit, offset))
+        return [self._run(r, folders) for r in rows]
+
+    def count_runs(self) -> int:
+        return self.conn.execute("SELECT count(*) FROM run").fetchone()[0]
 
     def find_run(self, ref: str) -> Run:
         """A run by id, or by a label that names exactly one run."""

@@ -13,7 +13,9 @@ from ..record import record_command
 from ..render import bench as rb
 from ..render.table import to_json
 from ..targets import open_target
-from .common import Parser, copy_counts, number, open_store, whole
+from .common import FORMATS, Parser, copy_counts, number, open_store, whole
+
+RUNS_PAGE = 50      # runs `kperfdiff runs` lists unless told otherwise
 
 
 def add_parsers(sub) -> None:
@@ -74,8 +76,19 @@ def add_parsers(sub) -> None:
     rc.add_argument("--name", default="perf", help="file name stem (default: perf -> perf.perf.data)")
     rc.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND [ARG...]")
 
-    r = sub.add_parser("runs", help="list the runs in the store")
-    r.add_argument("--format", choices=["text", "json"], default="text")
+    r = sub.add_parser("runs", help=f"list the runs in the store (the newest {RUNS_PAGE}; --all for every one)",
+                       description=f"List the runs in the store, oldest first. By default only the newest "
+                                   f"{RUNS_PAGE} are listed, and a line on stderr says how many were left out; "
+                                   f"--limit N lists the newest N, --offset N pages back past the newest N, "
+                                   f"--all lists every run. Every --format lists the same runs.")
+    page = r.add_mutually_exclusive_group()
+    page.add_argument("-n", "--limit", type=whole(limits.MAX_RUNS_LISTED), default=RUNS_PAGE, metavar="N",
+                      help=f"list the newest N runs (default: {RUNS_PAGE})")
+    page.add_argument("--all", action="store_true", help="list every run")
+    r.add_argument("--offset", type=whole(limits.MAX_RUNS_LISTED, least=0), default=0, metavar="N",
+                   help=f"leave out the newest N runs first, to page back: --offset {RUNS_PAGE} lists the "
+                        f"{RUNS_PAGE} before the newest {RUNS_PAGE} (default: 0)")
+    r.add_argument("--format", choices=FORMATS, default="text")
 
     s = sub.add_parser("show", help="show one run: machine facts, results, monitors")
     s.add_argument("run", help="run id (or a unique prefix of its label)")
@@ -130,8 +143,14 @@ def run_bench_command(args: argparse.Namespace) -> int:
 
 
 def runs(args: argparse.Namespace) -> int:
+    """`kperfdiff runs`: one page of runs (the newest --limit after --offset), or --all."""
     store = open_store(args, create=False)
-    sys.stdout.write(rb.run_list(store.list_runs(), args.format))
+    listed = store.list_runs(limit=None if args.all else args.limit, offset=args.offset)
+    total = store.count_runs()
+    sys.stdout.write(rb.run_list(listed, args.format, total=total, offset=args.offset))
+    note = rb.runs_left_out(len(listed), total, args.offset)
+    if note:
+        print(f"kperfdiff: {note}", file=sys.stderr)
     return 0
 
 

@@ -73,12 +73,12 @@ def number(most: float):
     return parse
 
 
-def whole(most: int):
-    """An argparse type: a whole number from 1 to ``most``."""
+def whole(most: int, least: int = 1):
+    """An argparse type: a whole number from ``least`` (1 unless told) to ``most``."""
     def parse(text: str) -> int:
         t = text.strip()
-        if not t.isdigit() or len(t) > 12 or not 1 <= int(t) <= most:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to {most}")
+        if not t.isdigit() or len(t) > 12 or not least <= int(t) <= most:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from {least} to {most}")
         return int(t)
     return parse
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from .. import monitors, stats
 from ..records import Result, Run, instruction_counts, result_names
-from .table import Table, number, to_json, to_text
+from .table import Table, number, to_csv, to_json, to_markdown, to_text
 
 if TYPE_CHECKING:  # types only: the renderer reads no catalogue
     from ..bench.catalogue import Benchmark
@@ -129,14 +129,32 @@ def run_heading(run: Run, facts: dict) -> str:
     return head
 
 
-def run_list(runs: list[Run], fmt: str = "text") -> str:
+def run_list(runs: list[Run], fmt: str = "text", *, total: int | None = None, offset: int = 0) -> str:
+    """A list of runs (one page of them: ``total`` runs in the store, the newest ``offset`` left out)
+    as text, Markdown, CSV (the same table) or JSON (every field, and the page)."""
     if fmt == "json":
-        return to_json({"version": JSON_VERSION, "runs": [_run_json(r) for r in runs]})
+        return to_json({"version": JSON_VERSION, "runs": [_run_json(r) for r in runs],
+                        "total": len(runs) if total is None else total, "offset": offset})
     t = Table(["run", "label", "state", "target", "started", "command"], align=["r", "l", "l", "l", "l", "l"])
     for r in runs:
         when = dt.datetime.fromtimestamp(r.started_at).strftime("%Y-%m-%d %H:%M")
         t.rows.append([r.id, r.label or "-", r.state, r.target, when, r.command])
-    return to_text(t)
+    return {"markdown": to_markdown, "csv": to_csv}.get(fmt, to_text)(t)
+
+
+def runs_left_out(shown: int, total: int, offset: int) -> str:
+    """What a page of `kperfdiff runs` left out and how to see it ("" when it lists every run)."""
+    older = total - offset - shown
+    if older <= 0 and offset == 0:
+        return ""
+    if shown == 0:
+        return f"--offset {offset} leaves out every run (the store has {total}); give a smaller one"
+    span = f"{offset + 1}" if shown == 1 else f"{offset + 1}-{offset + shown}"
+    which = f"the newest {shown} of {total} runs" if offset == 0 else \
+        f"run{'s' if shown > 1 else ''} {span} of {total}, counted from the newest"
+    out = " and ".join(x for x in (f"{older} older" if older > 0 else "", f"{offset} newer" if offset else "") if x)
+    more = f"the next {shown} with --offset {offset + shown}, " if older > 0 else ""
+    return f"listed {which} ({out} not listed); {more}more at once with --limit N, every run with --all"
 
 
 def machine_facts(facts: dict) -> str:
