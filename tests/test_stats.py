@@ -145,3 +145,42 @@ def test_benjamini_hochberg_and_welch_agree_with_scipy_stats():
         assert p == pytest.approx(t.pvalue, rel=1e-9)
         ci = t.confidence_interval(0.9)
         assert (lo, hi) == (pytest.approx(ci.low, rel=1e-9), pytest.approx(ci.high, rel=1e-9))
+
+
+def test_nested_change_and_t_equal_scipy_stats():
+    # The two-level interval goes through welch_interval and scipy.special (scipy.stats costs 0.7 s
+    # to import): it gives ttest_ind's interval and p-value on the log repetition medians.
+    from scipy import stats as sst
+    rng = np.random.default_rng(7)
+    for n_a, n_b in ((3, 3), (3, 9), (12, 5)):
+        reps_a = [list(rng.lognormal(5.0, 0.05, 11)) for _ in range(n_a)]
+        reps_b = [list(rng.lognormal(5.02, 0.2, 11)) for _ in range(n_b)]
+        ch = stats.nested_change(reps_a, reps_b, "higher")
+        la = np.log([np.median(r) for r in reps_a])
+        lb = np.log([np.median(r) for r in reps_b])
+        res = sst.ttest_ind(lb, la, equal_var=False)
+        ci = res.confidence_interval(0.95)
+        assert ch.p == pytest.approx(res.pvalue, rel=1e-9)
+        assert (ch.low, ch.high) == pytest.approx(((math.exp(ci.low) - 1) * 100, (math.exp(ci.high) - 1) * 100),
+                                                  rel=1e-9)
+    assert stats.t_quantile(0.975, 7.5) == pytest.approx(sst.t.ppf(0.975, 7.5), rel=1e-12)
+    assert stats.t_two_sided_p(-2.1, 4.2) == pytest.approx(2 * sst.t.sf(2.1, 4.2), rel=1e-12)
+
+
+def test_repetition_medians_equal_numpy():
+    reps = [[3.0, 1.0, 2.0], [4.0, 1.0, 2.0, 3.0], [7], [1.0, float("nan"), 2.0], [2.5, 2.5]]
+    got = stats.repetition_medians(reps)
+    want = [np.median(r) for r in reps]
+    assert list(got[:3]) == want[:3] and got[4] == want[4] and math.isnan(got[3])
+
+
+def test_statistics_of_a_comparison_do_not_import_scipy_stats():
+    # scipy.stats takes ~0.7 s to import: more than every other part of `show` or `compare`.
+    import subprocess
+    import sys
+    code = ("import sys; from kperfdiff import stats; r = [[1.0, 1.1], [1.2], [0.9, 1.0], [1.05]]; "
+            "stats.nested_change(r, r[::-1], 'lower'); stats.centre_half_width(r); stats.fdr_significant([0.1]); "
+            "stats.run_level_change(r, r[::-1], 'lower', [[r, r[::-1], r]]); stats.welch_interval([1, 2], [2, 4]); "
+            "print('scipy.stats' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
