@@ -332,11 +332,13 @@ def from_experiment(store, ref: str) -> Comparison:
 
 def _attach_run_history(store, sides: list[Side]) -> None:
     """Separate runs: give every sample the stored runs of its benchmark on its machine (one list
-    per machine, shared by the samples of that machine), for the run-level interval."""
+    per machine, shared by the samples of that machine), for the run-level interval. A sample of
+    fewer than MIN_REPS repetitions gets none: its cell has no interval, so the history would go
+    unread."""
     cache: dict[tuple, list] = {}
     for side in sides:
         for (_key, copies), smp in side.samples.items():
-            if smp.status != "ok":
+            if smp.status != "ok" or len(smp.reps) < MIN_REPS:
                 continue
             k = (smp.machine_id, smp.benchmark, json.dumps(smp.params, sort_keys=True), copies)
             if k not in cache:
