@@ -118,4 +118,44 @@ def json_clean(obj):
 
 
 def to_json(obj) -> str:
-    return json.dumps(json_clean(obj), indent=2, sort_keys=False) + "\n"
+    """JSON text, objects and lists indented two spaces a level, except that a list of numbers or
+    strings, and each flat record in a list (an object or list of numbers, strings, booleans and
+    nulls: a raw interval, a table row), take one line; NaN and infinities become null.
+
+    The records go through json's C encoder: a `show --format json` of a run with 40,000 raw
+    intervals takes a tenth of a second instead of most of one (indent=2 is pure Python)."""
+    return _dump(obj, 0) + "\n"
+
+
+_compact = json.JSONEncoder(allow_nan=False).encode
+
+
+def _scalar(v) -> bool:
+    return v is None or isinstance(v, (str, int, float))
+
+
+def _flat(v) -> bool:
+    return isinstance(v, (list, tuple)) and all(map(_scalar, v)) or \
+        isinstance(v, dict) and all(map(_scalar, v.values()))
+
+
+def _one_line(v) -> str:
+    try:
+        return _compact(v)
+    except (ValueError, TypeError):       # NaN or infinity, or a numpy scalar, inside
+        return _compact(json_clean(v))
+
+
+def _dump(obj, level: int) -> str:
+    pad, end = "  " * (level + 1), "\n" + "  " * level
+    if isinstance(obj, dict):
+        if not obj:
+            return "{}"
+        return "{\n" + ",\n".join(f"{pad}{_compact(str(k))}: {_dump(v, level + 1)}" for k, v in obj.items()) + \
+            end + "}"
+    if isinstance(obj, (list, tuple)):
+        if not obj or all(map(_scalar, obj)):
+            return _one_line(list(obj))
+        return "[\n" + ",\n".join(pad + (_one_line(v) if _flat(v) else _dump(v, level + 1)) for v in obj) + \
+            end + "]"
+    return _one_line(obj)
