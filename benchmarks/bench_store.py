@@ -13,18 +13,20 @@ cores, 10 repetitions, profiles), and two big bench runs, ``big-base`` and ``big
 Monitor deltas, worker info and noise records are real-sized JSON. The schema and its
 migrations are the real ones (``Store.open``); the rows go in with plain SQL in one
 transaction, the intervals generated inside SQLite. It is cached in /tmp/kperfdiff-bench/
-(about 2 GB, a few minutes to build; ``--rebuild`` makes it again). Before timing, the store
+(1.5 GB, under a minute to build; ``--rebuild`` makes it again). Before timing, the store
 is opened once with this checkout's kperfdiff, so a schema migration runs then (and is timed
 on its own line), not inside the first command.
 
 Each command runs ``--repeat`` times (default 3) in a fresh child process, after the store
-file has been read once into the page cache: wall time (median and best) and peak RSS (from
-getrusage in a small wrapper process). The reference, in the same run, is a fresh Python child that opens the file with
-``sqlite3`` and fetches the rows the command shows (and nothing else): the floor for a
+file has been read once into the page cache: wall time (median and best), CPU time (user +
+system, median: what other work on a shared machine does not inflate) and peak RSS (getrusage
+in a small wrapper process). The reference, in the same run, is a fresh Python child that opens
+the file with ``sqlite3`` and fetches the rows the command shows (and nothing else): the floor for a
 command written in Python, interpreter start-up included. ``kperfdiff --version`` is timed
-too, the floor of any kperfdiff command. Not a pass/fail test.
+too, the floor of any kperfdiff command. `runs` lists one page (the newest 50) and `runs --all`
+every run; on a checkout from before `runs` had pages, both list every run. Not a pass/fail test.
 
-    .venv/bin/python benchmarks/bench_store.py [--repeat N] [--rebuild] [--runs N] [--intervals N]
+    .venv/bin/python benchmarks/bench_store.py [--repeat N] [--rebuild] [--runs N] [--intervals N] [--only TEXT]
 """
 from __future__ import annotations
 
@@ -379,8 +381,8 @@ def counts_of(path: Path) -> dict:
 
 # -- timing ----------------------------------------------------------------------------------
 
-# Runs one command and prints its wall time and peak RSS: the wrapper is a small process, so the
-# peak RSS of its child is the command's own, whatever the size of this harness.
+# Runs one command and prints its wall time, CPU time (user + system) and peak RSS: the wrapper is
+# a small process, so the peak RSS of its child is the command's own, whatever the size of this harness.
 WRAPPER = r"""
 import resource, subprocess, sys, time
 t = time.perf_counter()
@@ -389,17 +391,18 @@ dt = time.perf_counter() - t
 if p.returncode:
     sys.stderr.write(p.stderr.decode(errors="replace")[-3000:])
     sys.exit(p.returncode)
-print(dt, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(dt, ru.ru_utime + ru.ru_stime, ru.ru_maxrss)
 """
 
 
-def timed(argv: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of one fresh child process; its output is thrown away."""
+def timed(argv: list[str]) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds and peak RSS (MiB) of one fresh child process; its output is thrown away."""
     p = subprocess.run([sys.executable, "-c", WRAPPER, *argv], capture_output=True, text=True)
     if p.returncode:
         raise SystemExit(f"failed: {' '.join(argv)}\n{p.stderr}")
-    t, rss = p.stdout.split()
-    return float(t), int(rss) / 1024.0
+    t, cpu, rss = p.stdout.split()
+    return float(t), float(cpu), int(rss) / 1024.0
 
 
 # The reference: a fresh Python child fetching, with sqlite3, the rows a command shows.
@@ -417,7 +420,8 @@ def reference(db: Path, queries: list[str], repeat: int) -> tuple[float, int]:
     """Median wall time of the reference child, and the rows it fetched."""
     rows = int(subprocess.run([sys.executable, "-c", REFERENCE, str(db), *queries], capture_output=True,
                               text=True, check=True).stdout)
-    return statistics.median(timed([sys.executable, "-c", REFERENCE, str(db), *queries])[0] for _ in range(repeat)), rows
+    return statistics.median(timed([sys.executable, "-c", REFERENCE, str(db), *queries])[0]
+                             for _ in range(repeat)), rows
 
 
 def history_queries(conn: sqlite3.Connection, run_ids: list[int]) -> list[str]:
@@ -520,13 +524,14 @@ def main() -> int:
         for name, argv, queries in cases(db, Path(out), runs_help):
             if args.only and args.only not in name:
                 continue
-            times, rss = [], 0.0
+            times, cpus, rss = [], [], 0.0
             for _ in range(args.repeat):
-                t, m = timed([str(KPERFDIFF), *argv])
+                t, cpu, m = timed([str(KPERFDIFF), *argv])
                 times.append(t)
+                cpus.append(cpu)
                 rss = max(rss, m)
             ref, nrows = reference(db, queries, args.repeat)
-            rows.append((name, statistics.median(times), min(times), rss, ref, nrows))
+            rows.append((name, statistics.median(times), min(times), statistics.median(cpus), rss, ref, nrows))
     load_after = os.getloadavg()
     size = sum(p.stat().st_size for p in db.parent.glob(db.name + "*")) / 1e9
     print(f"store: {db} ({size:.2f} GB): {counts['run']} runs, {counts['result']} results, "
@@ -535,14 +540,14 @@ def main() -> int:
     print(f"load average before {'/'.join(f'{x:.2f}' for x in load_before)}, after "
           f"{'/'.join(f'{x:.2f}' for x in load_after)} on {os.cpu_count()} CPUs; {args.repeat} runs each; "
           f"reference = python sqlite3 child fetching the same rows (median of {args.repeat})")
-    print(f"{'command':48} {'median s':>9} {'best s':>7} {'RSS MB':>7} {'ref s':>6} {'ref rows':>9} "
+    print(f"{'command':48} {'median s':>9} {'best s':>7} {'CPU s':>6} {'RSS MB':>7} {'ref s':>6} {'ref rows':>9} "
           f"{'x ref':>6} {'< 1 s':>6}")
-    for name, med, best, rss, ref, nrows in rows:
-        print(f"{name:48} {med:9.3f} {best:7.3f} {rss:7.1f} {ref:6.3f} {nrows:9d} {med / ref:6.1f} "
+    for name, med, best, cpu, rss, ref, nrows in rows:
+        print(f"{name:48} {med:9.3f} {best:7.3f} {cpu:6.3f} {rss:7.1f} {ref:6.3f} {nrows:9d} {med / ref:6.1f} "
               f"{'yes' if med < LIMIT_S else 'NO':>6}")
     print(json.dumps({"counts": counts, "open_s": t_open,
-                      "commands": {n: {"median_s": m, "best_s": b, "rss_mb": r, "ref_s": f, "ref_rows": k}
-                                   for n, m, b, r, f, k in rows}}))
+                      "commands": {n: {"median_s": m, "best_s": b, "cpu_s": c, "rss_mb": r, "ref_s": f, "ref_rows": k}
+                                   for n, m, b, c, r, f, k in rows}}))
     return 0
 
 
