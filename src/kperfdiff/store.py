@@ -20,6 +20,7 @@ longer exists is marked ``interrupted`` the next time the store is opened.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -553,6 +554,19 @@ class Store:
         self.conn.executemany("INSERT INTO interval VALUES (?,?,?,?,?,?,?)", [(rid, *r) for r in raw])
         return rid
 
+    @contextlib.contextmanager
+    def _snapshot(self):
+        """One read transaction around several SELECTs, so they all see the same store (unless a
+        transaction is open already)."""
+        own = not self.conn.in_transaction
+        if own:
+            self.conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            if own:
+                self.conn.execute("COMMIT")
+
     def _plain(self) -> sqlite3.Cursor:
         """A cursor that returns plain tuples (many rows: no sqlite3.Row per row)."""
         cur = self.conn.cursor()
@@ -573,16 +587,24 @@ class Store:
     def results(self, run_id: int, with_raw: bool = True) -> list[Result]:
         """A run's results in the order they were stored. ``with_raw`` also reads every raw interval
         (in one query for the whole run); what needs only the summaries passes False."""
-        out = [self._result(r) for r in self.conn.execute("SELECT * FROM result WHERE run_id=? ORDER BY id",
-                                                           (run_id,))]
-        if with_raw and out:
-            by_id = {r.id: r.raw for r in out}
-            for row in self._plain().execute(
-                    "SELECT result_id, rep, copy, seq, value, ops, ns FROM interval WHERE result_id IN "
-                    "(SELECT id FROM result WHERE run_id=?) ORDER BY result_id, rep, copy, seq", (run_id,)):
-                by_id[row[0]].append(row[1:])
-            for res in out:
-                res.values = [x[3] for x in res.raw]
+        with self._snapshot():
+            out = [self._result(r) for r in self.conn.execute("SELECT * FROM result WHERE run_id=? ORDER BY id",
+                                                               (run_id,))]
+            if not (with_raw and out):
+                return out
+            # every interval of the run in one list, cut into results by their counts: no Python work per value
+            of_run = "result_id IN (SELECT id FROM result WHERE run_id=?)"
+            cur = self._plain()
+            raw = cur.execute(f"SELECT rep, copy, seq, value, ops, ns FROM interval WHERE {of_run} "
+                              f"ORDER BY result_id, rep, copy, seq", (run_id,)).fetchall()
+            sizes = cur.execute(f"SELECT result_id, count(*) FROM interval WHERE {of_run} GROUP BY result_id "
+                                f"ORDER BY result_id", (run_id,)).fetchall()
+        by_id = {r.id: r for r in out}
+        at = 0
+        for rid, n in sizes:
+            by_id[rid].raw = raw[at:at + n]
+            by_id[rid].values = [x[3] for x in by_id[rid].raw]
+            at += n
         return out
 
     def run_history(self, machine_id: int | None, benchmark: str, params: dict, copies: int,
@@ -604,17 +626,11 @@ class Store:
         # per value, for the hundreds of thousands of values a comparison of two big runs reads.
         marks = ",".join("?" * len(ids))
         cur = self._plain()
-        own = not self.conn.in_transaction
-        if own:
-            cur.execute("BEGIN")
-        try:
+        with self._snapshot():
             values = [v for (v,) in cur.execute(f"SELECT value FROM interval WHERE result_id IN ({marks}) "
                                                 f"ORDER BY result_id, rep, copy, seq", ids)]
             sizes = cur.execute(f"SELECT result_id, count(*) FROM interval WHERE result_id IN ({marks}) "
                                 f"GROUP BY result_id, rep ORDER BY result_id, rep", ids).fetchall()
-        finally:
-            if own:
-                cur.execute("COMMIT")
         reps: dict[int, list[list[float]]] = {rid: [] for rid in ids}
         at = 0
         for rid, n in sizes:
