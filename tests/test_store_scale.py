@@ -7,6 +7,7 @@ import sqlite3
 import pytest
 
 from conftest import run_cli
+from kperfdiff import compare
 from kperfdiff import store as st
 
 NEW_INDEXES = {"result_history", "run_label", "run_running", "profile_run", "profile_result"}
@@ -132,11 +133,28 @@ def test_run_history_newest_bench_runs_of_the_machine_only(busy_store):
 
 def test_results_with_raw_keep_each_results_intervals_in_order(busy_store):
     s, _m1, runs, _eid, _erun = busy_store
-    a, b = s.results(runs[0])
-    assert a.copies == 1 and b.copies == 2
+    s.add_result(runs[0], benchmark="c.d", params={}, copies=1, status="failed", reason="exit 1", unit=None,
+                 better=None, summary=None, raw=[])
+    _add(s, runs[0], bench="e.f", reps=1)
+    a, b, failed, e = s.results(runs[0])
+    assert (a.copies, b.copies, failed.status, e.benchmark) == (1, 2, "failed", "e.f")
     assert a.raw == sorted(a.raw) and a.raw[0] == (0, 0, 0, 100.0, 10, 1000) and len(a.raw) == 12
-    assert a.values == [x[3] for x in a.raw]
-    assert [r.raw for r in s.results(runs[0], with_raw=False)] == [[], []]
+    assert a.values == [x[3] for x in a.raw] and failed.raw == failed.values == []
+    assert e.values == [100.0, 100.1, 100.2, 100.3]
+    assert [r.raw for r in s.results(runs[0], with_raw=False)] == [[], [], [], []]
+
+
+def test_a_comparison_reads_what_it_uses(busy_store):
+    # the table reads no profiles (the report does), and a side of too few repetitions for an
+    # interval no history
+    s, _m1, runs, _eid, _erun = busy_store
+    few = s.start_run(label="few", machine_id=s.get_run(runs[1]).machine_id)
+    _add(s, few.id, reps=1)
+    table = compare.from_runs(s, [str(runs[1]), str(runs[2]), "few"], profiles=False)
+    assert all(not side.profiles for side in table.sides)
+    assert table.sides[0].samples["a.b", 1].history and table.sides[2].samples["a.b", 1].history is None
+    report = compare.from_runs(s, [str(runs[1]), str(runs[2])])
+    assert report.sides[0].profiles[("a.b", 1)][0]["path"].endswith("p.perf.data")
 
 
 @pytest.fixture

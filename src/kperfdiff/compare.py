@@ -93,7 +93,7 @@ class Sample:
     @property
     def cv(self) -> float:
         v = self.pooled
-        return stats.summarize(v).cv if len(v) > 1 else math.nan
+        return stats.coefficient_of_variation(v) if len(v) > 1 else math.nan
 
 
 @dataclass
@@ -282,7 +282,9 @@ def _add_result(side: Side, r, key: str) -> None:
         s.reason = r.reason
 
 
-def _side_from_runs(store, label: str, runs) -> Side:
+def _side_from_runs(store, label: str, runs, profiles: bool = True) -> Side:
+    """One side from its runs: their results, and with ``profiles`` their stored profiles (a
+    report diffs them; a comparison table has no use for them)."""
     facts = store.machine(runs[0].machine_id) if runs else {}
     side = Side(label=label, run_ids=[r.id for r in runs], facts=facts,
                 emulated=any(bool(store.machine(r.machine_id).get("emulated")) for r in runs))
@@ -290,13 +292,13 @@ def _side_from_runs(store, label: str, runs) -> Side:
         results = store.results(run.id)
         for name, r in zip(result_names(results), results):
             _add_result(side, r, r.bench_key or name)
-        for p in store.primary_profiles(run.id):
+        for p in store.primary_profiles(run.id) if profiles else []:
             copies = (p.get("meta") or {}).get("copies", 1)
             side.profiles.setdefault((p["benchmark"], copies), []).append(p)
     return side
 
 
-def from_experiment(store, ref: str) -> Comparison:
+def from_experiment(store, ref: str, *, profiles: bool = True) -> Comparison:
     exp = store.find_experiment(ref)
     spec = exp["spec"]
     runs = store.experiment_runs(exp["id"])
@@ -309,7 +311,7 @@ def from_experiment(store, ref: str) -> Comparison:
                          f"kperfdiff run {exp['path'] or 'FILE'}")
     base = spec.get("baseline", labels[0])
     order = [base] + [lab for lab in labels if lab != base]
-    sides = [_side_from_runs(store, lab, by_variant.get(lab, [])) for lab in order]
+    sides = [_side_from_runs(store, lab, by_variant.get(lab, []), profiles) for lab in order]
     pairs = [(v, base, "baseline") for v in order[1:]]
     prev = None
     for lab in spec.get("stack", []):
@@ -346,7 +348,7 @@ def _attach_run_history(store, sides: list[Side]) -> None:
             smp.history = cache[k]
 
 
-def from_runs(store, refs: list[str], *, stack: bool = False) -> Comparison:
+def from_runs(store, refs: list[str], *, stack: bool = False, profiles: bool = True) -> Comparison:
     if len(refs) < 2:
         raise InputError("compare needs at least two runs (the first is the baseline), or --experiment")
     runs = [store.find_run(r) for r in refs]
@@ -357,7 +359,7 @@ def from_runs(store, refs: list[str], *, stack: bool = False) -> Comparison:
         if label in seen or any(s.label == label for s in sides):
             label = f"{label} (run {run.id})"
         seen[label] = run.id
-        sides.append(_side_from_runs(store, label, [run]))
+        sides.append(_side_from_runs(store, label, [run], profiles))
         for smp in sides[-1].samples.values():
             smp.machine_id = run.machine_id
     _attach_run_history(store, sides)

@@ -37,15 +37,17 @@ class ReportData:
     generated: str = ""
 
 
-def load_comparison(store, *, experiment: str | None, runs: list[str], stack: bool = False) -> Comparison:
-    """The comparison of an experiment's variants, or of runs (the first is the baseline)."""
+def load_comparison(store, *, experiment: str | None, runs: list[str], stack: bool = False,
+                    profiles: bool = True) -> Comparison:
+    """The comparison of an experiment's variants, or of runs (the first is the baseline); with
+    ``profiles``, each side also lists its stored profiles (for the report's profile diffs)."""
     if experiment and runs:
         raise InputError("give either --experiment or RUNs, not both")
     if experiment:
-        return from_experiment(store, experiment)
+        return from_experiment(store, experiment, profiles=profiles)
     if not runs:
         raise InputError("name the runs to compare (the first is the baseline) or --experiment ID|NAME")
-    return from_runs(store, runs, stack=stack)
+    return from_runs(store, runs, stack=stack, profiles=profiles)
 
 
 def side_facts(store, side) -> dict:

@@ -49,11 +49,25 @@ def summarize(values) -> Summary:
     if not np.all(np.isfinite(x)):
         raise ValueError("values must be finite")
     q1, med, q3 = np.percentile(x, [25, 50, 75])
+    mean, sd, cv = _spread(x)
+    return Summary(int(x.size), float(med), float(x.min()), float(x.max()), float(q1), float(q3),
+                   mean, sd, cv)
+
+
+def coefficient_of_variation(values) -> float:
+    """stdev / mean of finite values, as :func:`summarize` gives it (without the quartiles)."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0 or not np.all(np.isfinite(x)):
+        raise ValueError("no values, or values that are not finite")
+    return _spread(x)[2]
+
+
+def _spread(x: np.ndarray) -> tuple[float, float, float]:
+    """Mean, sample stdev (ddof=1) and CV (nan when n < 2 or mean == 0)."""
     mean = float(x.mean())
     sd = float(x.std(ddof=1)) if x.size > 1 else math.nan
     cv = sd / abs(mean) if x.size > 1 and mean != 0 else math.nan
-    return Summary(int(x.size), float(med), float(x.min()), float(x.max()), float(q1), float(q3),
-                   mean, sd, cv)
+    return mean, sd, cv
 
 
 def speed_ratio(base, new, better: str):

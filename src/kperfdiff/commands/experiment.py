@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     store = open_store(args)
     outcome = experiment.run_experiment(store, exp, experiment.RunOptions(
         restart=args.restart, progress=not args.no_progress, command=shlex.join(["kperfdiff", *sys.argv[1:]])))
-    cmp = load_comparison(store, experiment=str(outcome.experiment["id"]), runs=[])
+    cmp = load_comparison(store, experiment=str(outcome.experiment["id"]), runs=[], profiles=bool(args.report))
     sys.stdout.write(rcompare.render(cmp, args.format))
     if args.report:
         sys.stdout.write("\n" + rreport.top_mover_text(top_mover_diff(cmp)))
@@ -99,14 +99,15 @@ def run(args: argparse.Namespace) -> int:
 def compare(args: argparse.Namespace) -> int:
     """`kperfdiff compare RUN_A RUN_B ...` or `kperfdiff compare --experiment ID|NAME`."""
     store = open_store(args, create=False)
-    cmp = load_comparison(store, experiment=args.experiment, runs=args.runs, stack=args.stack)
+    cmp = load_comparison(store, experiment=args.experiment, runs=args.runs, stack=args.stack, profiles=False)
     sys.stdout.write(rcompare.render(cmp, args.format))
     return 0
 
 
 def report(args: argparse.Namespace) -> int:
     store = open_store(args, create=False)
-    cmp = load_comparison(store, experiment=args.experiment, runs=args.runs, stack=args.stack)
+    cmp = load_comparison(store, experiment=args.experiment, runs=args.runs, stack=args.stack,
+                          profiles=not args.no_profiles)
     out = write_report(gather(store, cmp, profiles=not args.no_profiles), args.output, args.format)
     print(f"kperfdiff: report written to {out}", file=sys.stderr)
     print(str(out))
