@@ -128,6 +128,10 @@ def test_run_history_newest_bench_runs_of_the_machine_only(busy_store):
     assert len(hist) == 4                    # runs 2, 3, 5, 6 are on m1; the experiment cells are not
     assert hist[0] == [[100.0, 100.1, 100.2, 100.3], [101.0, 101.1, 101.2, 101.3], [102.0, 102.1, 102.2, 102.3]]
     assert len(s.run_history(m1, "a.b", {"k": "1"}, 1, limit=2)) == 2
+    one = s.start_run(label="one", machine_id=m1)
+    _add(s, one.id, reps=1)
+    assert len(s.run_history(m1, "a.b", {"k": "1"}, 1)) == 5
+    assert s.run_history(m1, "a.b", {"k": "1"}, 1, min_reps=3) == hist      # the newest, of one repetition, left out
     assert s.run_history(m1, "a.b", {"k": "2"}, 1) == [] and s.run_history(None, "a.b", {"k": "1"}, 1) == []
 
 

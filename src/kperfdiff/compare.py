@@ -334,9 +334,9 @@ def from_experiment(store, ref: str, *, profiles: bool = True) -> Comparison:
 
 def _attach_run_history(store, sides: list[Side]) -> None:
     """Separate runs: give every sample the stored runs of its benchmark on its machine (one list
-    per machine, shared by the samples of that machine), for the run-level interval. A sample of
-    fewer than MIN_REPS repetitions gets none: its cell has no interval, so the history would go
-    unread."""
+    per machine, shared by the samples of that machine), for the run-level interval: only the runs
+    of MIN_REPS repetitions or more, the ones it counts. A sample of fewer than MIN_REPS repetitions
+    gets none: its cell has no interval, so the history would go unread."""
     cache: dict[tuple, list] = {}
     for side in sides:
         for (_key, copies), smp in side.samples.items():
@@ -344,7 +344,7 @@ def _attach_run_history(store, sides: list[Side]) -> None:
                 continue
             k = (smp.machine_id, smp.benchmark, json.dumps(smp.params, sort_keys=True), copies)
             if k not in cache:
-                cache[k] = store.run_history(smp.machine_id, smp.benchmark, smp.params, copies)
+                cache[k] = store.run_history(smp.machine_id, smp.benchmark, smp.params, copies, min_reps=MIN_REPS)
             smp.history = cache[k]
 
 

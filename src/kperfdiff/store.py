@@ -20,6 +20,7 @@ longer exists is marked ``interrupted`` the next time the store is opened.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import json
@@ -608,34 +609,40 @@ class Store:
         return out
 
     def run_history(self, machine_id: int | None, benchmark: str, params: dict, copies: int,
-                    limit: int = 100) -> list[list[list[float]]]:
+                    limit: int = 100, min_reps: int = 0) -> list[list[list[float]]]:
         """The repetitions (interval values per repetition) of one benchmark, parameter set and
         copy count in every `bench` run (not experiment cells) on one machine configuration,
-        newest ``limit`` runs: what the drift between runs of this benchmark has been here."""
+        newest ``limit`` runs: what the drift between runs of this benchmark has been here.
+        ``min_reps``: of those, only the runs of that many repetitions or more (the values of the
+        others are not read)."""
         if machine_id is None:
             return []
-        ids = [r[0] for r in self.conn.execute(
-            "SELECT result.id FROM result JOIN run ON run.id = result.run_id WHERE run.machine_id=? "
-            "AND result.benchmark=? AND result.params=? AND result.copies=? AND result.status='ok' "
-            "AND result.experiment_id IS NULL ORDER BY result.run_id DESC, result.id DESC LIMIT ?",
-            (machine_id, benchmark, json.dumps(params, sort_keys=True), copies, limit))]
-        if not ids:
-            return []
-        # The values in one column, and the size of each repetition from a second query (in one read
-        # transaction, so both see the same rows): less Python work than a (result, rep, value) row
-        # per value, for the hundreds of thousands of values a comparison of two big runs reads.
-        marks = ",".join("?" * len(ids))
         cur = self._plain()
         with self._snapshot():
-            values = [v for (v,) in cur.execute(f"SELECT value FROM interval WHERE result_id IN ({marks}) "
-                                                f"ORDER BY result_id, rep, copy, seq", ids)]
-            sizes = cur.execute(f"SELECT result_id, count(*) FROM interval WHERE result_id IN ({marks}) "
-                                f"GROUP BY result_id, rep ORDER BY result_id, rep", ids).fetchall()
+            ids = [r[0] for r in cur.execute(
+                "SELECT result.id FROM result JOIN run ON run.id = result.run_id WHERE run.machine_id=? "
+                "AND result.benchmark=? AND result.params=? AND result.copies=? AND result.status='ok' "
+                "AND result.experiment_id IS NULL ORDER BY result.run_id DESC, result.id DESC LIMIT ?",
+                (machine_id, benchmark, json.dumps(params, sort_keys=True), copies, limit))]
+            if not ids:
+                return []
+            # The size of each repetition, then the values in one column cut by those sizes: less
+            # Python work than a (result, rep, value) row per value, for the hundreds of thousands of
+            # values a comparison of two big runs reads.
+            sizes = cur.execute(f"SELECT result_id, count(*) FROM interval WHERE result_id IN "
+                                f"({','.join('?' * len(ids))}) GROUP BY result_id, rep ORDER BY result_id, rep",
+                                ids).fetchall()
+            n_reps = collections.Counter(rid for rid, _ in sizes)
+            ids = [rid for rid in ids if n_reps[rid] >= min_reps]
+            values = [v for (v,) in cur.execute(f"SELECT value FROM interval WHERE result_id IN "
+                                                f"({','.join('?' * len(ids))}) ORDER BY result_id, rep, copy, seq",
+                                                ids)]
         reps: dict[int, list[list[float]]] = {rid: [] for rid in ids}
         at = 0
         for rid, n in sizes:
-            reps[rid].append(values[at:at + n])
-            at += n
+            if rid in reps:
+                reps[rid].append(values[at:at + n])
+                at += n
         return [reps[rid] for rid in ids]
 
     # -- profiles ------------------------------------------------------------
