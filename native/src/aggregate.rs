@@ -19,15 +19,13 @@ struct Acc {
     by_stack: Vec<(u64, u64)>,
 }
 
-/// The raw-chain caches are memos: each is emptied when its entries outgrow
-/// this many words (8 MiB for whole chains, 2 MiB for kernel heads), which
-/// bounds the reader's memory on files of many short-lived processes, whose
-/// user chains never repeat.
+/// The raw-chain caches are bounded memos (`ChainMap`): 8 MiB of whole chains,
+/// 2 MiB of kernel heads.
 const CHAIN_CACHE_WORDS: usize = 1 << 20;
 const HEAD_CACHE_WORDS: usize = 256 << 10;
-/// The most words one entry takes: its key prefix, and a chain as long as a
-/// record can hold (64 KiB).
-const ENTRY_WORDS: usize = 8 + (64 << 10) / 8;
+/// The most words one key takes: its prefix, and a chain as long as a record
+/// can hold (64 KiB).
+const KEY_WORDS: usize = 8 + (64 << 10) / 8;
 
 /// A chain's bytes as words, where they are, when that is possible.
 #[inline]
@@ -74,8 +72,8 @@ impl Aggregator {
     pub fn new(events: usize) -> Self {
         Aggregator {
             key: Vec::new(),
-            chains: ChainMap::with_capacity(CHAIN_CACHE_WORDS + ENTRY_WORDS),
-            heads: ChainMap::with_capacity(HEAD_CACHE_WORDS + ENTRY_WORDS),
+            chains: ChainMap::memo(CHAIN_CACHE_WORDS, KEY_WORDS),
+            heads: ChainMap::memo(HEAD_CACHE_WORDS, KEY_WORDS),
             parts: SliceSet::new(),
             head_alone: Vec::new(),
             frames: Vec::new(),
@@ -128,23 +126,14 @@ impl Aggregator {
         let split = if shared_head { words.iter().position(|&a| a == CTX_USER).unwrap_or(words.len()) } else { 0 };
         // Kernel-only chains are shared by every process; the others depend on the
         // process's mappings at that time (pid + generation).
-        let space = if split == words.len() && shared_head {
-            0
-        } else {
-            ((pid as u32 as u64) << 40) ^ syms.procs.generation(pid) ^ (1 << 63)
-        };
+        let space = if split == words.len() && shared_head { 0 } else { syms.procs.space(pid) };
         let prefix = [space, mode as u64, ip];
         let h = intern::hash_parts(&prefix, words);
         if let Some(id) = self.chains.get(&prefix, words, h) {
             return id;
         }
         let id = self.symbolize_chain(syms, pid, mode, ip, shared_head, words.split_at(split));
-        if self.chains.arena_words() > CHAIN_CACHE_WORDS {
-            self.chains.clear();
-        }
-        if let Err(e) = self.chains.insert_new(&prefix, words, h, id) {
-            panic!("{e}");
-        }
+        self.chains.insert_new(&prefix, words, h, id);
         id
     }
 
@@ -162,12 +151,7 @@ impl Aggregator {
                 Some(id) => id,
                 None => {
                     let id = self.symbolize_head(syms, pid, mode, ip, head_words);
-                    if self.heads.arena_words() > HEAD_CACHE_WORDS {
-                        self.heads.clear();
-                    }
-                    if let Err(e) = self.heads.insert_new(&prefix, head_words, h, id) {
-                        panic!("{e}");
-                    }
+                    self.heads.insert_new(&prefix, head_words, h, id);
                     id
                 }
             };

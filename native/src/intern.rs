@@ -180,23 +180,29 @@ mod tests {
 /// and the table holds the hash's high 32 bits beside the entry's arena
 /// offset, so a probe that misses does not touch the arena, a hit touches the
 /// table and one arena run, and nothing is allocated per entry.
+///
+/// It is a bounded memo: once its entries take more than `limit` words, the next
+/// insertion empties it first, so its memory stays bounded however many distinct
+/// chains a file holds (a file of many short-lived processes, whose user chains
+/// never repeat).
 pub struct ChainMap {
     arena: Vec<u64>,
     /// (hash >> 32) << 32 | (arena offset + 1), 0 = empty; linear probing.
     slots: Vec<u64>,
     len: usize,
+    limit: usize,
+    /// The most words one key may take.
+    entry_words: usize,
 }
 
 impl ChainMap {
-    /// A map whose arena is allocated once for `words` (a bound its owner keeps,
-    /// so that it never grows by doubling past it).
-    pub fn with_capacity(words: usize) -> Self {
-        ChainMap { arena: Vec::with_capacity(words), slots: vec![0; 1024], len: 0 }
-    }
-
-    /// The words the entries take (what the map costs in memory, over 8 bytes).
-    pub fn arena_words(&self) -> usize {
-        self.arena.len()
+    /// A memo of at most `limit` words of entries whose keys take at most
+    /// `entry_words` words; its arena is allocated once, so it never grows by
+    /// doubling past the bound.
+    pub fn memo(limit: usize, entry_words: usize) -> Self {
+        let capacity = limit + 2 + entry_words;
+        assert!(capacity < u32::MAX as usize, "a chain memo's arena is addressed by 32-bit offsets");
+        ChainMap { arena: Vec::with_capacity(capacity), slots: vec![0; 1024], len: 0, limit, entry_words }
     }
 
     pub fn clear(&mut self) {
@@ -233,23 +239,24 @@ impl ChainMap {
         }
     }
 
-    /// Stores `value` for the key `prefix` + `rest` (known not to be in the map).
-    pub fn insert_new(&mut self, prefix: &[u64], rest: &[u64], h: u64, value: u32) -> Result<(), String> {
+    /// Stores `value` for the key `prefix` + `rest` (known not to be in the map, and of
+    /// at most `entry_words` words), after emptying the memo when it is full.
+    pub fn insert_new(&mut self, prefix: &[u64], rest: &[u64], h: u64, value: u32) {
+        let n = prefix.len() + rest.len();
+        assert!(n <= self.entry_words, "a {n}-word key in a chain memo of {}-word keys", self.entry_words);
+        if self.arena.len() > self.limit {
+            self.clear();
+        }
         if (self.len + 1) * 2 > self.slots.len() {
             self.grow();
         }
         let at = self.arena.len();
-        let n = prefix.len() + rest.len();
-        if at + 2 + n >= u32::MAX as usize {
-            return Err("more than 32 GiB of distinct call chains".into());
-        }
         self.arena.push(h);
         self.arena.push((n as u64) << 32 | value as u64);
         self.arena.extend_from_slice(prefix);
         self.arena.extend_from_slice(rest);
         self.place(h, at);
         self.len += 1;
-        Ok(())
     }
 
     #[inline]
@@ -288,7 +295,7 @@ mod chain_tests {
 
     #[test]
     fn chain_map() {
-        let mut m = ChainMap::with_capacity(0);
+        let mut m = ChainMap::memo(1 << 20, 16);
         let keys: Vec<Vec<u64>> =
             (0..3000u64).map(|i| std::iter::once(i).chain((0..(i % 9)).map(|j| i * 7 + j)).collect()).collect();
         // Keys split into a prefix of up to 3 words and the rest, at every split.
@@ -297,7 +304,7 @@ mod chain_tests {
             let (p, r) = k.split_at(split(k, v));
             let h = hash_parts(p, r);
             assert_eq!(m.get(p, r, h), None);
-            m.insert_new(p, r, h, v as u32).unwrap();
+            m.insert_new(p, r, h, v as u32);
         }
         assert_eq!(m.len, keys.len());
         for (v, k) in keys.iter().enumerate() {
@@ -307,5 +314,19 @@ mod chain_tests {
         assert_eq!(m.get(&[1], &[2, 3], hash_parts(&[1], &[2u64, 3])), None);
         m.clear();
         assert_eq!(m.get(&[], &keys[5], hash_parts(&[], &keys[5])), None);
+    }
+
+    #[test]
+    fn a_full_memo_empties_before_it_takes_more() {
+        let mut m = ChainMap::memo(99, 8);
+        for i in 0..10u64 {
+            m.insert_new(&[i], &[1, 2, 3, 4, 5, 6, 7], hash_parts(&[i], &[1u64, 2, 3, 4, 5, 6, 7]), i as u32);
+        }
+        // 10 entries of 10 words (2 of header) fill 100 words: the 11th finds it over 99 and empties it.
+        assert_eq!(m.len, 10);
+        m.insert_new(&[99], &[], hash_parts(&[99], &[] as &[u64]), 99);
+        assert_eq!(m.len, 1);
+        assert_eq!(m.get(&[0], &[1, 2, 3, 4, 5, 6, 7], hash_parts(&[0], &[1u64, 2, 3, 4, 5, 6, 7])), None);
+        assert_eq!(m.get(&[99], &[], hash_parts(&[99], &[] as &[u64])), Some(99));
     }
 }

@@ -212,8 +212,9 @@ pub fn symbol_map<'py>(py: pyo3::Python<'py>, data: &[u8]) -> pyo3::PyResult<pyo
 /// The kallsyms files read last, by path, size and modification time: the
 /// repetitions of a run share one, and a diff of ten profiles a side would
 /// otherwise parse it ten times.
-static RECENT: std::sync::Mutex<Vec<(std::path::PathBuf, u64, std::time::SystemTime, Arc<Kallsyms>)>> =
-    std::sync::Mutex::new(Vec::new());
+static RECENT: std::sync::Mutex<Vec<Recent>> = std::sync::Mutex::new(Vec::new());
+/// A file read: its path, size and modification time, and what it holds.
+type Recent = (std::path::PathBuf, u64, std::time::SystemTime, Arc<Kallsyms>);
 const RECENT_FILES: usize = 4;
 
 impl Kallsyms {
@@ -223,7 +224,7 @@ impl Kallsyms {
         let Some((len, mtime)) = stamp else {
             return Self::load(path).map(Arc::new);
         };
-        let recent = |list: &[(std::path::PathBuf, u64, std::time::SystemTime, Arc<Kallsyms>)]| {
+        let recent = |list: &[Recent]| {
             list.iter().find(|e| e.0 == path && e.1 == len && e.2 == mtime).map(|e| e.3.clone())
         };
         if let Some(k) = recent(&RECENT.lock().unwrap_or_else(|e| e.into_inner())) {

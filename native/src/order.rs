@@ -1,4 +1,5 @@
-//! Records in perf's order: sorted by time within the FINISHED_ROUND windows,
+//! Records in perf's order: sorted by time within the FINISHED_ROUND windows
+//! (samples among themselves only when their order matters: with PERF_SAMPLE_READ),
 //! visited straight from the memory map without copying, and handed to a
 //! `RecordSink` (statically dispatched: one instance per byte order).
 //!

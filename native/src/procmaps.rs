@@ -48,6 +48,14 @@ impl Processes {
         }
     }
 
+    /// A key for what a user address of `pid` means now: its pid and maps generation,
+    /// with the top bit set (never 0, which stands for kernel addresses). Equal keys
+    /// resolve every user address to the same symbol.
+    #[inline]
+    pub fn space(&mut self, pid: i32) -> u64 {
+        ((pid as u32 as u64) << 40) ^ self.generation(pid) ^ (1 << 63)
+    }
+
     /// The mapping of `addr` in process `pid`.
     pub fn map_of(&self, pid: i32, addr: u64) -> Option<Map> {
         self.procs.get(&pid).and_then(|p| {

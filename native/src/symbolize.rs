@@ -71,9 +71,8 @@ pub struct Tables {
 }
 
 /// The address space of kernel addresses in the recent-address cache; a user
-/// one is pid << 40 ^ maps generation ^ USER_SPACE.
+/// one is `Processes::space`.
 const KERNEL_SPACE: u64 = 0;
-const USER_SPACE: u64 = 1 << 63;
 const RECENT_BITS: u32 = 14;
 
 /// A direct-mapped cache of (address space, address) -> symbol: one probe,
@@ -284,7 +283,7 @@ impl<'o> Symbols<'o> {
     /// same, so the recent-address cache is keyed by pid and maps generation.
     #[inline]
     fn user_sym(&mut self, pid: i32, addr: u64) -> u32 {
-        let space = (pid as u32 as u64) << 40 ^ self.procs.generation(pid) ^ USER_SPACE;
+        let space = self.procs.space(pid);
         if let Some(id) = self.recent.get(space, addr) {
             return id;
         }

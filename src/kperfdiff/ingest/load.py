@@ -4,7 +4,7 @@ repetition, its parallel copies merged.
 
 Many files (both sides of a diff, every repetition of a side) are read at once, one per core:
 the native perf.data reader releases the GIL, so threads scale. The profiles come back in the
-order asked for and are the same as read one after another (``jobs=1``)."""
+order asked for and are the same as read one after another (``workers=1``)."""
 from __future__ import annotations
 
 import os
