@@ -26,12 +26,38 @@ pub struct Kallsyms {
     pub stext: Option<u64>,
 }
 
-fn read_maybe_gz(path: &Path) -> std::io::Result<Vec<u8>> {
-    let raw = std::fs::read(path)?;
+/// A kallsyms file's bytes: mapped (a plain file), or read and inflated (gzip).
+enum Bytes {
+    Mapped(memmap2::Mmap),
+    Read(Vec<u8>),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Read(v) => v,
+        }
+    }
+}
+
+fn read_maybe_gz(path: &Path) -> std::io::Result<Bytes> {
+    let f = std::fs::File::open(path)?;
+    let meta = f.metadata()?;
+    let raw = if meta.is_file() && meta.len() > 0 {
+        // SAFETY: a read-only map of a regular file, read through before load returns
+        // (what is kept is copied out of it).
+        Bytes::Mapped(unsafe { memmap2::Mmap::map(&f)? })
+    } else {
+        let mut v = Vec::new();
+        (&f).read_to_end(&mut v)?;
+        Bytes::Read(v)
+    };
     if raw.len() >= 2 && raw[0] == 0x1f && raw[1] == 0x8b {
         let mut out = Vec::with_capacity(raw.len() * 4);
         flate2::read::MultiGzDecoder::new(&raw[..]).read_to_end(&mut out)?;
-        Ok(out)
+        Ok(Bytes::Read(out))
     } else {
         Ok(raw)
     }
@@ -40,7 +66,7 @@ fn read_maybe_gz(path: &Path) -> std::io::Result<Vec<u8>> {
 /// Rank of a symbol among several at one address, packed in a u64: higher
 /// wins (perf prefers global over weak over local, then fewer leading
 /// underscores, then the one listed last, which is what perf report shows for
-/// kallsyms aliases). The line number makes it unique.
+/// kallsyms aliases). `line` orders the lines that share an address and makes the rank unique.
 fn rank(ty: u8, name: &[u8], line: usize) -> u64 {
     let binding: u64 = match ty {
         b'T' | b'D' | b'B' => 2,
@@ -94,30 +120,70 @@ fn parse_hex(s: &[u8]) -> Option<u64> {
     Some(v)
 }
 
-/// A line in the exact layout the kernel prints: 16 hex digits, a space, the
-/// type letter, a space, a non-empty name ending at whitespace. Returns the
-/// address, type and the end of the name; None sends the line to the general
-/// parser (which gives the same answer for these lines, only slower).
+/// Hex digit values; 0xff for a byte that is not one.
+const HEX: [u8; 256] = {
+    let mut t = [0xffu8; 256];
+    let mut i = 0;
+    while i < 10 {
+        t[b'0' as usize + i] = i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 6 {
+        t[b'a' as usize + i] = 10 + i as u8;
+        t[b'A' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    t
+};
+
+/// The index of the first ASCII whitespace byte of `s` at or after `i` (`s.len()` if none),
+/// eight bytes at a time: a word with a byte below 0x21 has that byte's top bit set in
+/// `(w - 0x21..) & !w & 0x80..`, and the lowest such byte is exactly the first one
+/// below 0x21 (a borrow only runs upward from a byte that is below), which is then
+/// looked at alone (it may be a control byte that is not whitespace).
 #[inline]
-fn fast_line(line: &[u8]) -> Option<(u64, u8, usize)> {
-    if line.len() < 20 || line[16] != b' ' || line[18] != b' ' || is_space(line[17]) || is_space(line[19]) {
+fn space_from(s: &[u8], mut i: usize) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    while i + 8 <= s.len() {
+        let w = u64::from_le_bytes(s[i..i + 8].try_into().unwrap());
+        let low = w.wrapping_sub(0x21 * ONES) & !w & (0x80 * ONES);
+        if low == 0 {
+            i += 8;
+            continue;
+        }
+        let j = i + (low.trailing_zeros() / 8) as usize;
+        if is_space(s[j]) {
+            return j;
+        }
+        i = j + 1;
+    }
+    while i < s.len() && !is_space(s[i]) {
+        i += 1;
+    }
+    i
+}
+
+/// A line in the exact layout the kernel prints, at the start of `s` (which may go
+/// on past the line): 16 hex digits, a space, the type letter, a space, a non-empty
+/// name ending at whitespace. Returns the address, type and the end of the name;
+/// None sends the line to the general parser (which gives the same answer for
+/// these lines, only slower).
+#[inline]
+fn fast_line(s: &[u8]) -> Option<(u64, u8, usize)> {
+    if s.len() < 20 || s[16] != b' ' || s[18] != b' ' || is_space(s[17]) || is_space(s[19]) {
         return None;
     }
-    let mut v: u64 = 0;
-    for &c in &line[..16] {
-        let d = match c {
-            b'0'..=b'9' => c - b'0',
-            b'a'..=b'f' => c - b'a' + 10,
-            b'A'..=b'F' => c - b'A' + 10,
-            _ => return None,
-        };
-        v = v << 4 | d as u64;
+    let (mut v, mut bad) = (0u64, 0u8);
+    for &c in &s[..16] {
+        let d = HEX[c as usize];
+        bad |= d;
+        v = v << 4 | (d & 15) as u64;
     }
-    let mut e = 20;
-    while e < line.len() && !is_space(line[e]) {
-        e += 1;
+    if bad == 0xff {
+        return None;
     }
-    Some((v, line[17], e))
+    Some((v, s[17], space_from(s, 20)))
 }
 
 /// One line of a kallsyms file or System.map.
@@ -152,7 +218,12 @@ pub fn parse_line(line: &[u8]) -> Option<Line<'_>> {
             (parse_hex(a)?, t[0], name)
         }
     };
-    let module = match field(line, &mut at) {
+    Some(Line { addr, ty, name, module: module_at(line, at) })
+}
+
+/// The module named by the field of `line` after `at` (the name's end), if it starts with '['.
+fn module_at(line: &[u8], mut at: usize) -> Option<&[u8]> {
+    match field(line, &mut at) {
         Some(m) if m[0] == b'[' => {
             let mut m = m;
             while let [b'[', rest @ ..] = m {
@@ -164,8 +235,29 @@ pub fn parse_line(line: &[u8]) -> Option<Line<'_>> {
             Some(m)
         }
         _ => None,
-    };
-    Some(Line { addr, ty, name, module })
+    }
+}
+
+/// Every line of `data`, cut where `str::lines` cuts (at '\n'), and what `parse_line`
+/// reads in it (`Err(line)` when it does not parse). A line in the kernel's own
+/// layout with nothing after its name is read in one pass over its bytes, which
+/// also finds where it ends; any other line is cut first, then parsed.
+fn each_line<'a>(data: &'a [u8], mut visit: impl FnMut(Result<Line<'a>, &'a [u8]>)) {
+    let mut p = 0;
+    while p < data.len() {
+        let rest = &data[p..];
+        if let Some((addr, ty, e)) = fast_line(rest) {
+            if e == rest.len() || rest[e] == b'\n' {
+                visit(Ok(Line { addr, ty, name: &rest[19..e], module: None }));
+                p += e + 1;
+                continue;
+            }
+        }
+        let end = rest.iter().position(|&c| c == b'\n').unwrap_or(rest.len());
+        let line = &rest[..end];
+        visit(parse_line(line).ok_or(line));
+        p += end + 1;
+    }
 }
 
 /// `symbol_map(data)`: every line of a System.map or kallsyms file (bytes, read as UTF-8 with
@@ -209,6 +301,15 @@ pub fn symbol_map<'py>(py: pyo3::Python<'py>, data: &[u8]) -> pyo3::PyResult<pyo
     })
 }
 
+/// A symbol kept from a line: its address, where its name is in the file, its module and type.
+struct Entry {
+    addr: u64,
+    start: u32,
+    len: u32,
+    module: u32,
+    ty: u8,
+}
+
 /// The kallsyms files read last, by path, size and modification time: the
 /// repetitions of a run share one, and a diff of ten profiles a side would
 /// otherwise parse it ten times.
@@ -240,32 +341,30 @@ impl Kallsyms {
 
     pub fn load(path: &Path) -> Result<Self, String> {
         let bytes = read_maybe_gz(path).map_err(|e| format!("cannot read kallsyms file {}: {}", path.display(), e))?;
-        // Validating is much cheaper than from_utf8_lossy's scan; the lossy copy only for odd files.
-        let parsed = match std::str::from_utf8(&bytes) {
-            Ok(text) => Self::parse(text),
-            Err(_) => Self::parse(&String::from_utf8_lossy(&bytes)),
-        };
-        parsed.map_err(|e| format!("{} is not a kallsyms file: {}", path.display(), e))
+        Self::parse(&bytes).map_err(|e| format!("{} is not a kallsyms file: {}", path.display(), e))
     }
 
-    pub fn parse(text: &str) -> Result<Self, String> {
+    /// The symbols of a kallsyms file's bytes (names that are not UTF-8 are read with U+FFFD).
+    pub fn parse(data: &[u8]) -> Result<Self, String> {
+        if data.len() > u32::MAX as usize {
+            return Err("it is larger than 4 GiB".into());
+        }
         let mut modules: Vec<String> = vec!["[kernel.kallsyms]".to_string()];
         let mut module_index: rustc_hash::FxHashMap<&[u8], u32> = Default::default();
-        // (addr, rank, name start, name len, module): no allocation per line.
-        let mut entries: Vec<(u64, u64, u32, u32, u32)> = Vec::with_capacity(text.len() / 40);
-        let mut text_addr = None;
-        let mut stext_addr = None;
+        // No allocation per line: where each kept name is, and its module; ranks are
+        // only worked out among symbols that share an address.
+        let mut entries: Vec<Entry> = Vec::with_capacity(data.len() / 40);
+        let (mut text_addr, mut stext_addr) = (None, None);
         let mut nonzero = false;
         let mut bad_lines = 0usize;
-        let all = text.as_bytes();
-        let base = all.as_ptr() as usize;
-        for (lineno, line) in text.lines().enumerate() {
-            let line = line.as_bytes();
-            let Some(Line { addr, ty, name, module }) = parse_line(line) else {
-                if !is_blank(line) {
-                    bad_lines += 1;
+        let base = data.as_ptr() as usize;
+        each_line(data, |line| {
+            let Line { addr, ty, name, module } = match line {
+                Ok(l) => l,
+                Err(line) => {
+                    bad_lines += !is_blank(line) as usize;
+                    return;
                 }
-                continue;
             };
             if name == b"_text" {
                 text_addr = Some(addr);
@@ -273,43 +372,60 @@ impl Kallsyms {
                 stext_addr = Some(addr);
             }
             if !matches!(ty.to_ascii_uppercase(), b'T' | b'W' | b'D' | b'B') || name[0] == b'$' {
-                continue;
+                return;
             }
-            if addr != 0 {
-                nonzero = true;
-            }
+            nonzero |= addr != 0;
             let module = match module {
                 Some(m) => *module_index.entry(m).or_insert_with(|| {
-                    // `m` is a sub-slice of a &str cut at ASCII brackets: valid UTF-8.
-                    modules.push(format!("[{}]", std::str::from_utf8(m).unwrap_or("?")));
+                    modules.push(format!("[{}]", String::from_utf8_lossy(m)));
                     (modules.len() - 1) as u32
                 }),
                 None => 0,
             };
             let start = (name.as_ptr() as usize - base) as u32;
-            entries.push((addr, rank(ty, name, lineno), start, name.len() as u32, module));
-        }
+            entries.push(Entry { addr, start, len: name.len() as u32, module, ty });
+        });
         if entries.is_empty() {
             return Err(if bad_lines > 0 { "no line has the form ADDRESS TYPE NAME".into() } else { "it lists no symbols".into() });
         }
         if !nonzero {
             return Err("every address is zero (copied without root or with kptr_restrict set); copy it as root".into());
         }
-        // Sort by address, best-ranked first within an address, keep the first
-        // (ranks are unique, so the order does not depend on the sort algorithm;
-        // the stable sort finds the long sorted runs of a kallsyms file).
-        entries.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
-        entries.dedup_by(|later, first| later.0 == first.0);
+        // By address, in file order within an address (a stable sort, which also finds
+        // the long sorted runs of a kallsyms file); of the symbols at one address, the
+        // best-ranked is kept.
+        entries.sort_by_key(|e| e.addr);
+        let name_of = |e: &Entry| &data[e.start as usize..(e.start + e.len) as usize];
         let mut addrs = Vec::with_capacity(entries.len());
-        let mut names_buf = String::with_capacity(entries.iter().map(|e| e.3 as usize).sum());
+        // An ASCII file's names are copied as they are; other files' names are read one by one.
+        let ascii = data.is_ascii();
+        let mut names_buf = Vec::with_capacity(entries.iter().map(|e| e.len as usize).sum());
         let mut name_ends = Vec::with_capacity(entries.len());
         let mut module = Vec::with_capacity(entries.len());
-        for (a, _, start, len, m) in entries {
-            addrs.push(a);
-            names_buf.push_str(&text[start as usize..(start + len) as usize]);
+        let mut i = 0;
+        while i < entries.len() {
+            let mut j = i + 1;
+            while j < entries.len() && entries[j].addr == entries[i].addr {
+                j += 1;
+            }
+            let best = if j == i + 1 {
+                &entries[i]
+            } else {
+                let run = &entries[i..j];
+                let k = (0..run.len()).max_by_key(|&k| rank(run[k].ty, name_of(&run[k]), k)).unwrap();
+                &run[k]
+            };
+            addrs.push(best.addr);
+            if ascii {
+                names_buf.extend_from_slice(name_of(best));
+            } else {
+                names_buf.extend_from_slice(String::from_utf8_lossy(name_of(best)).as_bytes());
+            }
             name_ends.push(names_buf.len() as u32);
-            module.push(m);
+            module.push(best.module);
+            i = j;
         }
+        let names_buf = String::from_utf8(names_buf).map_err(|_| "its names are not text".to_string())?;
         Ok(Kallsyms { addrs, names_buf, name_ends, module, modules, text: text_addr, stext: stext_addr })
     }
 
@@ -385,11 +501,71 @@ mod tests {
     }
 
     #[test]
+    fn lines_read_in_one_pass_as_cut_then_parsed() {
+        // Random files of kernel-layout lines, damaged by bytes the grammar cares about.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let alphabet: &[u8] = b" \t\n\r\x0c\x01[]+_$fF0aTtxz\xc3\xa9\xff";
+        for _ in 0..3000 {
+            let mut data = Vec::new();
+            for _ in 0..next(6) {
+                data.extend_from_slice(format!("{:016x} {} name_{}", next(1 << 48), ["T", "t", "W", "A"][next(4) as usize], next(99)).as_bytes());
+                if next(3) == 0 {
+                    data.extend_from_slice(b"\t[mod]");
+                }
+                data.push(b'\n');
+            }
+            for _ in 0..next(4) {
+                let at = next(data.len() as u64 + 1) as usize;
+                let c = alphabet[next(alphabet.len() as u64) as usize];
+                if next(2) == 0 && at < data.len() {
+                    data[at] = c;
+                } else {
+                    data.insert(at, c);
+                }
+            }
+            let mut fused = Vec::new();
+            each_line(&data, |l| fused.push(l.map_err(|line| is_blank(line))));
+            let cut: Vec<_> = data
+                .split(|&c| c == b'\n')
+                .take(data.split(|&c| c == b'\n').count() - data.ends_with(b"\n") as usize)
+                .map(|line| parse_line(line).ok_or(is_blank(line)))
+                .collect();
+            let cut = if data.is_empty() { Vec::new() } else { cut };
+            assert_eq!(fused, cut, "{:?}", String::from_utf8_lossy(&data));
+        }
+    }
+
+    #[test]
+    fn whitespace_is_found_a_word_at_a_time() {
+        for s in [&b"abcdefghij klm"[..], b"abc\x01def\x02ghijkl\tm", b"\xff\xfe\x80abcdefgh\r", b"abcdefghijklmnop", b"a\x0cb"] {
+            let want = s.iter().position(|c| c.is_ascii_whitespace()).unwrap_or(s.len());
+            for from in 0..=want {
+                assert_eq!(space_from(s, from), want, "{s:?} from {from}");
+            }
+        }
+    }
+
+    #[test]
+    fn names_that_are_not_utf8() {
+        let k = Kallsyms::parse(b"ffffffff81000000 T _text\nffffffff81000100 T caf\xc3\xa9\nffffffff81000200 T bad\xff\xc3\n").unwrap();
+        assert_eq!(k.name(1), "caf\u{e9}");
+        assert_eq!(k.name(2), "bad\u{fffd}\u{fffd}");
+        let k = Kallsyms::parse(b"ffffffff81000000 T a\xc3\nffffffff81000100 T \xa9b\n").unwrap();
+        assert_eq!((k.name(0), k.name(1)), ("a\u{fffd}", "\u{fffd}b"));
+    }
+
+    #[test]
     fn parse_and_lookup() {
         let text = "ffffffff81000000 T _text\nffffffff81000000 T _stext\nffffffff81000100 t local_fn\n\
                     ffffffff81000100 T global_fn\nffffffff81000200 A absolute\nffffffff81000300 T last\n\
                     ffffffffc0000000 t mod_fn\t[ext4]\n";
-        let k = Kallsyms::parse(text).unwrap();
+        let k = Kallsyms::parse(text.as_bytes()).unwrap();
         assert_eq!(k.text, Some(0xffffffff81000000));
         let i = k.lookup(0xffffffff81000150).unwrap();
         assert_eq!(k.name(i), "global_fn");
@@ -403,13 +579,13 @@ mod tests {
 
     #[test]
     fn kallsyms_relocation_symbol() {
-        let k = Kallsyms::parse("ffffffff81000000 T _text\nffffffff81000100 T f\n").unwrap();
+        let k = Kallsyms::parse(b"ffffffff81000000 T _text\nffffffff81000100 T f\n").unwrap();
         assert_eq!(k.ref_symbol("_text"), Some(0xffffffff81000000));
         assert_eq!(k.ref_symbol("_stext"), Some(0xffffffff81000000));
     }
 
     #[test]
     fn zero_addresses_rejected() {
-        assert!(Kallsyms::parse("0000000000000000 T _text\n0000000000000000 T x\n").is_err());
+        assert!(Kallsyms::parse(b"0000000000000000 T _text\n0000000000000000 T x\n").is_err());
     }
 }
