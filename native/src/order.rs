@@ -75,12 +75,7 @@ pub fn read_mapped<T: ByteOrder, S: RecordSink>(
     // their place in time. Read values (PERF_SAMPLE_READ) are differences from the
     // previous sample, so with them every record keeps its place.
     let samples_commute = events.attrs.iter().all(|a| a.sample_type & SAMPLE_READ == 0);
-    let mut rounds = Rounds {
-        pending: Vec::new(),
-        prev_max: 0,
-        cur_max: 0,
-        samples_commute,
-    };
+    let mut rounds = Rounds::new(samples_commute);
     let mut pos = 0usize;
     let mut cut = None;
     while pos < region.len() {
@@ -196,13 +191,24 @@ struct Rounds {
     cur_max: u64,
     /// Whether the order of samples among themselves does not matter.
     samples_commute: bool,
+    /// The earliest time of a pending record that is not a sample.
+    state_min: Option<u64>,
 }
 
 impl Rounds {
+    fn new(samples_commute: bool) -> Self {
+        Rounds { pending: Vec::new(), prev_max: 0, cur_max: 0, samples_commute, state_min: None }
+    }
+
     #[inline]
     fn push(&mut self, t: u64, pos: usize, ai: usize, state: bool) {
         self.cur_max = self.cur_max.max(t);
-        let flag = if state { PENDING_STATE } else { 0 };
+        let flag = if state {
+            self.state_min = Some(self.state_min.map_or(t, |m| m.min(t)));
+            PENDING_STATE
+        } else {
+            0
+        };
         self.pending.push((t, pos as u64 | (ai as u64) << PENDING_OFF_BITS | flag));
     }
 
@@ -219,41 +225,46 @@ impl Rounds {
 
     /// Hands the pending records up to time `limit` (all without one) to the sink, in
     /// time order (equal times in file order). When samples commute and none of the
-    /// records due changes the reader's state, they go in the order they are found: no sort.
+    /// records due changes the reader's state, they go in the order they are found,
+    /// in the same pass that keeps the rest: no sort.
     fn flush<T: ByteOrder, S: RecordSink>(&mut self, region: &[u8], sink: &mut S, limit: Option<u64>) {
-        let pending = &mut self.pending;
-        if pending.is_empty() {
+        let due = |t: u64| limit.map_or(true, |l| t <= l);
+        if self.samples_commute && !self.state_min.is_some_and(due) {
+            let mut kept = 0;
+            for i in 0..self.pending.len() {
+                let e = self.pending[i];
+                if due(e.0) {
+                    deliver_one::<T, S>(region, sink, e.1);
+                } else {
+                    self.pending[kept] = e;
+                    kept += 1;
+                }
+            }
+            self.pending.truncate(kept);
             return;
         }
-        let due = |e: &(u64, u64)| limit.map_or(true, |l| e.0 <= l);
-        let n = if self.samples_commute && !pending.iter().any(|e| e.1 & PENDING_STATE != 0 && due(e)) {
-            partition(pending, due)
-        } else {
-            // A round is a concatenation of per-CPU runs already in time order: the stable
-            // sort merges those runs. Offsets are unique and in file order, so equal times keep it.
-            pending.sort_by_key(|e| (e.0, e.1 & PENDING_OFF_MASK));
-            match limit {
-                Some(l) => pending.partition_point(|e| e.0 <= l),
-                None => pending.len(),
-            }
-        };
-        deliver::<T, S>(region, sink, &pending[..n]);
-        pending.drain(..n);
+        // A round is a concatenation of per-CPU runs already in time order: the stable
+        // sort merges those runs. Offsets are unique and in file order, so equal times keep it.
+        let n = partition(&mut self.pending, |e| due(e.0));
+        let records = &mut self.pending[..n];
+        records.sort_by_key(|e| (e.0, e.1 & PENDING_OFF_MASK));
+        for e in records.iter() {
+            deliver_one::<T, S>(region, sink, e.1);
+        }
+        self.pending.drain(..n);
+        self.state_min = self.pending.iter().filter(|e| e.1 & PENDING_STATE != 0).map(|e| e.0).min();
     }
 }
 
-/// Hands records to the sink in the order given.
+/// Hands the record at a pending entry's offset to the sink.
 #[inline]
-fn deliver<T: ByteOrder, S: RecordSink>(region: &[u8], sink: &mut S, records: &[(u64, u64)]) {
-    for &(_, packed) in records {
-        let pos = (packed & PENDING_OFF_MASK) as usize;
-        let ai = ((packed >> PENDING_OFF_BITS) & PENDING_AI_MASK) as usize;
-        let ty = T::read_u32(&region[pos..pos + 4]);
-        let misc = T::read_u16(&region[pos + 4..pos + 6]);
-        let size = T::read_u16(&region[pos + 6..pos + 8]) as usize;
-        let body = &region[pos + 8..pos + size];
-        sink.record::<T>(ty, misc, body, ai);
-    }
+fn deliver_one<T: ByteOrder, S: RecordSink>(region: &[u8], sink: &mut S, packed: u64) {
+    let pos = (packed & PENDING_OFF_MASK) as usize;
+    let ai = ((packed >> PENDING_OFF_BITS) & PENDING_AI_MASK) as usize;
+    let ty = T::read_u32(&region[pos..pos + 4]);
+    let misc = T::read_u16(&region[pos + 4..pos + 6]);
+    let size = T::read_u16(&region[pos + 6..pos + 8]) as usize;
+    sink.record::<T>(ty, misc, &region[pos + 8..pos + size], ai);
 }
 
 /// Moves the entries for which `due` holds to the front (in no particular order) and
@@ -288,12 +299,7 @@ mod tests {
     /// Records of the given (type, time), each 16 bytes, pending in one round; then flushed.
     fn flushed(records: &[(u32, u64)], commute: bool, limit: Option<u64>) -> (Vec<(u32, u64)>, usize) {
         let mut region = Vec::new();
-        let mut rounds = Rounds {
-            pending: Vec::new(),
-            prev_max: 0,
-            cur_max: 0,
-            samples_commute: commute,
-        };
+        let mut rounds = Rounds::new(commute);
         for &(ty, t) in records {
             rounds.push(t, region.len(), 0, ty != REC_SAMPLE);
             region.extend_from_slice(&ty.to_le_bytes());
