@@ -1,5 +1,6 @@
 //! Records in perf's order: sorted by time within the FINISHED_ROUND windows
-//! (samples among themselves only when their order matters: with PERF_SAMPLE_READ),
+//! (only around the records that change what a sample resolves to, unless the
+//! order of samples matters too: with PERF_SAMPLE_READ),
 //! visited straight from the memory map without copying, and handed to a
 //! `RecordSink` (statically dispatched: one instance per byte order).
 //!
@@ -8,7 +9,7 @@
 //! pending record needs them, are released, so the file does not all count
 //! in the process's resident memory at the end. Compressed files
 //! (perf record -z) go through `linux-perf-data`'s reader, which inflates them.
-use crate::abi::{REC_COMPRESSED, REC_COMPRESSED2, REC_FINISHED_ROUND, REC_SAMPLE, SAMPLE_READ};
+use crate::abi::{REC_COMM, REC_COMPRESSED, REC_COMPRESSED2, REC_FINISHED_ROUND, REC_FORK, REC_MMAP, REC_MMAP2, REC_SAMPLE, SAMPLE_READ};
 use crate::header::{Attr, Events};
 use crate::layout::PatchedFile;
 use byteorder::ByteOrder;
@@ -26,7 +27,7 @@ pub trait RecordSink {
 const WINDOW_CHUNK: usize = 4 << 20;
 
 /// Offsets in the pending list share a u64 with the event index and, in the
-/// top bit, whether the record is one that changes the reader's state (not a sample).
+/// top bit, whether the record is one that changes the reader's state (`changes_state`).
 const PENDING_OFF_BITS: u32 = 40;
 const PENDING_OFF_MASK: u64 = (1 << PENDING_OFF_BITS) - 1;
 const PENDING_STATE: u64 = 1 << 63;
@@ -72,7 +73,7 @@ pub fn read_mapped<T: ByteOrder, S: RecordSink>(
     let mut window = Window { map, base: off, end, ahead: off, behind: off };
     // Samples add up the same in any order, so among themselves they need none; only
     // the records that change what a sample resolves to (mappings, processes) need
-    // their place in time. Read values (PERF_SAMPLE_READ) are differences from the
+    // their place in time, and the records only counted need none. Read values (PERF_SAMPLE_READ) are differences from the
     // previous sample, so with them every record keeps its place.
     let samples_commute = events.attrs.iter().all(|a| a.sample_type & SAMPLE_READ == 0);
     let mut rounds = Rounds::new(samples_commute);
@@ -100,7 +101,7 @@ pub fn read_mapped<T: ByteOrder, S: RecordSink>(
             sink.count(ty);
         } else {
             let ai = events.attr_index::<T>(ty, body);
-            rounds.push(time_of::<T>(&events.attrs[ai], ty, body), pos, ai, ty != REC_SAMPLE);
+            rounds.push(time_of::<T>(&events.attrs[ai], ty, body), pos, ai, changes_state(ty));
         }
         pos += size;
     }
@@ -124,6 +125,14 @@ fn record_at<T: ByteOrder>(region: &[u8], pos: usize, off: usize) -> Result<(u32
         return Err(format!("a record is cut at byte {}", off + pos));
     }
     Ok((ty, size))
+}
+
+/// Whether a record changes what samples resolve to (a mapping, a process's
+/// name or exec, a fork). The others (exits, lost counts, throttling...) are
+/// only counted, so their order does not matter either.
+#[inline]
+fn changes_state(ty: u32) -> bool {
+    matches!(ty, REC_MMAP | REC_MMAP2 | REC_COMM | REC_FORK)
 }
 
 /// A record's time (0 when it has none).
@@ -183,7 +192,7 @@ impl Window<'_> {
 }
 
 /// The records of the rounds not yet flushed: (time, offset | event index << 40 |
-/// PENDING_STATE for a record that is not a sample).
+/// PENDING_STATE for a record that changes the reader's state).
 struct Rounds {
     pending: Vec<(u64, u64)>,
     /// The latest time of the rounds before the last one.
@@ -191,7 +200,7 @@ struct Rounds {
     cur_max: u64,
     /// Whether the order of samples among themselves does not matter.
     samples_commute: bool,
-    /// The earliest time of a pending record that is not a sample.
+    /// The earliest time of a pending record that changes the reader's state.
     state_min: Option<u64>,
 }
 
@@ -301,7 +310,7 @@ mod tests {
         let mut region = Vec::new();
         let mut rounds = Rounds::new(commute);
         for &(ty, t) in records {
-            rounds.push(t, region.len(), 0, ty != REC_SAMPLE);
+            rounds.push(t, region.len(), 0, changes_state(ty));
             region.extend_from_slice(&ty.to_le_bytes());
             region.extend_from_slice(&0u16.to_le_bytes());
             region.extend_from_slice(&16u16.to_le_bytes());
