@@ -172,8 +172,9 @@ impl Aggregator {
     #[allow(clippy::too_many_arguments)]
     fn frames_of(syms: &mut Symbols, frames: &mut Vec<u32>, pid: i32, mode: u8, ip: u64, with_ip: bool,
                  skip_first: bool, words: &[u64]) {
+        let space = syms.procs.space(pid);
         if with_ip {
-            frames.push(syms.frame_sym(mode, pid, ip));
+            frames.push(syms.frame_sym(mode, pid, space, ip));
         }
         let mut ctx = mode;
         let mut first = skip_first;
@@ -195,7 +196,7 @@ impl Aggregator {
                     continue;
                 }
             }
-            frames.push(syms.frame_sym(ctx, pid, a));
+            frames.push(syms.frame_sym(ctx, pid, space, a));
         }
     }
 

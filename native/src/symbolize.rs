@@ -49,7 +49,8 @@ pub struct Symbols<'o> {
     pub kernel_reloc: i64,
     pub kernel_ref: Option<(String, u64)>,
     kaddr_cache: FxHashMap<u64, u32>,
-    uaddr_cache: FxHashMap<(u32, u64), u32>,
+    /// (DSO, file offset) packed by `file_key` -> symbol.
+    uaddr_cache: FxHashMap<u64, u32>,
     /// In front of those two: the last symbol of an address, direct-mapped.
     recent: AddrCache,
     dso_unknown: u32,
@@ -105,6 +106,13 @@ impl AddrCache {
     fn clear(&mut self) {
         self.slots.iter_mut().for_each(|e| *e = (u64::MAX, u64::MAX, NONE));
     }
+}
+
+/// A DSO and an offset in its file as one word (none when they do not fit: such an
+/// address is resolved every time rather than cached).
+#[inline]
+fn file_key(dso: u32, off: u64) -> Option<u64> {
+    (dso < 1 << 24 && off < 1 << 40).then(|| (dso as u64) << 40 | off)
 }
 
 fn basename(p: &str) -> &str {
@@ -215,11 +223,12 @@ impl<'o> Symbols<'o> {
         id
     }
 
-    /// The symbol of an address of the call chain in context `mode`.
-    pub fn frame_sym(&mut self, mode: u8, pid: i32, addr: u64) -> u32 {
+    /// The symbol of an address of the call chain in context `mode`, in process `pid`
+    /// whose user addresses mean what they do in `space` (`Processes::space(pid)`).
+    pub fn frame_sym(&mut self, mode: u8, pid: i32, space: u64, addr: u64) -> u32 {
         match mode {
             MODE_KERNEL => self.kernel_sym(addr),
-            MODE_USER => self.user_sym(pid, addr),
+            MODE_USER => self.user_sym(pid, space, addr),
             MODE_HV => {
                 let d = self.add_dso("[hypervisor]", "[hypervisor]", true);
                 self.unknown_of(d)
@@ -234,7 +243,7 @@ impl<'o> Symbols<'o> {
             }
             _ => {
                 let in_kernel = self.kallsyms.as_ref().map(|k| k.lookup(addr).is_some()).unwrap_or(false);
-                if in_kernel { self.kernel_sym(addr) } else { self.user_sym(pid, addr) }
+                if in_kernel { self.kernel_sym(addr) } else { self.user_sym(pid, space, addr) }
             }
         }
     }
@@ -282,8 +291,7 @@ impl<'o> Symbols<'o> {
     /// A user address's symbol: the same while the process's mappings stay the
     /// same, so the recent-address cache is keyed by pid and maps generation.
     #[inline]
-    fn user_sym(&mut self, pid: i32, addr: u64) -> u32 {
-        let space = self.procs.space(pid);
+    fn user_sym(&mut self, pid: i32, space: u64, addr: u64) -> u32 {
         if let Some(id) = self.recent.get(space, addr) {
             return id;
         }
@@ -297,7 +305,8 @@ impl<'o> Symbols<'o> {
             return self.unknown_of(self.dso_unknown);
         };
         let off = addr - m.start + m.pgoff;
-        if let Some(&id) = self.uaddr_cache.get(&(m.dso, off)) {
+        let key = file_key(m.dso, off);
+        if let Some(&id) = key.and_then(|k| self.uaddr_cache.get(&k)) {
             return id;
         }
         self.load_dso_syms(m.dso);
@@ -322,7 +331,9 @@ impl<'o> Symbols<'o> {
             }
             None => self.unknown_of(m.dso),
         };
-        self.uaddr_cache.insert((m.dso, off), id);
+        if let Some(k) = key {
+            self.uaddr_cache.insert(k, id);
+        }
         id
     }
 
