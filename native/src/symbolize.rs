@@ -225,10 +225,19 @@ impl<'o> Symbols<'o> {
 
     /// The symbol of an address of the call chain in context `mode`, in process `pid`
     /// whose user addresses mean what they do in `space` (`Processes::space(pid)`).
+    #[inline(always)]
     pub fn frame_sym(&mut self, mode: u8, pid: i32, space: u64, addr: u64) -> u32 {
         match mode {
             MODE_KERNEL => self.kernel_sym(addr),
             MODE_USER => self.user_sym(pid, space, addr),
+            _ => self.other_frame_sym(mode, pid, space, addr),
+        }
+    }
+
+    /// `frame_sym` in the contexts other than kernel and user.
+    #[inline(never)]
+    fn other_frame_sym(&mut self, mode: u8, pid: i32, space: u64, addr: u64) -> u32 {
+        match mode {
             MODE_HV => {
                 let d = self.add_dso("[hypervisor]", "[hypervisor]", true);
                 self.unknown_of(d)
@@ -248,7 +257,7 @@ impl<'o> Symbols<'o> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn kernel_sym(&mut self, addr: u64) -> u32 {
         if let Some(id) = self.recent.get(KERNEL_SPACE, addr) {
             return id;
@@ -258,6 +267,7 @@ impl<'o> Symbols<'o> {
         id
     }
 
+    #[inline(never)]
     fn kernel_sym_uncached(&mut self, addr: u64) -> u32 {
         if let Some(&id) = self.kaddr_cache.get(&addr) {
             return id;
@@ -290,7 +300,7 @@ impl<'o> Symbols<'o> {
 
     /// A user address's symbol: the same while the process's mappings stay the
     /// same, so the recent-address cache is keyed by pid and maps generation.
-    #[inline]
+    #[inline(always)]
     fn user_sym(&mut self, pid: i32, space: u64, addr: u64) -> u32 {
         if let Some(id) = self.recent.get(space, addr) {
             return id;
@@ -300,6 +310,7 @@ impl<'o> Symbols<'o> {
         id
     }
 
+    #[inline(never)]
     fn user_sym_uncached(&mut self, pid: i32, addr: u64) -> u32 {
         let Some(m) = self.procs.map_of(pid, addr) else {
             return self.unknown_of(self.dso_unknown);
