@@ -109,16 +109,19 @@ impl Aggregator {
     pub fn resolve_stack<T: ByteOrder>(&mut self, syms: &mut Symbols, pid: i32, mode: u8, ip: u64, chain: &[u8]) -> u32 {
         // The chain's words where they are in the file when its byte order is the
         // machine's and they are aligned (perf pads records to 8 bytes); a copy otherwise.
+        match in_place::<T>(chain) {
+            Some(words) => self.resolve_words(syms, pid, mode, ip, words),
+            None => self.resolve_copied::<T>(syms, pid, mode, ip, chain),
+        }
+    }
+
+    /// `resolve_stack` through a copy of the chain's words in the machine's byte order.
+    #[inline(never)]
+    fn resolve_copied<T: ByteOrder>(&mut self, syms: &mut Symbols, pid: i32, mode: u8, ip: u64, chain: &[u8]) -> u32 {
         let mut copy = std::mem::take(&mut self.key);
-        let words: &[u64] = match in_place::<T>(chain) {
-            Some(w) => w,
-            None => {
-                copy.clear();
-                copy.extend(chain.chunks_exact(8).map(T::read_u64));
-                &copy
-            }
-        };
-        let id = self.resolve_words(syms, pid, mode, ip, words);
+        copy.clear();
+        copy.extend(chain.chunks_exact(8).map(T::read_u64));
+        let id = self.resolve_words(syms, pid, mode, ip, &copy);
         self.key = copy;
         id
     }
