@@ -84,6 +84,7 @@ impl<'a> Decoder<'a> {
         }
     }
 
+    #[inline]
     fn sample<T: ByteOrder>(&mut self, misc: u16, body: &[u8], ai: usize) {
         self.counts.samples += 1;
         let events = self.events;
@@ -167,6 +168,7 @@ impl<'a> Decoder<'a> {
 }
 
 impl RecordSink for Decoder<'_> {
+    #[inline]
     fn record<T: ByteOrder>(&mut self, ty: u32, misc: u16, body: &[u8], ai: usize) {
         self.counts.records[(ty as usize).min(127)] += 1;
         let raw = RawData::Single(body);
