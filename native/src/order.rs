@@ -354,6 +354,46 @@ mod tests {
     }
 
     #[test]
+    fn mappings_left_pending_keep_their_place_in_later_rounds() {
+        // Rounds of samples and mappings from two CPUs whose times overlap the round
+        // before; mappings not yet due at one round's end must still be placed in time
+        // when a later round hands them over (and exits, only counted, go anywhere).
+        let mut region = Vec::new();
+        let mut rounds = Rounds::new(true);
+        let mut seen = Seen(Vec::new());
+        let mut x = 99u64;
+        let mut pushed = Vec::new();
+        for round in 0..40u64 {
+            for i in 0..50u64 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let t = round * 1000 + i * 20 + (x >> 54);
+                let ty = match x % 23 {
+                    0 => REC_MMAP2,
+                    1 => crate::abi::REC_EXIT,
+                    _ => REC_SAMPLE,
+                };
+                rounds.push(t, region.len(), 0, changes_state(ty));
+                region.extend_from_slice(&ty.to_le_bytes());
+                region.extend_from_slice(&0u16.to_le_bytes());
+                region.extend_from_slice(&16u16.to_le_bytes());
+                region.extend_from_slice(&t.to_le_bytes());
+                pushed.push((ty, t));
+            }
+            rounds.end_round::<LittleEndian, Seen>(&region, &mut seen);
+        }
+        rounds.flush::<LittleEndian, Seen>(&region, &mut seen, None);
+        let seen = seen.0;
+        assert_eq!(seen.len(), pushed.len());
+        assert!(seen.iter().filter(|r| r.0 == REC_MMAP2).count() > 40);
+        for (i, r) in seen.iter().enumerate() {
+            if r.0 == REC_MMAP2 {
+                assert!(seen[..i].iter().all(|e| e.1 <= r.1), "{r:?} after a later record");
+                assert!(seen[i + 1..].iter().all(|e| e.1 >= r.1), "{r:?} before an earlier record");
+            }
+        }
+    }
+
+    #[test]
     fn equal_times_keep_file_order() {
         let records = [(REC_SAMPLE, 5), (REC_MMAP2, 5), (REC_SAMPLE, 5), (REC_MMAP2, 3), (REC_SAMPLE, 4)];
         // Samples between two mappings come in any order; the sample at time 5 before
