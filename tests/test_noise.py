@@ -219,6 +219,11 @@ def test_contention_is_seen_and_reported(tmp_path):
         assert pn.tasks == 1 and pn.run_ns > 0.2e9 and pn.maxrss_kb > 0      # a second spinning, half of it shared
         assert outs[0].rep_noise is not None
     a, c = alone[0].noise, crowded[0].noise
+    if a.run_delay_pct > 30:
+        # Other users of this machine already keep a lone busy loop waiting for a CPU a third
+        # of its time: the hog's own effect cannot be told apart from theirs.
+        pytest.skip(f"the machine is too busy to show contention: a busy loop alone waited "
+                    f"{a.run_delay_pct:.0f}% of its runnable time")
     # sharing one CPU with a busy loop: about half the runnable time waiting, preempted often
     assert c.run_delay_pct > 25 and c.run_delay_pct > a.run_delay_pct + 15
     assert c.nivcsw > 10       # (not compared: other users of a shared machine preempt the alone run too)
