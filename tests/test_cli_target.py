@@ -1,17 +1,18 @@
 """`kperfdiff target check` and `kperfdiff target boot` against a real QEMU guest."""
-import json
 import shutil
 
 import pytest
 
 from conftest import assert_one_sentence_error, run_cli
+from test_schemas import validate
 
 needs_qemu = pytest.mark.skipif(not shutil.which("qemu-system-x86_64"), reason="qemu-system-x86 is not installed")
 
 
 @needs_qemu
 def test_check_prints_guest_facts(home):
-    j = json.loads(run_cli("target", "check", "qemu:x86_64", "--format", "json", check=0, timeout=300).stdout)
+    j = validate("target check", run_cli("target", "check", "qemu:x86_64", "--format", "json", check=0,
+                                         timeout=300).stdout)
     f = j["facts"]
     assert f["arch"] == "x86_64" and f["emulated"] is True and f["kernel_release"]
     assert f["virtualisation"] in ("tcg", "kvm")
@@ -21,7 +22,7 @@ def test_check_prints_guest_facts(home):
 def test_boot_timing_is_stored_like_any_result(home):
     p = run_cli("target", "boot", "qemu:x86_64", "--mem", "1G,2G", "--boots", "2", "--label", "boot x86",
                 "--format", "json", "--no-progress", check=0, timeout=600)
-    res = json.loads(p.stdout)["results"]
+    res = validate("target boot", p.stdout)["results"]
     names = {(r["benchmark"], r["params"]["mem"]) for r in res}
     assert names == {(b, m) for b in ("boot.init", "boot.kernel", "boot.pre_kernel", "boot.initcalls")
                      for m in ("1G", "2G")}

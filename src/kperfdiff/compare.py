@@ -390,3 +390,76 @@ def top_mover(cmp: Comparison) -> CellChange | None:
                 best = (score, c, blk)
         break
     return best[1] if best else None
+
+
+# -- the regression gate (kperfdiff compare --fail-on-regression) ----------------------
+
+FAIL, PASS, SKIP = "fail", "pass", "skip"
+
+
+@dataclass
+class Verdict:
+    """What the gate made of one cell of one table (variant against reference)."""
+
+    variant: str
+    reference: str
+    kind: str                    # "baseline" or "previous"
+    cell: CellChange
+    params: dict
+    outcome: str                 # FAIL, PASS or SKIP (not judged)
+    reason: str
+
+
+@dataclass
+class Gate:
+    """The verdicts of :func:`gate` over every cell of every table of a comparison."""
+
+    threshold: float | None      # percent: a slowdown must be worse than -threshold to trip; None: no gate
+    gate_disturbed: bool
+    verdicts: list[Verdict]
+
+    def with_outcome(self, outcome: str) -> list[Verdict]:
+        return [v for v in self.verdicts if v.outcome == outcome]
+
+    @property
+    def exit_status(self) -> int:
+        return 1 if self.with_outcome(FAIL) else 0
+
+
+def judge(cell: CellChange, threshold: float, *, gate_disturbed: bool = False) -> tuple[str, str]:
+    """The gate's verdict on one cell, and why. A cell trips it (FAIL) only when it is marked
+    significant (the table's Benjamini-Hochberg test, as the comparison marks it) and its change is
+    a slowdown beyond ``threshold`` percent (the change is signed so that negative is worse, for
+    times and for throughputs alike). A cell with no test (a side missing or failed, too few
+    repetitions, no drift estimate) is not judged (SKIP); a cell that would trip but was measured
+    while the machine was disturbed is not judged either, unless ``gate_disturbed``."""
+    if math.isnan(cell.change):
+        return SKIP, cell.note or "not measured on both sides"
+    if math.isnan(cell.p):
+        return SKIP, cell.note or "no interval, so no test"
+    if cell.change >= 0:
+        return PASS, "no slowdown"
+    if not cell.significant:
+        return PASS, f"slowdown not significant (q = {cell.q:.3g} > the table's alpha)"
+    if cell.change >= -threshold:
+        return PASS, f"significant slowdown within the {threshold:g}% allowed"
+    if cell.disturbed and not gate_disturbed:
+        return SKIP, (f"significant slowdown beyond {threshold:g}%, but measured while the machine was disturbed "
+                      f"({'; '.join(cell.disturbed)}); --gate-disturbed counts it")
+    return FAIL, f"significant slowdown beyond {threshold:g}%"
+
+
+def gate(cmp: Comparison, threshold: float | None, *, gate_disturbed: bool = False) -> Gate:
+    """Judge every cell of every table of ``cmp`` (each variant against the baseline, and against
+    the previous variant of a patch stack). With no ``threshold`` nothing is judged: every cell
+    passes (what JUnit output says when no gate was asked for)."""
+    verdicts = []
+    for blk in cmp.blocks:
+        ref = cmp.side(blk.reference)
+        for (key, cores), cell in blk.cells.items():
+            smp = ref.samples.get((key, cores)) or cmp.side(blk.variant).samples.get((key, cores))
+            outcome, reason = judge(cell, threshold, gate_disturbed=gate_disturbed) if threshold is not None \
+                else (PASS, "no threshold given (--fail-on-regression), so not judged")
+            verdicts.append(Verdict(blk.variant, blk.reference, blk.kind, cell, dict(smp.params) if smp else {},
+                                    outcome, reason))
+    return Gate(threshold, gate_disturbed, verdicts)

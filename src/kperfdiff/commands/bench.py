@@ -92,7 +92,10 @@ def add_parsers(sub) -> None:
 
     s = sub.add_parser("show", help="show one run: machine facts, results, monitors")
     s.add_argument("run", help="run id (or a unique prefix of its label)")
-    s.add_argument("--format", choices=["text", "json"], default="text")
+    s.add_argument("--format", choices=["text", "json", "csv"], default="text",
+                   help="text (default); json: everything stored, raw intervals included; csv: every raw "
+                        "interval, one row each (run, label, result, benchmark, params as JSON, copies, rep, "
+                        "copy, seq, value, unit, better, ops, ns, disturbed)")
     s.add_argument("--raw", action="store_true", help="also print every raw interval")
 
     t = sub.add_parser("target", help="check a target, or time a guest kernel's boot",

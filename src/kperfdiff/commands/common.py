@@ -73,6 +73,17 @@ def number(most: float):
     return parse
 
 
+def percent(text: str) -> float:
+    """An argparse type: a percentage from 0 to below 100 (a slowdown of 100% or more cannot be)."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not 0 <= v < 100:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage from 0 to below 100")
+    return v
+
+
 def whole(most: int, least: int = 1):
     """An argparse type: a whole number from ``least`` (1 unless told) to ``most``."""
     def parse(text: str) -> int:

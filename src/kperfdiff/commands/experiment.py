@@ -7,10 +7,12 @@ import sys
 from pathlib import Path
 
 from .. import experiment
+from .. import compare as cm
 from ..render import compare as rcompare
 from ..render import report as rreport
 from ..report import gather, load_comparison, top_mover_diff
-from .common import FORMATS, open_store, write_file
+from ..errors import UsageError
+from .common import FORMATS, open_store, percent, write_file
 
 
 def add_parsers(sub) -> None:
@@ -44,7 +46,18 @@ def add_parsers(sub) -> None:
     c.add_argument("--experiment", metavar="ID|NAME", help="compare the variants of an experiment")
     c.add_argument("--stack", action="store_true",
                    help="with RUNs: they form a patch stack; also compare each with the one before it")
-    c.add_argument("--format", choices=FORMATS, default="text")
+    c.add_argument("--format", choices=FORMATS + ["junit"], default="text",
+                   help="text (default), json, csv, markdown, or junit (JUnit XML for CI: a testsuite per "
+                        "table, a testcase per cell, a failure per cell that trips --fail-on-regression)")
+    c.add_argument("--fail-on-regression", type=percent, default=None, metavar="PCT",
+                   help="a CI gate: exit 1 when any cell is a significant slowdown (marked * by the table's "
+                        "Benjamini-Hochberg test) of more than PCT%% (change below -PCT; the change is signed "
+                        "so that negative is worse, times up or throughputs down), else 0; the cells that "
+                        "tripped it, and the cells it could not judge (no interval, a side missing or failed, "
+                        "disturbed), are listed on stderr")
+    c.add_argument("--gate-disturbed", action="store_true",
+                   help="with --fail-on-regression: let cells measured while the machine was disturbed (!) trip "
+                        "it too (by default they are listed as not judged)")
 
     r = sub.add_parser("report", help="write a self-contained HTML report (or Markdown) of an experiment or runs",
                        description="One HTML file that works offline: machine facts side by side, comparison "
@@ -97,11 +110,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def compare(args: argparse.Namespace) -> int:
-    """`kperfdiff compare RUN_A RUN_B ...` or `kperfdiff compare --experiment ID|NAME`."""
+    """`kperfdiff compare RUN_A RUN_B ...` or `kperfdiff compare --experiment ID|NAME`; with
+    --fail-on-regression, the gate's verdict on stderr and as the exit status."""
+    if args.gate_disturbed and args.fail_on_regression is None:
+        raise UsageError("--gate-disturbed needs --fail-on-regression PCT", prog="kperfdiff compare")
     store = open_store(args, create=False)
     cmp = load_comparison(store, experiment=args.experiment, runs=args.runs, stack=args.stack, profiles=False)
-    sys.stdout.write(rcompare.render(cmp, args.format))
-    return 0
+    gate = cm.gate(cmp, args.fail_on_regression, gate_disturbed=args.gate_disturbed)
+    sys.stdout.write(rcompare.render(cmp, args.format, gate))
+    if args.fail_on_regression is None:
+        return 0
+    sys.stdout.flush()
+    sys.stderr.write(rcompare.gate_text(gate))
+    return gate.exit_status
 
 
 def report(args: argparse.Namespace) -> int:

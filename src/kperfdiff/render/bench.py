@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 import statistics
 from typing import TYPE_CHECKING
@@ -177,7 +178,34 @@ FACT_ORDER = ["arch", "cpu_model", "cpus", "kernel_release", "cmdline", "page_si
               "kernel_source", "qemu_cpu", "deterministic", "time_unit", "profile_sampling"]
 
 
+RAW_COLUMNS = ["run", "label", "result", "benchmark", "params", "copies", "rep", "copy", "seq", "value", "unit",
+               "better", "ops", "ns", "disturbed"]
+
+
+def raw_rows(run: Run, results: list[Result]) -> list[list]:
+    """Every raw interval of a run, one row each (RAW_COLUMNS): ``rep`` numbers the repetitions
+    (fresh processes) of one benchmark, parameter set and copy count from 0 across its results (an
+    experiment stores one result per repetition), ``copy`` the parallel copy, ``seq`` the interval in
+    its process; ``params`` is JSON; ``disturbed`` the reasons its repetition was disturbed, or empty."""
+    rows: list[list] = []
+    seen: dict[tuple, int] = {}
+    for r in results:
+        key = (r.benchmark, json.dumps(r.params, sort_keys=True), r.copies)
+        order = {rep: i for i, rep in enumerate(sorted({x[0] for x in r.raw}))}
+        first = seen.get(key, 0)
+        seen[key] = first + len(order)
+        why = {n.get("rep"): "; ".join(n.get("disturbed") or []) for n in r.noise}
+        for rep, copy, seq, value, ops, ns in r.raw:
+            rows.append([run.id, run.label, r.id, r.benchmark, key[1], r.copies, first + order[rep], copy, seq, value,
+                         r.unit, r.better, ops, ns, why.get(rep, "")])
+    return rows
+
+
 def show(run: Run, facts: dict, results: list[Result], fmt: str = "text", raw: bool = False) -> str:
+    """One run: text (facts, results, counters; ``raw`` adds the intervals), JSON (all of it) or
+    CSV (every raw interval, one row each)."""
+    if fmt == "csv":
+        return to_csv(Table(list(RAW_COLUMNS), raw_rows(run, results)))
     if fmt == "json":
         return to_json({"version": JSON_VERSION, "run": _run_json(run), "machine": facts,
                         "results": [_result_json(r) for r in results]})

@@ -8,9 +8,12 @@ Renderers return strings and do no I/O.
 from __future__ import annotations
 
 import math
+import re
+import xml.etree.ElementTree as ET
 
 from .. import stats
-from ..compare import Block, CellChange, Comparison, method_text
+from ..compare import FAIL, SKIP, Block, CellChange, Comparison, Gate, Verdict, method_text
+from ..compare import gate as cm_gate
 from .table import Table, md_escape, number, to_csv, to_json, to_markdown, to_text
 
 SIG = "*"
@@ -186,7 +189,95 @@ def to_json_all(cmp: Comparison) -> str:
     })
 
 
-def render(cmp: Comparison, fmt: str = "text") -> str:
+def cell_name(v: Verdict) -> str:
+    """A gated cell named for people and CI: column, parameters, core count, variant vs reference."""
+    params = ",".join(f"{k}={val}" for k, val in sorted(v.params.items()))
+    return (f"{v.cell.key}" + (f" [{params}]" if params else "") + f" -P {v.cell.cores}: {v.variant} vs "
+            f"{v.reference}" + (" (previous)" if v.kind == "previous" else ""))
+
+
+def cell_figures(c: CellChange) -> str:
+    """The change of a cell with its interval, p and q: ``-12.0% [-15.1, -8.8], p = 0.0012, q = 0.0024``."""
+    if math.isnan(c.change):
+        return "no change computed"
+    ci = f" [{_pct(c.low)}, {_pct(c.high)}]" if not math.isnan(c.low) else " [no interval]"
+    tests = f", p = {c.p:.3g}, q = {c.q:.3g}" if not math.isnan(c.p) else ""
+    return f"{_pct(c.change)}%{ci}{tests}"
+
+
+def gate_text(gate: Gate) -> str:
+    """The gate's verdict for stderr: the cells that tripped it with their figures, and the cells
+    it could not judge and why."""
+    fails, skips = gate.with_outcome(FAIL), gate.with_outcome(SKIP)
+    judged = len(gate.verdicts) - len(skips)
+    head = (f"regression gate (significant slowdown beyond {gate.threshold:g}%): "
+            + (f"FAILED: {len(fails)} of {judged} judged cells tripped it" if fails
+               else f"passed: none of {judged} judged cells tripped it"))
+    out = [head + (f"; {len(skips)} not judged (below)" if skips else "")]
+    for v in fails:
+        b = v.cell
+        bench = b.benchmark_new if b.benchmark_new == b.benchmark_base else f"{b.benchmark_new} vs {b.benchmark_base}"
+        out.append(f"  REGRESSION {cell_name(v)}: {cell_figures(v.cell)} ({bench}, {b.unit}, "
+                   f"{'lower' if b.better == 'lower' else 'higher'} is better)")
+    if skips:
+        out += [f"  not judged: {cell_name(v)}: {v.reason}" for v in skips]
+    return "\n".join(out) + "\n"
+
+
+# Characters XML 1.0 cannot hold, even escaped.
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _x(text) -> str:
+    return _NOT_XML.sub("\ufffd", str(text))
+
+
+def to_junit(cmp: Comparison, gate: Gate) -> str:
+    """JUnit XML: a <testsuite> per table (variant against reference), a <testcase> per cell
+    (classname the column, name with parameters, core count and variant); its figures in
+    <system-out>; <failure> for a cell that tripped the gate, <skipped> for one it could not judge
+    (only when a threshold was given: without one, ``gate`` judges nothing and every cell passes)."""
+    root = ET.Element("testsuites", name=_x(f"kperfdiff compare: {cmp.title}"))
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    by_table: dict[tuple[str, str, str], list[Verdict]] = {}
+    for v in gate.verdicts:
+        by_table.setdefault((v.variant, v.reference, v.kind), []).append(v)
+    for (variant, reference, kind), verdicts in by_table.items():
+        counts = {"tests": len(verdicts), "failures": sum(v.outcome == FAIL for v in verdicts), "errors": 0,
+                  "skipped": sum(v.outcome == SKIP for v in verdicts)}
+        suite = ET.SubElement(root, "testsuite", name=_x(f"{variant} vs {reference} ({kind})"),
+                              **{k: str(n) for k, n in counts.items()})
+        props = ET.SubElement(suite, "properties")
+        for k, val in (("variant", variant), ("reference", reference), ("kind", kind),
+                       ("threshold_pct", "none" if gate.threshold is None else f"{gate.threshold:g}"),
+                       ("sign", "positive change = better"), ("method", method_text(cmp.confidence, cmp.alpha))):
+            ET.SubElement(props, "property", name=k, value=_x(val))
+        for v in verdicts:
+            c = v.cell
+            case = ET.SubElement(suite, "testcase", classname=_x(c.key), name=_x(cell_name(v)))
+            if v.outcome == FAIL:
+                ET.SubElement(case, "failure", type="regression",
+                              message=_x(f"{v.reason}: {cell_figures(c)}")).text = _x(cell_figures(c))
+            elif v.outcome == SKIP:
+                ET.SubElement(case, "skipped", message=_x(v.reason))
+            figures = [f"change: {cell_figures(c)} (positive = better)",
+                       f"baseline {c.benchmark_base}: {number(c.base)} {c.unit or ''} ({c.reps_base} reps)",
+                       f"variant {c.benchmark_new}: {number(c.new)} {c.unit or ''} ({c.reps_new} reps)",
+                       f"significant: {'yes' if c.significant else 'no'}; gate: {v.outcome}, {v.reason}"]
+            figures += [f"note: {c.note}"] * bool(c.note) + [f"disturbed: {d}" for d in c.disturbed]
+            ET.SubElement(case, "system-out").text = _x("\n".join(figures))
+        for k in totals:
+            totals[k] += counts[k]
+    for k, n in totals.items():
+        root.set(k, str(n))
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def render(cmp: Comparison, fmt: str = "text", gate: Gate | None = None) -> str:
+    """The comparison in ``fmt``; JUnit carries ``gate``'s verdicts (every cell passes without one)."""
+    if fmt == "junit":
+        return to_junit(cmp, gate or cm_gate(cmp, None))
     if fmt == "text":
         return to_text_all(cmp)
     if fmt == "markdown":
