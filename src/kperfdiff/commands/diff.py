@@ -29,7 +29,8 @@ def add_parser(sub) -> None:
                     "architectures (page fault entry, syscall entry, interrupts off/on, TLB flush...) are compared "
                     "under a shared role; and between architectures, side-specific functions whose callers and "
                     "callees match are shown as inferred twins, with the evidence.")
-    d.add_argument("a", help="profile A: perf.data, perf script text, perf report --stdio text, folded stacks, "
+    d.add_argument("a", help="profile A: perf.data, perf script text, perf report --stdio text, folded stacks "
+                             "(any of them gzip-compressed; - reads one side from standard input), "
                              "several of them comma-separated (repeated runs: A1,A2,A3), "
                              "or a store reference RUN[:benchmark[@CORES]] (one profile per repetition, its "
                              "parallel copies added together)")
