@@ -300,7 +300,7 @@ def test_bad_options_are_one_sentence(tmp_path, args, message):
     ("empty.perf.data", "is empty"),
     ("truncated.perf.data", None),
     ("garbage.perf.data", None),
-    ("missing.perf.data", "no such file"),
+    ("missing.perf.data", "missing.perf.data is not a file"),
 ])
 def test_bad_inputs_are_one_sentence(tmp_path, name, message):
     p = run_cli("export", DATA / "perfdata" / name, "--to", "pprof", "-o", tmp_path / "x.pb.gz")

@@ -52,14 +52,15 @@ class Profile:
     samples: int
     stacks: dict[tuple[int, ...], float] = field(default_factory=dict)
     edges: dict[tuple[int, int], float] = field(default_factory=dict)
-    stack_counts: dict[tuple[int, ...], int] = field(default_factory=dict)
-    process_stacks: dict[tuple[str, tuple[int, ...]], tuple[float, int]] = field(default_factory=dict)
     weight_unit: str = "samples"
     label: str = ""
     arch: str | None = None
     # Facts carried with the recording: hostname, kernel release, nr_cpus,
     # perf version, cpu_time_ns and ops (for per-op cost), emulated, warnings.
     meta: dict = field(default_factory=dict)
+    # (after meta: fields are also given by position)
+    stack_counts: dict[tuple[int, ...], int] = field(default_factory=dict)
+    process_stacks: dict[tuple[str, tuple[int, ...]], tuple[float, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.self_weight = np.asarray(self.self_weight, dtype=np.float64)
