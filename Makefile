@@ -8,7 +8,7 @@ STAMPS := .build
 # Debian packages the project needs on a fresh machine.
 APT_PACKAGES := python3 python3-venv linux-perf gcc libc6-dev make gcc-aarch64-linux-gnu libc6-dev-arm64-cross \
                 iproute2 procps util-linux file chromium \
-                qemu-system-arm qemu-system-x86 openssh-server openssh-client
+                qemu-system-arm qemu-system-x86 openssh-server openssh-client golang-go
 # Rust comes from rustup when it is there, otherwise from Debian's current toolchain.
 RUST_APT_PACKAGES := rustc-web cargo-web
 export PATH := $(if $(wildcard $(HOME)/.cargo/bin/cargo),$(HOME)/.cargo/bin:)$(PATH)
@@ -18,7 +18,7 @@ PYTEST_ARGS ?=
 
 .PHONY: setup demo studies test test-native test-python test-slow bench-harness clean
 
-setup: $(STAMPS)/apt $(STAMPS)/venv $(STAMPS)/native
+setup: $(STAMPS)/apt $(STAMPS)/venv $(STAMPS)/native $(STAMPS)/tools
 
 $(STAMPS)/apt: Makefile
 	@mkdir -p $(STAMPS)
@@ -42,6 +42,13 @@ $(STAMPS)/native: $(STAMPS)/venv $(NATIVE_SOURCES) pyproject.toml
 	@echo "building kperfdiff (native core, release)"
 	@VIRTUAL_ENV=$(CURDIR)/$(VENV) $(BIN)/maturin develop --release -q 2>&1 | grep -v '^\s*$$' | tail -3
 	@$(BIN)/python -c "import kperfdiff.native" || { echo "the native module did not build" >&2; exit 1; }
+	@touch $@
+
+# Tools the tests run on kperfdiff's output: inferno's flame graph and diff-folded (from crates.io),
+# installed into .tools/bin (the tests look there and on PATH). go tool pprof comes with golang-go.
+INFERNO_VERSION := 0.12.8
+$(STAMPS)/tools: $(STAMPS)/apt
+	@[ -x .tools/bin/inferno-flamegraph ] || cargo install -q --locked --root $(CURDIR)/.tools inferno@$(INFERNO_VERSION)
 	@touch $@
 
 # The superpages study on this machine: huge pages off vs on for gups, anonymous

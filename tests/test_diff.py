@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from scipy import stats as sst
 
-from kperfdiff.diff import DiffOptions, add_folded, diff_profiles
+from kperfdiff.diff import DiffOptions, diff_profiles, folded_sides
 from kperfdiff.errors import InputError
 from kperfdiff.ingest.profile import Profile, Symbol
 from kperfdiff.ingest.load import load
@@ -341,8 +341,8 @@ def test_folded_outputs_roundtrip(tmp_path):
     from kperfdiff.render.flamegraph import folded_files
     a = load(DATA / "diff" / "arm64.folded")
     b = load(DATA / "diff" / "x86_64.folded")
-    res = add_folded(diff_profiles([a], [b]), [a], [b])
-    files = folded_files(res)
+    res = diff_profiles([a], [b])
+    files = folded_files(*folded_sides(res, [a], [b]))
     # kernel scope: stacks cut to their kernel frames, roles renamed, _[k] kept
     # (arm64's el0t_64_sync dispatch frames are skipped so the paths merge with x86's)
     assert "[page fault entry]_[k];handle_mm_fault_[k];" \

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
+import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -109,3 +112,55 @@ def test_store_references(tmp_path):
     p = run_cli("--store", db, "diff", "nosuchrun", "patched")
     assert_one_sentence_error(p)
     assert "nosuchrun" in p.stderr
+
+
+def _inferno(name: str) -> str | None:
+    local = Path(__file__).resolve().parents[1] / ".tools" / "bin" / name
+    return shutil.which(name) or (str(local) if local.exists() else None)
+
+
+def _folded(path: Path) -> dict[str, list[int]]:
+    out = {}
+    for ln in path.read_text().splitlines():
+        parts = ln.rsplit(" ", 2) if path.name.endswith(".diff.folded") else ln.rsplit(" ", 1)
+        out[parts[0]] = [int(x) for x in parts[1:]]
+    return out
+
+
+def test_folded_counts_samples_under_their_process(tmp_path):
+    """--folded counts samples by default (ns with --unit ns), each stack under its process name."""
+    from kperfdiff.ingest.load import load
+    a, b = load(A), load(B)
+    run_cli("diff", A, B, "--scope", "all", "--folded", tmp_path / "s", check=0)
+    fa = _folded(tmp_path / "s.a.folded")
+    assert sum(v[0] for v in fa.values()) == a.samples
+    assert {k.split(";", 1)[0] for k in fa} == {comm for comm, _ in a.process_stacks}
+    run_cli("diff", A, B, "--scope", "all", "--folded", tmp_path / "n", "--unit", "ns", check=0)
+    assert sum(v[0] for v in _folded(tmp_path / "n.b.folded").values()) == pytest.approx(b.total_weight, rel=1e-3)
+    p = run_cli("diff", DATA / "diff" / "arm64.folded", DATA / "diff" / "x86_64.folded", "--folded",
+                tmp_path / "x", "--unit", "ns")
+    assert_one_sentence_error(p)
+    assert "not nanoseconds; use --unit samples" in p.stderr
+
+
+def test_diff_folded_compares_shares(tmp_path):
+    """diff.folded scales A to B's total (difffolded.pl -n): a function whose count stayed while the
+    total grew has a smaller share, and inferno colours it blue."""
+    (tmp_path / "a.folded").write_text("app;x_[k] 100\napp;y_[k] 100\n")
+    (tmp_path / "b.folded").write_text("app;x_[k] 300\napp;y_[k] 100\n")
+    run_cli("diff", tmp_path / "a.folded", tmp_path / "b.folded", "--scope", "all", "--folded", tmp_path / "st",
+            check=0)
+    diff = _folded(tmp_path / "st.diff.folded")
+    assert diff == {"app;x_[k]": [200, 300], "app;y_[k]": [200, 100]}
+    assert "scaled to B's total" in run_cli("diff", "--help", check=0).stdout.replace("\n", " ").replace("  ", " ")
+    tool = _inferno("inferno-diff-folded")
+    if tool is None:
+        pytest.skip("inferno is not installed (make setup installs it into .tools/bin)")
+    p = subprocess.run([tool, "-n", str(tmp_path / "a.folded"), str(tmp_path / "b.folded")], capture_output=True,
+                       text=True, timeout=60, check=True)
+    assert sorted(p.stdout.splitlines()) == sorted((tmp_path / "st.diff.folded").read_text().splitlines())
+    svg = subprocess.run([_inferno("inferno-flamegraph"), str(tmp_path / "st.diff.folded")], capture_output=True,
+                         text=True, timeout=60, check=True).stdout
+    fills = dict(re.findall(r"<title>([xy]) \([^<]*</title><rect [^>]*fill=\"(rgb\([^\"]*\))\"", svg))
+    red, blue = (tuple(map(int, re.findall(r"\d+", fills[k]))) for k in ("x", "y"))
+    assert red[0] > red[2] and blue[2] > blue[0], fills

@@ -684,18 +684,30 @@ def _significance(rows: list[Row], opts: DiffOptions) -> None:
 
 # -- folded stacks for flame graphs -------------------------------------------------
 
-def _side_folded(profs: list[Profile], opts: DiffOptions, frame_names: dict[str, str]) -> tuple[dict, float]:
+def folded_sides(result: DiffResult, side_a: list[Profile], side_b: list[Profile], *, unit: str = "weight",
+                 processes: bool = False) -> tuple[tuple[dict, float], tuple[dict, float]]:
+    """Both sides' folded stacks and totals as :func:`add_folded` makes them, counted in ``unit``
+    (``weight``: the profiles' weights; ``samples``: samples), and with ``processes`` each stack
+    under its process name where the profile knows it."""
+    return tuple(_side_folded(side, result.options, result.frame_names, unit=unit, processes=processes)
+                 for side in (side_a, side_b))
+
+
+def _side_folded(profs: list[Profile], opts: DiffOptions, frame_names: dict[str, str], *, unit: str = "weight",
+                 processes: bool = False) -> tuple[dict, float]:
     """Stacks of one side, summed over its profiles, with names normalised,
     role members renamed to their role and twins a rule merged to their row's name
     (consecutive repeats merged), arm64
     exception dispatch frames skipped when roles are in use, and cut
     to the scope's frames (kernel: the kernel frames of each stack; user: the
-    user frames; all: whole stacks). Kernel frames carry the ``_[k]`` suffix."""
+    user frames; all: whole stacks). Kernel frames carry the ``_[k]`` suffix.
+    ``unit`` "samples" counts samples instead of weights; ``processes`` puts each stack under
+    its process name (a root frame) where the profile knows it."""
     out: dict[str, float] = {}
     total = 0.0
     merged = {v + "_[k]" for v in frame_names.values()} | set(frame_names.values())
     for p in profs:
-        total += float(p.total_weight)
+        total += float(p.samples if unit == "samples" else p.total_weight)
         names = []
         for s in p.symbols:
             n = original_name(s.name, opts)
@@ -704,11 +716,16 @@ def _side_folded(profs: list[Profile], opts: DiffOptions, frame_names: dict[str,
                 names.append((None, s.kernel))     # a dispatch frame: skipped
                 continue
             names.append((n + "_[k]" if s.kernel else n, s.kernel))
-        stacks = p.stacks
-        if not stacks:
-            # Flat profiles: one-frame stacks of self weight.
-            stacks = {(i,): float(w) for i, w in enumerate(p.self_weight) if w > 0}
-        for stack, w in stacks.items():
+        if unit == "samples" or processes:
+            rows = [(comm if processes else "", st, float(n) if unit == "samples" else w)
+                    for comm, st, w, n in p.stack_rows()]
+        else:
+            stacks = p.stacks
+            if not stacks:
+                # Flat profiles: one-frame stacks of self weight.
+                stacks = {(i,): float(w) for i, w in enumerate(p.self_weight) if w > 0}
+            rows = [("", st, w) for st, w in stacks.items()]
+        for comm, stack, w in rows:
             frames = []
             for i in stack:
                 n, k = names[i]
@@ -721,6 +738,6 @@ def _side_folded(profs: list[Profile], opts: DiffOptions, frame_names: dict[str,
                 frames.append(n)
             if not frames:
                 continue
-            key = ";".join(frames)
+            key = ";".join([comm] + frames if comm else frames)
             out[key] = out.get(key, 0.0) + w
     return out, total

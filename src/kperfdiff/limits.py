@@ -22,6 +22,7 @@ MAX_BOOTS = 1000                # boots per memory size
 MAX_VALUE_CHARS = 4096          # a parameter value, a knob value
 MAX_LIST_ITEMS = 256            # items of a list in a [study] table
 MAX_RUNS_LISTED = 10 ** 9       # runs in one page of `kperfdiff runs` (--limit, --offset)
+MAX_INPUT_BYTES = 16 << 30      # a profile read from standard input or decompressed from gzip
 
 
 def int_in_range(v: int, lo: int, hi: int) -> bool:

@@ -12,7 +12,7 @@ import sys
 from .. import __version__
 from ..errors import KperfdiffError
 from ..knobs import repair_pending
-from . import bench, diff, experiment, place, studies
+from . import bench, diff, experiment, export, place, studies
 from .common import GLOBAL_OPTIONS, Parser, accept_global_options
 
 
@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench.add_parsers(sub)
     diff.add_parser(sub)
+    export.add_parser(sub)
     place.add_parser(sub)
     experiment.add_parsers(sub)
     studies.add_parser(sub)
@@ -71,6 +72,7 @@ COMMANDS = {
     "record": bench.record,
     "target": bench.target,
     "diff": diff.run,
+    "export": export.run,
     "place": place.run,
     "studies": studies.run,
 }

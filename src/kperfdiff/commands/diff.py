@@ -7,7 +7,7 @@ import math
 import sys
 from pathlib import Path
 
-from ..diff import DiffOptions, add_folded, diff_profiles
+from ..diff import DiffOptions, add_folded, diff_profiles, folded_sides
 from ..errors import InputError, KperfdiffError
 from ..ingest.load import ProfileRef, load_sides
 from ..render import diff as render
@@ -29,7 +29,8 @@ def add_parser(sub) -> None:
                     "architectures (page fault entry, syscall entry, interrupts off/on, TLB flush...) are compared "
                     "under a shared role; and between architectures, side-specific functions whose callers and "
                     "callees match are shown as inferred twins, with the evidence.")
-    d.add_argument("a", help="profile A: perf.data, perf script text, perf report --stdio text, folded stacks, "
+    d.add_argument("a", help="profile A: perf.data, perf script text, perf report --stdio text, folded stacks "
+                             "(any of them gzip-compressed; - reads one side from standard input), "
                              "several of them comma-separated (repeated runs: A1,A2,A3), "
                              "or a store reference RUN[:benchmark[@CORES]] (one profile per repetition, its "
                              "parallel copies added together)")
@@ -87,8 +88,13 @@ def add_parser(sub) -> None:
                    help="write a differential flame graph: widths from B, red = larger share in B, "
                         "blue = smaller, tooltips with both shares")
     d.add_argument("--folded", metavar="PREFIX",
-                   help="write PREFIX.a.folded and PREFIX.b.folded (stack count) and PREFIX.diff.folded "
-                        "(stack countA countB, as FlameGraph's difffolded.pl), for flamegraph.pl or inferno")
+                   help="write PREFIX.a.folded and PREFIX.b.folded (stack count; the process name as the root "
+                        "frame where the profile names it) and PREFIX.diff.folded (stack countA countB, as "
+                        "FlameGraph's difffolded.pl -n: A's counts scaled to B's total, so that the colours of "
+                        "flamegraph.pl or inferno-flamegraph show changes of share, not of raw counts)")
+    d.add_argument("--unit", choices=["samples", "ns"], default="samples",
+                   help="what --folded counts: samples (default) or ns, the nanoseconds of cpu-clock and "
+                        "task-clock profiles")
     d.add_argument("--jobs", "-j", type=whole(256), metavar="N",
                    help="read up to N profile files at once (default: one per CPU); the result is the same "
                         "as one at a time")
@@ -174,12 +180,18 @@ def run(args: argparse.Namespace) -> int:
     result = diff_profiles(side_a, side_b, opts)
     for w in result.warnings:
         print(f"kperfdiff: warning: {w}", file=sys.stderr)
-    if args.flamegraph or args.folded:
-        add_folded(result, side_a, side_b)
     if args.flamegraph:
+        add_folded(result, side_a, side_b)
         write_file(args.flamegraph, flamegraph.differential_svg(result))
     if args.folded:
-        for suffix, text in flamegraph.folded_files(result).items():
+        if args.unit == "ns":
+            for p in side_a + side_b:
+                if p.weight_unit != "ns":
+                    raise InputError(f"--unit ns: {p.source} is weighted in {p.weight_unit} ({p.event}), not "
+                                     f"nanoseconds; use --unit samples")
+        sides = folded_sides(result, side_a, side_b, unit="samples" if args.unit == "samples" else "weight",
+                             processes=True)
+        for suffix, text in flamegraph.folded_files(*sides).items():
             write_file(f"{args.folded}.{suffix}", text)
     if args.inferred_map:
         write_file(args.inferred_map, render.twins_map(result))

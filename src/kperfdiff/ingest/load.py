@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..files import check_input_file
-from . import perfdata, text
+from . import perfdata, source, text
 from .profile import Profile, merge
 
 HEAD_BYTES = 65536            # what sniffing reads, extended to the end of a longer first line
@@ -51,19 +51,50 @@ def sniff(path: Path) -> str:
 
 def load(path: str | Path, *, kallsyms: str | Path | None = None, symfs: list[str] | None = None,
          event: str | None = None, label: str = "", folded_kernel: str = "auto") -> Profile:
-    """Read one profile file of any supported format (one event of it); ``kallsyms`` and ``symfs``
-    serve perf.data, ``folded_kernel`` folded stacks."""
-    path = Path(path)
-    fmt = sniff(path)
-    if fmt == "perf.data":
-        prof = perfdata.load(path, kallsyms=kallsyms, symfs=symfs, event=event)
-    else:
-        prof = text.load(path, fmt, event=event, kernel_frames=folded_kernel)
+    """Read one profile file of any supported format (one event of it), ``-`` for standard input, either
+    possibly gzip-compressed (:mod:`kperfdiff.ingest.source`); ``kallsyms`` and ``symfs`` serve
+    perf.data, ``folded_kernel`` folded stacks."""
+    with source.local(path) as src:
+        fmt = sniff(src.path)
+        if fmt == "perf.data":
+            if kallsyms is None and src.original is not None and src.original != src.path:
+                # a perf.data.gz: its kallsyms lies beside it, named after the uncompressed file
+                kallsyms = perfdata.find_kallsyms(src.original.with_name(src.path.name))
+            prof = perfdata.load(src.path, kallsyms=kallsyms, symfs=symfs, event=event)
+        else:
+            prof = text.load(src.path, fmt, event=event, kernel_frames=folded_kernel)
+        if src.path != src.original:
+            prof.source = src.shown
     if label:
         prof.label = label
     elif not prof.label:
-        prof.label = prof.arch or path.stem
+        prof.label = prof.arch or (src.path.stem if src.original else "stdin")
     return prof
+
+
+def load_events(path: str | Path, *, kallsyms: str | Path | None = None, symfs: list[str] | None = None,
+                folded_kernel: str = "auto") -> list[Profile]:
+    """Every event of one profile file (``-`` for standard input, gzip allowed), one Profile each, in
+    the file's order: a perf.data's events, a perf script's or perf report's events; folded stacks
+    have one."""
+    with source.local(path) as src:
+        fmt = sniff(src.path)
+        if fmt == "perf.data":
+            if kallsyms is None and src.original is not None and src.original != src.path:
+                kallsyms = perfdata.find_kallsyms(src.original.with_name(src.path.name))
+            profs = [p for p in perfdata.load_all(src.path, kallsyms=kallsyms, symfs=symfs) if p.samples]
+        else:
+            first = text.load(src.path, fmt, kernel_frames=folded_kernel)
+            rest = [text.load(src.path, fmt, event=ev, kernel_frames=folded_kernel)
+                    for ev in first.meta.get("events", [])[1:]]
+            profs = [first] + [p for p in rest if p.event != first.event]
+        if not profs:
+            raise InputError(f"{src.shown} holds no samples")
+        for p in profs:
+            if src.path != src.original:
+                p.source = src.shown
+            p.label = p.label or p.arch or (src.path.stem if src.original else "stdin")
+    return profs
 
 
 def default_jobs() -> int:
@@ -96,7 +127,7 @@ def resolve_side(spec: str, lookup: Callable[[str], list[ProfileRef]]) -> list[P
     """Files (comma-separated allowed) or store references -> one (paths, meta) per replicate; the
     paths of one replicate are the parallel copies of one repetition, merged when loaded.
     ``lookup`` turns a store reference into its replicates."""
-    if os.path.exists(spec):
+    if os.path.exists(spec) or spec == source.STDIN:
         return [([Path(spec)], {})]
     out = []
     for part in [s.strip() for s in spec.split(",")] if "," in spec else [spec]:
@@ -110,6 +141,8 @@ def resolve_side(spec: str, lookup: Callable[[str], list[ProfileRef]]) -> list[P
 
 
 def _check_copy(path: Path, meta: dict) -> None:
+    if str(path) == source.STDIN:
+        return
     if path.is_dir():
         raise InputError(f"{path} is a directory, not a profile; name the perf.data inside it")
     if not path.exists():
@@ -138,6 +171,8 @@ def load_sides(specs: list[str], lookup: Callable[[str], list[ProfileRef]], *, k
     """One profile per replicate of each side (``specs[i]``, read with ``kallsyms[i]`` and
     ``symfs[i]``; each replicate's parallel copies merged), every file of every side read at once."""
     sides = [resolve_side(spec, lookup) for spec in specs]
+    if sum(str(p) == source.STDIN for refs in sides for paths, _ in refs for p in paths) > 1:
+        raise InputError("standard input (-) can be read only once; give at most one profile as -")
     jobs = []
     for refs, ks, fs in zip(sides, kallsyms, symfs):
         for paths, meta in refs:

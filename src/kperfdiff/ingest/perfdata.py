@@ -164,7 +164,9 @@ def _profiles(raw: dict, path: Path, meta: dict, wanted: list[int]) -> list[Prof
         symbols = [Symbol(names[j], dso_names[sym_dso[j]], bool(sym_kernel[j])) for j in used.tolist()]
         stack_ids = np.frombuffer(ev["stack_ids"], dtype=np.uint32)
         stack_w = np.frombuffer(ev["stack_weight"], dtype=np.float64)
+        stack_c = np.frombuffer(ev["stack_count"], dtype=np.uint64)
         stacks: dict[tuple[int, ...], float] = {}
+        counts: dict[tuple[int, ...], int] = {}
         # One vectorised remap of every frame, then plain list slices per stack. The frames
         # refer to one int object per symbol (not one per frame): a file's millions of frames
         # would otherwise each hold an int of their own.
@@ -172,9 +174,10 @@ def _profiles(raw: dict, path: Path, meta: dict, wanted: list[int]) -> list[Prof
         shared[:] = range(len(used))
         rframes = shared[remap[frames]].tolist()
         offs = offsets.tolist()
-        for s, w in zip(stack_ids.tolist(), stack_w.tolist()):
+        for s, w, c in zip(stack_ids.tolist(), stack_w.tolist(), stack_c.tolist()):
             key = tuple(rframes[offs[s]:offs[s + 1]])
             stacks[key] = stacks.get(key, 0.0) + w
+            counts[key] = counts.get(key, 0) + c
         e = np.frombuffer(ev["edges"], dtype=np.uint32).reshape(-1, 2)
         ew = np.frombuffer(ev["edge_weight"], dtype=np.float64)
         er = shared[remap[e]]
@@ -192,7 +195,8 @@ def _profiles(raw: dict, path: Path, meta: dict, wanted: list[int]) -> list[Prof
         m["warnings"] = list(meta["warnings"])
         out.append(Profile(source=str(path), event=name, symbols=symbols, self_weight=self_w[used].copy(),
                            children_weight=child_w[used].copy(), total_weight=float(ev["total_weight"]),
-                           samples=int(ev["samples"]), stacks=stacks, edges=edges, weight_unit=unit,
+                           samples=int(ev["samples"]), stacks=stacks, edges=edges, stack_counts=counts,
+                           weight_unit=unit,
                            arch=meta.get("arch"), meta=m))
     return out
 

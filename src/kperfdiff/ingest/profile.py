@@ -10,7 +10,11 @@ A Profile is one event's samples of one recording, aggregated per symbol:
 * ``stacks`` maps root-first tuples of symbol indices to weight (folded
   stacks, from which flame graphs and call edges are made);
 * ``edges`` maps (caller, callee) symbol index pairs to the weight of samples
-  whose stack contains that call (counted once per sample and pair).
+  whose stack contains that call (counted once per sample and pair);
+* ``stack_counts`` maps the same stacks to their number of samples, where the
+  input tells it (perf.data, perf script; folded stacks are counts already);
+* ``process_stacks`` maps (process name, stack) to (weight, samples), where
+  the input names each sample's process (``perf script``'s comm column).
 
 Weight is the sample period where the input carries it (for ``cpu-clock``
 that is nanoseconds, so shares equal perf report's) and the sample count
@@ -54,6 +58,9 @@ class Profile:
     # Facts carried with the recording: hostname, kernel release, nr_cpus,
     # perf version, cpu_time_ns and ops (for per-op cost), emulated, warnings.
     meta: dict = field(default_factory=dict)
+    # (after meta: fields are also given by position)
+    stack_counts: dict[tuple[int, ...], int] = field(default_factory=dict)
+    process_stacks: dict[tuple[str, tuple[int, ...]], tuple[float, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.self_weight = np.asarray(self.self_weight, dtype=np.float64)
@@ -68,6 +75,25 @@ class Profile:
 
     def index(self) -> dict[Symbol, int]:
         return {s: i for i, s in enumerate(self.symbols)}
+
+    def stack_count(self, stack: tuple[int, ...], weight: float) -> int:
+        """The number of samples of ``stack`` (of ``weight``): as the input counted them, the weight
+        itself when weights are sample counts, else estimated from the profile's mean weight per
+        sample (perf report text has shares only)."""
+        n = self.stack_counts.get(stack)
+        if n is not None:
+            return n
+        if self.weight_unit == "samples":
+            return int(round(weight))
+        return int(round(weight * self.samples / self.total_weight)) if self.total_weight > 0 else 0
+
+    def stack_rows(self) -> list[tuple[str, tuple[int, ...], float, int]]:
+        """Every stack as (process name or "", stack root first, weight, samples); a flat profile's
+        stacks are its symbols' self weights."""
+        if self.process_stacks:
+            return [(comm, st, w, n) for (comm, st), (w, n) in self.process_stacks.items()]
+        stacks = self.stacks or {(i,): float(w) for i, w in enumerate(self.self_weight) if w > 0}
+        return [("", st, w, self.stack_count(st, w)) for st, w in stacks.items()]
 
     def folded(self) -> list[tuple[str, float]]:
         """Folded stacks (``a;b;c weight``), root first, as FlameGraph reads them."""
@@ -99,6 +125,10 @@ def merge(profiles: list[Profile], source: str) -> Profile:
     children_w = np.zeros(len(symbols))
     stacks: dict[tuple[int, ...], float] = {}
     edges: dict[tuple[int, int], float] = {}
+    counts: dict[tuple[int, ...], int] = {}
+    processes: dict[tuple[str, tuple[int, ...]], tuple[float, int]] = {}
+    all_counted = all(p.stack_counts or not p.stacks for p in profiles)
+    all_named = all(p.process_stacks or not p.stacks for p in profiles)
     for p in profiles:
         m = np.array([index[s] for s in p.symbols], dtype=np.int64)
         if len(m):
@@ -107,6 +137,13 @@ def merge(profiles: list[Profile], source: str) -> Profile:
         for st, w in p.stacks.items():
             k = tuple(int(m[i]) for i in st)
             stacks[k] = stacks.get(k, 0.0) + w
+            if all_counted:
+                counts[k] = counts.get(k, 0) + p.stack_count(st, w)
+        if all_named:
+            for (comm, st), (w, n) in p.process_stacks.items():
+                k = (comm, tuple(int(m[i]) for i in st))
+                w0, n0 = processes.get(k, (0.0, 0))
+                processes[k] = (w0 + w, n0 + n)
         for (a, b), w in p.edges.items():
             k = (int(m[a]), int(m[b]))
             edges[k] = edges.get(k, 0.0) + w
@@ -121,4 +158,4 @@ def merge(profiles: list[Profile], source: str) -> Profile:
     return Profile(source=source, event=first.event, symbols=symbols, self_weight=self_w,
                    children_weight=children_w, total_weight=sum(p.total_weight for p in profiles),
                    samples=sum(p.samples for p in profiles), stacks=stacks, edges=edges,
-                   weight_unit=first.weight_unit, label=first.label, arch=first.arch, meta=meta)
+                   stack_counts=counts, process_stacks=processes, weight_unit=first.weight_unit, label=first.label, arch=first.arch, meta=meta)

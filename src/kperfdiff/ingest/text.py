@@ -197,6 +197,8 @@ class _Builder:
         self.index: dict[Symbol, int] = {}
         self.symbols: list[Symbol] = []
         self.stacks: dict[tuple[int, ...], float] = defaultdict(float)
+        self.counts: dict[tuple[int, ...], int] = defaultdict(int)
+        self.processes: dict[tuple[str, tuple[int, ...]], list] = {}
         self.samples = 0
         self.total = 0.0
 
@@ -207,11 +209,16 @@ class _Builder:
             self.symbols.append(s)
         return i
 
-    def add(self, stack_root_first: tuple[int, ...], weight: float) -> None:
-        self.samples += 1
+    def add(self, stack_root_first: tuple[int, ...], weight: float, count: int = 1, comm: str | None = None) -> None:
+        self.samples += count
         self.total += weight
         if stack_root_first:
             self.stacks[stack_root_first] += weight
+            self.counts[stack_root_first] += count
+            if comm is not None:
+                acc = self.processes.setdefault((comm, stack_root_first), [0.0, 0])
+                acc[0] += weight
+                acc[1] += count
 
     def build(self, source: str, event: str, weight_unit: str, meta: dict) -> Profile:
         n = len(self.symbols)
@@ -229,7 +236,8 @@ class _Builder:
                 edges[e] += w
         return Profile(source=source, event=event, symbols=self.symbols, self_weight=self_w,
                        children_weight=child_w, total_weight=float(self.total), samples=self.samples,
-                       stacks=dict(self.stacks), edges=dict(edges), weight_unit=weight_unit,
+                       stacks=dict(self.stacks), edges=dict(edges), stack_counts=dict(self.counts),
+                       process_stacks={k: (w, n) for k, (w, n) in self.processes.items()}, weight_unit=weight_unit,
                        arch=meta.get("arch"), meta=meta)
 
 
@@ -273,6 +281,7 @@ def _load_script(path: Path, event: str | None) -> Profile:
     cur_frames: list[tuple[str, str, str]] = []
     cur_weight = 1.0
     cur_rest = None
+    cur_comm = ""
     sym_caches: dict[str, dict[tuple[str, str, bool], int]] = {}
 
     def finish():
@@ -305,7 +314,7 @@ def _load_script(path: Path, event: str | None) -> Profile:
                 i = sym_cache[key] = b.sym(Symbol(name, "" if dso == "[unknown]" else dso, k))
             ids.append(i)
         # perf script prints the leaf first; the loop above went root first
-        b.add(tuple(ids), cur_weight)
+        b.add(tuple(ids), cur_weight, 1, cur_comm)
         cur_event = None
 
     try:
@@ -348,6 +357,7 @@ def _load_script(path: Path, event: str | None) -> Profile:
             cur_event = ev
             cur_frames = []
             cur_rest = m.group("rest")
+            cur_comm = m.group("comm").strip()
             p = m.group("period")
             if p is not None:
                 w = _parse_count(p)
@@ -609,8 +619,7 @@ def _load_folded(path: Path, kernel_frames: str) -> Profile:
             if i is None:
                 i = cache[key] = b.sym(Symbol(fr, "[kernel.kallsyms]" if k else "", k))
             ids.append(i)
-        b.add(tuple(ids), count)
-        b.samples += max(int(round(count)), 1) - 1
+        b.add(tuple(ids), count, max(int(round(count)), 1))
     _skip_warning(meta, path, skipped, first_bad)
     if not lines:
         raise InputError(f"{path} holds no folded stacks")

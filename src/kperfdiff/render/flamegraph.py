@@ -17,9 +17,13 @@ Folded (``--folded PREFIX``): ``PREFIX.a.folded`` and ``PREFIX.b.folded``
 hold ``stack count`` lines (FlameGraph's and inferno's input), and
 ``PREFIX.diff.folded`` holds ``stack countA countB`` lines (the format of
 FlameGraph's difffolded.pl, read by ``flamegraph.pl`` and
-``inferno-flamegraph``, which draw widths from the second count). Counts are
-the sides' weights (sample periods, or samples) summed over their profiles
-and rounded to integers; kernel frames end in ``_[k]``.
+``inferno-flamegraph``, which draw widths from the second count and colours
+from the change between the two). Counts are the sides' samples (or, with
+``--unit ns``, their weights) summed over their profiles and rounded to
+integers; each stack starts with its process name where the profile knows it;
+kernel frames end in ``_[k]``. In ``diff.folded`` A's counts are scaled to B's
+total (all samples of each side, as the shares are), as ``difffolded.pl -n``
+does, so the colours show changes of share, not of raw counts.
 """
 from __future__ import annotations
 
@@ -172,20 +176,24 @@ def folded_text(folded: dict) -> str:
     return "\n".join(lines) + ("\n" if lines else "")
 
 
-def differential_folded_text(folded_a: dict, folded_b: dict) -> str:
-    """``stack countA countB`` lines over the union of both sides' stacks."""
+def differential_folded_text(folded_a: dict, folded_b: dict, scale_a: float = 1.0) -> str:
+    """``stack countA countB`` lines over the union of both sides' stacks, A's counts multiplied
+    by ``scale_a`` (B's total over A's: difffolded.pl -n), so that the colours flamegraph.pl and
+    inferno draw from the two counts compare shares, not raw counts."""
     lines = []
     for s in sorted(set(folded_a) | set(folded_b)):
-        ca, cb = _count(folded_a.get(s, 0.0)), _count(folded_b.get(s, 0.0))
+        ca, cb = _count(folded_a.get(s, 0.0) * scale_a), _count(folded_b.get(s, 0.0))
         if ca or cb:
             lines.append(f"{s} {ca} {cb}")
     return "\n".join(lines) + ("\n" if lines else "")
 
 
-def folded_files(result) -> dict[str, str]:
-    """Suffix -> content of the files ``--folded PREFIX`` writes."""
+def folded_files(side_a: tuple[dict, float], side_b: tuple[dict, float]) -> dict[str, str]:
+    """Suffix -> content of the files ``--folded PREFIX`` writes, from each side's (folded stacks,
+    total) (:func:`kperfdiff.diff.folded_sides`): ``diff.folded`` has A's counts scaled to B's total."""
+    (fa, ta), (fb, tb) = side_a, side_b
     return {
-        "a.folded": folded_text(result.folded_a),
-        "b.folded": folded_text(result.folded_b),
-        "diff.folded": differential_folded_text(result.folded_a, result.folded_b),
+        "a.folded": folded_text(fa),
+        "b.folded": folded_text(fb),
+        "diff.folded": differential_folded_text(fa, fb, tb / ta if ta > 0 and tb > 0 else 1.0),
     }
