@@ -85,11 +85,12 @@ class Chrome:
         return self.reply(self.post(method, params, session), timeout)
 
     def wait_event(self, name, timeout=30):
+        """The first event called ``name`` not waited for yet (it is taken off the list)."""
         deadline = time.time() + timeout
         while time.time() < deadline:
-            for e in self.events:
+            for i, e in enumerate(self.events):
                 if e.get("method") == name:
-                    return e
+                    return self.events.pop(i)
             self._pump(0.5)
         raise TimeoutError(name)
 
@@ -110,15 +111,18 @@ class Chrome:
 class Page:
     """One tab of a :class:`Chrome`, on a page loaded from a file."""
 
-    def __init__(self, chrome: Chrome, path, *, javascript=True):
+    def __init__(self, chrome: Chrome, path, *, javascript=True, width=None, height=900):
         self.ch = chrome
         target = chrome.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         self.sid = chrome.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        chrome.events = []
         for dom in ("Runtime.enable", "Log.enable", "Page.enable"):
             self.send(dom)
+        if width:
+            self.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": height,
+                                                             "deviceScaleFactor": 1, "mobile": False})
         if not javascript:
             self.send("Emulation.setScriptExecutionDisabled", {"value": True})
-        chrome.events = [e for e in chrome.events if e.get("method") != "Page.loadEventFired"]
         self.send("Page.navigate", {"url": path.as_uri()})
         chrome.wait_event("Page.loadEventFired")
         time.sleep(0.3)
@@ -148,10 +152,44 @@ class Page:
     def hover(self, x, y):
         self.send("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x, "y": y})
 
-    def key(self, key, code, keycode):
-        for kind in ("keyDown", "keyUp"):
-            self.send("Input.dispatchKeyEvent", {"type": kind, "key": key, "code": code,
-                                                 "windowsVirtualKeyCode": keycode})
+    def key(self, key, code, keycode, *, dialog_text=None):
+        """A real key press; ``dialog_text``: it opens a prompt, answer it."""
+        params = {"key": key, "code": code, "windowsVirtualKeyCode": keycode}
+        if len(key) == 1:
+            params["text"] = key
+        mid = self.ch.post("Input.dispatchKeyEvent", {"type": "keyDown", **params}, self.sid)
+        if dialog_text is not None:
+            self.ch.wait_event("Page.javascriptDialogOpening")
+            self.send("Page.handleJavaScriptDialog", {"accept": True, "promptText": dialog_text})
+        self.ch.reply(mid)
+        self.send("Input.dispatchKeyEvent", {"type": "keyUp", **params})
+
+    def flame_frame(self, name, graph=0):
+        """The frame called ``name`` in the page's ``graph``-th flame graph, scrolled into view: its box on screen
+        (centre, width), its rect's width attribute, whether it is shown, its classes."""
+        return self.eval("""(() => {
+            const svg = document.querySelectorAll('svg.kpd-flame')[%d];
+            const g = [...svg.querySelectorAll('g.f')].find(
+                g => g.querySelector('title').textContent.split('\\n')[0] === %s);
+            if (!g) return null;
+            const r = g.querySelector('rect');
+            r.scrollIntoView({block: 'center', inline: 'center'});
+            const b = r.getBoundingClientRect();
+            return {x: b.x + b.width / 2, y: b.y + b.height / 2, screen_w: b.width,
+                    w: parseFloat(r.getAttribute('width')), shown: b.width > 0 && g.checkVisibility(),
+                    cls: g.getAttribute('class'), fill: getComputedStyle(r).fill};
+        })()""" % (graph, json.dumps(name)))
+
+    def flame_control(self, cls, graph=0):
+        """A control or line of a flame graph (k-search, k-zoom, k-details, k-matched), scrolled into
+        view: centre, shown, text."""
+        return self.eval("""(() => {
+            const el = document.querySelectorAll('svg.kpd-flame')[%d].querySelector('.%s');
+            el.scrollIntoView({block: 'center', inline: 'center'});
+            const b = el.getBoundingClientRect();
+            return {x: b.x + b.width / 2, y: b.y + b.height / 2, shown: getComputedStyle(el).display !== 'none',
+                    text: el.textContent};
+        })()""" % (graph, cls))
 
     def errors(self):
         """Console errors, uncaught exceptions and log errors (CSP violations among them) so far."""

@@ -8,6 +8,8 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from chromium import Chrome, Page, needs_chromium
+from conftest import run_cli
 from kperfdiff.diff import DiffOptions, add_folded, diff_profiles
 from kperfdiff.ingest.load import load
 from kperfdiff.render.flamegraph import differential_svg
@@ -172,3 +174,54 @@ def test_size_on_a_large_real_profile(tmp_path):
     frames = svg.count('<g class="f"')
     assert frames > 2000 and "only in arm64" in svg and "only in x86_64" in svg
     assert len(svg.encode()) / frames < 300, (len(svg), frames)
+
+
+@needs_chromium
+def test_standalone_svg_is_interactive_in_headless_chromium(tmp_path):
+    """`diff --flamegraph` written by the CLI, opened in Chromium and driven with real mouse and
+    key input: the details line gives both sides, a click zooms the frame to the full width (its
+    callers full width too, everything else hidden), Search (a prompt) highlights the matches and
+    gives their share of each side, Escape and Reset zoom go back."""
+    pa, pb, svg = tmp_path / "a.folded", tmp_path / "b.folded", tmp_path / "d.svg"
+    pa.write_text("app;k1;grow 10\napp;k1;shrink 40\napp;k1;same 50\napp;old;deep 30\n")
+    pb.write_text("app;k1;grow 30\napp;k1;shrink 20\napp;k1;same 50\napp;new 20\n")
+    run_cli("diff", pa, pb, "--scope", "all", "--flamegraph", svg, check=0)
+    ch = Chrome(tmp_path / "chrome")
+    try:
+        page = Page(ch, svg, width=1300)
+        assert page.flame_control("k-search")["shown"] and not page.flame_control("k-zoom")["shown"]
+        grow = page.flame_frame("grow")
+        assert 0 < grow["w"] < 300 and grow["shown"]
+
+        page.hover(grow["x"], grow["y"])
+        assert page.flame_control("k-details")["text"] == "grow: a 7.69%, b 25.00%, change +17.31 pp"
+        page.hover(page.flame_frame("deep")["x"], page.flame_frame("deep")["y"])
+        assert page.flame_control("k-details")["text"].endswith("(only in a)")
+
+        page.click(grow["x"], grow["y"])
+        zoomed = page.flame_frame("grow")
+        assert zoomed["w"] == 1180 and abs(zoomed["screen_w"] - 1180) < 1
+        k1 = page.flame_frame("k1")
+        assert k1["w"] == 1180 and "anc" in k1["cls"]
+        assert not page.flame_frame("shrink")["shown"] and not page.flame_frame("old")["shown"]
+        reset = page.flame_control("k-zoom")
+        assert reset["shown"]
+        page.click(reset["x"], reset["y"])
+        assert page.flame_frame("grow")["w"] == grow["w"] and page.flame_frame("shrink")["shown"]
+
+        search = page.flame_control("k-search")
+        page.click(search["x"], search["y"], dialog_text="shr")
+        assert page.flame_frame("shrink")["fill"] == "rgb(230, 0, 230)"
+        assert page.flame_frame("grow")["fill"] != "rgb(230, 0, 230)"
+        assert page.flame_control("k-matched")["text"] == "1 frame match /shr/: a 30.77%, b 16.67%, change -14.10 pp"
+        assert page.flame_control("k-search")["text"] == "Clear search"
+
+        page.key("/", "Slash", 191, dialog_text="^(grow|same)$")
+        assert page.flame_control("k-matched")["text"].startswith("2 frames match /^(grow|same)$/: a 46.15%, b 66.67%")
+        page.click(*(page.flame_frame("old")[k] for k in ("x", "y")))
+        assert page.flame_frame("old")["w"] == 1180
+        page.key("Escape", "Escape", 27)
+        assert page.flame_control("k-matched")["text"] == "" and page.flame_frame("old")["w"] < 1180
+        assert page.errors() == []
+    finally:
+        ch.close()

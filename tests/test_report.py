@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from chromium import load_in_chromium, needs_chromium
+from chromium import Chrome, Page, load_in_chromium, needs_chromium
 from conftest import run_cli
 from kperfdiff import compare as cm
 from kperfdiff.commands.experiment import write_report
@@ -126,6 +126,49 @@ def test_report_loads_in_headless_chromium(tmp_path, evil_store):
     assert facts["tables"] >= 5 and facts["svgs"] >= 6 and facts["drawn"] == facts["svgs"]
     assert facts["scripts"] == 1
     assert EVIL in facts["text"] and EVIL in facts["title"] or EVIL in facts["text"]
+
+
+@needs_chromium
+def test_report_flame_graph_runs_under_its_csp(tmp_path, evil_store):
+    """In the report the flame graph's script runs (allowed by its hash: no CSP violation is
+    logged): a search highlights a frame, a click zooms one to the full width. The same page
+    with one byte of the script changed is refused by the policy (the check can fail), and
+    with JavaScript off the graph is drawn, static, its controls hidden."""
+    s, ra, rb = evil_store
+    c = cm.from_runs(s, [str(ra.id), str(rb.id)])
+    out = write_report(gather(s, c), tmp_path / "report.html")
+    html = out.read_text()
+    tampered = tmp_path / "tampered.html"
+    tampered.write_text(html.replace("'use strict';", "'use strict'; ", 1))
+    ch = Chrome(tmp_path / "chrome")
+    try:
+        page = Page(ch, out, width=1300)
+        search = page.flame_control("k-search")
+        assert search["shown"]
+        page.click(search["x"], search["y"], dialog_text="unmap")
+        hit = page.flame_frame("unmap_vmas")
+        assert hit["fill"] == "rgb(230, 0, 230)" and hit["w"] < 1180
+        assert page.flame_control("k-matched")["text"].startswith("1 frame match /unmap/: A ")
+        page.click(hit["x"], hit["y"])
+        zoomed = page.flame_frame("unmap_vmas")
+        assert zoomed["w"] == 1180 and abs(zoomed["screen_w"] - 1180) < 1
+        assert not page.flame_frame(EVIL)["shown"]
+        assert page.errors() == []
+
+        bad = Page(ch, tampered, width=1300)
+        assert any(kind == "log" and "Content Security Policy" in (text or "") for kind, text in bad.errors())
+        assert not bad.flame_control("k-search")["shown"]
+
+        static = Page(ch, out, width=1300, javascript=False)
+        frame = static.flame_frame("unmap_vmas")
+        assert frame["shown"] and 0 < frame["w"] < 1180
+        assert "unmap_vmas" in static.eval("document.querySelector('svg.kpd-flame').textContent")
+        drawn = static.eval("[...document.querySelectorAll('svg.kpd-flame g.f rect')]"
+                            ".filter(r => r.getBoundingClientRect().width > 0).length")
+        assert drawn >= 5
+        assert static.eval("getComputedStyle(document.querySelector('svg.kpd-flame .k-search')).display") == "none"
+    finally:
+        ch.close()
 
 
 def _thp_on():

@@ -18,7 +18,8 @@ What it adds to the static graph:
 - "Search" (or Ctrl+F or / in a standalone SVG) asks for a regular expression
   (plain text when it does not compile), highlights the frames whose name
   matches, and writes how many matched and their share of each side (a match
-  inside another match counted once); Escape clears it.
+  inside another match counted once); "Clear search", an empty answer or
+  Escape clears it.
 
 Controls are hidden in the static SVG (``display="none"``) and shown by the
 script, so without JavaScript the graph is the plain static one.
@@ -141,9 +142,8 @@ SCRIPT = r"""
     }
 
     function ask() {
-      if (lastTerm) { search(''); return; }
-      var term = window.prompt('Search frames (regular expression):', '');
-      if (term) { search(term); }
+      var term = window.prompt('Search frames (regular expression):', lastTerm);
+      if (term !== null) { search(term); }
     }
 
     function describe(f) {
@@ -155,7 +155,10 @@ SCRIPT = r"""
     svg.addEventListener('click', function (e) {
       var t = e.target;
       if (t === ctl.zoom) { zoom(null); return; }
-      if (t === ctl.search) { ask(); return; }
+      if (t === ctl.search) {
+        if (lastTerm) { search(''); } else { ask(); }
+        return;
+      }
       var g = t.closest ? t.closest('g.f') : null;
       if (g && byG.has(g)) { zoom(byG.get(g)); }
     });
