@@ -14,12 +14,12 @@ What it adds to the static graph:
 - clicking a frame zooms into it: the frame and its callees are laid out again
   across the full width from their shares, its callers are drawn full width
   and faded, everything else is hidden; "Reset zoom" (or a click on the root,
-  or Escape) goes back;
+  or Escape in a standalone SVG) goes back;
 - "Search" (or Ctrl+F or / in a standalone SVG) asks for a regular expression
   (plain text when it does not compile), highlights the frames whose name
   matches, and writes how many matched and their share of each side (a match
   inside another match counted once); "Clear search", an empty answer or
-  Escape clears it.
+  Escape (standalone) clears it. In an HTML page the keys stay the browser's.
 
 Controls are hidden in the static SVG (``display="none"``) and shown by the
 script, so without JavaScript the graph is the plain static one.
