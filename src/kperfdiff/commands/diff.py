@@ -85,8 +85,9 @@ def add_parser(sub) -> None:
     d.add_argument("--symfs-a", metavar="DIR", help="--symfs for side A")
     d.add_argument("--symfs-b", metavar="DIR", help="--symfs for side B")
     d.add_argument("--flamegraph", metavar="OUT.svg",
-                   help="write a differential flame graph: widths from B, red = larger share in B, "
-                        "blue = smaller, tooltips with both shares")
+                   help="write a differential flame graph over both sides' stacks: width = the mean of a "
+                        "frame's shares of A and B, red = larger share in B, blue = smaller, hatched = on one "
+                        "side only; tooltips with both shares, search, click-to-zoom (self-contained SVG)")
     d.add_argument("--folded", metavar="PREFIX",
                    help="write PREFIX.a.folded and PREFIX.b.folded (stack count; the process name as the root "
                         "frame where the profile names it) and PREFIX.diff.folded (stack countA countB, as "

@@ -1,8 +1,11 @@
 """The report: one self-contained HTML file (or Markdown for a mailing list).
 
-The HTML has inline CSS and inline SVG only: no script, font, image or
-style sheet is fetched (a Content-Security-Policy says so to the browser),
-so it opens offline and can be mailed. Every name and label that comes from
+The HTML has inline CSS, inline SVG and, when it has flame graphs, one
+inline script (:data:`kperfdiff.render.flamescript.SCRIPT`, their search,
+zoom and details line): no script, font, image or style sheet is fetched,
+and the Content-Security-Policy allows that one script by its SHA-256 and
+nothing else, so it opens offline and can be mailed. Without JavaScript the
+flame graphs are static and still complete. Every name and label that comes from
 data (benchmark, variant, symbol, machine fact) is HTML-escaped.
 
 Sections: machine facts of every variant side by side (differences
@@ -14,13 +17,15 @@ counters that explain changes, per variant.
 """
 from __future__ import annotations
 
+import base64
+import hashlib
 import math
 from html import escape
 from typing import TYPE_CHECKING
 
 from . import compare as rc
 from . import diff as rdiff
-from . import flamegraph, svgplot
+from . import flamegraph, flamescript, svgplot
 from .bench import FACT_ORDER
 from .compare import block_table, block_title, header_lines, medians_table, side_label
 from .table import Table, cell, md_escape, number
@@ -175,9 +180,10 @@ def monitors_table(cmp: Comparison) -> Table | None:
     return t
 
 
-def flame_svg(pd: ProfileDiff) -> str:
-    """The differential flame graph of one profile diff, as an inline <svg> element."""
-    svg = flamegraph.differential_svg(pd.result, title=pd.title)
+def flame_svg(pd: ProfileDiff, n: int = 0, *, script: bool = False) -> str:
+    """The ``n``-th differential flame graph of a page, as an ``<svg>`` element (ids prefixed
+    ``fN-``); ``script``: with its interactive script (a file of its own), else the page carries it."""
+    svg = flamegraph.differential_svg(pd.result, title=pd.title, script=script, id_prefix=f"f{n}-")
     return svg[svg.find("<svg"):] if "<svg" in svg else svg
 
 
@@ -209,6 +215,7 @@ def to_html(data: ReportData) -> str:
     body.append("<h2 id=\"profiles\">Profiles of the benchmarks that changed significantly</h2>")
     if not data.diffs:
         body.append("<p class=\"note\">No benchmark changed significantly, or profiles were not requested.</p>")
+    flames = 0
     for pd in data.diffs:
         body.append(f"<h3>{esc(pd.key)}, {pd.cores} core{'s' if pd.cores > 1 else ''}: {esc(pd.variant)} vs "
                     f"{esc(pd.reference)} ({pd.change:+.1f}%)</h3>")
@@ -216,13 +223,27 @@ def to_html(data: ReportData) -> str:
             body.append(f'<p class="note">{esc(pd.error)}</p>')
             continue
         body.append(diff_tables_html(pd))
-        body.append(f'<div class="flame">{flame_svg(pd)}</div>')
-    return html_page(title, body)
+        body.append(f'<div class="flame">{flame_svg(pd, flames)}</div>')
+        flames += 1
+    if flames:
+        body.append('<noscript><p class="note">With JavaScript on, the flame graphs offer search (the matched '
+                    'share of each side), click-to-zoom and a details line; without it they are static, and '
+                    'each frame\'s tooltip gives both shares.</p></noscript>')
+    return html_page(title, body, scripts=(flamescript.SCRIPT,) if flames else ())
 
 
-def html_page(title: str, body: list[str], css: str = CSS) -> str:
-    """A self-contained page: inline CSS and SVG only, and a Content-Security-Policy that fetches nothing."""
+def csp_hash(script: str) -> str:
+    """The Content-Security-Policy source that allows an inline script of exactly this text."""
+    return "'sha256-" + base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii") + "'"
+
+
+def html_page(title: str, body: list[str], css: str = CSS, scripts: tuple[str, ...] = ()) -> str:
+    """A self-contained page: inline CSS and SVG, the given inline ``scripts`` at the end of the
+    body, and a Content-Security-Policy that fetches nothing and runs those scripts only (by hash)."""
     csp = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+    if scripts:
+        csp += "; script-src " + " ".join(csp_hash(s) for s in scripts)
+    body = body + [f"<script>{s}</script>" for s in scripts]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta http-equiv=\"Content-Security-Policy\" content=\"{csp}\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
@@ -253,7 +274,7 @@ def to_markdown(data: ReportData, files_dir: str) -> tuple[str, dict[str, str]]:
             continue
             out.append(rdiff.to_markdown_text(pd.result))
         fn = f"flame-{i}.svg"
-        files[fn] = flame_svg(pd)
+        files[fn] = flame_svg(pd, i, script=True)
         out.append(f"Differential flame graph: [{fn}]({files_dir}/{fn})\n")
     return "\n".join(out) + "\n", files
 
