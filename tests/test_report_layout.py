@@ -153,10 +153,11 @@ def test_every_whisker_plot_says_what_its_whiskers_are(report_html):
     scal = [k for k in figs if k.startswith("scaling-")]
     assert len(bars) == len(scal) == 6
     for k in bars:
-        assert texts(figs[k], "caption") == ["bar: change of the centre, pale when not significant; "
-                                             "whiskers: 95% confidence interval of the change"], k
+        assert " ".join(texts(figs[k], "caption")) == ("bar: change of the centre, pale when not significant; "
+                                                       "whiskers: 95% confidence interval of the change"), k
     for k in scal:
-        assert texts(figs[k], "caption") == ["point: centre (geometric mean of the per-repetition medians); "
+        # too long for one line under the plot: one clause per line
+        assert texts(figs[k], "caption") == ["point: centre (geometric mean of the per-repetition medians);",
                                              "whiskers: min-max of the per-repetition medians"], k
 
 

@@ -133,9 +133,22 @@ def _plain(v: float, step: float) -> str:
     return "0" if float(out) == 0 else out
 
 
-def _caption(text: str, x: float, y: float) -> str:
-    """What a plot's marks mean (its whiskers above all), under the plot."""
-    return f'<text x="{x}" y="{y}" font-size="10" fill="#444" {FONT} class="caption">{_e(text)}</text>'
+CHAR_W = 5.4     # px: the width of an average character at font-size 10 (sans-serif)
+
+
+def _caption_lines(text: str, width: float) -> list[str]:
+    """A caption as lines that fit ``width`` pixels: whole clauses ("; ") per line when too long."""
+    if len(text) * CHAR_W <= width:
+        return [text]
+    parts = text.split("; ")
+    return [p + (";" if i < len(parts) - 1 else "") for i, p in enumerate(parts)]
+
+
+def _caption(lines: list[str], x: float, y_last: float) -> str:
+    """What a plot's marks mean (its whiskers above all), under the plot, the last line at ``y_last``."""
+    y0 = y_last - 12 * (len(lines) - 1)
+    return "".join(f'<text x="{x}" y="{y0 + 12 * i}" font-size="10" fill="#444" {FONT} class="caption">{_e(t)}</text>'
+                   for i, t in enumerate(lines))
 
 
 def change_bars(title: str, groups: list[str], series: list[str],
@@ -146,7 +159,9 @@ def change_bars(title: str, groups: list[str], series: list[str],
     ``values[(group, series)] = (change, low, high, significant)``; ``caption`` says what the
     bars and whiskers are (the caller knows the interval's confidence and method).
     """
-    W, H, L, R, T, B = 560, 274, 60, 12, 30, 60
+    W, L, R, T = 560, 60, 12, 30
+    cap = _caption_lines(caption, W - 16)
+    H, B = 262 + 12 * len(cap), 48 + 12 * len(cap)
     pts = [v for v in values.values() if _finite(v[0])]
     lo = min([0.0] + [min(v[0], v[1]) if _finite(v[1]) else v[0] for v in pts])
     hi = max([0.0] + [max(v[0], v[2]) if _finite(v[2]) else v[0] for v in pts])
@@ -188,8 +203,8 @@ def change_bars(title: str, groups: list[str], series: list[str],
                             f'stroke="#222"/><line x1="{cx - 4:.1f}" x2="{cx + 4:.1f}" y1="{y(high):.1f}" '
                             f'y2="{y(high):.1f}" stroke="#222"/><line x1="{cx - 4:.1f}" x2="{cx + 4:.1f}" '
                             f'y1="{y(low):.1f}" y2="{y(low):.1f}" stroke="#222"/>')
-    body += _legend(series, L, H - 24)
-    body.append(_caption(caption, 8, H - 6))
+    body += _legend(series, L, H - 12 - 12 * len(cap))
+    body.append(_caption(cap, 8, H - 6))
     return _svg(W, H, body, title)
 
 
@@ -217,7 +232,9 @@ def scaling(title: str, unit: str, xs: list[int], series: dict[str, list[tuple[i
 
     ``series[name] = [(cores, centre, low, high), ...]``, values in ``unit``.
     """
-    W, H, L, R, T, B = 560, 274, 78, 12, 30, 60
+    W, L, R, T = 560, 78, 12, 30
+    cap = _caption_lines(caption, W - 16)
+    H, B = 262 + 12 * len(cap), 48 + 12 * len(cap)
     vals = [v for pts in series.values() for p in pts for v in p[1:] if _finite(v)]
     ax = axis_unit(unit, vals)
     if not vals:
@@ -256,8 +273,8 @@ def scaling(title: str, unit: str, xs: list[int], series: dict[str, list[tuple[i
                             f'stroke="{col}"/>')
             body.append(f'<circle cx="{xp(c):.1f}" cy="{y(m):.1f}" r="3.5" fill="{col}"><title>{_e(name)}, '
                         f'{_e(c)} {"core" if c == 1 else "cores"}: {_e(ax.value(m))}</title></circle>')
-    body += _legend(list(series), L, H - 24)
-    body.append(_caption(caption, 8, H - 6))
+    body += _legend(list(series), L, H - 12 - 12 * len(cap))
+    body.append(_caption(cap, 8, H - 6))
     return _svg(W, H, body, title)
 
 
