@@ -14,7 +14,8 @@ import pytest
 from conftest import run_cli
 from kperfdiff import store as st
 from kperfdiff.render import svgplot
-from test_compare import add
+from test_compare import add, make_store
+from test_report import add_profiles
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -203,3 +204,16 @@ def test_heat_map_bound():
                                                             (1, "c"): (12.0, False), (1, "d"): (5.0, False)})
     assert "colour scale \u00b112% (the largest |change|" in svg and "clipped" not in svg
     assert svgplot.heat_bound([]) == (svgplot.HEAT_FLOOR, False)
+
+
+def test_markdown_post_has_the_ranking_of_each_changed_benchmark(tmp_path, home):
+    """The post holds the kperfdiff table of the benchmark that changed, not only a link to its
+    flame graph (the table was lost behind a `continue`)."""
+    s, ra, rb = make_store(home / "kperfdiff.db", p2_reps=3, extra_runs=2)
+    add_profiles(s, ra, tmp_path / "pa", "unmap_vmas")
+    add_profiles(s, rb, tmp_path / "pb", "zap_pte_range")
+    run_cli("report", ra.id, rb.id, "--format", "markdown", "-o", tmp_path / "post.md", check=0)
+    md = (tmp_path / "post.md").read_text()
+    section = md.split("### x.lat, P=2", 1)[1]
+    assert "Top 5 candidates among common kernel functions" in section
+    assert "zap_pte_range" in section and "Differential flame graph: [flame-0.svg]" in section

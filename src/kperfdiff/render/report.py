@@ -277,7 +277,7 @@ def to_markdown(data: ReportData, files_dir: str) -> tuple[str, dict[str, str]]:
         if pd.error:
             out.append(md_escape(pd.error) + "\n")
             continue
-            out.append(rdiff.to_markdown_text(pd.result))
+        out.append(rdiff.to_markdown_text(pd.result))
         fn = f"flame-{i}.svg"
         files[fn] = flame_svg(pd)
         out.append(f"Differential flame graph: [{fn}]({files_dir}/{fn})\n")
