@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMPS := .build
 # Debian packages the project needs on a fresh machine.
 APT_PACKAGES := python3 python3-venv linux-perf gcc libc6-dev make gcc-aarch64-linux-gnu libc6-dev-arm64-cross \
-                iproute2 procps util-linux file chromium \
+                iproute2 procps util-linux file chromium pipx \
                 qemu-system-arm qemu-system-x86 openssh-server openssh-client golang-go
 # Rust comes from rustup when it is there, otherwise from Debian's current toolchain.
 RUST_APT_PACKAGES := rustc-web cargo-web
@@ -16,7 +16,7 @@ PY_REQUIREMENTS := requirements-dev.txt
 NATIVE_SOURCES := $(shell find native/src -name '*.rs' 2>/dev/null) native/Cargo.toml $(wildcard native/Cargo.lock)
 PYTEST_ARGS ?=
 
-.PHONY: setup demo studies test test-native test-python test-slow bench-harness clean
+.PHONY: setup demo studies test test-native test-python test-slow bench-harness dist clean
 
 setup: $(STAMPS)/apt $(STAMPS)/venv $(STAMPS)/native $(STAMPS)/tools
 
@@ -89,5 +89,12 @@ test-slow: setup
 bench-harness: setup
 	$(BIN)/python harness/bench_stability.py
 
+# The source distribution and a wheel built from it (as pip and pipx build one), into dist/:
+# `pip install dist/kperfdiff-*.whl` or `pipx install dist/kperfdiff-*.whl` on this machine,
+# `pip install dist/kperfdiff-*.tar.gz` wherever there is a Rust toolchain.
+dist: $(STAMPS)/venv
+	rm -rf dist
+	$(BIN)/python -m build -o dist
+
 clean:
-	rm -rf $(STAMPS) native/target
+	rm -rf $(STAMPS) native/target dist

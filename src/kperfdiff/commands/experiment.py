@@ -60,10 +60,11 @@ def add_parsers(sub) -> None:
                         "it too (by default they are listed as not judged)")
 
     r = sub.add_parser("report", help="write a self-contained HTML report (or Markdown) of an experiment or runs",
-                       description="One HTML file that works offline: machine facts side by side, comparison "
-                                   "tables, plots (bars with intervals, scaling curves, heat map), the kperfdiff "
-                                   "table and differential flame graph of each benchmark that changed "
-                                   "significantly, and the kernel counters that explain changes.")
+                       description="One HTML file that works offline, the result first: comparison tables, "
+                                   "plots (change bars with confidence intervals, scaling curves, a heat map "
+                                   "whose colours are clipped at outliers), the kernel counters that explain "
+                                   "changes, the kperfdiff table and differential flame graph of each benchmark "
+                                   "that changed significantly; last, folded, the machine facts side by side.")
     r.add_argument("runs", nargs="*", metavar="RUN", help="run ids or labels; the first is the baseline")
     r.add_argument("--experiment", metavar="ID|NAME", help="report on the variants of an experiment")
     r.add_argument("--stack", action="store_true", help="with RUNs: they form a patch stack")

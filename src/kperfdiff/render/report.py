@@ -8,12 +8,14 @@ nothing else, so it opens offline and can be mailed. Without JavaScript the
 flame graphs are static and still complete. Every name and label that comes from
 data (benchmark, variant, symbol, machine fact) is HTML-escaped.
 
-Sections: machine facts of every variant side by side (differences
-highlighted); the comparison tables; plots (change bars with intervals per
-benchmark, scaling curves over core counts, the improvement table as a heat
-map); for each benchmark that changed significantly and has profiles on both
-sides, the kperfdiff table and the differential flame graph; the kernel
-counters that explain changes, per variant.
+Sections, the result first: the comparison tables; plots (change bars with
+intervals per benchmark, scaling curves over core counts, the improvement
+table as a heat map; each says what its bars, points and whiskers are); the
+kernel counters that explain changes, per variant; for each benchmark that
+changed significantly and has profiles on both sides, the kperfdiff table and
+the differential flame graph; last, folded in a <details> element whose
+summary names the facts that differ, the machine facts of every variant side
+by side (differences highlighted).
 """
 from __future__ import annotations
 
@@ -45,6 +47,12 @@ EXPLAIN = [
     ("vmstat.pswpin", "swap in"), ("vmstat.pswpout", "swap out"),
 ]
 
+# What the plots draw (plots() below hands them exactly these): the whiskers above all.
+BARS_CAPTION = ("bar: change of the centre, pale when not significant; whiskers: {confidence:.0%} "
+                "confidence interval of the change")
+SCALING_CAPTION = ("point: centre (geometric mean of the per-repetition medians); whiskers: min-max of "
+                   "the per-repetition medians")
+
 CSS = """
 body{font-family:sans-serif;margin:1.5em auto;max-width:1250px;color:#222;line-height:1.35}
 h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ccc;margin-top:2em}h3{font-size:1.02em}
@@ -56,6 +64,7 @@ td.sig{font-weight:bold}td.better{background:#e3f4e3}td.worse{background:#fbe3e3
 .note{color:#555;font-size:.85em}.plots{display:flex;flex-wrap:wrap;gap:10px}
 .flame{overflow-x:auto;border:1px solid #ddd;margin:.5em 0}
 figure{margin:0}.emulated{color:#a00;font-weight:bold}code{background:#f5f5f5;padding:0 .2em}
+details.machines>summary{cursor:pointer;color:#333}
 """
 
 
@@ -87,22 +96,37 @@ def table_html(t: Table, *, cls_for=None) -> str:
     return "\n".join(out)
 
 
-def facts_html(data: ReportData) -> str:
+def fact_rows(data: ReportData) -> list[tuple[str, list, bool]]:
+    """(fact, value per side, whether the sides differ) for every fact some side has."""
     labels = [s.label for s in data.cmp.sides]
     keys = ["target", "runs"] + FACT_ORDER + ["perf events", "knobs", "cmdline", "env", "cpus", "vars"]
-    seen = []
-    for k in keys:
-        if k not in seen and any(k in data.facts[lab] for lab in labels):
-            seen.append(k)
+    rows = []
+    for k in dict.fromkeys(keys):
+        if any(k in data.facts[lab] for lab in labels):
+            vals = [data.facts[lab].get(k, "") for lab in labels]
+            rows.append((k, vals, k != "runs" and len({str(v) for v in vals}) > 1))
+    return rows
+
+
+def facts_html(data: ReportData) -> str:
+    labels = [s.label for s in data.cmp.sides]
     out = ["<table><tr><th class=\"l\">fact</th>" + "".join(f"<th>{esc(side_label(data.cmp, lab))}</th>"
                                                            for lab in labels) + "</tr>"]
-    for k in seen:
-        vals = [data.facts[lab].get(k, "") for lab in labels]
-        differs = k != "runs" and len({str(v) for v in vals}) > 1
+    for k, vals, differs in fact_rows(data):
         out.append(f'<tr class="{"differs" if differs else ""}"><td class="l">{esc(k)}</td>'
                    + "".join(f'<td class="l">{esc(v)}</td>' for v in vals) + "</tr>")
     out.append("</table><p class=\"note\">Highlighted rows differ between variants.</p>")
     return "\n".join(out)
+
+
+def machines_html(data: ReportData) -> str:
+    """The machine facts, folded: the summary line names the facts that differ between variants."""
+    rows = fact_rows(data)
+    differ = [k for k, _, d in rows if d]
+    said = (f"{len(differ)} of {len(rows)} differ between variants: {', '.join(differ)}" if differ else
+            f"{len(rows)} facts, the same for every variant" if len(data.cmp.sides) > 1 else f"{len(rows)} facts")
+    return (f'<details class="machines"><summary>CPU, memory, kernel, knobs and the rest of each machine '
+            f"({esc(said)})</summary>\n{facts_html(data)}\n</details>")
 
 
 def _change_classes(blk, cmp):
@@ -140,7 +164,8 @@ def plots(cmp: Comparison) -> dict[str, str]:
                         vals[(f"P={c}", blk.variant)] = (x.change, x.low, x.high, x.significant)
             out[f"bars-{n}"] = svgplot.change_bars(f"{k}: change vs {cmp.baseline.label} (positive = better)",
                                                    [f"P={c}" for c in cmp.cores],
-                                                   [b.variant for b in base_blocks], vals)
+                                                   [b.variant for b in base_blocks], vals, caption=BARS_CAPTION
+                                                   .format(confidence=cmp.confidence))
         series = {}
         unit = ""
         for s in cmp.sides:
@@ -153,7 +178,8 @@ def plots(cmp: Comparison) -> dict[str, str]:
                 rm = smp.rep_medians
                 pts.append((c, smp.centre, min(rm) if rm else math.nan, max(rm) if rm else math.nan))
             series[s.label] = pts
-        out[f"scaling-{n}"] = svgplot.scaling(f"{k}: centre over core counts", unit, cmp.cores, series)
+        out[f"scaling-{n}"] = svgplot.scaling(f"{k}: centre over core counts", unit, cmp.cores, series,
+                                              caption=SCALING_CAPTION)
     for m, blk in enumerate(cmp.blocks):
         vals = {(c, k): (x.change, x.significant) for (k, c), x in blk.cells.items()}
         out[f"heatmap-{m}"] = svgplot.heatmap(block_title(cmp, blk), cmp.cores, cmp.keys, vals)
@@ -203,8 +229,7 @@ def to_html(data: ReportData) -> str:
     if any(s.emulated for s in cmp.sides):
         body.append('<p class="emulated">Some results come from an EMULATED machine (marked emulated): '
                     'their times are not those of real hardware.</p>')
-    body += ["<h2 id=\"machines\">Machines</h2>", facts_html(data),
-             "<h2 id=\"tables\">Comparison</h2>", comparison_html(cmp),
+    body += ["<h2 id=\"tables\">Comparison</h2>", comparison_html(cmp),
              "<h2 id=\"plots\">Plots</h2>", '<div class="plots">']
     for name, svg in plots(cmp).items():
         body.append(f'<figure id="{esc(name)}">{svg}</figure>')
@@ -229,6 +254,7 @@ def to_html(data: ReportData) -> str:
         body.append('<noscript><p class="note">With JavaScript on, the flame graphs offer search (the matched '
                     'share of each side), click-to-zoom and a details line; without it they are static, and '
                     'each frame\'s tooltip gives both shares.</p></noscript>')
+    body += ["<h2 id=\"machines\">Machines</h2>", machines_html(data)]
     return html_page(title, body, scripts=(flamescript.SCRIPT,) if flames else ())
 
 
@@ -272,7 +298,7 @@ def to_markdown(data: ReportData, files_dir: str) -> tuple[str, dict[str, str]]:
         if pd.error:
             out.append(md_escape(pd.error) + "\n")
             continue
-            out.append(rdiff.to_markdown_text(pd.result))
+        out.append(rdiff.to_markdown_text(pd.result))
         fn = f"flame-{i}.svg"
         files[fn] = flame_svg(pd, i, script=True)
         out.append(f"Differential flame graph: [{fn}]({files_dir}/{fn})\n")

@@ -6,6 +6,7 @@ XML-escaped. Sizes are fixed in pixels and the viewBox lets the browser scale.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from html import escape
 
 PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
@@ -50,28 +51,132 @@ def _fmt(v: float) -> str:
     return f"{v:.4g}"
 
 
+# -- axis units ---------------------------------------------------------------------
+# A value axis shows its numbers in the unit that suits their magnitude: 2500 ns/op as
+# "2.5 µs", 0.07 GUP/s as "70 MUP/s", 3e6 instructions as "3 M".
+TIME_UNITS = [("ns", 1e-9), ("\u00b5s", 1e-6), ("ms", 1e-3), ("s", 1.0)]
+TIME_NAMES = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "\u03bcs": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0}
+BYTE_UNITS = [("B", 1), ("KiB", 1 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30), ("TiB", 1 << 40)]
+BYTE_NAMES = {"B": 1, "bytes": 1, "byte": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+SI_PREFIXES = [("n", 1e-9), ("\u00b5", 1e-6), ("m", 1e-3), ("", 1.0), ("k", 1e3), ("M", 1e6), ("G", 1e9),
+               ("T", 1e12)]
+SI_NAMES = {p: m for p, m in SI_PREFIXES if p} | {"u": 1e-6}
+
+
+@dataclass(frozen=True)
+class AxisUnit:
+    """How a value axis shows its numbers: ``value * factor`` followed by ``suffix`` on each tick
+    ("250 \u00b5s"), and ``title`` beside the axis ("\u00b5s/op")."""
+
+    factor: float
+    suffix: str
+    title: str
+
+    def label(self, v: float, step: float) -> str:
+        """A tick's label, with as many decimals as the step needs and never an exponent."""
+        return f"{_plain(v * self.factor, step * self.factor)}{' ' + self.suffix if self.suffix else ''}"
+
+    def value(self, v: float) -> str:
+        """One value with 4 significant digits in this unit ("2.584 \u00b5s")."""
+        x = v * self.factor
+        d = max(0, 3 - math.floor(math.log10(abs(x)))) if _finite(x) and x != 0 else 0
+        return f"{x:.{d}f}{' ' + self.suffix if self.suffix else ''}"
+
+
+def _pick(choices: list[tuple[str, float]], magnitude: float) -> tuple[str, float]:
+    """The largest unit in which ``magnitude`` (in base units) is still at least 1."""
+    best = choices[0]
+    for name, size in choices:
+        if magnitude >= size * (1 - 1e-9):
+            best = (name, size)
+    return best
+
+
+def axis_unit(unit: str | None, values) -> AxisUnit:
+    """The unit an axis of ``values`` (in ``unit``) is best read in, from their largest magnitude.
+
+    Times (ns, us, ms, s, with any "/op" after them) become ns, \u00b5s, ms or s; bytes B, KiB,
+    MiB, GiB; a rate with an SI prefix (GUP/s, MB/s) and any other unit get an SI prefix
+    (n .. T). A unit that is a word (instructions, samples) keeps its name for the axis title and
+    puts the prefix alone on the ticks.
+    """
+    unit = (unit or "").strip()
+    mags = [abs(v) for v in values if _finite(v) and v != 0]
+    mag = max(mags) if mags else 0.0
+    head, sep, tail = unit.partition("/")
+    tail = sep + tail
+    if head in TIME_NAMES:
+        base = TIME_NAMES[head]
+        name, size = _pick(TIME_UNITS, mag * base) if mag else (head, base)
+        return AxisUnit(base / size, name, name + tail)
+    if head in BYTE_NAMES:
+        base = BYTE_NAMES[head]
+        name, size = _pick(BYTE_UNITS, mag * base) if mag else (head, base)
+        return AxisUnit(base / size, name, name + tail)
+    base, rest = 1.0, head
+    if tail and len(head) > 1 and head[0] in SI_NAMES:       # GUP/s: giga updates per second
+        base, rest = SI_NAMES[head[0]], head[1:]
+    # below 1 only for a unit that came with a prefix (0.07 GUP/s -> 70 MUP/s, not "70 m samples")
+    choices = SI_PREFIXES if base != 1.0 else [(p, m) for p, m in SI_PREFIXES if m >= 1]
+    prefix, size = _pick(choices, mag * base) if mag else ("", 1.0)
+    if not unit or " " in unit or (rest.isalpha() and len(rest) > 3 and not tail):   # a word or none
+        return AxisUnit(base / size, prefix, f"{prefix} {unit}".strip() if unit else "")
+    return AxisUnit(base / size, prefix + rest + tail, prefix + rest + tail)
+
+
+def _plain(v: float, step: float) -> str:
+    """``v`` in positional notation with the decimals a tick ``step`` needs (0.25 -> 2)."""
+    d = 0
+    while d < 9 and step > 0 and abs(step * 10 ** d - round(step * 10 ** d)) > 1e-6 * step * 10 ** d:
+        d += 1
+    out = f"{v:.{d}f}"
+    return "0" if float(out) == 0 else out
+
+
+CHAR_W = 5.4     # px: the width of an average character at font-size 10 (sans-serif)
+
+
+def _caption_lines(text: str, width: float) -> list[str]:
+    """A caption as lines that fit ``width`` pixels: whole clauses ("; ") per line when too long."""
+    if len(text) * CHAR_W <= width:
+        return [text]
+    parts = text.split("; ")
+    return [p + (";" if i < len(parts) - 1 else "") for i, p in enumerate(parts)]
+
+
+def _caption(lines: list[str], x: float, y_last: float) -> str:
+    """What a plot's marks mean (its whiskers above all), under the plot, the last line at ``y_last``."""
+    y0 = y_last - 12 * (len(lines) - 1)
+    return "".join(f'<text x="{x}" y="{y0 + 12 * i}" font-size="10" fill="#444" {FONT} class="caption">{_e(t)}</text>'
+                   for i, t in enumerate(lines))
+
+
 def change_bars(title: str, groups: list[str], series: list[str],
-                values: dict[tuple[str, str], tuple[float, float, float, bool]]) -> str:
+                values: dict[tuple[str, str], tuple[float, float, float, bool]], *,
+                caption: str = "bar: change; whiskers: confidence interval of the change") -> str:
     """Bars of % change (positive = better) with confidence-interval whiskers.
 
-    ``values[(group, series)] = (change, low, high, significant)``.
+    ``values[(group, series)] = (change, low, high, significant)``; ``caption`` says what the
+    bars and whiskers are (the caller knows the interval's confidence and method).
     """
-    W, H, L, R, T, B = 560, 260, 56, 12, 30, 46
+    W, L, R, T = 560, 60, 12, 30
+    cap = _caption_lines(caption, W - 16)
+    H, B = 262 + 12 * len(cap), 48 + 12 * len(cap)
     pts = [v for v in values.values() if _finite(v[0])]
     lo = min([0.0] + [min(v[0], v[1]) if _finite(v[1]) else v[0] for v in pts])
     hi = max([0.0] + [max(v[0], v[2]) if _finite(v[2]) else v[0] for v in pts])
     lo, hi, step = _nice_range(lo, hi)
     ph = H - T - B
     pw = W - L - R
+    pct = AxisUnit(1.0, "%", "%")
 
     def y(v):
         return T + (hi - v) / (hi - lo) * ph
     body = [f'<text x="{W / 2}" y="18" text-anchor="middle" font-size="13" {FONT}>{_e(title)}</text>']
-    t = lo
-    while t <= hi + step / 2:
+    for t in _ticks(lo, hi, step):
         body.append(f'<line x1="{L}" x2="{W - R}" y1="{y(t):.1f}" y2="{y(t):.1f}" stroke="#ddd"/>'
-                    f'<text x="{L - 4}" y="{y(t) + 4:.1f}" text-anchor="end" font-size="10" {FONT}>{_fmt(t)}%</text>')
-        t += step
+                    f'<text x="{L - 4}" y="{y(t) + 4:.1f}" text-anchor="end" font-size="10" {FONT} class="tick">'
+                    f'{_e(pct.label(t, step).replace(" ", ""))}</text>')
     body.append(f'<line x1="{L}" x2="{W - R}" y1="{y(0):.1f}" y2="{y(0):.1f}" stroke="#333"/>')
     ng = max(len(groups), 1)
     gw = pw / ng
@@ -98,8 +203,15 @@ def change_bars(title: str, groups: list[str], series: list[str],
                             f'stroke="#222"/><line x1="{cx - 4:.1f}" x2="{cx + 4:.1f}" y1="{y(high):.1f}" '
                             f'y2="{y(high):.1f}" stroke="#222"/><line x1="{cx - 4:.1f}" x2="{cx + 4:.1f}" '
                             f'y1="{y(low):.1f}" y2="{y(low):.1f}" stroke="#222"/>')
-    body += _legend(series, L, H - 14)
+    body += _legend(series, L, H - 12 - 12 * len(cap))
+    body.append(_caption(cap, 8, H - 6))
     return _svg(W, H, body, title)
+
+
+def _ticks(lo: float, hi: float, step: float) -> list[float]:
+    """lo, lo + step, ... hi, each rounded to the step (no 0.30000000000000004)."""
+    n = int(round((hi - lo) / step))
+    return [round(lo + i * step, 12) for i in range(n + 1)]
 
 
 def _legend(series: list[str], x0: float, y0: float) -> list[str]:
@@ -112,16 +224,24 @@ def _legend(series: list[str], x0: float, y0: float) -> list[str]:
     return out
 
 
-def scaling(title: str, unit: str, xs: list[int], series: dict[str, list[tuple[int, float, float, float]]]) -> str:
-    """Centre (geometric mean of the per-repetition medians) over core counts per series, with min..max of the per-repetition medians as whiskers.
+def scaling(title: str, unit: str, xs: list[int], series: dict[str, list[tuple[int, float, float, float]]], *,
+            caption: str = "point: centre; whiskers: low-high") -> str:
+    """A centre per core count and series, with whiskers from low to high, on an axis in the unit
+    that suits the values' magnitude (:func:`axis_unit`); ``caption`` says what the points and the
+    whiskers are.
 
-    ``series[name] = [(cores, centre, low, high), ...]``.
+    ``series[name] = [(cores, centre, low, high), ...]``, values in ``unit``.
     """
-    W, H, L, R, T, B = 560, 260, 70, 12, 30, 46
+    W, L, R, T = 560, 78, 12, 30
+    cap = _caption_lines(caption, W - 16)
+    H, B = 262 + 12 * len(cap), 48 + 12 * len(cap)
     vals = [v for pts in series.values() for p in pts for v in p[1:] if _finite(v)]
+    ax = axis_unit(unit, vals)
     if not vals:
-        vals = [0.0, 1.0]
-    lo, hi, step = _nice_range(min(0.0, min(vals)), max(vals))
+        vals = [0.0, 1.0 / ax.factor]
+    # ticks fall on round numbers of the unit shown
+    lo, hi, step = _nice_range(min(0.0, min(vals)) * ax.factor, max(vals) * ax.factor)
+    lo, hi, step = lo / ax.factor, hi / ax.factor, step / ax.factor
     ph, pw = H - T - B, W - L - R
     xs = sorted(xs) or [1]
 
@@ -131,13 +251,13 @@ def scaling(title: str, unit: str, xs: list[int], series: dict[str, list[tuple[i
     def y(v):
         return T + (hi - v) / (hi - lo) * ph
     body = [f'<text x="{W / 2}" y="18" text-anchor="middle" font-size="13" {FONT}>{_e(title)}</text>']
-    t = lo
-    while t <= hi + step / 2:
-        body.append(f'<line x1="{L}" x2="{W - R}" y1="{y(t):.1f}" y2="{y(t):.1f}" stroke="#eee"/>'
-                    f'<text x="{L - 4}" y="{y(t) + 4:.1f}" text-anchor="end" font-size="10" {FONT}>{_fmt(t)}</text>')
-        t += step
+    for t in _ticks(lo * ax.factor, hi * ax.factor, step * ax.factor):
+        v = t / ax.factor
+        body.append(f'<line x1="{L}" x2="{W - R}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#eee"/>'
+                    f'<text x="{L - 4}" y="{y(v) + 4:.1f}" text-anchor="end" font-size="10" {FONT} class="tick">'
+                    f'{_e(ax.label(v, step))}</text>')
     body.append(f'<text x="12" y="{T + ph / 2:.1f}" font-size="11" {FONT} transform="rotate(-90 12 {T + ph / 2:.1f})" '
-                f'text-anchor="middle">{_e(unit)}</text>')
+                f'text-anchor="middle" class="axis">{_e(ax.title)}</text>')
     for c in xs:
         body.append(f'<text x="{xp(c):.1f}" y="{H - B + 16}" text-anchor="middle" font-size="11" {FONT}>'
                     f'{_e(c)} {"core" if c == 1 else "cores"}</text>')
@@ -152,8 +272,9 @@ def scaling(title: str, unit: str, xs: list[int], series: dict[str, list[tuple[i
                 body.append(f'<line x1="{xp(c):.1f}" x2="{xp(c):.1f}" y1="{y(high):.1f}" y2="{y(low):.1f}" '
                             f'stroke="{col}"/>')
             body.append(f'<circle cx="{xp(c):.1f}" cy="{y(m):.1f}" r="3.5" fill="{col}"><title>{_e(name)}, '
-                        f'{_e(c)} cores: {_e(_fmt(m))} {_e(unit)}</title></circle>')
-    body += _legend(list(series), L, H - 14)
+                        f'{_e(c)} {"core" if c == 1 else "cores"}: {_e(ax.value(m))}</title></circle>')
+    body += _legend(list(series), L, H - 12 - 12 * len(cap))
+    body.append(_caption(cap, 8, H - 6))
     return _svg(W, H, body, title)
 
 
@@ -168,13 +289,44 @@ def _heat(v: float, scale: float) -> str:
     return f"rgb({int(r)},{int(g)},{int(b)})"
 
 
+HEAT_FLOOR = 5.0      # % : the colour scale never spans less than +-5%
+
+
+def heat_bound(changes) -> tuple[float, bool]:
+    """The colour scale's bound (in %) for cells of these changes, and whether it clips some.
+
+    A cell whose |change| lies beyond Tukey's upper fence of all |change| (Q3 + 1.5 IQR, the usual
+    outlier cut; with 4 cells or more) is an outlier; the bound is the largest |change| that is
+    not, at least ``HEAT_FLOOR``. One cell far beyond the others (a +900% beside a handful of
+    +-5..30%) is then shown at full colour and marked instead of fading all the others.
+    """
+    a = sorted(abs(v) for v in changes if _finite(v))
+    if not a:
+        return HEAT_FLOOR, False
+    if len(a) >= 4:
+        q1, q3 = _quantile(a, 0.25), _quantile(a, 0.75)
+        inside = [v for v in a if v <= q3 + 1.5 * (q3 - q1)]
+        bound = max(inside[-1], HEAT_FLOOR)
+        if bound < a[-1]:
+            return bound, True
+    return max(a[-1], HEAT_FLOOR), False
+
+
+def _quantile(sorted_vals: list[float], q: float) -> float:
+    """Linear interpolation between order statistics (numpy's default)."""
+    pos = (len(sorted_vals) - 1) * q
+    i = int(math.floor(pos))
+    j = min(i + 1, len(sorted_vals) - 1)
+    return sorted_vals[i] + (sorted_vals[j] - sorted_vals[i]) * (pos - i)
+
+
 def heatmap(title: str, rows: list, cols: list[str], values: dict[tuple, tuple[float, bool]]) -> str:
-    """The improvement table as a heat map: green = better, red = worse, * = significant."""
+    """The improvement table as a heat map: green = better, red = worse, * = significant; the colour
+    scale is clipped at :func:`heat_bound`, cells beyond it at full colour with a black outline."""
     cw, rh, L, T = 130, 28, 70, 60
-    W = L + cw * max(len(cols), 1) + 10
-    H = T + rh * max(len(rows), 1) + 24
-    finite = [abs(v[0]) for v in values.values() if _finite(v[0])]
-    scale = max(finite + [5.0])
+    W = max(L + cw * max(len(cols), 1) + 10, 520)
+    H = T + rh * max(len(rows), 1) + 38
+    scale, clipped = heat_bound(v[0] for v in values.values())
     body = [f'<text x="{W / 2}" y="18" text-anchor="middle" font-size="13" {FONT}>{_e(title)}</text>']
     for j, c in enumerate(cols):
         label = str(c) if len(str(c)) <= 20 else str(c)[:19] + "\u2026"
@@ -185,11 +337,18 @@ def heatmap(title: str, rows: list, cols: list[str], values: dict[tuple, tuple[f
                     f'P={_e(r)}</text>')
         for j, c in enumerate(cols):
             v = values.get((r, c), (math.nan, False))
+            beyond = _finite(v[0]) and abs(v[0]) > scale
             text = f"{v[0]:+.1f}%{' *' if v[1] else ''}" if _finite(v[0]) else "-"
-            body.append(f'<rect x="{L + j * cw}" y="{T + i * rh}" width="{cw - 2}" height="{rh - 2}" '
-                        f'fill="{_heat(v[0], scale)}"><title>{_e(c)} P={_e(r)}: {_e(text)}</title></rect>'
+            outline = ' stroke="#000" stroke-width="2" class="beyond"' if beyond else ""
+            body.append(f'<rect x="{L + j * cw + 1}" y="{T + i * rh + 1}" width="{cw - 4}" height="{rh - 4}" '
+                        f'fill="{_heat(v[0], scale)}"{outline}><title>{_e(c)} P={_e(r)}: {_e(text)}'
+                        f'{" (beyond the colour scale)" if beyond else ""}</title></rect>'
                         f'<text x="{L + j * cw + cw / 2}" y="{T + i * rh + rh / 2 + 4}" text-anchor="middle" '
                         f'font-size="12" {FONT}>{_e(text)}</text>')
-    body.append(f'<text x="{L}" y="{H - 6}" font-size="10" {FONT}>green = better, red = worse (scale '
-                f'\u00b1{scale:.0f}%), * = significant</text>')
+    scale_text = (f"colour scale clipped at \u00b1{scale:.0f}%, the largest |change| within Tukey's fence "
+                  f"(Q3 + 1.5 IQR); outlined cells lie beyond it, at full colour" if clipped else
+                  f"colour scale \u00b1{scale:.0f}% (the largest |change|, at least {HEAT_FLOOR:.0f}%)")
+    body.append(f'<text x="8" y="{H - 20}" font-size="10" {FONT} class="legend">green = better, red = worse, '
+                f'* = significant</text>')
+    body.append(f'<text x="8" y="{H - 6}" font-size="10" {FONT} class="legend">{_e(scale_text)}</text>')
     return _svg(W, H, body, title)
