@@ -109,12 +109,10 @@ fn parse_hex(s: &[u8]) -> Option<u64> {
     }
     let mut v: u64 = 0;
     for &c in s {
-        let d = match c {
-            b'0'..=b'9' => c - b'0',
-            b'a'..=b'f' => c - b'a' + 10,
-            b'A'..=b'F' => c - b'A' + 10,
-            _ => return None,
-        };
+        let d = HEX[c as usize];
+        if d == 0xff {
+            return None;
+        }
         v = v.checked_mul(16)?.checked_add(d as u64)?;
     }
     Some(v)

@@ -73,8 +73,9 @@ pub fn read_mapped<T: ByteOrder, S: RecordSink>(
     let mut window = Window { map, base: off, end, ahead: off, behind: off };
     // Samples add up the same in any order, so among themselves they need none; only
     // the records that change what a sample resolves to (mappings, processes) need
-    // their place in time, and the records only counted need none. Read values (PERF_SAMPLE_READ) are differences from the
-    // previous sample, so with them every record keeps its place.
+    // their place in time, and the records only counted need none. Read values
+    // (PERF_SAMPLE_READ) are differences from the previous sample, so with them every
+    // record keeps its place.
     let samples_commute = events.attrs.iter().all(|a| a.sample_type & SAMPLE_READ == 0);
     let mut rounds = Rounds::new(samples_commute);
     let mut pos = 0usize;
@@ -305,16 +306,22 @@ mod tests {
         fn count(&mut self, _ty: u32) {}
     }
 
-    /// Records of the given (type, time), each 16 bytes, pending in one round; then flushed.
+    /// A 16-byte record of type `ty` whose body is its time `t`, appended to `region`
+    /// and pending in `rounds`.
+    fn append(region: &mut Vec<u8>, rounds: &mut Rounds, ty: u32, t: u64) {
+        rounds.push(t, region.len(), 0, changes_state(ty));
+        region.extend_from_slice(&ty.to_le_bytes());
+        region.extend_from_slice(&0u16.to_le_bytes());
+        region.extend_from_slice(&16u16.to_le_bytes());
+        region.extend_from_slice(&t.to_le_bytes());
+    }
+
+    /// Records of the given (type, time), pending in one round; then flushed.
     fn flushed(records: &[(u32, u64)], commute: bool, limit: Option<u64>) -> (Vec<(u32, u64)>, usize) {
         let mut region = Vec::new();
         let mut rounds = Rounds::new(commute);
         for &(ty, t) in records {
-            rounds.push(t, region.len(), 0, changes_state(ty));
-            region.extend_from_slice(&ty.to_le_bytes());
-            region.extend_from_slice(&0u16.to_le_bytes());
-            region.extend_from_slice(&16u16.to_le_bytes());
-            region.extend_from_slice(&t.to_le_bytes());
+            append(&mut region, &mut rounds, ty, t);
         }
         let mut seen = Seen(Vec::new());
         rounds.flush::<LittleEndian, Seen>(&region, &mut seen, limit);
@@ -372,11 +379,7 @@ mod tests {
                     1 => crate::abi::REC_EXIT,
                     _ => REC_SAMPLE,
                 };
-                rounds.push(t, region.len(), 0, changes_state(ty));
-                region.extend_from_slice(&ty.to_le_bytes());
-                region.extend_from_slice(&0u16.to_le_bytes());
-                region.extend_from_slice(&16u16.to_le_bytes());
-                region.extend_from_slice(&t.to_le_bytes());
+                append(&mut region, &mut rounds, ty, t);
                 pushed.push((ty, t));
             }
             rounds.end_round::<LittleEndian, Seen>(&region, &mut seen);
