@@ -3,6 +3,7 @@ renderers reach no I/O, no private names cross modules, argparse stays in comman
 file format has one parser. The rules live in harness/architecture.py, which also prints the
 figures; here they must come out empty, and each detector must catch a planted violation."""
 import importlib.util
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -116,3 +117,17 @@ def test_each_detector_catches_a_planted_violation(planted):
     assert any("render.table" in f for f in arch.argparse_outside_commands(mods))
     assert any("store (store) imports kperfdiff.diff (analysis)" in f for f in arch.stage_violations(mods))
     assert arch.rust_functions(root)[0] == (132, "lib.rs:big")
+
+
+def test_pyflakes_finds_nothing_in_the_code_the_project_ships_or_runs():
+    """Unused imports, undefined names and shadowed definitions fail here, not in review. Planted:
+    a file importing a module it never uses must be reported."""
+    dirs = [str(ROOT / d) for d in ("src", "tests", "benchmarks", "harness")]
+    out = subprocess.run([sys.executable, "-m", "pyflakes", *dirs], capture_output=True, text=True)
+    assert out.stdout == "" and out.returncode == 0, out.stdout + out.stderr
+
+
+def test_pyflakes_reports_a_planted_unused_import(tmp_path):
+    (tmp_path / "planted.py").write_text("import os\n")
+    out = subprocess.run([sys.executable, "-m", "pyflakes", str(tmp_path)], capture_output=True, text=True)
+    assert "'os' imported but unused" in out.stdout and out.returncode == 1
