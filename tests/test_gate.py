@@ -74,15 +74,18 @@ def test_gate_judges_each_cell_in_its_units_bad_direction(tmp_path):
     assert got["z.lat"] == (cm.PASS, "significant slowdown within the 10% allowed")
     assert got["u.lat"][0] == cm.PASS and "not significant" in got["u.lat"][1]
     assert got["w.lat"] == (cm.SKIP, "variant not measured")
-    assert got["d.lat"][0] == cm.SKIP and "disturbed" in got["d.lat"][1] and "--gate-disturbed" in got["d.lat"][1]
+    # a disturbed cell trips it like any other, and says it was disturbed
+    assert got["d.lat"][0] == cm.FAIL and "measured while the machine was disturbed" in got["d.lat"][1]
     cells = c.blocks[0].cells
     assert cells[("z.lat", 1)].significant and not cells[("u.lat", 1)].significant
     # the cells that trip it are exactly the significant ones past -10% (the table's own marks)
     assert {k for (k, _), x in cells.items() if x.significant and x.change < -10} == {"x.lat", "y.tput", "d.lat"}
-    assert verdicts(cm.gate(c, 10, gate_disturbed=True))["d.lat"][0] == cm.FAIL
+    skipped = verdicts(cm.gate(c, 10, skip_disturbed=True))["d.lat"]
+    assert skipped[0] == cm.SKIP and "--skip-disturbed" in skipped[1]
     assert cm.gate(c, 10).exit_status == 1
-    # a threshold above every slowdown: nothing trips (x.lat -23%, y.tput -25%)
-    assert cm.gate(c, 30).exit_status == 0 and not cm.gate(c, 30).with_outcome(cm.FAIL)
+    # a threshold above every slowdown: nothing trips (x.lat -23%, y.tput -25%, d.lat -33%)
+    assert cm.gate(c, 40).exit_status == 0 and not cm.gate(c, 40).with_outcome(cm.FAIL)
+    assert [v.cell.key for v in cm.gate(c, 30).with_outcome(cm.FAIL)] == ["d.lat"]
     # reversed, only the throughput that went up (y2.tput) is now a slowdown
     back = cm.gate(cm.from_runs(s, ["new", "old"]), 10)
     assert [v.cell.key for v in back.with_outcome(cm.FAIL)] == ["y2.tput"]
@@ -94,26 +97,27 @@ def test_gate_on_runs_exit_status_and_stderr(tmp_path, home):
     plain = run_cli("compare", "old", "new", check=0)
     assert p.stdout == plain.stdout                     # the table is unchanged; the verdict is on stderr
     err = p.stderr.splitlines()
-    assert err[0] == ("regression gate (significant slowdown beyond 10%): FAILED: 2 of 5 judged cells tripped it; "
-                      "2 not judged (below)")
+    assert err[0] == ("regression gate (significant slowdown beyond 10%): FAILED: 3 of 6 judged cells tripped it; "
+                      "1 not judged (below)")
     x = next(ln for ln in err if "REGRESSION x.lat" in ln)
     cell = cm.from_runs(s, ["old", "new"]).blocks[0].cells[("x.lat", 1)]
     assert x == (f"  REGRESSION x.lat [size=1m] -P 1: new vs old: {cell.change:+.1f}% [{cell.low:+.1f}, "
                  f"{cell.high:+.1f}], p = {cell.p:.3g}, q = {cell.q:.3g} (x.lat, ns/op, lower is better)")
     assert any("REGRESSION y.tput" in ln and "higher is better" in ln for ln in err)
     assert "  not judged: w.lat [size=1m] -P 1: new vs old: variant not measured" in err
-    assert sum("REGRESSION" in ln for ln in err) == 2
-    run_cli("compare", "old", "new", "--fail-on-regression", "10", "--gate-disturbed", check=1)
-    assert "FAILED: 3 of 6" in run_cli("compare", "old", "new", "--fail-on-regression", "10",
-                                       "--gate-disturbed").stderr
-    ok = run_cli("compare", "old", "new", "--fail-on-regression", "30", check=0)
-    assert ok.stderr.startswith("regression gate (significant slowdown beyond 30%): passed: none of 5")
+    assert sum("REGRESSION" in ln for ln in err) == 3
+    assert any("REGRESSION d.lat" in ln for ln in err)
+    run_cli("compare", "old", "new", "--fail-on-regression", "10", "--skip-disturbed", check=1)
+    assert "FAILED: 2 of 5" in run_cli("compare", "old", "new", "--fail-on-regression", "10",
+                                       "--skip-disturbed").stderr
+    ok = run_cli("compare", "old", "new", "--fail-on-regression", "40", check=0)
+    assert ok.stderr.startswith("regression gate (significant slowdown beyond 40%): passed: none of 6")
     # A/A: two runs of the same kernel
     run_cli("compare", "old", "old.1", "--fail-on-regression", "0", check=0)
 
 
 @pytest.mark.parametrize("argv", [["--fail-on-regression", "-1"], ["--fail-on-regression", "100"],
-                                  ["--fail-on-regression", "ten"], ["--gate-disturbed"],
+                                  ["--fail-on-regression", "ten"], ["--skip-disturbed"],
                                   ["--format", "junit", "--fail-on-regression", "nan"]])
 def test_gate_bad_arguments_one_sentence(home, argv):
     gate_store(home / "kperfdiff.db")
@@ -135,10 +139,10 @@ def test_junit_counts_and_structure(tmp_path, home):
     assert [s.get("name") for s in suites] == ["new vs old (baseline)"]
     cases = suites[0].findall("testcase")
     assert len(cases) == 7 == junit_counts(suites[0])["tests"]
-    assert junit_counts(root) == junit_counts(suites[0]) == {"tests": 7, "failures": 2, "errors": 0, "skipped": 2}
+    assert junit_counts(root) == junit_counts(suites[0]) == {"tests": 7, "failures": 3, "errors": 0, "skipped": 1}
     failed = {c.get("classname") for c in cases if c.find("failure") is not None}
-    assert failed == {"x.lat", "y.tput"}
-    assert {c.get("classname") for c in cases if c.find("skipped") is not None} == {"w.lat", "d.lat"}
+    assert failed == {"x.lat", "y.tput", "d.lat"}
+    assert {c.get("classname") for c in cases if c.find("skipped") is not None} == {"w.lat"}
     x = next(c for c in cases if c.get("classname") == "x.lat")
     assert x.get("name") == "x.lat [size=1m] -P 1: new vs old"
     assert x.find("failure").get("message").startswith("significant slowdown beyond 10%: -23.")
@@ -148,7 +152,7 @@ def test_junit_counts_and_structure(tmp_path, home):
     # a reader CI plug-ins use agrees
     xml = junitparser.JUnitXml.fromstring(p.stdout)
     total = [(s.tests, s.failures, s.errors, s.skipped) for s in xml]
-    assert total == [(7, 2, 0, 2)]
+    assert total == [(7, 3, 0, 1)]
     # without a threshold every cell passes, the figures still there
     q = run_cli("compare", "old", "new", "--format", "junit", check=0)
     root = ET.fromstring(q.stdout)

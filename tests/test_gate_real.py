@@ -49,13 +49,12 @@ def test_gate_trips_on_huge_pages_against_4k_faults(tmp_path, home):
     c = cell(name)
     assert (c["benchmark_base"], c["benchmark_new"]) == ("fault.anon.huge", "fault.anon.4k")
     assert c["significant"] and c["change"] < -float(THRESHOLD), c
-    p = run_cli("compare", "--experiment", name, "--fail-on-regression", THRESHOLD, "--gate-disturbed",
-                "--format", "junit", check=1)
+    p = run_cli("compare", "--experiment", name, "--fail-on-regression", THRESHOLD, "--format", "junit", check=1)
     root = ET.fromstring(p.stdout)
     assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("1", "1", "0")
     assert "REGRESSION fault.anon.{pages} [size=16m] -P 1: new vs base: " in p.stderr
-    # without --gate-disturbed, a busy machine's cell is listed as not judged, never silently passed
-    d = run_cli("compare", "--experiment", name, "--fail-on-regression", THRESHOLD)
+    # with --skip-disturbed, a busy machine's cell is listed as not judged, never silently passed
+    d = run_cli("compare", "--experiment", name, "--fail-on-regression", THRESHOLD, "--skip-disturbed")
     if c["disturbed"]:
         assert d.returncode == 0 and "measured while the machine was disturbed" in d.stderr
         assert "1 not judged" in d.stderr.splitlines()[0]
@@ -67,7 +66,7 @@ def test_gate_passes_an_a_a_experiment(tmp_path, home):
     name = experiment(tmp_path, "a-a", "4k", "4k")
     c = cell(name)
     assert c["benchmark_base"] == c["benchmark_new"] == "fault.anon.4k" and c["p"] is not None
-    p = run_cli("compare", "--experiment", name, "--fail-on-regression", THRESHOLD, "--gate-disturbed", check=0)
+    p = run_cli("compare", "--experiment", name, "--fail-on-regression", THRESHOLD, check=0)
     assert p.stderr.startswith(f"regression gate (significant slowdown beyond {THRESHOLD}%): passed: none of 1 "
                                f"judged cells tripped it\n")
 
@@ -80,5 +79,5 @@ def test_gate_passes_two_bench_runs_of_the_same_kernel(home):
     doc = json.loads(run_cli("compare", "a", "b", "--format", "json", check=0).stdout)
     (c,) = doc["comparisons"][0]["cells"]
     assert c["method"] == "runs" and c["runs"] == 2
-    p = run_cli("compare", "a", "b", "--fail-on-regression", THRESHOLD, "--gate-disturbed", check=0)
+    p = run_cli("compare", "a", "b", "--fail-on-regression", THRESHOLD, check=0)
     assert "passed: none of 1 judged cells tripped it" in p.stderr

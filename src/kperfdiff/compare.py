@@ -415,7 +415,7 @@ class Gate:
     """The verdicts of :func:`gate` over every cell of every table of a comparison."""
 
     threshold: float | None      # percent: a slowdown must be worse than -threshold to trip; None: no gate
-    gate_disturbed: bool
+    skip_disturbed: bool
     verdicts: list[Verdict]
 
     def with_outcome(self, outcome: str) -> list[Verdict]:
@@ -426,13 +426,14 @@ class Gate:
         return 1 if self.with_outcome(FAIL) else 0
 
 
-def judge(cell: CellChange, threshold: float, *, gate_disturbed: bool = False) -> tuple[str, str]:
+def judge(cell: CellChange, threshold: float, *, skip_disturbed: bool = False) -> tuple[str, str]:
     """The gate's verdict on one cell, and why. A cell trips it (FAIL) only when it is marked
     significant (the table's Benjamini-Hochberg test, as the comparison marks it) and its change is
     a slowdown beyond ``threshold`` percent (the change is signed so that negative is worse, for
     times and for throughputs alike). A cell with no test (a side missing or failed, too few
-    repetitions, no drift estimate) is not judged (SKIP); a cell that would trip but was measured
-    while the machine was disturbed is not judged either, unless ``gate_disturbed``."""
+    repetitions, no drift estimate) is not judged (SKIP). A cell measured while the machine was
+    disturbed trips it like any other, its reason saying so (its interval already holds the noise
+    it saw); with ``skip_disturbed`` it is not judged instead, for shops that would rather rerun."""
     if math.isnan(cell.change):
         return SKIP, cell.note or "not measured on both sides"
     if math.isnan(cell.p):
@@ -443,13 +444,16 @@ def judge(cell: CellChange, threshold: float, *, gate_disturbed: bool = False) -
         return PASS, f"slowdown not significant (q = {cell.q:.3g} > the table's alpha)"
     if cell.change >= -threshold:
         return PASS, f"significant slowdown within the {threshold:g}% allowed"
-    if cell.disturbed and not gate_disturbed:
+    if cell.disturbed and skip_disturbed:
         return SKIP, (f"significant slowdown beyond {threshold:g}%, but measured while the machine was disturbed "
-                      f"({'; '.join(cell.disturbed)}); --gate-disturbed counts it")
+                      f"({'; '.join(cell.disturbed)}) and --skip-disturbed was given")
+    if cell.disturbed:
+        return FAIL, (f"significant slowdown beyond {threshold:g}%, measured while the machine was disturbed "
+                      f"({'; '.join(cell.disturbed)})")
     return FAIL, f"significant slowdown beyond {threshold:g}%"
 
 
-def gate(cmp: Comparison, threshold: float | None, *, gate_disturbed: bool = False) -> Gate:
+def gate(cmp: Comparison, threshold: float | None, *, skip_disturbed: bool = False) -> Gate:
     """Judge every cell of every table of ``cmp`` (each variant against the baseline, and against
     the previous variant of a patch stack). With no ``threshold`` nothing is judged: every cell
     passes (what JUnit output says when no gate was asked for)."""
@@ -458,8 +462,8 @@ def gate(cmp: Comparison, threshold: float | None, *, gate_disturbed: bool = Fal
         ref = cmp.side(blk.reference)
         for (key, cores), cell in blk.cells.items():
             smp = ref.samples.get((key, cores)) or cmp.side(blk.variant).samples.get((key, cores))
-            outcome, reason = judge(cell, threshold, gate_disturbed=gate_disturbed) if threshold is not None \
+            outcome, reason = judge(cell, threshold, skip_disturbed=skip_disturbed) if threshold is not None \
                 else (PASS, "no threshold given (--fail-on-regression), so not judged")
             verdicts.append(Verdict(blk.variant, blk.reference, blk.kind, cell, dict(smp.params) if smp else {},
                                     outcome, reason))
-    return Gate(threshold, gate_disturbed, verdicts)
+    return Gate(threshold, skip_disturbed, verdicts)

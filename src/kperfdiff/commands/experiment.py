@@ -53,11 +53,12 @@ def add_parsers(sub) -> None:
                    help="a CI gate: exit 1 when any cell is a significant slowdown (marked * by the table's "
                         "Benjamini-Hochberg test) of more than PCT%% (change below -PCT; the change is signed "
                         "so that negative is worse, times up or throughputs down), else 0; the cells that "
-                        "tripped it, and the cells it could not judge (no interval, a side missing or failed, "
-                        "disturbed), are listed on stderr")
-    c.add_argument("--gate-disturbed", action="store_true",
-                   help="with --fail-on-regression: let cells measured while the machine was disturbed (!) trip "
-                        "it too (by default they are listed as not judged)")
+                        "tripped it, and the cells it could not judge (no interval, a side missing or failed), "
+                        "are listed on stderr; cells measured while the machine was disturbed (!) count, and "
+                        "say so")
+    c.add_argument("--skip-disturbed", action="store_true",
+                   help="with --fail-on-regression: do not judge cells measured while the machine was disturbed "
+                        "(!); they are listed as not judged, so noise cannot fail a build, nor catch a regression")
 
     r = sub.add_parser("report", help="write a self-contained HTML report (or Markdown) of an experiment or runs",
                        description="One HTML file that works offline, the result first: comparison tables, "
@@ -113,11 +114,11 @@ def run(args: argparse.Namespace) -> int:
 def compare(args: argparse.Namespace) -> int:
     """`kperfdiff compare RUN_A RUN_B ...` or `kperfdiff compare --experiment ID|NAME`; with
     --fail-on-regression, the gate's verdict on stderr and as the exit status."""
-    if args.gate_disturbed and args.fail_on_regression is None:
-        raise UsageError("--gate-disturbed needs --fail-on-regression PCT", prog="kperfdiff compare")
+    if args.skip_disturbed and args.fail_on_regression is None:
+        raise UsageError("--skip-disturbed needs --fail-on-regression PCT", prog="kperfdiff compare")
     store = open_store(args, create=False)
     cmp = load_comparison(store, experiment=args.experiment, runs=args.runs, stack=args.stack, profiles=False)
-    gate = cm.gate(cmp, args.fail_on_regression, gate_disturbed=args.gate_disturbed)
+    gate = cm.gate(cmp, args.fail_on_regression, skip_disturbed=args.skip_disturbed)
     sys.stdout.write(rcompare.render(cmp, args.format, gate))
     if args.fail_on_regression is None:
         return 0
