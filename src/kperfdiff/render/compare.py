@@ -218,7 +218,8 @@ def gate_text(gate: Gate) -> str:
         b = v.cell
         bench = b.benchmark_new if b.benchmark_new == b.benchmark_base else f"{b.benchmark_new} vs {b.benchmark_base}"
         out.append(f"  REGRESSION {cell_name(v)}: {cell_figures(v.cell)} ({bench}, {b.unit}, "
-                   f"{'lower' if b.better == 'lower' else 'higher'} is better)")
+                   f"{'lower' if b.better == 'lower' else 'higher'} is better)"
+                   + (f"; ! measured while the machine was disturbed: {'; '.join(b.disturbed)}" if b.disturbed else ""))
     if skips:
         out += [f"  not judged: {cell_name(v)}: {v.reason}" for v in skips]
     return "\n".join(out) + "\n"
