@@ -90,7 +90,7 @@ def add_parser(sub) -> None:
                         "side only; tooltips with both shares, search, click-to-zoom (self-contained SVG)")
     d.add_argument("--folded", metavar="PREFIX",
                    help="write PREFIX.a.folded and PREFIX.b.folded (stack count; the process name as the root "
-                        "frame where the profile names it) and PREFIX.diff.folded (stack countA countB, as "
+                        "frame where the profile names it: perf.data and perf script) and PREFIX.diff.folded (stack countA countB, as "
                         "FlameGraph's difffolded.pl -n: A's counts scaled to B's total, so that the colours of "
                         "flamegraph.pl or inferno-flamegraph show changes of share, not of raw counts)")
     d.add_argument("--unit", choices=["samples", "ns"], default="samples",
@@ -177,7 +177,8 @@ def run(args: argparse.Namespace) -> int:
     side_a, side_b = load_sides([args.a, args.b], lookup,
                                 kallsyms=[args.kallsyms_a or args.kallsyms, args.kallsyms_b or args.kallsyms],
                                 symfs=[args.symfs_a or args.symfs, args.symfs_b or args.symfs], event=args.event,
-                                folded_kernel=args.folded_kernel, workers=args.jobs)
+                                folded_kernel=args.folded_kernel, workers=args.jobs,
+                                by_process=bool(args.folded))  # --folded puts each stack under its process
     result = diff_profiles(side_a, side_b, opts)
     for w in result.warnings:
         print(f"kperfdiff: warning: {w}", file=sys.stderr)
