@@ -90,7 +90,7 @@ def add_parser(sub) -> None:
                         "side only; tooltips with both shares, search, click-to-zoom (self-contained SVG)")
     d.add_argument("--folded", metavar="PREFIX",
                    help="write PREFIX.a.folded and PREFIX.b.folded (stack count; the process name as the root "
-                        "frame where the profile names it: perf.data and perf script) and PREFIX.diff.folded (stack countA countB, as "
+                        "frame where the profile names it) and PREFIX.diff.folded (stack countA countB, as "
                         "FlameGraph's difffolded.pl -n: A's counts scaled to B's total, so that the colours of "
                         "flamegraph.pl or inferno-flamegraph show changes of share, not of raw counts)")
     d.add_argument("--unit", choices=["samples", "ns"], default="samples",
