@@ -4,7 +4,8 @@ Records once (cached in a temp folder) a system-wide profile with call chains
 and at least ~1M samples, then times in one run:
 
 * kperfdiff's native ingest (``native.read_perf_data``) and the full
-  ``ingest.perfdata.load`` (native + building the Profile);
+  ``ingest.perfdata.load`` (native + building the Profile), each also with
+  ``by_process=True`` (stacks per process name, as export and diff --folded read);
 * ``perf report --stdio --sort sym`` with the call graph and with ``-g none
   --no-children``;
 * ``perf script > /dev/null``;
@@ -77,6 +78,14 @@ if mode == "native":
     d = native.read_perf_data(path, kallsyms=ks)
     n = sum(e["samples"] for e in d["events"])
     extra = {"stacks": len(d["stack_offsets"]) // 8 - 1, "symbols": len(d["sym_names"])}
+elif mode == "native-by-process":
+    d = native.read_perf_data(path, kallsyms=ks, by_process=True)
+    n = sum(e["samples"] for e in d["events"])
+    extra = {"processes": len(d["comm_names"]), "process_stacks": sum(len(e["proc_count"]) // 8 for e in d["events"])}
+elif mode == "load-by-process":
+    p = perfdata.load(path, kallsyms=ks, by_process=True)
+    n = p.samples
+    extra = {"processes": len({c for c, _ in p.process_stacks}), "process_stacks": len(p.process_stacks)}
 elif mode.startswith("pair"):
     from kperfdiff.ingest.load import load_many   # not in checkouts before it (--before)
     workers = int(mode[4:])
@@ -144,6 +153,14 @@ def main() -> None:
     _, rss_load = timed(child(data, ks, "load"))
     rows.append(("kperfdiff native ingest", t_native, rss_native))
     rows.append(("kperfdiff ingest.perfdata.load", info_load["seconds"], rss_load))
+    # per process name (export and diff --folded ask for it): what it costs over the default
+    by_proc = min((kperfdiff_run(data, ks, "native-by-process") for _ in range(args.repeat)),
+                  key=lambda i: i["seconds"])
+    rows.append(("kperfdiff native ingest, by_process=True", by_proc["seconds"],
+                 timed(child(data, ks, "native-by-process"))[1]))
+    info_proc = kperfdiff_run(data, ks, "load-by-process")
+    rows.append(("kperfdiff ingest.perfdata.load(by_process=True)", info_proc["seconds"],
+                 timed(child(data, ks, "load-by-process"))[1]))
     if args.before:
         old = min((kperfdiff_run(data, ks, "native", args.before) for _ in range(args.repeat)),
                   key=lambda i: i["seconds"])

@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,14 @@ def test_folded_counts_samples_under_their_process(tmp_path):
     assert {k.split(";", 1)[0] for k in fa} == {comm for comm, _ in a.process_stacks}
     run_cli("diff", A, B, "--scope", "all", "--folded", tmp_path / "n", "--unit", "ns", check=0)
     assert sum(v[0] for v in _folded(tmp_path / "n.b.folded").values()) == pytest.approx(b.total_weight, rel=1e-3)
+    # perf.data sides: the processes their COMM and FORK records name, as perf script does
+    run_cli("diff", DATA / "perfdata" / "comm" / "comm.perf.data", DATA / "perfdata" / "plain.perf.data", "--scope",
+            "all", "--folded", tmp_path / "pd", check=0)
+    roots = [Counter(), Counter()]
+    for r, side in zip(roots, "ab"):
+        for stack, (n,) in _folded(tmp_path / f"pd.{side}.folded").items():
+            r[stack.split(";", 1)[0]] += n
+    assert roots == [{"sh": 41, "renamed": 35, "dd": 25, "seq": 20, "perl": 1}, {"dd": 3652}]
     p = run_cli("diff", DATA / "diff" / "arm64.folded", DATA / "diff" / "x86_64.folded", "--folded",
                 tmp_path / "x", "--unit", "ns")
     assert_one_sentence_error(p)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections import Counter
@@ -21,6 +22,8 @@ DATA = Path(__file__).resolve().parent / "data"
 PERFDATA = DATA / "perfdata" / "plain.perf.data"        # cpu-clock, 3652 samples, kallsyms beside it
 GROUP = DATA / "perfdata" / "group.perf.data"           # cpu-clock and task-clock
 SCRIPT = DATA / "text" / "forkexec.script"              # perf script: comm sh, true, seq
+COMM = DATA / "perfdata" / "comm" / "comm.perf.data"     # sh, seq, a forked subshell, perl renamed by prctl, dd
+COMM_SAMPLES = {"sh": 41, "renamed": 35, "dd": 25, "seq": 20, "perl": 1}   # perf script -F comm, counted
 FOLDED = DATA / "text" / "forkexec.folded"
 REPORT = DATA / "text" / "forkexec.report"
 # Debian's go (golang-go) ships pprof prebuilt; a newer go builds it on first use (a minute)
@@ -110,6 +113,34 @@ def test_pprof_structure(tmp_path):
         leaf[funcs[locs[s.location_id[0]].line[0].function_id]] += s.value[1]
     name, weight = top_self(prof)
     assert leaf.most_common(1)[0] == (name, pytest.approx(weight, abs=len(msg.sample)))
+    # every sample carries its process's name
+    comms = Counter()
+    for s in msg.sample:
+        (comm,) = [st[lb.str] for lb in s.label if st[lb.key] == "comm"]
+        comms[comm] += s.value[0]
+    assert comms == {"dd": prof.samples}
+
+
+def test_pprof_of_perf_data_labels_processes(tmp_path):
+    out, _ = export(tmp_path, COMM, "pprof")
+    msg = decode_pprof(out)
+    st = list(msg.string_table)
+    comms = Counter()
+    for s in msg.sample:
+        (comm,) = [st[lb.str] for lb in s.label if st[lb.key] == "comm"]
+        comms[comm] += s.value[0]
+    assert comms == COMM_SAMPLES
+
+
+@pytest.mark.skipif(GO is None, reason="go is not installed (Debian package golang-go)")
+def test_go_tool_pprof_tags_show_the_processes(tmp_path):
+    out, _ = export(tmp_path, COMM, "pprof")
+    p = subprocess.run([GO, "tool", "pprof", "-sample_index=samples", "-tags", str(out)], capture_output=True,
+                       text=True, timeout=300, env={**os.environ, "HOME": str(tmp_path), "PPROF_TMPDIR": str(tmp_path)})
+    assert p.returncode == 0, p.stderr
+    assert re.search(r"comm: Total 122(\.0)?\b", p.stdout), p.stdout
+    got = {m[1]: float(m[0]) for m in re.findall(r"^\s+([\d.]+) \(\s*[\d.]+%\): (\S+)$", p.stdout, re.M)}
+    assert got == COMM_SAMPLES
 
 
 def test_pprof_of_perf_script_labels_processes_and_counts_periods(tmp_path):
@@ -184,6 +215,7 @@ def test_firefox_gecko_format(tmp_path):
     check_gecko(doc)
     prof = load(PERFDATA)
     (th,) = doc["threads"]
+    assert th["name"] == th["processName"] == "dd"       # the process, as perf script names it
     assert len(th["samples"]["data"]) == prof.samples
     assert doc["meta"]["interval"] == pytest.approx(prof.total_weight / prof.samples / 1e6)
     # the heaviest leaf frame is the heaviest self symbol, in the Kernel category
@@ -203,6 +235,11 @@ def test_firefox_one_thread_per_process(tmp_path):
     for (comm, _), (_, n) in prof.process_stacks.items():
         by_comm[comm] += n
     assert {t["name"]: len(t["samples"]["data"]) for t in doc["threads"]} == dict(by_comm)
+    # perf.data: the same, the processes named by its COMM and FORK records
+    out, _ = export(tmp_path, COMM, "firefox")
+    doc = json.loads(out.read_text())
+    check_gecko(doc)
+    assert {t["name"]: len(t["samples"]["data"]) for t in doc["threads"]} == COMM_SAMPLES
 
 
 # -- folded ----------------------------------------------------------------------------------------
@@ -243,6 +280,44 @@ def test_folded_process_is_the_root_frame(tmp_path):
         by_comm[comm] += n
     assert roots == by_comm
     assert set(roots) == {"sh", "true", "seq"} and sum(roots.values()) == prof.samples
+
+
+def test_folded_of_perf_data_starts_with_the_process(tmp_path):
+    """perf.data: each stack's root frame is the sample's process, as perf script names it (its
+    thread's comm: exec, a fork's inherited name, a prctl rename)."""
+    out, _ = export(tmp_path, COMM, "folded")
+    roots = Counter()
+    for stack, n in folded_lines(out).items():
+        roots[stack.split(";", 1)[0]] += n
+    assert roots == COMM_SAMPLES
+    out, _ = export(tmp_path, PERFDATA, "folded")
+    assert all(stack.startswith("dd;") for stack in folded_lines(out))
+
+
+def _inferno_tool(name: str) -> str | None:
+    local = ROOT / ".tools" / "bin" / name
+    return shutil.which(name) or (str(local) if local.exists() else None)
+
+
+@pytest.mark.skipif(shutil.which("perf") is None or _inferno_tool("inferno-collapse-perf") is None,
+                    reason="perf or inferno-collapse-perf is not installed")
+def test_folded_roots_agree_with_inferno_collapse_perf(tmp_path):
+    """inferno-collapse-perf folds perf script's output of the same file under the same processes
+    (weighted by period: cpu-clock's 1 ms per sample here)."""
+    script = subprocess.run(["perf", "script", "-i", str(COMM)], capture_output=True, timeout=120)
+    assert script.returncode == 0
+    p = subprocess.run([_inferno_tool("inferno-collapse-perf")], input=script.stdout, capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    theirs = Counter()
+    for ln in p.stdout.decode().splitlines():
+        stack, n = ln.rsplit(" ", 1)
+        theirs[stack.split(";", 1)[0]] += int(n)
+    out, _ = export(tmp_path, COMM, "folded", "--unit", "ns")
+    ours = Counter()
+    for stack, n in folded_lines(out).items():
+        ours[stack.split(";", 1)[0]] += n
+    assert set(theirs) == set(ours) == set(COMM_SAMPLES)
+    assert all(theirs[c] == pytest.approx(ours[c], rel=0.01) for c in ours)
 
 
 @pytest.mark.skipif(not (shutil.which("inferno-flamegraph") or (ROOT / ".tools/bin/inferno-flamegraph").exists()),

@@ -1,5 +1,6 @@
 //! Times the native reader on one file, without Python:
-//! `cargo run --release --example ingest_time -- FILE [KALLSYMS] [REPEAT]`.
+//! `cargo run --release --example ingest_time -- FILE [KALLSYMS] [REPEAT]`
+//! (with `KPD_BY_PROCESS=1` in the environment, also aggregated per process name).
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let path = std::path::PathBuf::from(args.get(1).expect("usage: ingest_time FILE [KALLSYMS] [REPEAT]"));
@@ -7,6 +8,7 @@ fn main() {
         kallsyms: args.get(2).filter(|s| !s.is_empty()).map(Into::into),
         symfs: Vec::new(),
         debug_dirs: Vec::new(),
+        by_process: std::env::var_os("KPD_BY_PROCESS").is_some(),
     };
     let repeat: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(5);
     let mut best = f64::MAX;

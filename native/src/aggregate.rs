@@ -17,6 +17,8 @@ struct Acc {
     weight: u64,
     /// (weight, count) per symbolic stack id.
     by_stack: Vec<(u64, u64)>,
+    /// (weight, count) per (comm id << 32 | stack id), when asked for processes.
+    by_proc: FxHashMap<u64, (u64, u64)>,
 }
 
 /// The raw-chain caches are bounded memos (`ChainMap`): 1 MiB of whole chains,
@@ -269,6 +271,19 @@ impl Aggregator {
         a.by_stack[s].1 += 1;
     }
 
+    /// `deliver`, also adding the sample to its process's (comm id `comm`) share of the stack.
+    #[inline]
+    pub fn deliver_in(&mut self, ev: usize, comm: u32, stack: u32, w: u64) {
+        let skipped = self.overflowed;
+        self.deliver(ev, stack, w);
+        if self.overflowed == skipped {
+            // no overflow: the shares of a stack add up to its weight, which did not overflow
+            let e = self.acc[ev].by_proc.entry((comm as u64) << 32 | stack as u64).or_insert((0, 0));
+            e.0 += w;
+            e.1 += 1;
+        }
+    }
+
     /// The output: every event's profile, the stacks, the symbol tables and
     /// the counts of records by type.
     pub fn into_output(
@@ -278,6 +293,7 @@ impl Aggregator {
         records: &[u64; 128],
         facts: Vec<(String, Fact)>,
         warnings: Vec<String>,
+        comm_names: Vec<String>,
     ) -> Output {
         let nsym = syms.len();
         let mut stamp = vec![u32::MAX; nsym];
@@ -305,6 +321,7 @@ impl Aggregator {
             stack_offsets,
             warnings,
             stats,
+            comm_names,
         }
     }
 }
@@ -333,7 +350,19 @@ fn event_out(a: &Attr, acc: &Acc, stacks: &SliceSet<u32>, nsym: usize, stamp: &m
         edges: Vec::new(),
         edge_weight: Vec::new(),
         edge_count: Vec::new(),
+        proc_comm: Vec::new(),
+        proc_stack: Vec::new(),
+        proc_weight: Vec::new(),
+        proc_count: Vec::new(),
     };
+    let mut procs: Vec<(u64, (u64, u64))> = acc.by_proc.iter().map(|(&k, &v)| (k, v)).collect();
+    procs.sort_unstable_by_key(|p| p.0);
+    for (k, (w, c)) in procs {
+        out.proc_comm.push((k >> 32) as u32);
+        out.proc_stack.push(k as u32);
+        out.proc_weight.push(w as f64);
+        out.proc_count.push(c);
+    }
     stamp.iter_mut().for_each(|s| *s = u32::MAX);
     let mut edges: FxHashMap<(u32, u32), (u64, u64)> = FxHashMap::default();
     let mut pairs: Vec<(u32, u32)> = Vec::new();

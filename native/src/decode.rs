@@ -1,5 +1,6 @@
 //! Decoding the records, in order: a SAMPLE into its event, stack and weight;
-//! MMAP, MMAP2, COMM and FORK into the processes' mappings; LOST and
+//! MMAP, MMAP2, COMM and FORK into the processes' mappings (and, when samples are
+//! aggregated per process, COMM and FORK into the threads' names); LOST and
 //! LOST_SAMPLES into counts.
 //!
 //! Non-sample records are parsed with `linux-perf-event-reader`. SAMPLE
@@ -12,6 +13,7 @@
 //! `crate_sample_read_defect()` checks whether the crate still has the defect.
 use crate::abi::*;
 use crate::aggregate::Aggregator;
+use crate::comms::Comms;
 use crate::header::{Events, FixedSample};
 use crate::order::RecordSink;
 use crate::symbolize::Symbols;
@@ -47,12 +49,15 @@ pub struct Decoder<'a> {
     read_storage: FxHashMap<u64, u64>,
     /// Ids whose next value only restarts counting (after one that went backwards).
     read_resync: FxHashSet<u64>,
+    /// The threads' names, when samples are also aggregated per process.
+    pub comms: Option<Comms>,
 }
 
 /// Where a SAMPLE's fields are.
 struct Sample<'b> {
     ip: u64,
     pid: i32,
+    tid: i32,
     period: Option<u64>,
     /// PERF_SAMPLE_READ: the offset of the first value, how many, and the
     /// stride between them (group layout only).
@@ -64,7 +69,8 @@ struct Sample<'b> {
 }
 
 impl<'a> Decoder<'a> {
-    pub fn new(events: &'a Events, syms: Symbols<'a>) -> Self {
+    /// `by_process`: also aggregate each event's stacks per process name (see `comms`).
+    pub fn new(events: &'a Events, syms: Symbols<'a>, by_process: bool) -> Self {
         Decoder {
             events,
             syms,
@@ -81,6 +87,7 @@ impl<'a> Decoder<'a> {
             },
             read_storage: FxHashMap::default(),
             read_resync: Default::default(),
+            comms: by_process.then(Comms::new),
         }
     }
 
@@ -100,20 +107,24 @@ impl<'a> Decoder<'a> {
         };
         let mode = (misc & 7) as u8;
         let stack = self.agg.resolve_stack::<T>(&mut self.syms, s.pid, mode, s.ip, s.chain);
+        let comm = self.comms.as_mut().map(|c| c.of(s.tid));
         if st & SAMPLE_READ != 0 && rf & FORMAT_ID != 0 {
-            self.deliver_reads::<T>(rf, body, &s, stack);
+            self.deliver_reads::<T>(rf, body, &s, stack, comm);
         } else {
             let w = match s.period {
                 Some(p) => p,
                 None if !a.freq && a.period_or_freq > 0 => a.period_or_freq,
                 None => 1,
             };
-            self.agg.deliver(ai, stack, w);
+            match comm {
+                None => self.agg.deliver(ai, stack, w),
+                Some(c) => self.agg.deliver_in(ai, c, stack, w),
+            }
         }
     }
 
     /// A sample's read values, each weighting its own event by how much it grew.
-    fn deliver_reads<T: ByteOrder>(&mut self, rf: u64, body: &[u8], s: &Sample, stack: u32) {
+    fn deliver_reads<T: ByteOrder>(&mut self, rf: u64, body: &[u8], s: &Sample, stack: u32, comm: Option<u32>) {
         let time_words = (rf & FORMAT_TOTAL_TIME_ENABLED != 0) as usize + (rf & FORMAT_TOTAL_TIME_RUNNING != 0) as usize;
         for k in 0..s.read_nr as usize {
             let (v_at, id_at) = if rf & FORMAT_GROUP != 0 {
@@ -143,7 +154,10 @@ impl<'a> Decoder<'a> {
             if w == 0 {
                 continue;
             }
-            self.agg.deliver(ev, stack, w);
+            match comm {
+                None => self.agg.deliver(ev, stack, w),
+                Some(c) => self.agg.deliver_in(ev, c, stack, w),
+            }
         }
     }
 
@@ -188,12 +202,18 @@ impl RecordSink for Decoder<'_> {
                     if r.is_execve && r.pid == r.tid {
                         self.syms.procs.exec(r.pid);
                     }
+                    if let Some(c) = &mut self.comms {
+                        c.set(r.tid, &r.name.as_slice());
+                    }
                 }
             }
             REC_FORK => {
                 if let Ok(r) = ForkOrExitRecord::parse::<T>(raw) {
                     if r.pid != r.ppid {
                         self.syms.procs.fork(r.pid, r.ppid);
+                    }
+                    if let Some(c) = &mut self.comms {
+                        c.fork(r.tid, r.ptid);
                     }
                 }
             }
@@ -238,15 +258,15 @@ fn parse_sample<T: ByteOrder>(st: u64, rf: u64, body: &[u8]) -> Option<Sample<'_
         next_u64!(T, body, p);
     }
     let ip = if st & SAMPLE_IP != 0 { next_u64!(T, body, p) } else { 0 };
-    let pid = if st & SAMPLE_TID != 0 {
+    let (pid, tid) = if st & SAMPLE_TID != 0 {
         if p + 8 > body.len() {
             return None;
         }
-        let v = T::read_u32(&body[p..p + 4]) as i32;
+        let v = (T::read_u32(&body[p..p + 4]) as i32, T::read_u32(&body[p + 4..p + 8]) as i32);
         p += 8;
         v
     } else {
-        -1
+        (-1, -1)
     };
     if st & SAMPLE_TIME != 0 {
         next_u64!(T, body, p);
@@ -274,7 +294,7 @@ fn parse_sample<T: ByteOrder>(st: u64, rf: u64, body: &[u8]) -> Option<Sample<'_
     } else {
         &[]
     };
-    Some(Sample { ip, pid, period, read_at, read_nr, read_stride, chain })
+    Some(Sample { ip, pid, tid, period, read_at, read_nr, read_stride, chain })
 }
 
 /// A sample of a fixed layout (no PERF_SAMPLE_READ): what `parse_sample` reads, with one
@@ -286,6 +306,7 @@ fn parse_fixed<'b, T: ByteOrder>(f: &FixedSample, body: &'b [u8]) -> Option<Samp
     }
     let ip = f.ip.map_or(0, |o| T::read_u64(&body[o..o + 8]));
     let pid = f.tid.map_or(-1, |o| T::read_u32(&body[o..o + 4]) as i32);
+    let tid = f.tid.map_or(-1, |o| T::read_u32(&body[o + 4..o + 8]) as i32);
     let period = f.period.map(|o| T::read_u64(&body[o..o + 8]));
     let chain: &[u8] = match f.chain {
         Some(o) => {
@@ -297,7 +318,7 @@ fn parse_fixed<'b, T: ByteOrder>(f: &FixedSample, body: &'b [u8]) -> Option<Samp
         }
         None => &[],
     };
-    Some(Sample { ip, pid, period, read_at: 0, read_nr: 0, read_stride: 0, chain })
+    Some(Sample { ip, pid, tid, period, read_at: 0, read_nr: 0, read_stride: 0, chain })
 }
 
 /// PERF_SAMPLE_READ at `*p`: read_format decides the layout (the crate's
@@ -390,8 +411,8 @@ mod tests {
                 let bytes: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
                 for len in 0..=bytes.len() {
                     let body = &bytes[..len];
-                    let a = parse_sample::<LittleEndian>(st, 0, body).map(|s| (s.ip, s.pid, s.period, s.chain.to_vec()));
-                    let b = parse_fixed::<LittleEndian>(&fixed, body).map(|s| (s.ip, s.pid, s.period, s.chain.to_vec()));
+                    let a = parse_sample::<LittleEndian>(st, 0, body).map(|s| (s.ip, s.pid, s.tid, s.period, s.chain.to_vec()));
+                    let b = parse_fixed::<LittleEndian>(&fixed, body).map(|s| (s.ip, s.pid, s.tid, s.period, s.chain.to_vec()));
                     assert_eq!(a, b, "sample_type {st:#x}, {len} bytes, nr {nr}");
                     checked += 1;
                 }

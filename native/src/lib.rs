@@ -1,6 +1,6 @@
 //! kperfdiff's native core: reads perf.data and aggregates samples.
 //!
-//! `read_perf_data(path, kallsyms=None, symfs=None, debug_dirs=None)` returns a
+//! `read_perf_data(path, kallsyms=None, symfs=None, debug_dirs=None, by_process=False)` returns a
 //! dict of compact data (strings for the symbol table, `bytes` in native byte
 //! order for numeric arrays); see `reader::Output`.
 use pyo3::prelude::*;
@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 mod abi;
 mod aggregate;
+mod comms;
 mod decode;
 pub mod elf;
 mod elfsyms;
@@ -54,18 +55,20 @@ fn crate_sample_read_defect() -> bool {
 /// Read a perf.data file and aggregate it per event. Raises PerfDataError
 /// with one sentence when the file cannot be read.
 #[pyfunction]
-#[pyo3(signature = (path, kallsyms=None, symfs=None, debug_dirs=None))]
+#[pyo3(signature = (path, kallsyms=None, symfs=None, debug_dirs=None, by_process=false))]
 fn read_perf_data<'py>(
     py: Python<'py>,
     path: PathBuf,
     kallsyms: Option<PathBuf>,
     symfs: Option<Vec<PathBuf>>,
     debug_dirs: Option<Vec<PathBuf>>,
+    by_process: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let opts = reader::Options {
         kallsyms,
         symfs: symfs.unwrap_or_default(),
         debug_dirs: debug_dirs.unwrap_or_default(),
+        by_process,
     };
     let display = path.display().to_string();
     let result = py.allow_threads(|| {
@@ -145,9 +148,14 @@ fn to_python(py: Python<'_>, out: reader::Output) -> PyResult<Bound<'_, PyDict>>
         ed.set_item("edges", PyBytes::new(py, as_bytes(&e.edges)))?;
         ed.set_item("edge_weight", PyBytes::new(py, as_bytes(&e.edge_weight)))?;
         ed.set_item("edge_count", PyBytes::new(py, as_bytes(&e.edge_count)))?;
+        ed.set_item("proc_comm", PyBytes::new(py, as_bytes(&e.proc_comm)))?;
+        ed.set_item("proc_stack", PyBytes::new(py, as_bytes(&e.proc_stack)))?;
+        ed.set_item("proc_weight", PyBytes::new(py, as_bytes(&e.proc_weight)))?;
+        ed.set_item("proc_count", PyBytes::new(py, as_bytes(&e.proc_count)))?;
         events.append(ed)?;
     }
     d.set_item("events", events)?;
+    d.set_item("comm_names", &out.comm_names)?;
     Ok(d)
 }
 

@@ -10,7 +10,8 @@
 //!    FINISHED_ROUND windows) straight from a memory map, paging it through
 //!    a window;
 //! 3. `decode` decodes them: samples into (event, stack, weight), mapping
-//!    records into the processes' mappings (`procmaps`);
+//!    records into the processes' mappings (`procmaps`) and, when asked, the
+//!    threads' names (`comms`);
 //! 4. `symbolize` resolves addresses: kernel ones through kallsyms, user ones
 //!    through the mappings and the files' ELF symbols;
 //! 5. `aggregate` interns the call chains into stacks, adds up each event's
@@ -33,6 +34,10 @@ pub struct Options {
     pub kallsyms: Option<PathBuf>,
     pub symfs: Vec<PathBuf>,
     pub debug_dirs: Vec<PathBuf>,
+    /// Also aggregate each event's stacks per process name (the sample's thread's comm,
+    /// as perf script names it): `EventOut::proc_*` and `Output::comm_names`. Off by
+    /// default: the plain profile needs none of it.
+    pub by_process: bool,
 }
 
 pub enum Fact {
@@ -64,6 +69,12 @@ pub struct EventOut {
     pub edges: Vec<u32>,
     pub edge_weight: Vec<f64>,
     pub edge_count: Vec<u64>,
+    /// With `Options::by_process`: (comm id, stack id) -> (weight, count), one entry per
+    /// index, sorted by comm id then stack id; empty otherwise.
+    pub proc_comm: Vec<u32>,
+    pub proc_stack: Vec<u32>,
+    pub proc_weight: Vec<f64>,
+    pub proc_count: Vec<u64>,
 }
 
 pub struct Output {
@@ -78,6 +89,8 @@ pub struct Output {
     pub stack_offsets: Vec<u64>,
     pub warnings: Vec<String>,
     pub stats: Vec<(String, u64)>,
+    /// The process names `EventOut::proc_comm` refers to (empty without `Options::by_process`).
+    pub comm_names: Vec<String>,
 }
 
 
@@ -132,7 +145,7 @@ fn read_impl<T: ByteOrder>(
         facts.push(("kallsyms".into(), Fact::Str(p.display().to_string())));
     }
 
-    let mut dec = Decoder::new(&events, Symbols::new(opts, kallsyms, build_ids));
+    let mut dec = Decoder::new(&events, Symbols::new(opts, kallsyms, build_ids), opts.by_process);
     let cut = if compressed {
         order::read_compressed::<T, _>(&mut perf_file, &mut record_iter, &mut dec)
     } else {
@@ -140,12 +153,13 @@ fn read_impl<T: ByteOrder>(
         order::read_mapped::<T, _>(name, data, map, span, &events, &mut dec)?
     };
 
-    let Decoder { mut syms, agg, counts, .. } = dec;
+    let Decoder { mut syms, agg, counts, comms, .. } = dec;
     let mut warnings = std::mem::take(&mut layout.warnings);
     warnings.append(&mut syms.warnings);
     warnings::closing(name, cut, &layout, &counts, agg.overflowed, &syms, &mut warnings);
     closing_facts(&mut facts, &layout, &counts, &agg, &syms);
-    Ok(agg.into_output(&events, syms, &counts.records, facts, warnings))
+    let comm_names = comms.map(|c| c.into_names()).unwrap_or_default();
+    Ok(agg.into_output(&events, syms, &counts.records, facts, warnings, comm_names))
 }
 
 /// The facts known once the records are read.

@@ -22,7 +22,9 @@
 //! samples of all events are at most what the file's size can hold; stack and
 //! symbol ids are in range. And: cutting a file anywhere after its records
 //! keeps every event's sample count (the events' identity must not be lost
-//! with the feature sections).
+//! with the feature sections). Per process (the reader runs with `by_process`):
+//! every sample is in exactly one process's share of its stack, and every share
+//! names a process and a stack.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -128,12 +130,13 @@ pub fn layout(b: &[u8]) -> Option<Layout> {
 }
 
 fn opts() -> Options {
-    Options { kallsyms: None, symfs: Vec::new(), debug_dirs: Vec::new() }
+    // per process too, so that hostile COMM and FORK records are read as well
+    Options { kallsyms: None, symfs: Vec::new(), debug_dirs: Vec::new(), by_process: true }
 }
 
 pub fn load_fixtures(dir: &Path) -> Vec<Fixture> {
     let mut paths: Vec<PathBuf> = Vec::new();
-    for sub in [dir.to_path_buf(), dir.join("arm64"), dir.join("compressed"), dir.join("fuzz")] {
+    for sub in [dir.to_path_buf(), dir.join("arm64"), dir.join("compressed"), dir.join("comm"), dir.join("fuzz")] {
         if let Ok(rd) = std::fs::read_dir(&sub) {
             for e in rd.flatten() {
                 let p = e.path();
@@ -379,6 +382,16 @@ pub fn invariant_problem(o: &Output, file_len: usize, expect: Option<&[u64]>) ->
             if v.iter().any(|&w| !w.is_finite() || w < 0.0 || w > t + eps) {
                 return Some(format!("{}: a {what} weight is negative, not finite or above the total", e.name));
             }
+        }
+        // per process: every sample in exactly one process's share of its stack
+        if e.proc_comm.iter().any(|&c| c as usize >= o.comm_names.len()) || e.proc_stack.iter().any(|&s| s as usize >= nstacks) {
+            return Some(format!("{}: a process share names no process or no stack", e.name));
+        }
+        let pc: u64 = e.proc_count.iter().sum();
+        let pw: f64 = e.proc_weight.iter().sum();
+        if pc != e.samples || (pw - t).abs() > eps.max(1e-6 * t) {
+            return Some(format!("{}: {} samples of weight {t} but the processes' shares count {pc} of weight {pw}",
+                                e.name, e.samples));
         }
         let ss: f64 = e.self_weight.iter().sum();
         if (ss - sw).abs() > eps.max(1e-6 * t) {

@@ -177,7 +177,8 @@ def run(args: argparse.Namespace) -> int:
     side_a, side_b = load_sides([args.a, args.b], lookup,
                                 kallsyms=[args.kallsyms_a or args.kallsyms, args.kallsyms_b or args.kallsyms],
                                 symfs=[args.symfs_a or args.symfs, args.symfs_b or args.symfs], event=args.event,
-                                folded_kernel=args.folded_kernel, workers=args.jobs)
+                                folded_kernel=args.folded_kernel, workers=args.jobs,
+                                by_process=bool(args.folded))  # --folded puts each stack under its process
     result = diff_profiles(side_a, side_b, opts)
     for w in result.warnings:
         print(f"kperfdiff: warning: {w}", file=sys.stderr)

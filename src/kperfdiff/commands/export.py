@@ -57,8 +57,10 @@ def _profiles(args: argparse.Namespace) -> list:
     symfs = [args.symfs] if args.symfs else None
     if args.to == "speedscope" and args.event is None and (args.profile == STDIN or os.path.exists(args.profile)):
         return load_events(args.profile, kallsyms=args.kallsyms, symfs=symfs, folded_kernel=args.folded_kernel)
+    # folded, pprof and firefox name each sample's process (speedscope's format has no place for it)
     reps = load_side(args.profile, store_lookup(args.store, args.event), kallsyms=args.kallsyms, symfs=args.symfs,
-                     event=args.event, folded_kernel=args.folded_kernel, workers=1)
+                     event=args.event, folded_kernel=args.folded_kernel, workers=1,
+                     by_process=args.to in ("folded", "pprof", "firefox"))
     return [merge(reps, args.profile)]
 
 

@@ -76,7 +76,7 @@ def find_kallsyms(path: Path, build_ids: list | None = None) -> Path | None:
     return None
 
 
-def _read(path: Path, kallsyms, symfs) -> tuple[dict, Path | None]:
+def _read(path: Path, kallsyms, symfs, by_process: bool = False) -> tuple[dict, Path | None]:
     n = core()
     check_input_file(path, "perf.data")
     ks = Path(kallsyms) if kallsyms is not None else find_kallsyms(path)
@@ -88,7 +88,7 @@ def _read(path: Path, kallsyms, symfs) -> tuple[dict, Path | None]:
         symfs = [symfs]
     try:
         raw = n.read_perf_data(str(path), kallsyms=str(ks) if ks is not None else None,
-                               symfs=[str(s) for s in symfs or []], debug_dirs=_debug_dirs())
+                               symfs=[str(s) for s in symfs or []], debug_dirs=_debug_dirs(), by_process=by_process)
     except n.PerfDataError as e:
         msg = str(e)
         if str(path) not in msg:
@@ -102,7 +102,7 @@ def _read(path: Path, kallsyms, symfs) -> tuple[dict, Path | None]:
         if cached is not None and any("no kallsyms" in w for w in raw["warnings"]):
             try:
                 raw = n.read_perf_data(str(path), kallsyms=str(cached), symfs=[str(s) for s in symfs or []],
-                                       debug_dirs=_debug_dirs())
+                                       debug_dirs=_debug_dirs(), by_process=by_process)
                 ks = cached
             except n.PerfDataError:
                 pass
@@ -178,6 +178,16 @@ def _profiles(raw: dict, path: Path, meta: dict, wanted: list[int]) -> list[Prof
             key = tuple(rframes[offs[s]:offs[s + 1]])
             stacks[key] = stacks.get(key, 0.0) + w
             counts[key] = counts.get(key, 0) + c
+        processes: dict[tuple[str, tuple[int, ...]], tuple[float, int]] = {}
+        if raw.get("comm_names"):
+            comms = raw["comm_names"]
+            for c, s, w, n in zip(np.frombuffer(ev["proc_comm"], dtype=np.uint32).tolist(),
+                                  np.frombuffer(ev["proc_stack"], dtype=np.uint32).tolist(),
+                                  np.frombuffer(ev["proc_weight"], dtype=np.float64).tolist(),
+                                  np.frombuffer(ev["proc_count"], dtype=np.uint64).tolist()):
+                key = (comms[c], tuple(rframes[offs[s]:offs[s + 1]]))
+                w0, n0 = processes.get(key, (0.0, 0))
+                processes[key] = (w0 + w, n0 + n)
         e = np.frombuffer(ev["edges"], dtype=np.uint32).reshape(-1, 2)
         ew = np.frombuffer(ev["edge_weight"], dtype=np.float64)
         er = shared[remap[e]]
@@ -196,7 +206,7 @@ def _profiles(raw: dict, path: Path, meta: dict, wanted: list[int]) -> list[Prof
         out.append(Profile(source=str(path), event=name, symbols=symbols, self_weight=self_w[used].copy(),
                            children_weight=child_w[used].copy(), total_weight=float(ev["total_weight"]),
                            samples=int(ev["samples"]), stacks=stacks, edges=edges, stack_counts=counts,
-                           weight_unit=unit,
+                           process_stacks=processes, weight_unit=unit,
                            arch=meta.get("arch"), meta=m))
     return out
 
@@ -212,19 +222,23 @@ def _event_index(raw: dict, path: Path, event: str) -> int:
 
 
 def load_all(path: str | Path, *, kallsyms: str | Path | None = None,
-             symfs: list[str] | str | None = None) -> list[Profile]:
-    """Every event of a perf.data file, one Profile each, in the file's order."""
+             symfs: list[str] | str | None = None, by_process: bool = False) -> list[Profile]:
+    """Every event of a perf.data file, one Profile each, in the file's order (``by_process``: see
+    :func:`load`)."""
     path = Path(path)
-    raw, ks = _read(path, kallsyms, symfs)
+    raw, ks = _read(path, kallsyms, symfs, by_process)
     meta = _meta(raw, path, ks)
     return _profiles(raw, path, meta, list(range(len(raw["events"]))))
 
 
 def load(path: str | Path, *, kallsyms: str | Path | None = None, symfs: list[str] | str | None = None,
-         event: str | None = None) -> Profile:
-    """One event of a perf.data file (``event``, else the first event with samples)."""
+         event: str | None = None, by_process: bool = False) -> Profile:
+    """One event of a perf.data file (``event``, else the first event with samples). ``by_process``
+    also fills ``process_stacks``: each stack per process name, the comm of the sample's thread as
+    perf script names it (``:TID`` for a thread the file never names); off by default, since only
+    exports and folded files need it and it costs the reader time."""
     path = Path(path)
-    raw, ks = _read(path, kallsyms, symfs)
+    raw, ks = _read(path, kallsyms, symfs, by_process)
     meta = _meta(raw, path, ks)
     if event is not None:
         i = _event_index(raw, path, event)

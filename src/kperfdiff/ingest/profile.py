@@ -14,7 +14,9 @@ A Profile is one event's samples of one recording, aggregated per symbol:
 * ``stack_counts`` maps the same stacks to their number of samples, where the
   input tells it (perf.data, perf script; folded stacks are counts already);
 * ``process_stacks`` maps (process name, stack) to (weight, samples), where
-  the input names each sample's process (``perf script``'s comm column).
+  the input names each sample's process (``perf script``'s comm column; a
+  perf.data read with ``by_process=True``: its thread's comm, as perf script
+  names it). Empty otherwise: the default perf.data read skips it for speed.
 
 Weight is the sample period where the input carries it (for ``cpu-clock``
 that is nanoseconds, so shares equal perf report's) and the sample count
