@@ -55,9 +55,9 @@ def run(args) -> int:
         return _init(args)
     out = transfer.copy(args.src, args.dst, artefacts=args.artefacts,
                         log=lambda m: print(m, file=sys.stderr, flush=True))
-    rows = ", ".join(f"{n} {t}" for t, n in out.rows.items() if n and t in ("run", "result", "interval", "profile",
-                                                                            "experiment", "machine"))
-    print(f"kperfdiff: copied {mask(str(args.src))} to {mask(str(args.dst))}: {rows or 'no rows'}; "
+    rows = ", ".join(f"{out.rows.get(t, 0)} {t}{'' if out.rows.get(t, 0) == 1 else 's'}"
+                     for t in ("run", "result", "interval", "profile", "experiment", "machine"))
+    print(f"kperfdiff: copied {mask(str(args.src))} to {mask(str(args.dst))}: {rows}; "
           f"{out.files} artefact files in {out.artefacts}", file=sys.stderr)
     return 0
 

@@ -317,7 +317,8 @@ def connect(url: str) -> PgConnection:
 
 def _sentence(e, url: str) -> str:
     """psycopg's message on one line, without the password, however libpq quoted it."""
-    text = " ".join(str(e).split())
+    lines = [" ".join(line.split()) for line in str(e).strip().splitlines() if line.strip()]
+    text = "; ".join(lines) or type(e).__name__
     secret = urllib.parse.urlsplit(url).password
     if secret:
         text = text.replace(secret, "***").replace(urllib.parse.unquote(secret), "***")

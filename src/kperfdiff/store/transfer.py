@@ -79,6 +79,7 @@ def _copy(src: Store, dst: Store, log) -> Copied:
             raise InputError(f"the artefact folder {dst.artefact_root()} already has {clash[0]}; give the "
                              f"destination an empty artefact folder")
         made: list[Path] = []
+        new_root = None if dst.artefact_root().exists() else dst.artefact_root()
         try:
             for e in sorted(entries):
                 out.files, out.bytes = _copy_entry(src.artefact_root() / e, dst.artefact_root() / e, made,
@@ -92,14 +93,14 @@ def _copy(src: Store, dst: Store, log) -> Copied:
                         dst.conn.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), max(id)) "
                                          f"FROM {table}")
         except backend.DatabaseError as e:
-            _remove(made)
+            _remove(made, new_root)
             raise StoreError(f"cannot copy into the store {dst.path}: {e}; nothing was copied") from None
         except OSError as e:
-            _remove(made)
+            _remove(made, new_root)
             raise StoreError(f"cannot copy the artefacts to {dst.artefact_root()}: {e.strerror or e}; "
                              f"nothing was copied") from None
         except BaseException:
-            _remove(made)
+            _remove(made, new_root)
             raise
     return out
 
@@ -150,12 +151,19 @@ def _copy_entry(a: Path, b: Path, made: list[Path], files: int, size: int) -> tu
     return files, size
 
 
-def _remove(made: list[Path]) -> None:
+def _remove(made: list[Path], new_root: Path | None) -> None:
+    """Remove what a failed copy made: the entries it copied, then the artefact folder if it made it
+    and nothing else is in it."""
     for p in made:
         if p.is_dir() and not p.is_symlink():
             shutil.rmtree(p, ignore_errors=True)
         else:
             p.unlink(missing_ok=True)
+    if new_root is not None:
+        try:
+            new_root.rmdir()
+        except OSError:
+            pass
 
 
 def _moved(src: Store, dst: Store, text: str | None) -> str | None:
