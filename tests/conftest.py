@@ -1,6 +1,7 @@
 """Shared fixtures: a private store per test, the installed CLI, tiny runs."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -74,9 +75,7 @@ def pg_cluster():
     from pgcluster import PgCluster, bin_dir
     if bin_dir() is None:
         pytest.skip("PostgreSQL is not installed (Debian's postgresql package; make setup installs it)")
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("psycopg") is None:
         pytest.skip("psycopg is not installed (pip install 'psycopg[binary]'; make setup installs it)")
     with PgCluster() as pg:
         yield pg
