@@ -355,3 +355,41 @@ def test_kperfdiff_store_names_the_store_of_every_command(pg_url, tmp_path):
     assert json.loads(run_cli("show", "env", "--format", "json", env=env, check=0).stdout)
     # --store wins over it
     assert "env" not in run_cli("--store", tmp_path / "other.db", "runs", env=env).stdout
+
+
+def test_one_experiment_started_twice_at_once_is_run_once(tmp_path, pg_url):
+    """Two `kperfdiff run` of one file on one store at once: one runs it, the other finds it running (or,
+    if it came late, complete): never two experiments of one name, never a cell twice."""
+    exp = tmp_path / "e.toml"
+    exp.write_text(EXPERIMENT)
+    env = dict(os.environ, KPERFDIFF_STORE=pg_url)
+    procs = [subprocess.Popen([str(KPERFDIFF), "run", str(exp), "--no-progress"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL) for _ in range(2)]
+    outs = [p.communicate(timeout=300) + (p.returncode,) for p in procs]
+    assert sorted(rc for *_, rc in outs)[0] == 0, outs
+    for out, err, rc in outs:
+        assert rc == 0 or "is being run now by process" in err, err
+    s = st.Store.open(pg_url, create=False)
+    assert [e["name"] for e in s.list_experiments()] == ["shared"]
+    assert len(s.cell_states(s.find_experiment("shared")["id"])) == 4 and s.count_runs() == 2
+
+
+def test_exclusive_lets_one_process_at_a_time_in(pg_url):
+    """The lock around deciding which experiment to run (the test above rarely meets the race it closes)."""
+    import threading
+    import time
+    a, b = st.Store.open(pg_url), st.Store.open(pg_url)
+    order = []
+
+    def other():
+        with b.exclusive("experiment shared"):
+            order.append("b")
+    with a.exclusive("experiment shared"):
+        t = threading.Thread(target=other)
+        t.start()
+        time.sleep(0.3)
+        order.append("a")
+    t.join(10)
+    assert order == ["a", "b"]
+    with a.exclusive("experiment other"), b.exclusive("experiment shared"):   # other names do not wait
+        pass

@@ -558,6 +558,14 @@ class RunOutcome:
 
 
 def _open_or_create(store, exp: Experiment, total: int, restart: bool) -> tuple[dict, bool]:
+    """The experiment to run (a new one, or the one to resume) and whether it is resumed. One process
+    at a time decides, per name (two machines starting one experiment on a shared store at once:
+    the second finds the first running it)."""
+    with store.exclusive(f"experiment {exp.name}"):
+        return _open_or_create_now(store, exp, total, restart)
+
+
+def _open_or_create_now(store, exp: Experiment, total: int, restart: bool) -> tuple[dict, bool]:
     old = store.latest_experiment(exp.name)
     h = exp.file_hash()
     if old is not None and store.experiment_owner_alive(old):

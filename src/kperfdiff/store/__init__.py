@@ -735,6 +735,20 @@ class Store:
             if own:
                 self.conn.execute("COMMIT")
 
+    @contextlib.contextmanager
+    def exclusive(self, name: str):
+        """One process at a time inside, per ``name``, among every process of every machine writing a
+        PostgreSQL store (a session advisory lock). SQLite: nothing more than its writers taking turns
+        (one machine writes it)."""
+        if not self.postgres:
+            yield
+            return
+        self.conn.execute("SELECT pg_advisory_lock(hashtext(?))", (name,))
+        try:
+            yield
+        finally:
+            self.conn.execute("SELECT pg_advisory_unlock(hashtext(?))", (name,))
+
     def snapshot(self):
         """One read transaction: what is read inside sees one state of the store (store copy)."""
         return self._snapshot()
