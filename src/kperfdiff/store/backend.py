@@ -187,7 +187,7 @@ class PgCursor:
         text, returning = self._owner.translated(sql)
         self._cur.row_factory = self.row_factory or _tuple_rows
         with self._owner.errors():
-            self._cur.execute(text, _clean(params) or None)
+            self._cur.execute(text, _clean(params) if params else [])
             if returning:
                 row = self._cur.fetchone()
                 self.lastrowid = row[0] if row else None

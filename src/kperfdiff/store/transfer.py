@@ -102,6 +102,11 @@ def _copy(src: Store, dst: Store, log) -> Copied:
         except BaseException:
             _remove(made, new_root)
             raise
+    if dst.postgres:
+        try:
+            dst.conn.execute("ANALYZE")    # plan the first queries on the new rows well (autovacuum would, later)
+        except backend.DatabaseError:
+            pass
     return out
 
 
