@@ -96,7 +96,8 @@ def test_sqlite_to_postgresql_to_sqlite_gives_the_same_store_and_artefacts(lab, 
 def test_copy_refuses_what_it_cannot_do_in_one_sentence(lab, pg_url, tmp_path):
     run_cli("store", "copy", lab, pg_url, check=0)
     cases = [
-        ([lab, pg_url], "is not empty"),
+        ([lab, pg_url], "is not empty (4 runs, 1 experiment, 1 machine); store copy fills a new or empty store, "
+                        "or adds to one with --merge"),
         ([lab, lab], "the same store"),
         ([tmp_path / "none.db", tmp_path / "x.db"], "no results store"),
         ([lab, tmp_path / "y.db", "--artefacts", tmp_path], "--artefacts is for a PostgreSQL destination"),
@@ -120,10 +121,10 @@ def test_a_failed_copy_leaves_no_row_no_artefact_and_no_new_file(lab, tmp_path, 
     # a failure half way through the rows: the destination's transaction is undone, the artefacts removed
     real = transfer._copy_table
 
-    def failing(src, dst, table):
+    def failing(src, dst, table, plan):
         if table == "interval":
             raise StoreError("the disk went away")
-        return real(src, dst, table)
+        return real(src, dst, table, plan)
     monkeypatch.setattr(transfer, "_copy_table", failing)
     for dst in (tmp_path / "half" / "k.db", pg_url):
         if isinstance(dst, Path):
@@ -134,3 +135,25 @@ def test_a_failed_copy_leaves_no_row_no_artefact_and_no_new_file(lab, tmp_path, 
     s = st.Store.open(pg_url)
     assert s.count_runs() == 0 and s.conn.execute("SELECT count(*) FROM machine").fetchone()[0] == 0
     assert not Path(s.artefact_root()).exists() or list(Path(s.artefact_root()).iterdir()) == []
+
+
+def test_merge_adds_a_store_to_one_that_has_runs_with_new_ids(lab, pg_url):
+    run_cli("store", "copy", lab, pg_url, check=0)
+    run_cli("store", "copy", lab, pg_url, "--merge", check=0)
+    a, s = st.Store.open(lab), st.Store.open(pg_url)
+    n = a.count_runs()
+    assert s.count_runs() == 2 * n and s.conn.execute("SELECT count(*) FROM machine").fetchone()[0] == 1
+    assert [e["id"] for e in s.list_experiments()] == [1, 2]
+    for run in a.list_runs():
+        moved = s.get_run(run.id + n)
+        assert (moved.label, moved.state, moved.command) == (run.label, run.state, run.command)
+        assert moved.artefact_dir.endswith(f"run-{run.id + n}")
+        assert [(r.benchmark, r.values, r.median) for r in s.results(moved.id)] == \
+            [(r.benchmark, r.values, r.median) for r in a.results(run.id)]
+        assert s.run_experiment_id(moved.id) == (None if a.run_experiment_id(run.id) is None else 2)
+        for p, q in zip(s.profiles(moved.id), a.profiles(run.id)):
+            assert f"/run-{run.id + n}/" in p["path"] and Path(p["path"]).read_bytes() == Path(q["path"]).read_bytes()
+    new = str([r.id for r in s.list_runs() if r.label == "new"][-1])     # the label names two runs now
+    d = run_cli("--store", pg_url, "diff", f"{new}:syscall.stat", f"{new}:syscall.null", "--top", "3", check=0)
+    assert "do_syscall_64" in d.stdout
+    assert len(s.cell_states(2)) == len(a.cell_states(1)) and s.find_experiment("lab")["id"] == 2

@@ -42,18 +42,23 @@ def add_parser(sub) -> None:
     p = ssub.add_parser("copy", help="copy a whole store, artefacts included, into a new or empty one",
                         description="Copy every run, result, raw interval, profile, experiment and machine of SRC, "
                                     "and the artefact files they name, into DST: SQLite to PostgreSQL, PostgreSQL to "
-                                    "SQLite, or either to its own kind. DST must be new or empty; ids are kept (run 7 "
-                                    "is run 7 in both). Nothing is written to DST unless everything is.")
+                                    "SQLite, or either to its own kind. DST must be new or empty, and ids are kept (run 7 "
+                                    "is run 7 in both), unless --merge adds SRC to a store that has runs (new ids). "
+                                    "Nothing is written to DST unless everything is.")
     p.add_argument("src", metavar="SRC", help="the store to copy (a file or postgresql:// URL)")
     p.add_argument("dst", metavar="DST", help="the new or empty store (a file or postgresql:// URL)")
     p.add_argument("--artefacts", metavar="DIR", help="the artefact folder of a PostgreSQL DST made now "
                                                       "(or ?artefacts=DIR in its URL)")
+    p.add_argument("--merge", action="store_true",
+                   help="add SRC to a DST that has runs already: SRC's runs, results, profiles and experiments "
+                        "get new ids (after DST's), its run folders follow (run-N), machines are matched by "
+                        "their fingerprint")
 
 
 def run(args) -> int:
     if args.store_command == "init":
         return _init(args)
-    out = transfer.copy(args.src, args.dst, artefacts=args.artefacts,
+    out = transfer.copy(args.src, args.dst, artefacts=args.artefacts, merge=args.merge,
                         log=lambda m: print(m, file=sys.stderr, flush=True))
     rows = ", ".join(f"{out.rows.get(t, 0)} {t}{'' if out.rows.get(t, 0) == 1 else 's'}"
                      for t in ("run", "result", "interval", "profile", "experiment", "machine"))

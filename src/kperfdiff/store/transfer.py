@@ -40,8 +40,9 @@ def same_place(a, b) -> bool:
     return os.path.abspath(a) == os.path.abspath(b)
 
 
-def copy(src_location, dst_location, *, artefacts: str | None = None, log=None) -> Copied:
-    """Copy the store at ``src_location`` into the (new or empty) store at ``dst_location``."""
+def copy(src_location, dst_location, *, artefacts: str | None = None, merge: bool = False, log=None) -> Copied:
+    """Copy the store at ``src_location`` into the (new or empty) store at ``dst_location``; ``merge``:
+    add it to a store that has runs already (new ids)."""
     if same_place(src_location, dst_location):
         raise InputError("the source and the destination of store copy are the same store")
     if artefacts and not backend.is_url(dst_location):
@@ -53,7 +54,7 @@ def copy(src_location, dst_location, *, artefacts: str | None = None, log=None) 
     dst = None
     try:
         dst = Store.open(dst_location, create=True, artefacts=artefacts)
-        return _copy(src, dst, log or (lambda m: None))
+        return _copy(src, dst, log or (lambda m: None), merge)
     except BaseException:
         if dst is not None:
             dst.conn.close()
@@ -65,43 +66,86 @@ def copy(src_location, dst_location, *, artefacts: str | None = None, log=None) 
         src.conn.close()
 
 
-def _copy(src: Store, dst: Store, log) -> Copied:
-    held = {t: dst.conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("run", "experiment", "machine")}
-    if any(held.values()):
-        what = ", ".join(f"{n} {t}{'s' if n != 1 else ''}" for t, n in held.items() if n)
-        raise InputError(f"the destination store {dst.path} is not empty ({what}); store copy fills a new "
-                         f"or empty store")
+class _Plan:
+    """How the source's ids and artefact folders become the destination's: the same (a copy into an
+    empty store), or (--merge) each id moved past the destination's largest and each machine matched
+    by its fingerprint; a run folder ``run-N`` follows its run's new id."""
+
+    def __init__(self, src: Store, dst: Store, merge: bool):
+        self.offset = {t: 0 for t in ID_TABLES}
+        self.machines: dict[int, int] = {}
+        self.skip_machines: set[int] = set()
+        self.moves = merge
+        if merge:
+            for t in ID_TABLES:
+                self.offset[t] = dst.conn.execute(f"SELECT coalesce(max(id), 0) FROM {t}").fetchone()[0]
+            known = dict(dst.conn.execute("SELECT fingerprint, id FROM machine").fetchall())
+            for mid, fp in src.conn.execute("SELECT id, fingerprint FROM machine").fetchall():
+                if fp in known:
+                    self.machines[mid] = known[fp]
+                    self.skip_machines.add(mid)
+                else:
+                    self.machines[mid] = mid + self.offset["machine"]
+
+    def entry(self, name: str) -> str:
+        """An entry of the artefact folder as the destination names it."""
+        if self.offset["run"] and name.startswith("run-") and name[4:].isdigit():
+            return f"run-{int(name[4:]) + self.offset['run']}"
+        return name
+
+    def ids(self, table: str, cols: list[str], row: list) -> list:
+        """A row with its own id and the ids it references moved (nothing moves in a plain copy)."""
+        refs = {"id": table, "run_id": "run", "result_id": "result", "experiment_id": "experiment"}
+        for i, c in enumerate(cols):
+            if row[i] is None:
+                continue
+            if c == "machine_id" or (table == "machine" and c == "id"):
+                row[i] = self.machines.get(row[i], row[i])
+            elif c in refs and (c != "id" or table in ID_TABLES):
+                row[i] += self.offset[refs[c]]
+        return row
+
+
+def _copy(src: Store, dst: Store, log, merge: bool = False) -> Copied:
     out = Copied(artefacts=str(dst.artefact_root()))
-    with src.snapshot():
-        entries = _artefact_entries(src)
-        clash = [e for e in entries if (dst.artefact_root() / e).exists()]
-        if clash:
-            raise InputError(f"the artefact folder {dst.artefact_root()} already has {clash[0]}; give the "
-                             f"destination an empty artefact folder")
-        made: list[Path] = []
-        new_root = None if dst.artefact_root().exists() else dst.artefact_root()
-        try:
+    made: list[Path] = []
+    new_root = None if dst.artefact_root().exists() else dst.artefact_root()
+    try:
+        with src.snapshot(), dst.tx():
+            if dst.postgres:        # no other writer while the ids are chosen and the rows go in
+                dst.conn.execute(f"LOCK TABLE {', '.join(TABLES)} IN EXCLUSIVE MODE")
+            held = {t: dst.conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+                    for t in ("run", "experiment", "machine")}
+            if any(held.values()) and not merge:
+                what = ", ".join(f"{n} {t}{'s' if n != 1 else ''}" for t, n in held.items() if n)
+                raise InputError(f"the destination store {dst.path} is not empty ({what}); store copy fills a new "
+                                 f"or empty store, or adds to one with --merge")
+            plan = _Plan(src, dst, merge)
+            entries = {e: plan.entry(e) for e in _artefact_entries(src)}
+            clash = sorted(n for n in entries.values() if (dst.artefact_root() / n).exists())
+            if clash:
+                raise InputError(f"the artefact folder {dst.artefact_root()} already has {clash[0]}; give the "
+                                 f"destination an empty artefact folder")
             for e in sorted(entries):
-                out.files, out.bytes = _copy_entry(src.artefact_root() / e, dst.artefact_root() / e, made,
+                out.files, out.bytes = _copy_entry(src.artefact_root() / e, dst.artefact_root() / entries[e], made,
                                                    out.files, out.bytes)
             log(f"kperfdiff: copied {out.files} artefact files ({out.bytes / 1e6:.1f} MB) to {dst.artefact_root()}")
-            with dst.tx():
-                for table in TABLES:
-                    out.rows[table] = _copy_table(src, dst, table)
-                if dst.postgres:
-                    for table in ID_TABLES:
-                        dst.conn.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), max(id)) "
-                                         f"FROM {table}")
-        except backend.DatabaseError as e:
-            _remove(made, new_root)
-            raise StoreError(f"cannot copy into the store {dst.path}: {e}; nothing was copied") from None
-        except OSError as e:
-            _remove(made, new_root)
-            raise StoreError(f"cannot copy the artefacts to {dst.artefact_root()}: {e.strerror or e}; "
-                             f"nothing was copied") from None
-        except BaseException:
-            _remove(made, new_root)
-            raise
+            for table in TABLES:
+                out.rows[table] = _copy_table(src, dst, table, plan)
+            if dst.postgres:
+                for table in ID_TABLES:
+                    dst.conn.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), max(id)) "
+                                     f"FROM {table}")
+    except backend.DatabaseError as e:
+        _remove(made, new_root)
+        raise StoreError(f"cannot copy into the store {dst.path}: {e}; nothing was copied") from None
+    except OSError as e:
+        _remove(made, new_root)
+        raise StoreError(f"cannot copy the artefacts to {dst.artefact_root()}: {e.strerror or e}; "
+                         f"nothing was copied") from None
+    except BaseException:
+        _remove(made, new_root)
+        raise
     if dst.postgres:
         try:
             dst.conn.execute("ANALYZE")    # plan the first queries on the new rows well (autovacuum would, later)
@@ -171,33 +215,37 @@ def _remove(made: list[Path], new_root: Path | None) -> None:
             pass
 
 
-def _moved(src: Store, dst: Store, text: str | None) -> str | None:
+def _moved(src: Store, dst: Store, plan: _Plan, text: str | None) -> str | None:
     """A stored artefact path of the source, as the destination stores the same file."""
     if not text:
         return text
     rel = _inside(src, text)
-    target = dst.artefact_root() / rel if rel else Path(os.path.abspath(src.artefact_path(text)))
+    if rel:
+        head, _, rest = rel.partition("/")
+        target = dst.artefact_root() / plan.entry(head) / rest if rest else dst.artefact_root() / plan.entry(head)
+    else:
+        target = Path(os.path.abspath(src.artefact_path(text)))
     return dst.stored_path(target)
 
 
-def _rewrite(src: Store, dst: Store, table: str, cols: list[str], row) -> list:
+def _rewrite(src: Store, dst: Store, plan: _Plan, table: str, cols: list[str], row) -> list:
     row = list(row)
     if table == "run":
         i = cols.index("artefact_dir")
-        row[i] = _moved(src, dst, row[i])
+        row[i] = _moved(src, dst, plan, row[i])
     elif table == "profile":
         for c in ("path", "kallsyms"):
             i = cols.index(c)
-            row[i] = _moved(src, dst, row[i])
+            row[i] = _moved(src, dst, plan, row[i])
         i = cols.index("meta")
         meta = json.loads(row[i] or "{}")
         if meta.get("symfs"):
-            meta["symfs"] = _moved(src, dst, meta["symfs"])
+            meta["symfs"] = _moved(src, dst, plan, meta["symfs"])
             row[i] = json.dumps(meta)
-    return row
+    return plan.ids(table, cols, row)
 
 
-def _copy_table(src: Store, dst: Store, table: str) -> int:
+def _copy_table(src: Store, dst: Store, table: str, plan: _Plan) -> int:
     """Every row of one table, in chunks (a big store's intervals do not fit in memory at once)."""
     cols = src.columns(table)
     if cols != dst.columns(table):
@@ -218,8 +266,10 @@ def _copy_table(src: Store, dst: Store, table: str) -> int:
             return n
         rows = cur.execute(f"SELECT {', '.join(cols)} FROM {table} WHERE {key} >= ? AND {key} <= ? ORDER BY {order}",
                            (ids[0], ids[-1])).fetchall()
-        if table in ("run", "profile"):
-            rows = [_rewrite(src, dst, table, cols, r) for r in rows]
+        if table == "machine":
+            rows = [r for r in rows if r[0] not in plan.skip_machines]
+        if plan.moves or table in ("run", "profile"):
+            rows = [_rewrite(src, dst, plan, table, cols, r) for r in rows]
         dst.conn.executemany(insert, rows)
         n += len(rows)
         last = ids[-1]
