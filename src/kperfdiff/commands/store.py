@@ -62,6 +62,8 @@ def run(args) -> int:
                         log=lambda m: print(m, file=sys.stderr, flush=True))
     rows = ", ".join(f"{out.rows.get(t, 0)} {t}{'' if out.rows.get(t, 0) == 1 else 's'}"
                      for t in ("run", "result", "interval", "profile", "experiment", "machine"))
+    if out.matched_machines:
+        rows += f" ({out.matched_machines} already there)"
     print(f"kperfdiff: copied {mask(str(args.src))} to {mask(str(args.dst))}: {rows}; "
           f"{out.files} artefact files in {out.artefacts}", file=sys.stderr)
     return 0

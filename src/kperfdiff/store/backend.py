@@ -94,8 +94,8 @@ def artefact_dir(text: str, url: str) -> str:
     if "://" in text:
         scheme = text.split("://", 1)[0].lower()
         if scheme != "file":
-            raise StoreError(f"the artefact location {text!r} of {mask(url)} is a {scheme}:// URL; only a folder "
-                             f"or a file:// URL can hold a PostgreSQL store's artefacts")
+            raise StoreError(f"the artefact location {text!r} of {mask(url)} is not a folder: only a folder or a "
+                             f"file:// URL can hold a PostgreSQL store's artefacts ({scheme}:// is not implemented)")
         parts = urllib.parse.urlsplit(text)
         if parts.netloc not in ("", "localhost"):
             raise StoreError(f"the artefact location {text!r} names another host; give a folder this machine "

@@ -32,6 +32,7 @@ class Copied:
     files: int = 0
     bytes: int = 0
     artefacts: str = ""
+    matched_machines: int = 0      # --merge: source machines the destination had already
 
 
 def same_place(a, b) -> bool:
@@ -121,6 +122,7 @@ def _copy(src: Store, dst: Store, log, merge: bool = False) -> Copied:
                 raise InputError(f"the destination store {dst.path} is not empty ({what}); store copy fills a new "
                                  f"or empty store, or adds to one with --merge")
             plan = _Plan(src, dst, merge)
+            out.matched_machines = len(plan.skip_machines)
             entries = {e: plan.entry(e) for e in _artefact_entries(src)}
             clash = sorted(n for n in entries.values() if (dst.artefact_root() / n).exists())
             if clash:
