@@ -393,3 +393,33 @@ def test_exclusive_lets_one_process_at_a_time_in(pg_url):
     assert order == ["a", "b"]
     with a.exclusive("experiment other"), b.exclusive("experiment shared"):   # other names do not wait
         pass
+
+
+def test_a_transaction_postgresql_undid_is_run_again(pg_url, monkeypatch):
+    s = st.Store.open(pg_url)
+    monkeypatch.setattr(st.time, "sleep", lambda _s: None)
+    tries = []
+
+    def flaky():
+        tries.append(1)
+        s.conn.execute("INSERT INTO meta VALUES (?, 'x')", (f"k{len(tries)}",))
+        if len(tries) < 3:
+            raise backend.PgRetry("PostgreSQL: could not serialize access due to concurrent update", "40001")
+        return "done"
+    assert s._write(flaky) == "done" and len(tries) == 3
+    # the undone attempts left nothing
+    assert [r[0] for r in s.conn.execute("SELECT key FROM meta WHERE key LIKE 'k%' ORDER BY key")] == ["k3"]
+
+    def never():
+        raise backend.PgRetry("PostgreSQL: deadlock detected", "40P01")
+    with pytest.raises(StoreError, match="other writers kept it busy"):
+        s._write(never)
+
+
+def test_a_connection_lost_in_the_middle_is_one_sentence(pg_url):
+    s, other = st.Store.open(pg_url), st.Store.open(pg_url)
+    other.conn.execute("SELECT pg_terminate_backend(?)", (s.conn.raw.info.backend_pid,))
+    with pytest.raises(StoreError, match="PostgreSQL: .*terminat"):
+        s.list_runs()
+    with pytest.raises(StoreError, match="cannot write the store postgresql://"):
+        s.start_run(machine_id=None)

@@ -16,7 +16,8 @@ wraps a psycopg 3 connection in the small part of the ``sqlite3`` interface the 
 
 PostgreSQL's errors come back as the classes below, so the store tells a unique violation, a
 transaction to retry (serialisation failure, deadlock) and a lost connection apart the same way
-for both back ends (``IntegrityError`` and friends are tuples of the sqlite3 and PostgreSQL class).
+for both back ends (``IntegrityError`` and friends are tuples of the sqlite3 and PostgreSQL class);
+they are StoreErrors, so one the store does not expect still reaches the user as one sentence.
 
 psycopg is imported when a PostgreSQL store is opened, and only then (an optional dependency:
 ``pip install 'kperfdiff[postgresql]'``).
@@ -35,8 +36,9 @@ SCHEMES = ("postgresql", "postgres")
 ID_TABLES = frozenset({"machine", "run", "result", "profile", "experiment"})
 
 
-class PgDatabaseError(Exception):
-    """Any error PostgreSQL reported (first line of its message)."""
+class PgDatabaseError(StoreError):
+    """Any error PostgreSQL reported (first line of its message). A StoreError: one the store does not
+    catch (a connection lost in the middle of a read) still reaches the user as one sentence."""
 
     def __init__(self, message: str, sqlstate: str | None = None):
         super().__init__(message)
@@ -175,7 +177,8 @@ class PgCursor:
 
     def __init__(self, owner: "PgConnection", named: bool = True):
         self._owner = owner
-        self._cur = owner.raw.cursor()
+        with owner.errors():
+            self._cur = owner.raw.cursor()
         self.row_factory = _named_rows if named else None   # None: plain tuples, as sqlite3's
         self.lastrowid = None
 
@@ -282,7 +285,7 @@ class _Errors:
 
 
 def pg_error(e, psycopg) -> PgDatabaseError:
-    text = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    text = "PostgreSQL: " + (str(e).strip().splitlines() or [type(e).__name__])[0]
     state = getattr(e, "sqlstate", None)
     if state in ("40001", "40P01"):
         return PgRetry(text, state)
