@@ -46,7 +46,8 @@ def add_parser(sub) -> None:
                                     "is run 7 in both), unless --merge adds SRC to a store that has runs (new ids). "
                                     "Nothing is written to DST unless everything is.")
     p.add_argument("src", metavar="SRC", help="the store to copy (a file or postgresql:// URL)")
-    p.add_argument("dst", metavar="DST", help="the new or empty store (a file or postgresql:// URL)")
+    p.add_argument("dst", metavar="DST", help="the new or empty store, or with --merge any store (a file or "
+                                              "postgresql:// URL)")
     p.add_argument("--artefacts", metavar="DIR", help="the artefact folder of a PostgreSQL DST made now "
                                                       "(or ?artefacts=DIR in its URL)")
     p.add_argument("--merge", action="store_true",

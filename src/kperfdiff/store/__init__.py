@@ -17,9 +17,9 @@ Tables (schema version in ``meta``):
 
 Every finished result is committed at once, so a run stopped by Ctrl-C or a
 crash keeps what it measured; a run left ``running`` by a process that no
-longer exists is marked ``interrupted`` the next time the store is opened on the
-machine that ran it (each run records its host: another machine cannot tell
-whether a process of this one is alive).
+longer exists is marked ``interrupted`` the next time the store is opened (in a
+PostgreSQL store, on the machine that ran it: each run records its host, and another
+machine cannot tell whether a process of that one is alive).
 
 Both back ends run the same schema, migrations and queries: SQLite as written,
 PostgreSQL through the dialect layer of :mod:`.backend`. A SQLite store keeps its
@@ -183,10 +183,10 @@ CREATE INDEX IF NOT EXISTS profile_run ON profile(run_id, benchmark);
 CREATE INDEX IF NOT EXISTS profile_result ON profile(result_id);
 """,
     # 4 -> 5: shared stores. Several machines write one PostgreSQL store, so a run and an experiment
-    # record the host of the process that owns them (``host_id()``: host name and machine id): a
+    # record the host of the process that owns them (``host_id()``: host name and machine id): there, a
     # process is judged dead (its run marked interrupted, its experiment resumable) only on its own
-    # host; elsewhere its pid and boot id mean nothing. Rows from before have no host: they were
-    # written by the machine of the (SQLite) store, and are judged as before.
+    # host; elsewhere its pid and boot id mean nothing. Rows without a host (from before, or copied
+    # from an SQLite store) and every row of an SQLite store are judged as before.
     4: """
 ALTER TABLE run ADD COLUMN host TEXT;
 ALTER TABLE experiment ADD COLUMN host TEXT;
@@ -530,12 +530,14 @@ class Store:
         return root
 
     def _mark_dead_runs(self) -> None:
-        """Mark interrupted the runs left running by a process of this host that is gone (or of a
-        boot of this host that is over). Another host's runs are that host's to judge."""
+        """Mark interrupted the runs left running by a process that is gone (or of a boot that is
+        over). In a PostgreSQL store, only this host's: another host's runs are that host's to judge.
+        An SQLite file is written by one machine at a time, so a run another host left running in it
+        (a store copied mid-run) is over."""
         boot, host = _boot_id(), host_id()
         rows = self.conn.execute("SELECT id, pid, boot_id, host FROM run WHERE state='running'").fetchall()
         for r in rows:
-            if r["host"] and r["host"] != host:
+            if self.postgres and r["host"] and r["host"] != host:
                 continue
             if r["boot_id"] != boot or not _pid_alive(r["pid"]) or r["pid"] == os.getpid():
                 self.finish_run(r["id"], "interrupted")
@@ -984,11 +986,11 @@ class Store:
                                                   (state, time.time(), exp_id)))
 
     def experiment_owner_alive(self, exp: dict) -> bool:
-        """Whether another live process is running this experiment now. One of another host is taken
-        to be alive while the experiment says running (only its host can tell)."""
+        """Whether another live process is running this experiment now. In a PostgreSQL store, one of
+        another host is taken to be alive while the experiment says running (only its host can tell)."""
         if exp["state"] != "running":
             return False
-        if exp.get("host") and exp["host"] != host_id():
+        if self.postgres and exp.get("host") and exp["host"] != host_id():
             return True
         return exp.get("pid") != os.getpid() and exp.get("boot_id") == _boot_id() and _pid_alive(exp.get("pid"))
 
