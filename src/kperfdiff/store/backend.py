@@ -84,11 +84,12 @@ def split_url(url: str) -> tuple[str, str | None]:
     """The connection URL for libpq (without kperfdiff's own ``artefacts`` query parameter) and the
     value of that parameter (None if absent)."""
     parts = urllib.parse.urlsplit(url)
-    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    artefacts = [v for k, v in query if k == "artefacts"]
-    rest = [(k, v) for k, v in query if k != "artefacts"]
-    conninfo = urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(rest, safe="/:")))
-    return conninfo, (artefacts[-1] if artefacts else None)
+    pairs = parts.query.split("&") if parts.query else []
+    ours = [p for p in pairs if p.split("=", 1)[0] == "artefacts"]
+    if not ours:
+        return url, None         # libpq reads the URL as it was written
+    rest = "&".join(p for p in pairs if p.split("=", 1)[0] != "artefacts")
+    return urllib.parse.urlunsplit(parts._replace(query=rest)), urllib.parse.unquote(ours[-1].partition("=")[2])
 
 
 def artefact_dir(text: str, url: str) -> str:
