@@ -8,7 +8,8 @@ STAMPS := .build
 # Debian packages the project needs on a fresh machine.
 APT_PACKAGES := python3 python3-venv linux-perf gcc libc6-dev make gcc-aarch64-linux-gnu libc6-dev-arm64-cross \
                 iproute2 procps util-linux file chromium pipx \
-                qemu-system-arm qemu-system-x86 openssh-server openssh-client golang-go
+                qemu-system-arm qemu-system-x86 openssh-server openssh-client golang-go \
+                postgresql
 # Rust comes from rustup when it is there, otherwise from Debian's current toolchain.
 RUST_APT_PACKAGES := rustc-web cargo-web
 export PATH := $(if $(wildcard $(HOME)/.cargo/bin/cargo),$(HOME)/.cargo/bin:)$(PATH)

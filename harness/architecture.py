@@ -50,7 +50,7 @@ ALLOWED = {
 }
 # Third-party modules that may be imported inside a function: an optional or slow import
 # only some commands need (scipy.stats alone takes ~0.7 s).
-LAZY_ALLOWED = ("scipy",)
+LAZY_ALLOWED = ("scipy", "psycopg")   # psycopg: only a PostgreSQL store needs it
 # What marks a module as reading or writing files, processes or the store.
 IO_MODULES = {"subprocess", "sqlite3", "shutil", "tempfile", "socket", "selectors", "tomllib", "mmap"}
 IO_CALLS = {"open", "read_text", "read_bytes", "write_text", "write_bytes", "iterdir", "glob", "rglob",

@@ -1,6 +1,7 @@
 """Shared fixtures: a private store per test, the installed CLI, tiny runs."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -66,3 +67,29 @@ def session_members(sid: int) -> list[int]:
         if fields[0] != "Z" and int(fields[3]) == sid:
             pids.append(int(d))
     return pids
+
+
+@pytest.fixture(scope="session")
+def pg_cluster():
+    """A throwaway PostgreSQL cluster for the whole test session (tests/pgcluster.py)."""
+    from pgcluster import PgCluster, bin_dir
+    if bin_dir() is None:
+        pytest.skip("PostgreSQL is not installed (Debian's postgresql package; make setup installs it)")
+    if importlib.util.find_spec("psycopg") is None:
+        pytest.skip("psycopg is not installed (pip install 'psycopg[binary]'; make setup installs it)")
+    with PgCluster() as pg:
+        yield pg
+
+
+@pytest.fixture
+def pg_url(pg_cluster, tmp_path):
+    """A new, empty PostgreSQL database, its artefacts in tmp_path/pg-artefacts: its URL."""
+    return pg_cluster.new_database(artefacts=tmp_path / "pg-artefacts")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_location(request, tmp_path):
+    """Where a test's store is: an SQLite file, then a PostgreSQL database (the same test on both)."""
+    if request.param == "sqlite":
+        return tmp_path / "k.db"
+    return request.getfixturevalue("pg_url")

@@ -21,16 +21,17 @@ def _result(s, run_id, name="a.b", values=(1.0, 2.0, 3.0)):
                         monitors={"vmstat.pgfault": 3}, info=[{"rep": 0}])
 
 
-def test_roundtrip_and_wal(tmp_path):
-    s = st.Store.open(tmp_path / "k.db")
-    assert s.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+def test_roundtrip_and_wal(store_location):
+    s = st.Store.open(store_location)
+    if not s.postgres:
+        assert s.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     mid = s.add_machine({"arch": "x86_64", "cpus": 2})
     assert s.add_machine({"arch": "x86_64", "cpus": 2}) == mid  # one row per configuration
     run = s.start_run(label="base", machine_id=mid, command="kperfdiff bench")
     assert run.state == "running"
     _result(s, run.id)
     s.finish_run(run.id, "complete")
-    s2 = st.Store.open(tmp_path / "k.db")
+    s2 = st.Store.open(store_location)
     r = s2.results(run.id)[0]
     assert r.values == [1.0, 2.0, 3.0] and r.median == 2.0 and r.monitors == {"vmstat.pgfault": 3}
     assert s2.get_run(run.id).state == "complete"
@@ -38,29 +39,29 @@ def test_roundtrip_and_wal(tmp_path):
     assert s2.machine(mid)["cpus"] == 2
 
 
-def test_dead_running_run_marked_interrupted(tmp_path):
-    s = st.Store.open(tmp_path / "k.db")
+def test_dead_running_run_marked_interrupted(store_location):
+    s = st.Store.open(store_location)
     run = s.start_run(machine_id=None)
     _result(s, run.id)
     # pretend the process that owned it died
     s.conn.execute("UPDATE run SET pid=? WHERE id=?", (2 ** 22 + 12345, run.id))
-    s2 = st.Store.open(tmp_path / "k.db")
+    s2 = st.Store.open(store_location)
     assert s2.get_run(run.id).state == "interrupted"
     assert len(s2.results(run.id)) == 1
 
 
-def test_newer_schema_refused(tmp_path):
-    s = st.Store.open(tmp_path / "k.db")
+def test_newer_schema_refused(store_location):
+    s = st.Store.open(store_location)
     s.conn.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
     with pytest.raises(StoreError, match="newer kperfdiff"):
-        st.Store.open(tmp_path / "k.db")
+        st.Store.open(store_location)
 
 
-def test_older_schema_without_migration_says_what_to_do(tmp_path):
-    s = st.Store.open(tmp_path / "k.db")
+def test_older_schema_without_migration_says_what_to_do(store_location):
+    s = st.Store.open(store_location)
     s.conn.execute("UPDATE meta SET value='0' WHERE key='schema_version'")
     with pytest.raises(StoreError, match="start a new store"):
-        st.Store.open(tmp_path / "k.db")
+        st.Store.open(store_location)
 
 
 def test_not_a_store(tmp_path):

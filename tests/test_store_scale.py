@@ -49,8 +49,8 @@ def test_schema_3_store_migrates_to_4_with_its_data_and_the_new_indexes(tmp_path
     assert not NEW_INDEXES & _indexes(before)
     before.close()
     s = st.Store.open(db, create=False)
-    assert st.SCHEMA_VERSION == 4
-    assert s.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "4"
+    assert st.SCHEMA_VERSION >= 4   # through 4, and on to the current version
+    assert s.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == str(st.SCHEMA_VERSION)
     assert NEW_INDEXES <= _indexes(s.conn)
     (r,) = s.results(1)
     assert r.median == 2.0 and r.values == [1.0, 2.0, 2.0, 3.0, 3.0, 4.0]
@@ -62,9 +62,9 @@ def test_schema_3_store_migrates_to_4_with_its_data_and_the_new_indexes(tmp_path
 
 
 @pytest.fixture
-def busy_store(tmp_path):
-    """Two machines, bench runs, an experiment with cells and profiles."""
-    s = st.Store.open(tmp_path / "k.db")
+def busy_store(store_location):
+    """Two machines, bench runs, an experiment with cells and profiles (in SQLite, then in PostgreSQL)."""
+    s = st.Store.open(store_location)
     m1, m2 = s.add_machine({"arch": "x86_64", "cpus": 2}), s.add_machine({"arch": "aarch64", "cpus": 4})
     runs = []
     for i in range(6):
@@ -100,6 +100,8 @@ def _plans(s, calls) -> dict[str, list[str]]:
 
 def test_hot_queries_search_an_index_and_scan_no_table(busy_store):
     s, m1, runs, eid, erun = busy_store
+    if s.postgres:
+        pytest.skip("SQLite's query plans (PostgreSQL plans a table this small with sequential scans)")
     plans = _plans(s, [
         lambda: s.results(runs[1]),                            # show, compare: a run's results and raw values
         lambda: s.results(runs[1], with_raw=False),
@@ -162,11 +164,11 @@ def test_a_comparison_reads_what_it_uses(busy_store):
 
 
 @pytest.fixture
-def runs_store(tmp_path):
-    s = st.Store.open(tmp_path / "k.db")
+def runs_store(store_location):
+    s = st.Store.open(store_location)
     for i in range(55):
         s.finish_run(s.start_run(label=f"r{i + 1}", machine_id=None).id, "complete")
-    return tmp_path / "k.db"
+    return store_location
 
 
 def _ids(text: str) -> list[int]:

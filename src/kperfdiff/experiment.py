@@ -95,6 +95,7 @@ from .targets.boot import ALL_BOOT_BENCHMARKS, measure_batch
 from .bench import rounds
 from .bench.measurement import Measurement, store_measurement
 from .errors import InputError, KperfdiffError
+from .store import host_id
 
 # Environment variables that make a program load or run other code (the benchmarks run as root).
 UNSAFE_ENV = {"PATH", "IFS", "ENV", "BASH_ENV", "SHELLOPTS", "BASHOPTS", "PS4", "GCONV_PATH", "LOCPATH",
@@ -557,11 +558,21 @@ class RunOutcome:
 
 
 def _open_or_create(store, exp: Experiment, total: int, restart: bool) -> tuple[dict, bool]:
+    """The experiment to run (a new one, or the one to resume) and whether it is resumed. One process
+    at a time decides, per name (two machines starting one experiment on a shared store at once:
+    the second finds the first running it)."""
+    with store.exclusive(f"experiment {exp.name}"):
+        return _open_or_create_now(store, exp, total, restart)
+
+
+def _open_or_create_now(store, exp: Experiment, total: int, restart: bool) -> tuple[dict, bool]:
     old = store.latest_experiment(exp.name)
     h = exp.file_hash()
     if old is not None and store.experiment_owner_alive(old):
-        raise InputError(f"experiment {exp.name} (id {old['id']}) is being run now by process {old['pid']}; "
-                         f"wait for it or stop it first")
+        where = f" on {old['host']}" if old.get("host") and old["host"] != host_id() else ""
+        raise InputError(f"experiment {exp.name} (id {old['id']}) is being run now by process {old['pid']}{where}; "
+                         f"wait for it or stop it first" + (" (if it stopped, run it again there to resume it)"
+                                                            if where else ""))
     if old is not None and (restart or old["file_hash"] != h):
         # nothing measured yet (it stopped before its first cell, e.g. on a knob): nothing to protect
         if not restart and store.cell_states(old["id"]):

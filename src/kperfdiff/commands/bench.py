@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from ..record import record_command
 from ..render import bench as rb
 from ..render.table import to_json
 from ..targets import open_target
-from .common import FORMATS, Parser, copy_counts, number, open_store, whole
+from .common import FORMATS, Parser, command_line, copy_counts, number, open_store, whole
 
 RUNS_PAGE = 50      # runs `kperfdiff runs` lists unless told otherwise
 
@@ -130,7 +129,7 @@ def bench_options(args: argparse.Namespace) -> BenchOptions:
                         timeout=args.timeout, progress=not args.no_progress,
                         profile=args.profile, profile_freq=args.profile_freq, target=args.target or "local",
                         precision=args.precision, max_time=args.max_time,
-                        command=shlex.join(["kperfdiff", *sys.argv[1:]]))
+                        command=command_line())
 
 
 def run_bench_command(args: argparse.Namespace) -> int:
@@ -183,7 +182,7 @@ def target(args: argparse.Namespace) -> int:
     mems = [m.strip().upper() for m in args.mem.split(",") if m.strip()]
     store = open_store(args)
     out = run_boot_timing(store, args.spec, mems, args.boots, label=args.label,
-                          command=" ".join(["kperfdiff", *sys.argv[1:]]), progress=not args.no_progress,
+                          command=command_line(), progress=not args.no_progress,
                           mapping=args.map)
     sys.stdout.write(rb.results(out.run, out.results, args.format, machine=store.machine(out.run.machine_id)))
     return out.exit_status

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import shlex
+import sys
 from pathlib import Path
 
 from .. import limits
 from ..errors import InputError, UsageError
 from ..store import Store
+from ..store.backend import mask
 
 FORMATS = ["text", "json", "csv", "markdown"]
 
@@ -23,9 +26,10 @@ class Parser(argparse.ArgumentParser):
 # Options that belong to kperfdiff itself, accepted before or after the sub-command
 # (`kperfdiff --store S runs` and `kperfdiff runs --store S` are the same).
 GLOBAL_OPTIONS = (
-    (("--store",), dict(metavar="PATH",
-                        help="results store (SQLite file); default $KPERFDIFF_HOME/kperfdiff.db "
-                             "or $XDG_DATA_HOME/kperfdiff/kperfdiff.db")),
+    (("--store",), dict(metavar="PATH|URL",
+                        help="results store: an SQLite file, or a shared PostgreSQL database as "
+                             "postgresql://USER@HOST/DB (see kperfdiff store --help); default $KPERFDIFF_STORE, "
+                             "else $KPERFDIFF_HOME/kperfdiff.db or $XDG_DATA_HOME/kperfdiff/kperfdiff.db")),
     (("--debug",), dict(action="store_true", help="show tracebacks on errors")),
 )
 
@@ -95,9 +99,14 @@ def whole(most: int, least: int = 1):
 
 
 def open_store(args, create: bool = True) -> Store:
-    """The store of --store (or the default); commands that only read pass create=False.
-    Each command opens it once, here."""
+    """The store of --store (or $KPERFDIFF_STORE, or the default file); commands that only read pass
+    create=False. Each command opens it once, here."""
     return Store.open(getattr(args, "store", None), create=create)
+
+
+def command_line() -> str:
+    """This command line as a run records it, with any PostgreSQL password masked."""
+    return mask(shlex.join(["kperfdiff", *sys.argv[1:]]))
 
 
 def write_file(path: str | Path, data: str | bytes, *, make_folder: bool = False) -> Path:

@@ -12,7 +12,7 @@ from ..errors import InputError, KperfdiffError
 from ..ingest.load import ProfileRef, load_sides
 from ..render import diff as render
 from ..render import flamegraph
-from ..store import Store, default_path
+from ..store import Store, default_location, is_url
 from ..symbols.equivalence import load_roles
 from .common import FORMATS, whole, write_file
 
@@ -151,15 +151,15 @@ def options(args: argparse.Namespace) -> DiffOptions:
 def store_lookup(store_path: str | None, event: str | None = None):
     """RUN[:benchmark[@CORES]] -> one (paths, meta) per repetition, from the store (opened once,
     and only when a side names something that is not a file)."""
-    path = Path(store_path) if store_path else default_path()
+    location = store_path or default_location()
     opened: list[Store] = []
 
     def refs(ref: str) -> list[ProfileRef]:
-        if not path.exists():
-            raise InputError(f"{ref}: no such file, and there is no results store at {path} to look it up in")
+        if not is_url(location) and not Path(location).exists():
+            raise InputError(f"{ref}: no such file, and there is no results store at {location} to look it up in")
         try:
             if not opened:
-                opened.append(Store.open(path, create=False))
+                opened.append(Store.open(location, create=False))
             found = opened[0].profile_refs(ref, event)
         except KperfdiffError as e:
             raise InputError(f"{ref} is not a file, and {str(e)[:1].lower()}{str(e)[1:]}") from None

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from pathlib import Path
 
@@ -12,7 +11,7 @@ from ..render import compare as rcompare
 from ..render import report as rreport
 from ..report import gather, load_comparison, top_mover_diff
 from ..errors import UsageError
-from .common import FORMATS, open_store, percent, write_file
+from .common import FORMATS, command_line, open_store, percent, write_file
 
 
 def add_parsers(sub) -> None:
@@ -98,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     store = open_store(args)
     outcome = experiment.run_experiment(store, exp, experiment.RunOptions(
-        restart=args.restart, progress=not args.no_progress, command=shlex.join(["kperfdiff", *sys.argv[1:]])))
+        restart=args.restart, progress=not args.no_progress, command=command_line()))
     cmp = load_comparison(store, experiment=str(outcome.experiment["id"]), runs=[], profiles=bool(args.report))
     sys.stdout.write(rcompare.render(cmp, args.format))
     if args.report:

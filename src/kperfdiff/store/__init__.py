@@ -1,4 +1,5 @@
-"""The results store: one SQLite file (WAL mode) and an artefact folder per run.
+"""The results store: one SQLite file (WAL mode), or a PostgreSQL database shared by several
+machines (``postgresql://`` URL, see :mod:`.backend`), and an artefact folder per run.
 
 Tables (schema version in ``meta``):
 
@@ -16,24 +17,38 @@ Tables (schema version in ``meta``):
 
 Every finished result is committed at once, so a run stopped by Ctrl-C or a
 crash keeps what it measured; a run left ``running`` by a process that no
-longer exists is marked ``interrupted`` the next time the store is opened.
+longer exists is marked ``interrupted`` the next time the store is opened (in a
+PostgreSQL store, on the machine that ran it: each run records its host, and another
+machine cannot tell whether a process of that one is alive).
+
+Both back ends run the same schema, migrations and queries: SQLite as written,
+PostgreSQL through the dialect layer of :mod:`.backend`. A SQLite store keeps its
+artefacts in the folder ``NAME.artefacts`` beside its file; a PostgreSQL store in the
+folder its configuration names (``meta`` row ``artefacts``, set by ``kperfdiff store
+init URL --artefacts DIR``; a URL's ``?artefacts=DIR`` overrides it on one machine).
+Stored artefact paths are relative to those places, so ``kperfdiff store copy`` moves
+a store with its artefacts from one back end to the other.
 """
 from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import hashlib
 import json
 import os
+import socket
 import sqlite3
 import time
 from pathlib import Path
 
-from . import __version__
-from .errors import InputError, StoreError
-from .records import Result, Run
+from .. import __version__
+from ..errors import InputError, StoreError
+from ..records import Result, Run
+from . import backend
+from .backend import IntegrityError, OperationalError, is_url
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 RUN_STATES = ("running", "complete", "interrupted", "failed")
 
 SCHEMA = """
@@ -167,6 +182,15 @@ CREATE INDEX IF NOT EXISTS run_running ON run(state) WHERE state = 'running';
 CREATE INDEX IF NOT EXISTS profile_run ON profile(run_id, benchmark);
 CREATE INDEX IF NOT EXISTS profile_result ON profile(result_id);
 """,
+    # 4 -> 5: shared stores. Several machines write one PostgreSQL store, so a run and an experiment
+    # record the host of the process that owns them (``host_id()``: host name and machine id): there, a
+    # process is judged dead (its run marked interrupted, its experiment resumable) only on its own
+    # host; elsewhere its pid and boot id mean nothing. Rows without a host (from before, or copied
+    # from an SQLite store) and every row of an SQLite store are judged as before.
+    4: """
+ALTER TABLE run ADD COLUMN host TEXT;
+ALTER TABLE experiment ADD COLUMN host TEXT;
+""",
 }
 
 def default_path() -> Path:
@@ -174,6 +198,28 @@ def default_path() -> Path:
         return Path(os.environ["KPERFDIFF_HOME"]) / "kperfdiff.db"
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return Path(base) / "kperfdiff" / "kperfdiff.db"
+
+
+def default_location() -> str | Path:
+    """The store of a command given no --store: $KPERFDIFF_STORE (a file or a postgresql:// URL),
+    else :func:`default_path`."""
+    return os.environ.get("KPERFDIFF_STORE") or default_path()
+
+
+@functools.cache
+def host_id() -> str:
+    """This machine in a shared store: its host name and (where there is one) its machine id, so two
+    machines of one name (cloned boards) are still two hosts."""
+    mid = ""
+    for p in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            mid = Path(p).read_text().strip()[:12]
+        except OSError:
+            continue
+        if mid:
+            break
+    name = socket.gethostname()
+    return f"{name}/{mid}" if mid else name
 
 def _pid_alive(pid: int | None) -> bool:
     if not pid:
@@ -252,11 +298,24 @@ def _check_is_store(p: Path) -> None:
     finally:
         conn.close()
 
+# The advisory lock PostgreSQL stores take while they create or upgrade their schema (any number).
+SCHEMA_LOCK = 0x6B706466
+# How often a PostgreSQL transaction undone for another (serialisation failure, deadlock) is tried.
+RETRIES = 8
+
+
 class Store:
-    def __init__(self, path: Path, conn: sqlite3.Connection):
+    def __init__(self, path: Path | str, conn, *, root: str | Path | None = None):
+        """``path``: the SQLite file, or (PostgreSQL) the URL with its password masked, as messages
+        name the store; ``root``: a PostgreSQL store's artefact folder."""
         self.path = path
         self.conn = conn
-        self.dir = Path(os.path.abspath(path)).parent   # artefact paths are kept relative to it
+        self.postgres = root is not None
+        # artefact paths are kept relative to dir: the SQLite file's folder, or the PostgreSQL store's
+        # artefact folder
+        self.dir = Path(root) if root is not None else Path(os.path.abspath(path)).parent
+        self._begin_write = "BEGIN" if self.postgres else "BEGIN IMMEDIATE"
+        self._begin_read = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" if self.postgres else "BEGIN"
 
     # -- artefact paths ----------------------------------------------------------
     # Artefacts (perf.data, kallsyms, the run folders) are kept relative to the
@@ -313,11 +372,16 @@ class Store:
 
     # -- opening ------------------------------------------------------------
     @classmethod
-    def open(cls, path: str | Path | None = None, *, create: bool = True) -> "Store":
-        """Open the store at ``path`` (default: :func:`default_path`). ``create=False`` (the commands
-        that only read) refuses a store that does not exist instead of making an empty one. A file
-        that is not a kperfdiff store is refused before anything is written to it."""
-        p = Path(path) if path else default_path()
+    def open(cls, path: str | Path | None = None, *, create: bool = True, artefacts: str | None = None) -> "Store":
+        """Open the store at ``path``: an SQLite file, or a ``postgresql://`` URL (default:
+        :func:`default_location`). ``create=False`` (the commands that only read) refuses a store
+        that does not exist instead of making an empty one. A file that is not a kperfdiff store is
+        refused before anything is written to it. ``artefacts`` (PostgreSQL): the artefact folder of
+        a store made now (else the URL's ``?artefacts=``)."""
+        path = path or default_location()
+        if is_url(path):
+            return cls._open_pg(str(path), create=create, artefacts=artefacts)
+        p = Path(path)
         if "\0" in str(p):
             raise StoreError("the store path has a NUL character in it")
         if p.exists() and p.is_dir():
@@ -377,43 +441,144 @@ class Store:
 
     def _migrate(self, version: int) -> None:
         with self.tx():
-            for v in range(version, SCHEMA_VERSION):
-                if v not in MIGRATIONS:
-                    raise StoreError(f"the store {self.path} has schema {version}, which this kperfdiff "
-                                     f"cannot upgrade; start a new store with --store")
-                for stmt in MIGRATIONS[v].split(";"):
-                    if stmt.strip():
-                        self.conn.execute(stmt)
-            self.conn.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
+            self._upgrade(version)
+
+    def _upgrade(self, version: int) -> None:
+        """Run the migrations from ``version`` to SCHEMA_VERSION (inside the caller's transaction)."""
+        for v in range(version, SCHEMA_VERSION):
+            if v not in MIGRATIONS:
+                raise StoreError(f"the store {self.path} has schema {version}, which this kperfdiff "
+                                 f"cannot upgrade; start a new store with --store")
+            self._run_script(MIGRATIONS[v])
+        self.conn.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
+
+    def _run_script(self, sql: str) -> None:
+        """Statements of SCHEMA or a migration, in this back end's words."""
+        for stmt in sql.split(";"):
+            if stmt.strip():
+                self.conn.execute(backend.pg_ddl(stmt) if self.postgres else stmt)
+
+    # -- PostgreSQL ------------------------------------------------------------
+    @classmethod
+    def _open_pg(cls, url: str, *, create: bool, artefacts: str | None) -> "Store":
+        shown = backend.mask(url)
+        _, in_url = backend.split_url(url)
+        conn = backend.connect(url)
+        store = cls(shown, conn, root="/")
+        try:
+            root = store._init_pg(create, artefacts or in_url)
+        except backend.PgDatabaseError as e:
+            conn.close()
+            raise StoreError(f"cannot open the store {shown}: {e}") from None
+        except BaseException:
+            conn.close()
+            raise
+        # this machine's mount of the artefact folder (the URL's) wins over the one the store records
+        store.dir = Path(backend.artefact_dir(in_url, shown) if in_url else root)
+        store._mark_dead_runs()
+        return store
+
+    def _init_pg(self, create: bool, artefacts: str | None) -> str:
+        """Make or upgrade a PostgreSQL store's schema (one process at a time: an advisory lock);
+        the artefact folder it records."""
+        with self.tx():
+            self.conn.execute("SELECT pg_advisory_xact_lock(?)", (SCHEMA_LOCK,))
+            tables = {r[0] for r in self.conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")}
+            if "meta" not in tables:
+                if tables:
+                    raise StoreError(f"the database {self.path} has tables but no kperfdiff store; give an empty "
+                                     f"database (or schema) with --store")
+                if not create:
+                    raise StoreError(f"there is no results store in {self.path}; make one with kperfdiff store "
+                                     f"init URL --artefacts DIR")
+                if not artefacts:
+                    raise StoreError(f"{self.path} is an empty database: a PostgreSQL store needs a folder for "
+                                     f"its artefacts; make it with kperfdiff store init URL --artefacts DIR "
+                                     f"(or add ?artefacts=DIR to the URL)")
+                root = backend.artefact_dir(artefacts, self.path)
+                self._run_script(SCHEMA)
+                self.conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", ("1",))
+                self._upgrade(1)
+                self.conn.execute("INSERT INTO meta VALUES ('created_by', ?)", (__version__,))
+                self.conn.execute("INSERT INTO meta VALUES ('artefacts', ?)", (root,))
+                return root
+            row = self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            version = int(row[0]) if row and str(row[0]).isdigit() else 0
+            if version > SCHEMA_VERSION:
+                raise StoreError(f"the store {self.path} was written by a newer kperfdiff (schema {version}, "
+                                 f"this one reads up to {SCHEMA_VERSION}); upgrade kperfdiff or use another --store")
+            if version < SCHEMA_VERSION:
+                self._upgrade(version)
+            row = self.conn.execute("SELECT value FROM meta WHERE key='artefacts'").fetchone()
+            if row is None and artefacts:
+                root = backend.artefact_dir(artefacts, self.path)
+                self.conn.execute("INSERT INTO meta VALUES ('artefacts', ?)", (root,))
+                return root
+            if row is None:
+                raise StoreError(f"the store {self.path} names no artefact folder; set one with kperfdiff store "
+                                 f"init URL --artefacts DIR")
+            return row[0]
+
+    def set_artefact_folder(self, artefacts: str) -> str:
+        """Record the artefact folder of a PostgreSQL store (``kperfdiff store init --artefacts``)."""
+        root = backend.artefact_dir(artefacts, str(self.path))
+        self._write(lambda: self.conn.execute(
+            "INSERT INTO meta VALUES ('artefacts', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (root,)))
+        self.dir = Path(root)
+        return root
 
     def _mark_dead_runs(self) -> None:
-        boot = _boot_id()
-        rows = self.conn.execute("SELECT id, pid, boot_id FROM run WHERE state='running'").fetchall()
+        """Mark interrupted the runs left running by a process that is gone (or of a boot that is
+        over). In a PostgreSQL store, only this host's: another host's runs are that host's to judge.
+        An SQLite file is written by one machine at a time, so a run another host left running in it
+        (a store copied mid-run) is over."""
+        boot, host = _boot_id(), host_id()
+        rows = self.conn.execute("SELECT id, pid, boot_id, host FROM run WHERE state='running'").fetchall()
         for r in rows:
+            if self.postgres and r["host"] and r["host"] != host:
+                continue
             if r["boot_id"] != boot or not _pid_alive(r["pid"]) or r["pid"] == os.getpid():
                 self.finish_run(r["id"], "interrupted")
 
     class _Tx:
-        def __init__(self, conn):
+        def __init__(self, conn, begin: str):
             self.conn = conn
+            self.begin = begin
 
         def __enter__(self):
-            self.conn.execute("BEGIN IMMEDIATE")
+            self.conn.execute(self.begin)
 
         def __exit__(self, et, ev, tb):
-            self.conn.execute("ROLLBACK" if et else "COMMIT")
+            if et is None:
+                self.conn.execute("COMMIT")
+            else:
+                try:
+                    self.conn.execute("ROLLBACK")
+                except OperationalError:
+                    if ev is None or not isinstance(ev, OperationalError):
+                        raise    # a lost connection: the first error says so
             return False
 
     def tx(self):
         """A write transaction: committed whole, or rolled back whole."""
-        return Store._Tx(self.conn)
+        return Store._Tx(self.conn, self._begin_write)
 
     def _write(self, fn):
-        try:
-            with self.tx():
-                return fn()
-        except sqlite3.OperationalError as e:
-            raise StoreError(f"cannot write the store {self.path}: {e}") from None
+        """Run ``fn`` in one write transaction. PostgreSQL may undo a transaction to let a concurrent
+        one go first (serialisation failure, deadlock): it is run again, a few times, after a pause."""
+        for attempt in range(RETRIES):
+            try:
+                with self.tx():
+                    return fn()
+            except backend.PgRetry:
+                if attempt == RETRIES - 1:
+                    raise StoreError(f"cannot write the store {self.path}: other writers kept it busy; "
+                                     f"try again") from None
+                time.sleep(0.01 * 2 ** attempt)
+            except OperationalError as e:
+                raise StoreError(f"cannot write the store {self.path}: {e}") from None
 
     # -- machines and runs ---------------------------------------------------
     def add_machine(self, facts: dict) -> int:
@@ -423,12 +588,14 @@ class Store:
             row = self.conn.execute("SELECT id FROM machine WHERE fingerprint=?", (fp,)).fetchone()
             if row:
                 return row[0]
-            cur = self.conn.execute(
+            # another machine of a shared store may be adding the same configuration now: the first
+            # row wins, and both use it
+            self.conn.execute(
                 "INSERT INTO machine (fingerprint, arch, cpu_model, cpus, kernel_release, emulated, facts) "
-                "VALUES (?,?,?,?,?,?,?)",
+                "VALUES (?,?,?,?,?,?,?) ON CONFLICT (fingerprint) DO NOTHING",
                 (fp, facts.get("arch"), facts.get("cpu_model"), facts.get("cpus"), facts.get("kernel_release"),
                  int(bool(facts.get("emulated"))), json.dumps(facts, sort_keys=True)))
-            return cur.lastrowid
+            return self.conn.execute("SELECT id FROM machine WHERE fingerprint=?", (fp,)).fetchone()[0]
         return self._write(w)
 
     def machine(self, machine_id: int | None) -> dict:
@@ -438,7 +605,9 @@ class Store:
         return json.loads(row[0]) if row else {}
 
     def artefact_root(self) -> Path:
-        return self.dir / (self.path.stem + ".artefacts")
+        """Where the run folders go: ``NAME.artefacts`` beside an SQLite file; a PostgreSQL store's
+        artefact folder."""
+        return self.dir if self.postgres else self.dir / (self.path.stem + ".artefacts")
 
     def start_run(self, *, label: str = "", variant: str = "", target: str = "local", machine_id: int | None,
                   command: str = "", options: dict | None = None, experiment_hash: str | None = None) -> Run:
@@ -447,9 +616,9 @@ class Store:
         def w():
             cur = self.conn.execute(
                 "INSERT INTO run (label, variant, target, machine_id, tool_version, started_at, state, command, "
-                "options, pid, boot_id, experiment_hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                (label, variant, target, machine_id, __version__, now, "running", command,
-                 json.dumps(options or {}), os.getpid(), _boot_id(), experiment_hash))
+                "options, pid, boot_id, experiment_hash, host) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (label, variant, target, machine_id, __version__, now, "running", backend.mask(command),
+                 json.dumps(options or {}), os.getpid(), _boot_id(), experiment_hash, host_id()))
             rid = cur.lastrowid
             adir = self.artefact_root() / f"run-{rid}"
             self.conn.execute("UPDATE run SET artefact_dir=? WHERE id=?", (self.stored_path(adir), rid))
@@ -491,8 +660,8 @@ class Store:
         if limit is None and not offset:
             rows = self.conn.execute("SELECT * FROM run ORDER BY id")
         else:
-            rows = self.conn.execute("SELECT * FROM (SELECT * FROM run ORDER BY id DESC LIMIT ? OFFSET ?) ORDER BY id",
-                                     (-1 if limit is None else limit, offset))
+            rows = self.conn.execute("SELECT * FROM (SELECT * FROM run ORDER BY id DESC LIMIT ? OFFSET ?) AS page "
+                                     "ORDER BY id", (2 ** 62 if limit is None else limit, offset))
         return [self._run(r, folders) for r in rows]
 
     def count_runs(self) -> int:
@@ -561,12 +730,38 @@ class Store:
         transaction is open already)."""
         own = not self.conn.in_transaction
         if own:
-            self.conn.execute("BEGIN")
+            self.conn.execute(self._begin_read)
         try:
             yield
         finally:
             if own:
                 self.conn.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def exclusive(self, name: str):
+        """One process at a time inside, per ``name``, among every process of every machine writing a
+        PostgreSQL store (a session advisory lock). SQLite: nothing more than its writers taking turns
+        (one machine writes it)."""
+        if not self.postgres:
+            yield
+            return
+        self.conn.execute("SELECT pg_advisory_lock(hashtext(?))", (name,))
+        try:
+            yield
+        finally:
+            self.conn.execute("SELECT pg_advisory_unlock(hashtext(?))", (name,))
+
+    def snapshot(self):
+        """One read transaction: what is read inside sees one state of the store (store copy)."""
+        return self._snapshot()
+
+    def columns(self, table: str) -> list[str]:
+        """The columns of a table, in order (the same in both back ends: the schema test checks)."""
+        if self.postgres:
+            return [r[0] for r in self.conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() "
+                "AND table_name = ? ORDER BY ordinal_position", (table,))]
+        return [r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")]
 
     def _plain(self) -> sqlite3.Cursor:
         """A cursor that returns plain tuples (many rows: no sqlite3.Row per row)."""
@@ -742,10 +937,10 @@ class Store:
         """A new experiment, owned by this process and marked running."""
         now = time.time()
         return self._write(lambda: self.conn.execute(
-            "INSERT INTO experiment (name, path, file_hash, spec, state, cells, created, updated, pid, boot_id) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO experiment (name, path, file_hash, spec, state, cells, created, updated, pid, boot_id, host) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             (name, path, file_hash, json.dumps(spec, sort_keys=True), "running", cells, now, now, os.getpid(),
-             _boot_id())).lastrowid)
+             _boot_id(), host_id())).lastrowid)
 
     @staticmethod
     def _experiment(row) -> dict:
@@ -784,16 +979,20 @@ class Store:
         """Set the state; ``claim`` also records this process as the owner."""
         if claim:
             self._write(lambda: self.conn.execute(
-                "UPDATE experiment SET state=?, updated=?, pid=?, boot_id=? WHERE id=?",
-                (state, time.time(), os.getpid(), _boot_id(), exp_id)))
+                "UPDATE experiment SET state=?, updated=?, pid=?, boot_id=?, host=? WHERE id=?",
+                (state, time.time(), os.getpid(), _boot_id(), host_id(), exp_id)))
         else:
             self._write(lambda: self.conn.execute("UPDATE experiment SET state=?, updated=? WHERE id=?",
                                                   (state, time.time(), exp_id)))
 
     def experiment_owner_alive(self, exp: dict) -> bool:
-        """Whether another live process is running this experiment now."""
-        return (exp["state"] == "running" and exp.get("pid") != os.getpid() and exp.get("boot_id") == _boot_id()
-                and _pid_alive(exp.get("pid")))
+        """Whether another live process is running this experiment now. In a PostgreSQL store, one of
+        another host is taken to be alive while the experiment says running (only its host can tell)."""
+        if exp["state"] != "running":
+            return False
+        if self.postgres and exp.get("host") and exp["host"] != host_id():
+            return True
+        return exp.get("pid") != os.getpid() and exp.get("boot_id") == _boot_id() and _pid_alive(exp.get("pid"))
 
     def link_run(self, run_id: int, exp_id: int) -> None:
         self._write(lambda: self.conn.execute("UPDATE run SET experiment_id=? WHERE id=?", (exp_id, run_id)))
@@ -801,8 +1000,8 @@ class Store:
     def reopen_run(self, run_id: int) -> Run:
         """Mark a run running again, owned by this process (a resumed experiment)."""
         self._write(lambda: self.conn.execute(
-            "UPDATE run SET state='running', ended_at=NULL, pid=?, boot_id=? WHERE id=?",
-            (os.getpid(), _boot_id(), run_id)))
+            "UPDATE run SET state='running', ended_at=NULL, pid=?, boot_id=?, host=? WHERE id=?",
+            (os.getpid(), _boot_id(), host_id(), run_id)))
         return self.get_run(run_id)
 
     def experiment_runs(self, exp_id: int) -> list[Run]:
@@ -838,7 +1037,7 @@ class Store:
                                        None, experiment_id, cell, rep, bench_key)
         try:
             return self._write(w)
-        except sqlite3.IntegrityError:
+        except IntegrityError:
             raise StoreError(f"cell {cell} of experiment {experiment_id} is already stored; "
                              f"it is never measured twice") from None
 
