@@ -810,35 +810,84 @@ class Store:
         newest ``limit`` runs: what the drift between runs of this benchmark has been here.
         ``min_reps``: of those, only the runs of that many repetitions or more (the values of the
         others are not read)."""
-        if machine_id is None:
-            return []
+        key = (machine_id, benchmark, json.dumps(params, sort_keys=True), copies)
+        return self.run_histories([key], limit=limit, min_reps=min_reps)[key]
+
+    def run_histories(self, keys, limit: int = 100, min_reps: int = 0) -> dict[tuple, list[list[list[float]]]]:
+        """:meth:`run_history` of many (machine id, benchmark, params as sorted JSON, copies) keys at once,
+        in three statements whatever their number (a comparison of two big runs asks for hundreds; to a
+        PostgreSQL server on the network, each statement is a round trip). key -> its history."""
+        keys = list(dict.fromkeys(keys))
+        out: dict[tuple, list[list[list[float]]]] = {k: [] for k in keys}
+        asked = [k for k in keys if k[0] is not None and _sql_int(k[0])]
+        if not asked:
+            return out
         cur = self._plain()
         with self._snapshot():
-            ids = [r[0] for r in cur.execute(
-                "SELECT result.id FROM result JOIN run ON run.id = result.run_id WHERE run.machine_id=? "
-                "AND result.benchmark=? AND result.params=? AND result.copies=? AND result.status='ok' "
-                "AND result.experiment_id IS NULL ORDER BY result.run_id DESC, result.id DESC LIMIT ?",
-                (machine_id, benchmark, json.dumps(params, sort_keys=True), copies, limit))]
+            ids_of = self._history_ids(cur, asked, limit)
+            ids = [rid for got in ids_of for rid in got]
             if not ids:
-                return []
+                return out
             # The size of each repetition, then the values in one column cut by those sizes: less
             # Python work than a (result, rep, value) row per value, for the hundreds of thousands of
             # values a comparison of two big runs reads.
-            sizes = cur.execute(f"SELECT result_id, count(*) FROM interval WHERE result_id IN "
-                                f"({','.join('?' * len(ids))}) GROUP BY result_id, rep ORDER BY result_id, rep",
-                                ids).fetchall()
+            in_ids, arg = self._id_list()
+            sizes = cur.execute(f"SELECT result_id, count(*) FROM interval WHERE result_id {in_ids} "
+                                f"GROUP BY result_id, rep ORDER BY result_id, rep", (arg(ids),)).fetchall()
             n_reps = collections.Counter(rid for rid, _ in sizes)
-            ids = [rid for rid in ids if n_reps[rid] >= min_reps]
-            values = [v for (v,) in cur.execute(f"SELECT value FROM interval WHERE result_id IN "
-                                                f"({','.join('?' * len(ids))}) ORDER BY result_id, rep, copy, seq",
-                                                ids)]
-        reps: dict[int, list[list[float]]] = {rid: [] for rid in ids}
+            ids_of = [[rid for rid in got if n_reps[rid] >= min_reps] for got in ids_of]
+            kept = sorted(rid for got in ids_of for rid in got)
+            values = [v for (v,) in cur.execute(f"SELECT value FROM interval WHERE result_id {in_ids} "
+                                                f"ORDER BY result_id, rep, copy, seq", (arg(kept),))] if kept else []
+        reps: dict[int, list[list[float]]] = {rid: [] for rid in kept}
         at = 0
         for rid, n in sizes:
             if rid in reps:
                 reps[rid].append(values[at:at + n])
                 at += n
-        return [reps[rid] for rid in ids]
+        for k, got in zip(asked, ids_of):
+            out[k] = [reps[rid] for rid in got]
+        return out
+
+    def _history_ids(self, cur, keys: list[tuple], limit: int) -> list[list[int]]:
+        """For each key, the ids of its newest ``limit`` ok bench results, newest first, in one statement:
+        per key, a search of the result_history index (its benchmark, params and copies) in run order
+        from the newest, stopped after ``limit`` rows of its machine. The keys go in as one JSON
+        parameter (no limit on their number). SQLite has no LATERAL join: a correlated subquery per key
+        gives its ids and runs as one text, sorted here."""
+        if self.postgres:
+            arg = json.dumps([dict(zip("imbpc", (i, *k))) for i, k in enumerate(keys)])
+            rows = cur.execute(
+                "SELECT k.i, h.id FROM json_to_recordset(?::json) AS k(i bigint, m bigint, b text, p text, c bigint) "
+                "CROSS JOIN LATERAL (SELECT result.id, result.run_id FROM result JOIN run ON run.id = result.run_id "
+                "WHERE run.machine_id=k.m AND result.benchmark=k.b AND result.params=k.p AND result.copies=k.c "
+                "AND result.status='ok' AND result.experiment_id IS NULL "
+                "ORDER BY result.run_id DESC, result.id DESC LIMIT ?) AS h "
+                "ORDER BY k.i, h.run_id DESC, h.id DESC", (arg, limit)).fetchall()
+            out: list[list[int]] = [[] for _ in keys]
+            for i, rid in rows:
+                out[i].append(rid)
+            return out
+        arg = json.dumps([[i, *k] for i, k in enumerate(keys)])
+        rows = cur.execute(
+            "SELECT k.key, (SELECT group_concat(h.run_id || ':' || h.id) FROM (SELECT result.id, result.run_id "
+            "FROM result JOIN run ON run.id = result.run_id WHERE run.machine_id=json_extract(k.value, '$[1]') "
+            "AND result.benchmark=json_extract(k.value, '$[2]') AND result.params=json_extract(k.value, '$[3]') "
+            "AND result.copies=json_extract(k.value, '$[4]') AND result.status='ok' AND result.experiment_id IS NULL "
+            "ORDER BY result.run_id DESC, result.id DESC LIMIT ?) AS h) FROM json_each(?) AS k",
+            (limit, arg)).fetchall()
+        out = [[] for _ in keys]
+        for i, text in rows:
+            pairs = sorted((tuple(map(int, x.split(":"))) for x in text.split(",")), reverse=True) if text else []
+            out[i] = [rid for _run, rid in pairs]
+        return out
+
+    def _id_list(self):
+        """(``IN ...`` of one parameter, what makes that parameter of a list of ids): a list of any
+        length as one parameter (SQLite allows 32766 ``?`` in a statement, older ones 999)."""
+        if self.postgres:
+            return "= ANY(?)", list
+        return "IN (SELECT value FROM json_each(?))", json.dumps
 
     # -- profiles ------------------------------------------------------------
     def add_profile(self, *, run_id: int, result_id: int | None, benchmark: str, rep: int, path: str,
