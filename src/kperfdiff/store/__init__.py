@@ -19,7 +19,10 @@ Every finished result is committed at once, so a run stopped by Ctrl-C or a
 crash keeps what it measured; a run left ``running`` by a process that no
 longer exists is marked ``interrupted`` the next time the store is opened (in a
 PostgreSQL store, on the machine that ran it: each run records its host, and another
-machine cannot tell whether a process of that one is alive).
+machine cannot tell whether a process of that one is alive). A running experiment of a
+PostgreSQL store has a heartbeat instead (``experiment.updated``, refreshed by its process
+every limits.HEARTBEAT_S): another machine takes it over when it is older than
+limits.EXPERIMENT_DEAD_S.
 
 Both back ends run the same schema, migrations and queries: SQLite as written,
 PostgreSQL through the dialect layer of :mod:`.backend`. A SQLite store keeps its
@@ -42,7 +45,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from .. import __version__
+from .. import __version__, limits
 from ..errors import InputError, StoreError
 from ..records import Result, Run
 from . import backend
@@ -316,6 +319,32 @@ class Store:
         self.dir = Path(root) if root is not None else Path(os.path.abspath(path)).parent
         self._begin_write = "BEGIN" if self.postgres else "BEGIN IMMEDIATE"
         self._begin_read = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" if self.postgres else "BEGIN"
+        # now, in seconds since 1970, by the clock of the database: a PostgreSQL store's server, so
+        # the heartbeats of experiments (experiment.updated) are written and judged by one clock
+        # whatever the clocks of the machines writing them
+        self._now = ("extract(epoch from clock_timestamp())" if self.postgres
+                     else "((julianday('now') - 2440587.5) * 86400.0)")
+        self._url: str | None = None
+
+    def reopen(self) -> "Store":
+        """Another connection to this store, for another thread of this process (a connection serves
+        one thread). Nothing is checked or marked as :meth:`open` does (this process's own runs are
+        running)."""
+        if self.postgres:
+            if self._url is None:
+                raise StoreError(f"the store {self.path} was not opened from its URL; cannot connect to it again")
+            other = Store(self.path, backend.connect(self._url), root=self.dir)
+        else:
+            try:
+                conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+                conn.row_factory = sqlite3.Row
+                conn.execute("PRAGMA foreign_keys = ON")
+                conn.execute("PRAGMA synchronous = NORMAL")
+            except sqlite3.Error as e:
+                raise StoreError(f"cannot open the store {self.path}: {e}") from None
+            other = Store(self.path, conn)
+        other._url = self._url
+        return other
 
     # -- artefact paths ----------------------------------------------------------
     # Artefacts (perf.data, kallsyms, the run folders) are kept relative to the
@@ -465,6 +494,7 @@ class Store:
         _, in_url = backend.split_url(url)
         conn = backend.connect(url)
         store = cls(shown, conn, root="/")
+        store._url = url
         try:
             root = store._init_pg(create, artefacts or in_url)
         except backend.PgDatabaseError as e:
@@ -984,11 +1014,10 @@ class Store:
     # -- experiments (schema 2) ----------------------------------------------
     def create_experiment(self, *, name: str, path: str, file_hash: str, spec: dict, cells: int) -> int:
         """A new experiment, owned by this process and marked running."""
-        now = time.time()
         return self._write(lambda: self.conn.execute(
             "INSERT INTO experiment (name, path, file_hash, spec, state, cells, created, updated, pid, boot_id, host) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-            (name, path, file_hash, json.dumps(spec, sort_keys=True), "running", cells, now, now, os.getpid(),
+            f"VALUES (?,?,?,?,?,?,?,{self._now},?,?,?)",
+            (name, path, file_hash, json.dumps(spec, sort_keys=True), "running", cells, time.time(), os.getpid(),
              _boot_id(), host_id())).lastrowid)
 
     @staticmethod
@@ -1028,20 +1057,61 @@ class Store:
         """Set the state; ``claim`` also records this process as the owner."""
         if claim:
             self._write(lambda: self.conn.execute(
-                "UPDATE experiment SET state=?, updated=?, pid=?, boot_id=?, host=? WHERE id=?",
-                (state, time.time(), os.getpid(), _boot_id(), host_id(), exp_id)))
+                f"UPDATE experiment SET state=?, updated={self._now}, pid=?, boot_id=?, host=? WHERE id=?",
+                (state, os.getpid(), _boot_id(), host_id(), exp_id)))
         else:
-            self._write(lambda: self.conn.execute("UPDATE experiment SET state=?, updated=? WHERE id=?",
-                                                  (state, time.time(), exp_id)))
+            self._write(lambda: self.conn.execute(f"UPDATE experiment SET state=?, updated={self._now} WHERE id=?",
+                                                  (state, exp_id)))
+
+    def owns_experiment(self, exp_id: int) -> bool:
+        """Whether this process is (still) the one running the experiment: no other machine took it over."""
+        row = self.conn.execute("SELECT pid, host FROM experiment WHERE id=?", (exp_id,)).fetchone()
+        return bool(row) and row[0] == os.getpid() and row[1] in (None, host_id())
+
+    def heartbeat(self, exp_id: int) -> bool:
+        """Say that this process is running the experiment still (experiment.updated := now, by the
+        store's clock); False if it is no longer this process's (another machine took it over)."""
+        return self._write(lambda: self.conn.execute(
+            f"UPDATE experiment SET updated={self._now} WHERE id=? AND state='running' AND pid=? AND host=?",
+            (exp_id, os.getpid(), host_id())).rowcount) == 1
+
+    def heartbeat_age(self, exp_id: int) -> float | None:
+        """Seconds since the experiment's process last said it was alive (its heartbeat), by the
+        store's clock; None if it never did."""
+        row = self.conn.execute(f"SELECT {self._now} - updated FROM experiment WHERE id=?", (exp_id,)).fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
+    def of_another_host(self, exp: dict) -> bool:
+        """A PostgreSQL store's experiment whose process is on another machine (which only its heartbeat
+        can say is alive)."""
+        return self.postgres and bool(exp.get("host")) and exp["host"] != host_id()
 
     def experiment_owner_alive(self, exp: dict) -> bool:
         """Whether another live process is running this experiment now. In a PostgreSQL store, one of
-        another host is taken to be alive while the experiment says running (only its host can tell)."""
+        another host is alive while its heartbeat is younger than limits.EXPERIMENT_DEAD_S."""
         if exp["state"] != "running":
             return False
-        if self.postgres and exp.get("host") and exp["host"] != host_id():
-            return True
+        if self.of_another_host(exp):
+            age = self.heartbeat_age(exp["id"])
+            return age is not None and age < limits.EXPERIMENT_DEAD_S
         return exp.get("pid") != os.getpid() and exp.get("boot_id") == _boot_id() and _pid_alive(exp.get("pid"))
+
+    def take_over_experiment(self, exp_id: int) -> bool:
+        """Mark interrupted an experiment another machine's process left running, and its runs, if its
+        heartbeat is older than limits.EXPERIMENT_DEAD_S: in one statement that checks and changes, so
+        of several machines trying at once one wins (True); the others, and any try on an experiment whose
+        process is alive after all, change nothing (False). The winner then resumes it as any interrupted
+        experiment."""
+        def w():
+            won = self.conn.execute(
+                f"UPDATE experiment SET state='interrupted', updated={self._now} WHERE id=? AND state='running' "
+                f"AND host IS NOT NULL AND host<>? AND (updated IS NULL OR updated < {self._now} - ?)",
+                (exp_id, host_id(), limits.EXPERIMENT_DEAD_S)).rowcount == 1
+            if won:
+                self.conn.execute("UPDATE run SET state='interrupted', ended_at=? WHERE experiment_id=? "
+                                  "AND state='running'", (time.time(), exp_id))
+            return won
+        return self._write(w)
 
     def link_run(self, run_id: int, exp_id: int) -> None:
         self._write(lambda: self.conn.execute("UPDATE run SET experiment_id=? WHERE id=?", (exp_id, run_id)))
