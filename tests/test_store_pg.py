@@ -460,7 +460,7 @@ def test_a_heartbeat_says_an_experiment_of_another_host_is_alive_until_it_is_too
     assert not s.experiment_owner_alive(s.get_experiment(eid))
     assert s.take_over_experiment(eid) and not s.take_over_experiment(eid)
     assert s.get_experiment(eid)["state"] == "interrupted"
-    # an SQLite store judges by the pid on this machine, as before
+    # claimed by this process again: judged, on its own host, by its pid (as every experiment of an SQLite store)
     s.set_experiment_state(eid, "running", claim=True)
     assert s.owns_experiment(eid) and not s.experiment_owner_alive(s.get_experiment(eid))
 
