@@ -497,14 +497,14 @@ def test_an_experiment_of_a_dead_machine_is_taken_over_and_a_live_one_refused(tm
     p = run_cli("run", str(exp), "--no-progress", env=env)
     assert_one_sentence_error(p)
     assert re.search(rf"kperfdiff: experiment shared \(id {eid}\) is being run now by process 4194001 on {DEAD_HOST}: "
-                     r"its heartbeat was last seen 4[2-9] s ago \(at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\); wait for it or "
+                     r"its heartbeat was last seen (4[2-9]|[5-9]\d) s ago \(at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\); wait for it or "
                      r"stop it there \(if that machine is dead, kperfdiff run takes the experiment over once its "
                      r"heartbeat is 10 min old\)$", p.stderr.strip()), p.stderr
     assert s.get_experiment(eid)["host"] == DEAD_HOST and len(s.cell_states(eid)) == 2      # nothing changed
     _left_by_another_host(s, eid, limits.EXPERIMENT_DEAD_S + 125)
     p = run_cli("run", str(exp), "--no-progress", env=env, check=0)
     assert re.search(rf"kperfdiff: experiment shared \(id {eid}\) was left running by process 4194001 on {DEAD_HOST}, "
-                     r"and its heartbeat was last seen 12 min ago \(at [-\d: ]+\): taking it over \(that process, if "
+                     r"and its heartbeat was last seen 1[23] min ago \(at [-\d: ]+\): taking it over \(that process, if "
                      r"it comes back, stops\)\n", p.stderr), p.stderr
     assert f"resuming experiment shared (id {eid}): 2 of 4 cells already stored" in p.stderr
     e = s.get_experiment(eid)
