@@ -433,7 +433,7 @@ def history_queries(conn: sqlite3.Connection, run_ids: list[int]) -> list[str]:
         keys = conn.execute("SELECT DISTINCT benchmark, params, copies FROM result WHERE run_id=? AND status='ok'",
                             (rid,)).fetchall()
         for b, p, c in keys:
-            if (mid, b, p, c) in seen:      # one lookup per machine and benchmark, as compare makes them
+            if (mid, b, p, c) in seen:      # one lookup per machine and benchmark (compare makes them in one query)
                 continue
             seen.add((mid, b, p, c))
             sub = (f"SELECT result.id FROM result JOIN run ON run.id = result.run_id WHERE run.machine_id={mid} "

@@ -3,14 +3,16 @@ writing one store at once; hosts; the URL and its password; store init. (store c
 across back ends: test_store_copy.py.) A throwaway PostgreSQL cluster runs as nobody (conftest)."""
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
+import time
 
 import pytest
 
 from conftest import KPERFDIFF, assert_one_sentence_error, run_cli
-from kperfdiff import stats
+from kperfdiff import limits, stats
 from kperfdiff import store as st
 from kperfdiff.errors import InputError, StoreError
 from kperfdiff.store import backend
@@ -425,3 +427,160 @@ def test_a_connection_lost_in_the_middle_is_one_sentence(pg_url):
         s.list_runs()
     with pytest.raises(StoreError, match="cannot write the store postgresql://"):
         s.start_run(machine_id=None)
+
+
+# -- heartbeats: another machine's experiment ------------------------------------------------
+DEAD_HOST = "lab-board-7/0123456789ab"
+TAKE_OVER = """
+import sys
+from kperfdiff.store import Store
+s = Store.open(sys.argv[1])
+sys.stdin.readline()           # everyone is connected: go
+print(s.take_over_experiment(int(sys.argv[2])), flush=True)
+"""
+
+
+def _left_by_another_host(s, eid: int, age_s: float) -> None:
+    """Make the experiment (and its runs) look as if a process of another machine ran it, its last
+    heartbeat age_s seconds ago by the store's clock."""
+    s.conn.execute("UPDATE experiment SET state='running', host=?, pid=4194001, boot_id='their-boot', "
+                   "updated=extract(epoch from clock_timestamp()) - ? WHERE id=?", (DEAD_HOST, age_s, eid))
+    s.conn.execute("UPDATE run SET state='running', host=?, pid=4194001, boot_id='their-boot' "
+                   "WHERE experiment_id=?", (DEAD_HOST, eid))
+
+
+def test_a_heartbeat_says_an_experiment_of_another_host_is_alive_until_it_is_too_old(pg_url):
+    s = st.Store.open(pg_url)
+    eid = s.create_experiment(name="e", path="", file_hash="h", spec={}, cells=1)
+    assert s.owns_experiment(eid) and s.heartbeat(eid) and 0 <= s.heartbeat_age(eid) < 5
+    _left_by_another_host(s, eid, limits.EXPERIMENT_DEAD_S - 60)
+    assert s.experiment_owner_alive(s.get_experiment(eid)) and not s.take_over_experiment(eid)
+    assert not s.heartbeat(eid) and not s.owns_experiment(eid)      # it is not this process's
+    _left_by_another_host(s, eid, limits.EXPERIMENT_DEAD_S + 60)
+    assert not s.experiment_owner_alive(s.get_experiment(eid))
+    assert s.take_over_experiment(eid) and not s.take_over_experiment(eid)
+    assert s.get_experiment(eid)["state"] == "interrupted"
+    # claimed by this process again: judged, on its own host, by its pid (as every experiment of an SQLite store)
+    s.set_experiment_state(eid, "running", claim=True)
+    assert s.owns_experiment(eid) and not s.experiment_owner_alive(s.get_experiment(eid))
+
+
+def test_of_machines_taking_over_one_dead_experiment_at_once_one_wins(pg_url):
+    s = st.Store.open(pg_url)
+    eid = s.create_experiment(name="e", path="", file_hash="h", spec={}, cells=1)
+    run = s.start_run(label="e/a", variant="a", machine_id=None)
+    s.link_run(run.id, eid)
+    _left_by_another_host(s, eid, limits.EXPERIMENT_DEAD_S + 1)
+    procs = [subprocess.Popen([sys.executable, "-c", TAKE_OVER, pg_url, str(eid)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    outs = [p.communicate("go\n", timeout=120) for p in procs]
+    assert sorted(out.strip() for out, _ in outs) == ["False", "False", "False", "True"], outs
+    assert s.get_experiment(eid)["state"] == "interrupted" and s.get_run(run.id).state == "interrupted"
+
+
+def _stored_shared_experiment(tmp_path, pg_url, text=EXPERIMENT):
+    """The experiment file run once to the end on the store, then variant B's cells removed (something left
+    to measure) and the experiment made another machine's."""
+    exp = tmp_path / "e.toml"
+    exp.write_text(text)
+    run_cli("run", str(exp), "--no-progress", env={"KPERFDIFF_STORE": pg_url}, check=0)
+    s = st.Store.open(pg_url, create=False)
+    eid = s.find_experiment("shared")["id"]
+    s.conn.execute("DELETE FROM result WHERE experiment_id=? AND cell LIKE 'B|%'", (eid,))
+    return exp, s, eid
+
+
+def test_an_experiment_of_a_dead_machine_is_taken_over_and_a_live_one_refused(tmp_path, pg_url):
+    exp, s, eid = _stored_shared_experiment(tmp_path, pg_url)
+    env = {"KPERFDIFF_STORE": pg_url}
+    _left_by_another_host(s, eid, 42)
+    p = run_cli("run", str(exp), "--no-progress", env=env)
+    assert_one_sentence_error(p)
+    assert re.search(rf"kperfdiff: experiment shared \(id {eid}\) is being run now by process 4194001 on {DEAD_HOST}: "
+                     r"its heartbeat was last seen (4[2-9]|[5-9]\d) s ago \(at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\); wait for it or "
+                     r"stop it there \(if that machine is dead, kperfdiff run takes the experiment over once its "
+                     r"heartbeat is 10 min old\)$", p.stderr.strip()), p.stderr
+    assert s.get_experiment(eid)["host"] == DEAD_HOST and len(s.cell_states(eid)) == 2      # nothing changed
+    _left_by_another_host(s, eid, limits.EXPERIMENT_DEAD_S + 125)
+    p = run_cli("run", str(exp), "--no-progress", env=env, check=0)
+    assert re.search(rf"kperfdiff: experiment shared \(id {eid}\) was left running by process 4194001 on {DEAD_HOST}, "
+                     r"and its heartbeat was last seen 1[23] min ago \(at [-\d: ]+\): taking it over \(that process, if "
+                     r"it comes back, stops\)\n", p.stderr), p.stderr
+    assert f"resuming experiment shared (id {eid}): 2 of 4 cells already stored" in p.stderr
+    e = s.get_experiment(eid)
+    assert (e["state"], e["host"], len(s.cell_states(eid))) == ("complete", st.host_id(), 4)
+    assert {(r.state, r.id) for r in s.experiment_runs(eid)} == {("complete", r.id) for r in s.experiment_runs(eid)}
+    assert s.count_runs() == 2 and [x["id"] for x in s.list_experiments()] == [eid]
+
+
+def test_two_machines_resuming_a_dead_ones_experiment_at_once_take_it_over_once(tmp_path, pg_url):
+    exp, s, eid = _stored_shared_experiment(tmp_path, pg_url)
+    _left_by_another_host(s, eid, limits.EXPERIMENT_DEAD_S + 1)
+    env = dict(os.environ, KPERFDIFF_STORE=pg_url)
+    procs = [subprocess.Popen([str(KPERFDIFF), "run", str(exp), "--no-progress"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL) for _ in range(2)]
+    outs = [p.communicate(timeout=300) + (p.returncode,) for p in procs]
+    assert sum("taking it over" in err for _, err, _ in outs) == 1, outs
+    for _, err, rc in outs:
+        assert rc == 0 or "is being run now by process" in err, err
+    assert s.get_experiment(eid)["state"] == "complete" and len(s.cell_states(eid)) == 4 and s.count_runs() == 2
+
+
+HEARTBEAT_FAST = """
+import runpy, sys
+from kperfdiff import limits
+limits.HEARTBEAT_S = 0.2
+sys.argv = ["kperfdiff", *sys.argv[1:]]
+runpy.run_module("kperfdiff", run_name="__main__")
+"""
+
+
+def test_the_heartbeat_advances_while_kperfdiff_run_measures(tmp_path, pg_url):
+    """A real `kperfdiff run` on PostgreSQL (its heartbeat every 0.2 s instead of 30 s): the experiment's
+    heartbeat moves on while its cells are measured, from its own thread."""
+    exp = tmp_path / "e.toml"
+    exp.write_text(EXPERIMENT.replace("reps = 2", "reps = 6").replace("min_batch_ms = 1", "min_batch_ms = 40"))
+    p = subprocess.Popen([sys.executable, "-c", HEARTBEAT_FAST, "run", str(exp), "--no-progress"],
+                         env=dict(os.environ, KPERFDIFF_STORE=pg_url), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, stdin=subprocess.DEVNULL)
+    beats: set[float] = set()
+    s = None
+    deadline = time.monotonic() + 300
+    while p.poll() is None and time.monotonic() < deadline:
+        try:
+            s = s or st.Store.open(pg_url, create=False)
+            row = s.conn.execute("SELECT state, updated FROM experiment").fetchone()
+        except StoreError:
+            row = None            # not made yet
+        if row and row[0] == "running":
+            beats.add(row[1])
+        time.sleep(0.05)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert len(beats) >= 4, beats
+    assert s.find_experiment("shared")["state"] == "complete"
+
+
+def test_a_process_whose_experiment_another_machine_took_over_stops(pg_url, monkeypatch):
+    from kperfdiff import experiment
+    monkeypatch.setattr(limits, "HEARTBEAT_S", 0.05)
+    s = st.Store.open(pg_url)
+    eid = s.create_experiment(name="e", path="", file_hash="h", spec={}, cells=1)
+    s.conn.execute("UPDATE experiment SET updated=updated - 100 WHERE id=?", (eid,))
+    beat = experiment._Heartbeat(s, eid)
+    beat.start()
+    try:
+        deadline = time.monotonic() + 30
+        while s.heartbeat_age(eid) > 50 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert s.heartbeat_age(eid) < 50 and not beat.lost
+        beat.check("e")
+        _left_by_another_host(s, eid, 0)           # another machine's now (it took the experiment over)
+        while not beat.lost and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(StoreError, match=r"^experiment e \(id 1\) was taken over by another machine while this "
+                                             r"process's heartbeat did not reach the store; this process stops"):
+            beat.check("e")
+    finally:
+        beat.stop()
+    assert s.get_experiment(eid)["host"] == DEAD_HOST

@@ -1,5 +1,6 @@
 """The store at lab scale: the schema-4 indexes and their migration, the query plans of the
 hot queries, and `kperfdiff runs` pages. Small stores; benchmarks/bench_store.py times a big one."""
+import contextlib
 import json
 import re
 import sqlite3
@@ -161,6 +162,77 @@ def test_a_comparison_reads_what_it_uses(busy_store):
     assert table.sides[0].samples["a.b", 1].history and table.sides[2].samples["a.b", 1].history is None
     report = compare.from_runs(s, [str(runs[1]), str(runs[2])])
     assert report.sides[0].profiles[("a.b", 1)][0]["path"].endswith("p.perf.data")
+
+
+@contextlib.contextmanager
+def _statements(s):
+    """Every statement the store sends inside (SQLite's trace callback; PostgreSQL's cursor)."""
+    seen: list[str] = []
+    if not s.postgres:
+        s.conn.set_trace_callback(seen.append)
+        try:
+            yield seen
+        finally:
+            s.conn.set_trace_callback(None)
+        return
+    send = st.backend.PgCursor.execute
+
+    def counted(cur, sql, params=()):
+        seen.append(sql)
+        return send(cur, sql, params)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(st.backend.PgCursor, "execute", counted)
+        yield seen
+
+
+def test_a_comparison_sends_as_many_statements_for_many_cells_as_for_few(store_location):
+    """The history of every cell (each benchmark, parameter set and copy count on its machine) is read
+    in one go: to a PostgreSQL server on the network each statement is a round trip."""
+    s = st.Store.open(store_location)
+    m1, m2 = s.add_machine({"arch": "x86_64", "cpus": 2}), s.add_machine({"arch": "aarch64", "cpus": 4})
+    refs: dict[int, list[str]] = {}
+    for n in (2, 12):
+        for i in range(5):
+            run = s.start_run(label=f"n{n}-{i}", machine_id=m2 if i == 4 else m1)
+            for b in range(n):
+                _add(s, run.id, bench=f"b{n}.{b}", copies=1 + b % 2)
+            s.finish_run(run.id, "complete")
+            refs.setdefault(n, []).append(str(run.id))
+    sent = {}
+    for n in (2, 12):
+        with _statements(s) as seen:
+            table = compare.from_runs(s, refs[n][2:], profiles=False)       # two runs on m1, one on m2
+        assert sum(len(side.samples) for side in table.sides) == 3 * n
+        sent[n] = seen
+        for side in table.sides:
+            mid = s.get_run(side.run_ids[0]).machine_id
+            for (_k, copies), smp in side.samples.items():
+                assert smp.history == s.run_history(mid, smp.benchmark, smp.params, copies,
+                                                    min_reps=compare.MIN_REPS)
+        assert len(table.sides[0].samples[f"b{n}.0", 1].history) == 4       # runs 1-4 (of m1), not run 5 (m2)
+        assert len(table.sides[2].samples[f"b{n}.0", 1].history) == 1
+    assert len(sent[2]) == len(sent[12]), (sent[2], sent[12])
+    # the histories of 2 * 12 keys on two machines: their result ids, the sizes of their repetitions, their values
+    assert len([q for q in sent[12] if "result.benchmark" in q or "FROM interval WHERE result_id IN (SELECT value"
+                in q or "= ANY(" in q]) == 3
+
+
+def test_run_histories_answers_as_run_history_key_by_key(busy_store):
+    s, m1, runs, _eid, _erun = busy_store
+    one = s.start_run(label="one", machine_id=m1)
+    _add(s, one.id, reps=1)
+    p = json.dumps({"k": "1"})
+    keys = [(m1, "a.b", p, 1), (m1, "a.b", p, 2), (m1, "a.b", json.dumps({"k": "2"}), 1), (None, "a.b", p, 1),
+            (m1 + 99, "a.b", p, 1), (2 ** 70, "a.b", p, 1), (m1, "a.b", p, 1)]
+    for limit, min_reps in ((100, 0), (2, 0), (100, 3), (1, 3)):
+        got = s.run_histories(keys, limit=limit, min_reps=min_reps)
+        assert list(got) == list(dict.fromkeys(keys))
+        for k in keys:
+            want = [] if k[0] == 2 ** 70 else s.run_history(k[0], k[1], json.loads(k[2]), k[3], limit=limit,
+                                                             min_reps=min_reps)
+            assert got[k] == want, (k, limit, min_reps)
+    assert len(s.run_histories(keys)[keys[0]]) == 5 and len(s.run_histories(keys, min_reps=3)[keys[0]]) == 4
+    assert s.run_histories([]) == {}
 
 
 @pytest.fixture

@@ -336,16 +336,18 @@ def _attach_run_history(store, sides: list[Side]) -> None:
     """Separate runs: give every sample the stored runs of its benchmark on its machine (one list
     per machine, shared by the samples of that machine), for the run-level interval: only the runs
     of MIN_REPS repetitions or more, the ones it counts. A sample of fewer than MIN_REPS repetitions
-    gets none: its cell has no interval, so the history would go unread."""
-    cache: dict[tuple, list] = {}
+    gets none: its cell has no interval, so the history would go unread. Every history is read in
+    one go (not one query per cell: to a PostgreSQL server on the network, each is a round trip)."""
+    wanted: dict[tuple, list] = {}
     for side in sides:
         for (_key, copies), smp in side.samples.items():
             if smp.status != "ok" or len(smp.reps) < MIN_REPS:
                 continue
             k = (smp.machine_id, smp.benchmark, json.dumps(smp.params, sort_keys=True), copies)
-            if k not in cache:
-                cache[k] = store.run_history(smp.machine_id, smp.benchmark, smp.params, copies, min_reps=MIN_REPS)
-            smp.history = cache[k]
+            wanted.setdefault(k, []).append(smp)
+    for k, history in store.run_histories(list(wanted), min_reps=MIN_REPS).items():
+        for smp in wanted[k]:
+            smp.history = history
 
 
 def from_runs(store, refs: list[str], *, stack: bool = False, profiles: bool = True) -> Comparison:

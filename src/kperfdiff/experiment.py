@@ -80,6 +80,8 @@ import re
 import signal
 import string
 import sys
+import threading
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -94,8 +96,7 @@ from .targets import validate_spec
 from .targets.boot import ALL_BOOT_BENCHMARKS, measure_batch
 from .bench import rounds
 from .bench.measurement import Measurement, store_measurement
-from .errors import InputError, KperfdiffError
-from .store import host_id
+from .errors import InputError, KperfdiffError, StoreError
 
 # Environment variables that make a program load or run other code (the benchmarks run as root).
 UNSAFE_ENV = {"PATH", "IFS", "ENV", "BASH_ENV", "SHELLOPTS", "BASHOPTS", "PS4", "GCONV_PATH", "LOCPATH",
@@ -557,22 +558,55 @@ class RunOutcome:
     exit_status: int
 
 
-def _open_or_create(store, exp: Experiment, total: int, restart: bool) -> tuple[dict, bool]:
+def _open_or_create(store, exp: Experiment, total: int, restart: bool, log=None) -> tuple[dict, bool]:
     """The experiment to run (a new one, or the one to resume) and whether it is resumed. One process
     at a time decides, per name (two machines starting one experiment on a shared store at once:
     the second finds the first running it)."""
     with store.exclusive(f"experiment {exp.name}"):
-        return _open_or_create_now(store, exp, total, restart)
+        return _open_or_create_now(store, exp, total, restart, log or (lambda m: None))
 
 
-def _open_or_create_now(store, exp: Experiment, total: int, restart: bool) -> tuple[dict, bool]:
+def _ago(seconds: float) -> str:
+    s = max(0, round(seconds))
+    if s < 120:
+        return f"{s} s"
+    return f"{s // 60} min" if s < 7200 else f"{s // 3600} h {s % 3600 // 60} min"
+
+
+def _heartbeat_words(store, old: dict) -> tuple[str, float | None]:
+    """'its heartbeat was last seen 42 s ago (at 2024-06-11 14:03:12)', and that age in seconds."""
+    age = store.heartbeat_age(old["id"])
+    if age is None:
+        return "it has no heartbeat", None
+    at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(time.time() - age))
+    return f"its heartbeat was last seen {_ago(age)} ago (at {at})", age
+
+
+def _busy(store, exp: Experiment, old: dict) -> InputError:
+    """The refusal to run an experiment another live process is running."""
+    if not store.of_another_host(old):
+        return InputError(f"experiment {exp.name} (id {old['id']}) is being run now by process {old['pid']}; "
+                          f"wait for it or stop it first")
+    seen, _ = _heartbeat_words(store, old)
+    return InputError(f"experiment {exp.name} (id {old['id']}) is being run now by process {old['pid']} on "
+                      f"{old['host']}: {seen}; wait for it or stop it there (if that machine is dead, kperfdiff run "
+                      f"takes the experiment over once its heartbeat is {_ago(limits.EXPERIMENT_DEAD_S)} old)")
+
+
+def _open_or_create_now(store, exp: Experiment, total: int, restart: bool, log) -> tuple[dict, bool]:
     old = store.latest_experiment(exp.name)
     h = exp.file_hash()
     if old is not None and store.experiment_owner_alive(old):
-        where = f" on {old['host']}" if old.get("host") and old["host"] != host_id() else ""
-        raise InputError(f"experiment {exp.name} (id {old['id']}) is being run now by process {old['pid']}{where}; "
-                         f"wait for it or stop it first" + (" (if it stopped, run it again there to resume it)"
-                                                            if where else ""))
+        raise _busy(store, exp, old)
+    if old is not None and old["state"] == "running" and store.of_another_host(old):
+        # a shared store's experiment whose machine stopped saying it is alive: take it over, if no other
+        # machine does first and its process does not speak up meanwhile
+        seen, _ = _heartbeat_words(store, old)
+        if not store.take_over_experiment(old["id"]):
+            raise _busy(store, exp, store.get_experiment(old["id"]))
+        log(f"kperfdiff: experiment {exp.name} (id {old['id']}) was left running by process {old['pid']} on "
+            f"{old['host']}, and {seen}: taking it over (that process, if it comes back, stops)")
+        old = store.get_experiment(old["id"])
     if old is not None and (restart or old["file_hash"] != h):
         # nothing measured yet (it stopped before its first cell, e.g. on a knob): nothing to protect
         if not restart and store.cell_states(old["id"]):
@@ -641,8 +675,9 @@ class _MatrixRun:
         if exp.profile:
             require_perf()
         self.bench_by_name = {b.name: b for cols in self.columns.values() for _, b in cols}
-        expr, self.resumed = _open_or_create(store, exp, len(self.all_cells), opts.restart)
+        expr, self.resumed = _open_or_create(store, exp, len(self.all_cells), opts.restart, log)
         self.eid = expr["id"]
+        self.heartbeat = _Heartbeat(store, self.eid)
         states = store.cell_states(self.eid)
         self.todo = [c for c in self.all_cells if states.get(c.id) not in ("ok", "skipped")]
         self.guard = knobmod.KnobGuard()
@@ -662,6 +697,7 @@ class _MatrixRun:
             self.log(f"kperfdiff: resuming experiment {exp.name} (id {eid}): {done_before} of "
                      f"{len(self.all_cells)} cells already stored")
         state = "failed"
+        self.heartbeat.start()
         try:
             with _term_as_interrupt():
                 self.facts = self._knobs_and_facts()
@@ -751,6 +787,7 @@ class _MatrixRun:
             profile_store(rid)
         self.finished.add(c.id)
         self.measured += 1
+        self.heartbeat.check(self.exp.name)
         if m.status == "failed":
             self.failed += 1
             self.progress.note(f"kperfdiff: {c.variant}: {m.benchmark} -P {c.cores} rep {c.rep + 1} failed: "
@@ -787,17 +824,69 @@ class _MatrixRun:
     def _finish(self, state: str) -> None:
         """Knobs restored, swap removed, runs and the experiment closed, even on Ctrl-C."""
         problems = self.guard.restore()
+        self.heartbeat.stop()
         try:
             self.swap.close()
         finally:
+            # unless another machine took the experiment over: its runs are that one's now
             with knobmod.signals_blocked():
-                for r in self.runs.values():
-                    self.store.finish_run(r.id, "complete" if state == "complete" else
-                                          ("failed" if state == "failed" else "interrupted"))
-                self.store.set_experiment_state(self.eid, state)
+                if not self.heartbeat.lost and self.store.owns_experiment(self.eid):
+                    for r in self.runs.values():
+                        self.store.finish_run(r.id, "complete" if state == "complete" else
+                                              ("failed" if state == "failed" else "interrupted"))
+                    self.store.set_experiment_state(self.eid, state)
         for pr in problems:
             self.log(f"kperfdiff: warning: {pr}; the original value is kept in the store and the next kperfdiff "
                      f"run tries again")
+
+
+class _Heartbeat:
+    """While an experiment runs on a PostgreSQL store, its heartbeat every limits.HEARTBEAT_S seconds
+    (Store.heartbeat), from a thread with a connection of its own, so it goes on while a cell is measured
+    (a guest's batch of cells can take many minutes): another machine judges by it whether this process
+    is alive. An SQLite store's experiments are judged by their pid: no thread. ``lost``: the experiment
+    is no longer this process's (another machine took it over while this one was not heard from)."""
+
+    def __init__(self, store, eid: int):
+        self.store, self.eid = store, eid
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.store.postgres and self._thread is None:
+            self._thread = threading.Thread(target=self._beat, name="kperfdiff-heartbeat", daemon=True)
+            self._thread.start()
+
+    def _beat(self) -> None:
+        own = None
+        try:
+            while not self._stop.wait(limits.HEARTBEAT_S):
+                try:
+                    own = own or self.store.reopen()
+                    if not own.heartbeat(self.eid):
+                        self.lost = True
+                        return
+                except KperfdiffError:
+                    # the server out of reach for now: the next beat tries again, on a new connection
+                    if own is not None:
+                        own.conn.close()
+                    own = None
+        finally:
+            if own is not None:
+                own.conn.close()
+
+    def check(self, name: str) -> None:
+        """Stop (after the cell just stored) if another machine took the experiment over."""
+        if self.lost:
+            raise StoreError(f"experiment {name} (id {self.eid}) was taken over by another machine while this "
+                             f"process's heartbeat did not reach the store; this process stops (the cells it "
+                             f"stored are kept)")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
 
 
 def _adaptive_rounds(store, exp: Experiment, eid: int, columns, measure_cells, progress, log) -> dict:

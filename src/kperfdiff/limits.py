@@ -48,3 +48,14 @@ def parse_cpu_list(text: str, what: str = "CPU list") -> list[int]:
             raise ValueError(f"{what} {text!r} has a range that runs backwards ({part})")
         out.extend(range(a, b + 1))
     return out
+
+# Experiments on a shared (PostgreSQL) store. Another machine's process cannot be asked whether it
+# is alive, so a running experiment's process says so itself: it refreshes ``experiment.updated``
+# (the database server's clock, so the machines' clocks need not agree) every HEARTBEAT_S seconds
+# from a thread of its own, whatever the cell it is measuring (a guest's batch of cells can take
+# many minutes). EXPERIMENT_DEAD_S without one, and another machine's `kperfdiff run` takes the
+# experiment over: twenty heartbeats missed, so a busy server, a slow network or a machine paused
+# for a few minutes is not taken for dead, while a machine that died holds its experiment for
+# ten minutes at most.
+HEARTBEAT_S = 30.0
+EXPERIMENT_DEAD_S = 600.0

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .. import limits
 from ..errors import InputError
 from ..store import SCHEMA_VERSION, Store, default_location, is_url, transfer
 from ..store.backend import mask
 
-STORE_HELP = """\
+STORE_HELP = f"""\
 A store is an SQLite file (the default: one machine) or a PostgreSQL database that several
 machines write at once (a lab). Name it with --store or $KPERFDIFF_STORE:
 
@@ -23,6 +24,11 @@ A PostgreSQL store keeps its artefacts (perf.data, kallsyms) in a folder every m
 writes the store mounts: `store init URL --artefacts DIR` records it in the store; a machine
 that mounts it elsewhere adds ?artefacts=DIR to its URL. DIR is an absolute path or a file://
 URL (other URL schemes, such as s3://, are not implemented).
+
+An experiment running on one machine of a shared store is that machine's: `kperfdiff run FILE`
+elsewhere refuses it, saying when its heartbeat (every {limits.HEARTBEAT_S:.0f} s) was last seen, until that heartbeat
+is {limits.EXPERIMENT_DEAD_S / 60:.0f} minutes old (the machine died or lost the network); then it takes the experiment over and
+resumes it, and the first machine, if it comes back, stops.
 """
 
 

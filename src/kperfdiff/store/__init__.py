@@ -19,7 +19,10 @@ Every finished result is committed at once, so a run stopped by Ctrl-C or a
 crash keeps what it measured; a run left ``running`` by a process that no
 longer exists is marked ``interrupted`` the next time the store is opened (in a
 PostgreSQL store, on the machine that ran it: each run records its host, and another
-machine cannot tell whether a process of that one is alive).
+machine cannot tell whether a process of that one is alive). A running experiment of a
+PostgreSQL store has a heartbeat instead (``experiment.updated``, refreshed by its process
+every limits.HEARTBEAT_S): another machine takes it over when it is older than
+limits.EXPERIMENT_DEAD_S.
 
 Both back ends run the same schema, migrations and queries: SQLite as written,
 PostgreSQL through the dialect layer of :mod:`.backend`. A SQLite store keeps its
@@ -42,7 +45,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from .. import __version__
+from .. import __version__, limits
 from ..errors import InputError, StoreError
 from ..records import Result, Run
 from . import backend
@@ -316,6 +319,32 @@ class Store:
         self.dir = Path(root) if root is not None else Path(os.path.abspath(path)).parent
         self._begin_write = "BEGIN" if self.postgres else "BEGIN IMMEDIATE"
         self._begin_read = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" if self.postgres else "BEGIN"
+        # now, in seconds since 1970, by the clock of the database: a PostgreSQL store's server, so
+        # the heartbeats of experiments (experiment.updated) are written and judged by one clock
+        # whatever the clocks of the machines writing them
+        self._now = ("extract(epoch from clock_timestamp())" if self.postgres
+                     else "((julianday('now') - 2440587.5) * 86400.0)")
+        self._url: str | None = None
+
+    def reopen(self) -> "Store":
+        """Another connection to this store, for another thread of this process (a connection serves
+        one thread). Nothing is checked or marked as :meth:`open` does (this process's own runs are
+        running)."""
+        if self.postgres:
+            if self._url is None:
+                raise StoreError(f"the store {self.path} was not opened from its URL; cannot connect to it again")
+            other = Store(self.path, backend.connect(self._url), root=self.dir)
+        else:
+            try:
+                conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+                conn.row_factory = sqlite3.Row
+                conn.execute("PRAGMA foreign_keys = ON")
+                conn.execute("PRAGMA synchronous = NORMAL")
+            except sqlite3.Error as e:
+                raise StoreError(f"cannot open the store {self.path}: {e}") from None
+            other = Store(self.path, conn)
+        other._url = self._url
+        return other
 
     # -- artefact paths ----------------------------------------------------------
     # Artefacts (perf.data, kallsyms, the run folders) are kept relative to the
@@ -465,6 +494,7 @@ class Store:
         _, in_url = backend.split_url(url)
         conn = backend.connect(url)
         store = cls(shown, conn, root="/")
+        store._url = url
         try:
             root = store._init_pg(create, artefacts or in_url)
         except backend.PgDatabaseError as e:
@@ -810,35 +840,84 @@ class Store:
         newest ``limit`` runs: what the drift between runs of this benchmark has been here.
         ``min_reps``: of those, only the runs of that many repetitions or more (the values of the
         others are not read)."""
-        if machine_id is None:
-            return []
+        key = (machine_id, benchmark, json.dumps(params, sort_keys=True), copies)
+        return self.run_histories([key], limit=limit, min_reps=min_reps)[key]
+
+    def run_histories(self, keys, limit: int = 100, min_reps: int = 0) -> dict[tuple, list[list[list[float]]]]:
+        """:meth:`run_history` of many (machine id, benchmark, params as sorted JSON, copies) keys at once,
+        in three statements whatever their number (a comparison of two big runs asks for hundreds; to a
+        PostgreSQL server on the network, each statement is a round trip). key -> its history."""
+        keys = list(dict.fromkeys(keys))
+        out: dict[tuple, list[list[list[float]]]] = {k: [] for k in keys}
+        asked = [k for k in keys if k[0] is not None and _sql_int(k[0])]
+        if not asked:
+            return out
         cur = self._plain()
         with self._snapshot():
-            ids = [r[0] for r in cur.execute(
-                "SELECT result.id FROM result JOIN run ON run.id = result.run_id WHERE run.machine_id=? "
-                "AND result.benchmark=? AND result.params=? AND result.copies=? AND result.status='ok' "
-                "AND result.experiment_id IS NULL ORDER BY result.run_id DESC, result.id DESC LIMIT ?",
-                (machine_id, benchmark, json.dumps(params, sort_keys=True), copies, limit))]
+            ids_of = self._history_ids(cur, asked, limit)
+            ids = [rid for got in ids_of for rid in got]
             if not ids:
-                return []
+                return out
             # The size of each repetition, then the values in one column cut by those sizes: less
             # Python work than a (result, rep, value) row per value, for the hundreds of thousands of
             # values a comparison of two big runs reads.
-            sizes = cur.execute(f"SELECT result_id, count(*) FROM interval WHERE result_id IN "
-                                f"({','.join('?' * len(ids))}) GROUP BY result_id, rep ORDER BY result_id, rep",
-                                ids).fetchall()
+            in_ids, arg = self._id_list()
+            sizes = cur.execute(f"SELECT result_id, count(*) FROM interval WHERE result_id {in_ids} "
+                                f"GROUP BY result_id, rep ORDER BY result_id, rep", (arg(ids),)).fetchall()
             n_reps = collections.Counter(rid for rid, _ in sizes)
-            ids = [rid for rid in ids if n_reps[rid] >= min_reps]
-            values = [v for (v,) in cur.execute(f"SELECT value FROM interval WHERE result_id IN "
-                                                f"({','.join('?' * len(ids))}) ORDER BY result_id, rep, copy, seq",
-                                                ids)]
-        reps: dict[int, list[list[float]]] = {rid: [] for rid in ids}
+            ids_of = [[rid for rid in got if n_reps[rid] >= min_reps] for got in ids_of]
+            kept = sorted(rid for got in ids_of for rid in got)
+            values = [v for (v,) in cur.execute(f"SELECT value FROM interval WHERE result_id {in_ids} "
+                                                f"ORDER BY result_id, rep, copy, seq", (arg(kept),))] if kept else []
+        reps: dict[int, list[list[float]]] = {rid: [] for rid in kept}
         at = 0
         for rid, n in sizes:
             if rid in reps:
                 reps[rid].append(values[at:at + n])
                 at += n
-        return [reps[rid] for rid in ids]
+        for k, got in zip(asked, ids_of):
+            out[k] = [reps[rid] for rid in got]
+        return out
+
+    def _history_ids(self, cur, keys: list[tuple], limit: int) -> list[list[int]]:
+        """For each key, the ids of its newest ``limit`` ok bench results, newest first, in one statement:
+        per key, a search of the result_history index (its benchmark, params and copies) in run order
+        from the newest, stopped after ``limit`` rows of its machine. The keys go in as one JSON
+        parameter (no limit on their number). SQLite has no LATERAL join: a correlated subquery per key
+        gives its ids and runs as one text, sorted here."""
+        if self.postgres:
+            arg = json.dumps([dict(zip("imbpc", (i, *k))) for i, k in enumerate(keys)])
+            rows = cur.execute(
+                "SELECT k.i, h.id FROM json_to_recordset(?::json) AS k(i bigint, m bigint, b text, p text, c bigint) "
+                "CROSS JOIN LATERAL (SELECT result.id, result.run_id FROM result JOIN run ON run.id = result.run_id "
+                "WHERE run.machine_id=k.m AND result.benchmark=k.b AND result.params=k.p AND result.copies=k.c "
+                "AND result.status='ok' AND result.experiment_id IS NULL "
+                "ORDER BY result.run_id DESC, result.id DESC LIMIT ?) AS h "
+                "ORDER BY k.i, h.run_id DESC, h.id DESC", (arg, limit)).fetchall()
+            out: list[list[int]] = [[] for _ in keys]
+            for i, rid in rows:
+                out[i].append(rid)
+            return out
+        arg = json.dumps([[i, *k] for i, k in enumerate(keys)])
+        rows = cur.execute(
+            "SELECT k.key, (SELECT group_concat(h.run_id || ':' || h.id) FROM (SELECT result.id, result.run_id "
+            "FROM result JOIN run ON run.id = result.run_id WHERE run.machine_id=json_extract(k.value, '$[1]') "
+            "AND result.benchmark=json_extract(k.value, '$[2]') AND result.params=json_extract(k.value, '$[3]') "
+            "AND result.copies=json_extract(k.value, '$[4]') AND result.status='ok' AND result.experiment_id IS NULL "
+            "ORDER BY result.run_id DESC, result.id DESC LIMIT ?) AS h) FROM json_each(?) AS k",
+            (limit, arg)).fetchall()
+        out = [[] for _ in keys]
+        for i, text in rows:
+            pairs = sorted((tuple(map(int, x.split(":"))) for x in text.split(",")), reverse=True) if text else []
+            out[i] = [rid for _run, rid in pairs]
+        return out
+
+    def _id_list(self):
+        """(``IN ...`` of one parameter, what makes that parameter of a list of ids): a list of any
+        length as one parameter (SQLite allows 32766 ``?`` in a statement, older ones 999)."""
+        if self.postgres:
+            return "= ANY(?)", list
+        return "IN (SELECT value FROM json_each(?))", json.dumps
 
     # -- profiles ------------------------------------------------------------
     def add_profile(self, *, run_id: int, result_id: int | None, benchmark: str, rep: int, path: str,
@@ -935,11 +1014,10 @@ class Store:
     # -- experiments (schema 2) ----------------------------------------------
     def create_experiment(self, *, name: str, path: str, file_hash: str, spec: dict, cells: int) -> int:
         """A new experiment, owned by this process and marked running."""
-        now = time.time()
         return self._write(lambda: self.conn.execute(
             "INSERT INTO experiment (name, path, file_hash, spec, state, cells, created, updated, pid, boot_id, host) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-            (name, path, file_hash, json.dumps(spec, sort_keys=True), "running", cells, now, now, os.getpid(),
+            f"VALUES (?,?,?,?,?,?,?,{self._now},?,?,?)",
+            (name, path, file_hash, json.dumps(spec, sort_keys=True), "running", cells, time.time(), os.getpid(),
              _boot_id(), host_id())).lastrowid)
 
     @staticmethod
@@ -979,20 +1057,61 @@ class Store:
         """Set the state; ``claim`` also records this process as the owner."""
         if claim:
             self._write(lambda: self.conn.execute(
-                "UPDATE experiment SET state=?, updated=?, pid=?, boot_id=?, host=? WHERE id=?",
-                (state, time.time(), os.getpid(), _boot_id(), host_id(), exp_id)))
+                f"UPDATE experiment SET state=?, updated={self._now}, pid=?, boot_id=?, host=? WHERE id=?",
+                (state, os.getpid(), _boot_id(), host_id(), exp_id)))
         else:
-            self._write(lambda: self.conn.execute("UPDATE experiment SET state=?, updated=? WHERE id=?",
-                                                  (state, time.time(), exp_id)))
+            self._write(lambda: self.conn.execute(f"UPDATE experiment SET state=?, updated={self._now} WHERE id=?",
+                                                  (state, exp_id)))
+
+    def owns_experiment(self, exp_id: int) -> bool:
+        """Whether this process is (still) the one running the experiment: no other machine took it over."""
+        row = self.conn.execute("SELECT pid, host FROM experiment WHERE id=?", (exp_id,)).fetchone()
+        return bool(row) and row[0] == os.getpid() and row[1] in (None, host_id())
+
+    def heartbeat(self, exp_id: int) -> bool:
+        """Say that this process is running the experiment still (experiment.updated := now, by the
+        store's clock); False if it is no longer this process's (another machine took it over)."""
+        return self._write(lambda: self.conn.execute(
+            f"UPDATE experiment SET updated={self._now} WHERE id=? AND state='running' AND pid=? AND host=?",
+            (exp_id, os.getpid(), host_id())).rowcount) == 1
+
+    def heartbeat_age(self, exp_id: int) -> float | None:
+        """Seconds since the experiment's process last said it was alive (its heartbeat), by the
+        store's clock; None if it never did."""
+        row = self.conn.execute(f"SELECT {self._now} - updated FROM experiment WHERE id=?", (exp_id,)).fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
+    def of_another_host(self, exp: dict) -> bool:
+        """A PostgreSQL store's experiment whose process is on another machine (which only its heartbeat
+        can say is alive)."""
+        return self.postgres and bool(exp.get("host")) and exp["host"] != host_id()
 
     def experiment_owner_alive(self, exp: dict) -> bool:
         """Whether another live process is running this experiment now. In a PostgreSQL store, one of
-        another host is taken to be alive while the experiment says running (only its host can tell)."""
+        another host is alive while its heartbeat is younger than limits.EXPERIMENT_DEAD_S."""
         if exp["state"] != "running":
             return False
-        if self.postgres and exp.get("host") and exp["host"] != host_id():
-            return True
+        if self.of_another_host(exp):
+            age = self.heartbeat_age(exp["id"])
+            return age is not None and age < limits.EXPERIMENT_DEAD_S
         return exp.get("pid") != os.getpid() and exp.get("boot_id") == _boot_id() and _pid_alive(exp.get("pid"))
+
+    def take_over_experiment(self, exp_id: int) -> bool:
+        """Mark interrupted an experiment another machine's process left running, and its runs, if its
+        heartbeat is older than limits.EXPERIMENT_DEAD_S: in one statement that checks and changes, so
+        of several machines trying at once one wins (True); the others, and any try on an experiment whose
+        process is alive after all, change nothing (False). The winner then resumes it as any interrupted
+        experiment."""
+        def w():
+            won = self.conn.execute(
+                f"UPDATE experiment SET state='interrupted', updated={self._now} WHERE id=? AND state='running' "
+                f"AND host IS NOT NULL AND host<>? AND (updated IS NULL OR updated < {self._now} - ?)",
+                (exp_id, host_id(), limits.EXPERIMENT_DEAD_S)).rowcount == 1
+            if won:
+                self.conn.execute("UPDATE run SET state='interrupted', ended_at=? WHERE experiment_id=? "
+                                  "AND state='running'", (time.time(), exp_id))
+            return won
+        return self._write(w)
 
     def link_run(self, run_id: int, exp_id: int) -> None:
         self._write(lambda: self.conn.execute("UPDATE run SET experiment_id=? WHERE id=?", (exp_id, run_id)))
