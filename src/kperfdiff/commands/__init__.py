@@ -12,7 +12,7 @@ import sys
 from .. import __version__
 from ..errors import KperfdiffError
 from ..knobs import repair_pending
-from . import bench, diff, experiment, export, place, studies
+from . import bench, diff, experiment, export, lava, place, studies
 from .common import GLOBAL_OPTIONS, Parser, accept_global_options
 
 
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     place.add_parser(sub)
     experiment.add_parsers(sub)
     studies.add_parser(sub)
+    lava.add_parser(sub)
     accept_global_options(p)
     return p
 
@@ -75,4 +76,5 @@ COMMANDS = {
     "export": export.run,
     "place": place.run,
     "studies": studies.run,
+    "lava": lava.run,
 }

@@ -25,7 +25,7 @@ from pathlib import Path
 from ...bench.build import cache_dir
 from ...errors import BenchError
 from . import elf
-from .cpio import CpioWriter
+from .cpio import CpioWriter, merge
 from .debian import Apt
 from .frame import FRAME_SH
 
@@ -200,9 +200,10 @@ def files_piece(kind: str, files: dict[str, Path]) -> Path:
 
 
 def assemble(out: Path, pieces: list[Path], job: str | None, extra_files: dict[str, bytes], *,
-             compress: bool = False) -> Path:
+             single: bool = False) -> Path:
     """Concatenate the pieces and a last one holding /kpd/job.sh (when given) and ``extra_files``
-    (path -> bytes) into ``out``; gzip'd when ``compress`` (a LAVA ramdisk travels over the network)."""
+    (path -> bytes) into ``out``. ``single``: one archive, gzip'd (a LAVA ramdisk: it travels over the
+    network and LAVA unpacks it with the cpio tool, which stops at the first archive's end)."""
     buf = io.BytesIO()
     w = CpioWriter(buf)
     if job is not None:
@@ -211,15 +212,19 @@ def assemble(out: Path, pieces: list[Path], job: str | None, extra_files: dict[s
         w.data(name, data, 0o644)
     w.close()
     tmp = out.with_name(out.name + ".tmp")
-    with open(tmp, "wb") as raw:
-        fh = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) if compress else raw
+    if single:
+        last = tmp.with_name(tmp.name + ".last")
+        last.write_bytes(buf.getvalue())
         try:
+            with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as fh:
+                merge([*pieces, last], fh)
+        finally:
+            last.unlink(missing_ok=True)
+    else:
+        with open(tmp, "wb") as fh:
             for p in pieces:
                 with open(p, "rb") as src:
                     shutil.copyfileobj(src, fh, 1 << 20)
             fh.write(buf.getvalue())
-        finally:
-            if compress:
-                fh.close()
     os.replace(tmp, out)
     return out
