@@ -154,17 +154,23 @@ class LavaTarget(Target):
         out.write_bytes(buf.getvalue())
         return out
 
-    def published(self) -> jobs.Published:
-        """Publish the kernel and ramdisk (or overlay) of the next job and say where they are."""
+    def published(self, script: str, cases: str) -> jobs.Published:
+        """Publish the kernel, the ramdisk (or the overlay for the user's), the job script and the case
+        names of the next job, and say where they are."""
         kurl, ksum = self.publish(self.kernel.image)
+        files = []
+        for name, text in (("kpd-job.sh", script), ("kpd-cases", cases)):
+            path = self.scratch("file-") / name
+            path.write_text(text)
+            files += self.publish(path)
         if self.ls.rootfs:
             ourl, osum = self.publish(self.overlay())
             name = self.ls.rootfs.rsplit("/", 1)[-1]
             comp = next((c for ext, c in ((".gz", "gz"), (".xz", "xz"), (".zst", "zstd"), (".bz2", "bz2"))
                          if name.endswith(ext)), None)
-            return jobs.Published(kurl, ksum, self.ls.rootfs, None, comp, ourl, osum)
+            return jobs.Published(kurl, ksum, self.ls.rootfs, None, comp, *files, ourl, osum)
         rurl, rsum = self.publish(self.ramdisk())
-        return jobs.Published(kurl, ksum, rurl, rsum, "gz")
+        return jobs.Published(kurl, ksum, rurl, rsum, "gz", *files)
 
     # -- the job --
     def definition(self, invocations: list[Invocation], *, name: str, metadata: dict) -> tuple[dict, str]:
@@ -173,10 +179,10 @@ class LavaTarget(Target):
         script = job_script(invocations, jobs.BIN_DIR, jobs.OUT_DIR, perf=perf, marker="KPD-MARK",
                             swap_mb=self.swap_mb)
         cases = [inv.label or f"{inv.bench}.{i}" for i, inv in enumerate(invocations)]
-        tests = jobs.test_definitions(script, cases, f"kperfdiff {__version__}: " + ", ".join(cases)[:400])
+        tests = jobs.test_definitions(f"kperfdiff {__version__}: {len(cases)} benchmark runs")
         test_timeout = self.ls.timeout or (TEST_MARGIN_S + sum(i.timeout for i in invocations) * 1.5
                                            + FRAME_S_PER_MB * (4 + 8 * sum(1 for i in invocations if i.profile)))
-        vals = jobs.values(self.ls, self.published(), job_name=name, tests=tests,
+        vals = jobs.values(self.ls, self.published(script, jobs.cases_text(cases)), job_name=name, tests=tests,
                            metadata={"kperfdiff.version": __version__, **metadata}, test_timeout=test_timeout,
                            boot_timeout=BOOT_TIMEOUT_S, deploy_timeout=DEPLOY_TIMEOUT_S, cmdline_extra=self.cmdline)
         job = jobs.definition(self.ls, vals)
@@ -316,12 +322,15 @@ def run_lava_jobs(planned: list[PlannedJob], *, note: Callable[[str], None] | No
                     flying.remove(f)
                     yield done
     finally:
-        for f in flying:
+        canceled = []
+        for f in flying:            # every job first, then one note (a second Ctrl-C cannot skip a job)
             try:
                 f.planned.target.client().cancel(f.job_id)
-                note(f"LAVA job {f.job_id} canceled")
+                canceled.append(str(f.job_id))
             except LavaError:
                 pass
+        if canceled:
+            note(f"LAVA jobs canceled: {', '.join(canceled)}")
 
 
 def _labels(p: PlannedJob, status: JobStatus | None) -> dict:
