@@ -79,8 +79,9 @@ def decode(lines: Iterable[str], where: str) -> bytes:
             inside = False
             continue
         if not _B64_LINE.fullmatch(line):
-            raise FrameError(f"the results frame in {where} is garbled at line {n} (not base64: {line[:60]!r}); "
-                             f"something else wrote to the console during the transfer")
+            raise FrameError(f"the results frame in {where} (from line {start}) is broken at line {n} by a line "
+                             f"that is not base64 ({line[:60]!r}): the transfer was cut short, or something else "
+                             f"wrote to the console during it")
         size += len(line)
         if size > MAX_FRAME_BYTES * 4 // 3 + 4:
             raise FrameError(f"the results frame in {where} is larger than {MAX_FRAME_BYTES >> 20} MiB")
