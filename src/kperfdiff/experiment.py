@@ -275,9 +275,9 @@ def _parse_variant(p, i: int, rv, variants: list[Variant], allow_knobs) -> Varia
     if not isinstance(cmdline, str):
         raise _err(p, f"{where}.cmdline", "must be a string (a kernel command line)")
     if cmdline and kind not in ("qemu", "lava"):
-        raise _err(p, f"{where}.cmdline", "needs a target that boots a kernel (qemu:ARCH or lava://): the "
-                                          "command line of a kernel already running cannot be changed by "
-                                          "kperfdiff; remove it or set target")
+        raise _err(p, f"{where}.cmdline", "needs a guest target (qemu:ARCH) or a LAVA target (lava://), which "
+                                          "boot their kernel: the command line of a kernel already running "
+                                          "cannot be changed by kperfdiff; remove it or set target")
     env = _str_table(p, f"{where}.env", rv.get("env"))
     for k in env:
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):

@@ -82,8 +82,8 @@ def open_target(spec: str | None, *, cmdline: str = "") -> Target:
     """
     kind, s = parse_target_spec(spec or "local")
     if cmdline and kind not in ("qemu", "lava"):
-        raise UsageError(f"a kernel command line needs a target that boots a kernel (qemu:ARCH or lava://), "
-                         f"not {spec!r}")
+        raise UsageError(f"a kernel command line needs a guest target (qemu:ARCH) or a LAVA target (lava://), "
+                         f"which boot their kernel, not {spec!r}")
     if kind == "local":
         return LocalTarget()
     if kind == "qemu":
