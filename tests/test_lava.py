@@ -254,6 +254,8 @@ def test_an_experiment_of_lava_variants_fails_cells_with_lavas_reason_and_a_reru
     info = shown["results"][0]["info"][0]
     assert (info["lava_job"], info["lava_device"], info["lava_device_type"]) == (3, "qemu-01", "qemu")
     assert shown["machine"]["lava_device_type"] == "qemu" and shown["machine"]["emulated"]
+    text = run_cli("show", "lava-fake/base", check=0).stdout
+    assert "LAVA job 3 on qemu-01" in text and "lava_device_type qemu" in text
     # the token: only in the requests' headers
     assert all(auth == f"Token {TOKEN}" for _, _, auth in server.requests)
     everywhere = [first.stdout, first.stderr, second.stdout, second.stderr, *server.definitions]
