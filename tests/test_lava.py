@@ -313,3 +313,25 @@ def test_lava_jobs_without_a_lava_variant_or_a_token_word_in_the_spec_is_one_sen
     p = run_cli("lava", "jobs", exp, "-o", tmp_path / "o")
     assert_one_sentence_error(p)
     assert "the option 'token=abc' of target 'lava://lab/qemu,token=abc' is not understood" in p.stderr
+
+
+def test_published_files_are_named_by_content_and_only_they_are_served(tmp_path):
+    import urllib.error
+    import urllib.request
+    from kperfdiff.targets.lava import artefacts
+    f = tmp_path / "vmlinuz"
+    f.write_bytes(b"kernel bytes")
+    digest = hashlib.sha256(b"kernel bytes").hexdigest()
+    folder = artefacts.Folder(tmp_path / "pub", "https://files.example.org/kpd")
+    assert folder.publish(f) == (f"https://files.example.org/kpd/{digest[:16]}-vmlinuz", digest)
+    assert (tmp_path / "pub" / f"{digest[:16]}-vmlinuz").read_bytes() == b"kernel bytes"
+    assert artefacts.Folder(tmp_path / "pub2").url == (tmp_path / "pub2").as_uri() + "/"
+    server = artefacts.Server("127.0.0.1:8000", serve="127.0.0.1:0")
+    try:
+        url, _ = server.publish(f)
+        assert url.startswith("http://127.0.0.1:") and urllib.request.urlopen(url).read() == b"kernel bytes"
+        for other in ("", "etc/passwd", "../vmlinuz", f"{digest[:16]}-other"):
+            with pytest.raises(urllib.error.HTTPError, match="404"):
+                urllib.request.urlopen(server.url + other)
+    finally:
+        server.close()

@@ -99,8 +99,8 @@ class Server:
             def log_message(self, *args):
                 pass
 
-        try:
-            self.httpd = http.server.ThreadingHTTPServer(("", self.port), Handler)
+        try:     # on every interface unless serve= names the address
+            self.httpd = http.server.ThreadingHTTPServer((host.strip("[]") if host else "", self.port), Handler)
         except OSError as e:
             raise BenchError(f"kperfdiff cannot serve the kernel and ramdisk on port {self.port}: {e.strerror} "
                              f"(give serve=HOST:PORT, or artefacts=DIR)") from None
