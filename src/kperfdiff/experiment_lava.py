@@ -68,7 +68,7 @@ class LavaVariants:
         for c in cells:
             groups.setdefault((c.variant, c.rep), []).append(c)
         planned = [self.plan(label, rep, cs) for (label, rep), cs in groups.items()]
-        for outcome in run_lava_jobs(planned, note=note):
+        for outcome in run_lava_jobs(planned, note=lambda m: note(f"kperfdiff: {m}")):
             label, rep, cs, job = outcome.key
             t = self.targets[label]
             ms = targets.measurements(t, job, outcome.results, outcome.facts or {}, runs[label].artefact_dir)
