@@ -307,8 +307,14 @@ def main() -> int:
                 target.close()
             print(f"recorded into {a.record}")
         if a.keep:
-            print(f"LAVA at {lab.url}, token in {Path(d) / 'token'}; Ctrl-C to stop")
+            print(f"LAVA at {lab.url}, token in {Path(d) / 'token'}; Ctrl-C (or kill {os.getpid()}) to stop",
+                  flush=True)
             (Path(d) / "token").write_text(lab.token)
+
+            def stop(*_):
+                raise KeyboardInterrupt
+            signal.signal(signal.SIGTERM, stop)          # kill PID stops it cleanly too
+            signal.signal(signal.SIGINT, stop)           # even when started in the background
             with contextlib.suppress(KeyboardInterrupt):
                 while True:
                     time.sleep(3600)
