@@ -9,7 +9,11 @@ STAMPS := .build
 APT_PACKAGES := python3 python3-venv linux-perf gcc libc6-dev make gcc-aarch64-linux-gnu libc6-dev-arm64-cross \
                 iproute2 procps util-linux file chromium pipx \
                 qemu-system-arm qemu-system-x86 openssh-server openssh-client golang-go \
-                postgresql
+                postgresql lava-common
+# The LAVA lab of `make test-lab` (a server, its database and a dispatcher on this machine): large, and
+# only that target needs it. PGHOST/PGPORT point lava-server's installer away from any PostgreSQL running
+# here, so it creates no database of its own (the lab makes a private one).
+LAB_APT_PACKAGES := lava-server lava-dispatcher postgresql
 # Rust comes from rustup when it is there, otherwise from Debian's current toolchain.
 RUST_APT_PACKAGES := rustc-web cargo-web
 export PATH := $(if $(wildcard $(HOME)/.cargo/bin/cargo),$(HOME)/.cargo/bin:)$(PATH)
@@ -17,7 +21,7 @@ PY_REQUIREMENTS := requirements-dev.txt
 NATIVE_SOURCES := $(shell find native/src -name '*.rs' 2>/dev/null) native/Cargo.toml $(wildcard native/Cargo.lock)
 PYTEST_ARGS ?=
 
-.PHONY: setup demo studies test test-native test-python test-slow bench-harness dist clean
+.PHONY: setup demo studies test test-native test-python test-slow test-lab bench-harness dist clean
 
 setup: $(STAMPS)/apt $(STAMPS)/venv $(STAMPS)/native $(STAMPS)/tools
 
@@ -85,7 +89,23 @@ test-python: setup
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 test-slow: setup
-	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "slow and not lab" $(PYTEST_ARGS)
+
+# A LAVA server, scheduler and dispatcher on this machine (tests/lava_lab.py) run a two-variant experiment
+# end to end through LAVA's REST API on two qemu devices (about 4 minutes here; the first run installs
+# Debian's lava-server and lava-dispatcher, about a minute).
+test-lab: setup $(STAMPS)/lab-apt
+	$(BIN)/python -m pytest -q -s -m lab tests/test_lava_lab.py $(PYTEST_ARGS)
+
+$(STAMPS)/lab-apt: Makefile
+	@missing=$$(for p in $(LAB_APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$(echo $$missing)" ]; then \
+	  [ "$$(id -u)" = 0 ] || { echo "make test-lab installs Debian packages ($$missing) with apt-get: run it as root" >&2; exit 1; }; \
+	  echo "installing Debian packages for the LAVA lab:" $$missing; \
+	  export DEBIAN_FRONTEND=noninteractive PGHOST=/nonexistent PGPORT=1; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	@touch $@
 
 bench-harness: setup
 	$(BIN)/python harness/bench_stability.py

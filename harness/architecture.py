@@ -26,7 +26,7 @@ STAGES = [
     ("commands", ("commands", "__main__")),
     ("render", ("render",)),
     ("studies", ("studies",)),
-    ("experiments", ("experiment",)),
+    ("experiments", ("experiment", "experiment_lava")),
     ("analysis", ("diff", "twins", "compare", "report", "place")),
     ("ingest", ("ingest", "symbols")),
     ("store", ("store",)),

@@ -4,6 +4,7 @@
     .venv/bin/python harness/fuzz_text.py --seconds 600
     .venv/bin/python harness/fuzz_text.py --sizes --seconds 600   # the ELF and symbol-map readers
     .venv/bin/python harness/fuzz_text.py --maps --seconds 600    # equivalence maps (diff --map)
+    .venv/bin/python harness/fuzz_text.py --lava --seconds 600    # LAVA job logs and their results frame
 
 Exit status 1 if any input crashed a reader or gave a Profile that breaks an invariant; --save keeps
 those inputs (minimise one into tests/data/text/fuzz/ with a test).
@@ -17,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from fuzzing import fuzz, fuzz_maps, fuzz_sizes  # noqa: E402
+from fuzzing import fuzz, fuzz_lava, fuzz_maps, fuzz_sizes  # noqa: E402
 
 
 def main() -> int:
@@ -31,16 +32,18 @@ def main() -> int:
                        help="fuzz the size-file readers (ELF, System.map, kallsyms) instead of the profile readers")
     which.add_argument("--maps", action="store_true",
                        help="fuzz the equivalence-map reader (diff --map: roles, rules, dispatch)")
+    which.add_argument("--lava", action="store_true",
+                       help="fuzz the LAVA job-log reader and the results frame decoder (lava:// targets)")
     a = ap.parse_args()
     if a.executions is None and a.seconds is None:
         a.executions = 20000
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory() as d:
-        run = fuzz_sizes if a.sizes else fuzz_maps if a.maps else fuzz
+        run = fuzz_sizes if a.sizes else fuzz_maps if a.maps else fuzz_lava if a.lava else fuzz
         counts, examples = run(Path(d), executions=a.executions, seconds=a.seconds, seed=a.seed, save=a.save)
     n = sum(counts.values())
     dt = time.monotonic() - t0
-    what = "size-file" if a.sizes else "equivalence-map" if a.maps else "text"
+    what = "size-file" if a.sizes else "equivalence-map" if a.maps else "LAVA job-log" if a.lava else "text"
     print(f"{what} readers: {n} mutated files in {dt:.0f} s (seed {a.seed}): " +
           ", ".join(f"{counts[k]} {k}" for k in ("ok", "error", "crash", "wrong")))
     for outcome, ex in examples.items():

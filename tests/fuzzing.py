@@ -16,9 +16,12 @@ sample count is a whole number >= 0.
 """
 from __future__ import annotations
 
+import json
 import math
 import random
 import re
+import shutil
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -440,3 +443,72 @@ def fuzz_maps(workdir: Path, *, executions: int | None = None, seconds: float | 
               save: Path | None = None) -> tuple[Counter, dict[str, list[tuple[str, str]]]]:
     return _fuzz_text_files(map_seeds(), workdir / "map.toml", run_map, executions=executions, seconds=seconds,
                             seed=seed, save=save)
+
+
+# -- LAVA job logs (`kperfdiff run` on lava:// targets): the log reader and the results frame ---------
+#
+# Seeds: the recorded log of an incomplete job, and a complete job's log cut down to a few kilobytes:
+# its first and last records as LAVA wrote them around a small results frame (a real results folder
+# of the recorded job, facts and one benchmark, framed as the device frames it, one record a line).
+# Mutations: the text edits above. Each input is read as kperfdiff reads a finished job's log
+# (targets.lava.log: records, then the frame decoded and unpacked). Outcomes as above; ``wrong`` is
+# an error that is not one line, or a results folder holding anything but files and folders inside it.
+
+LAVA_DATA = DATA / "lava"
+
+
+def _lava_record(msg: str) -> bytes:
+    return ('- {"dt": "2026-01-01T00:00:00.000000", "lvl": "target", "msg": ' + json.dumps(msg) + "}\n").encode()
+
+
+def lava_seeds() -> list[tuple[str, bytes]]:
+    import base64
+    import gzip
+    import hashlib
+    import io
+    import tarfile
+    from kperfdiff.targets.lava import log as joblog
+    lines = (LAVA_DATA / "job-complete.log").read_bytes().splitlines(keepends=True)
+    start = next(i for i, ln in enumerate(lines) if b"KPD-TAR-BEGIN" in ln)
+    end = next(i for i, ln in enumerate(lines) if b"KPD-TAR-END" in ln)
+    with tempfile.TemporaryDirectory() as d:
+        out = joblog.results_folder(joblog.read(LAVA_DATA / "job-complete.log"), Path(d) / "out", "seed")
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tf:
+            for name in ("facts/machine", "facts/release", "facts/thp", "i1/status", "i1/c0.out"):
+                tf.add(out / name, arcname=f"./{name}")
+    gz = gzip.compress(buf.getvalue(), mtime=0)
+    frame = [_lava_record(f"KPD-TAR-BEGIN {len(gz)} {hashlib.sha256(gz).hexdigest()}")]
+    frame += [_lava_record(ln) for ln in base64.encodebytes(gz).decode().splitlines()]
+    small = b"".join(lines[:12] + lines[start - 6:start] + frame + lines[end:end + 12])
+    return [("job-incomplete.log", (LAVA_DATA / "job-incomplete.log").read_bytes()), ("job-complete-small.log", small)]
+
+
+def run_one_lava(path: Path, workdir: Path) -> tuple[str, str]:
+    """Read a job log as kperfdiff reads a finished job's; (outcome, detail)."""
+    from kperfdiff.errors import KperfdiffError
+    from kperfdiff.targets.lava import log as joblog
+    out = workdir / "out"
+    shutil.rmtree(out, ignore_errors=True)
+    try:
+        log = joblog.read(path)
+        if "\n" in log.reason():
+            return "wrong", f"a reason of several lines: {log.reason()[:80]!r}"
+        joblog.results_folder(log, out, "the fuzzed log")
+    except KperfdiffError as e:
+        problem = _one_line(e)
+        return ("wrong", problem) if problem else ("error", str(e))
+    except Exception as e:   # noqa: BLE001 - classifying every failure is the point
+        return "crash", f"{type(e).__name__}: {e}"
+    root = out.resolve()
+    for p in out.rglob("*"):
+        if p.is_symlink() or not (p.is_file() or p.is_dir()) or root not in p.resolve().parents:
+            return "wrong", f"the results folder holds {p.relative_to(out)}, not a plain file or folder inside it"
+    return "ok", ""
+
+
+def fuzz_lava(workdir: Path, *, executions: int | None = None, seconds: float | None = None, seed: int = 1,
+              save: Path | None = None) -> tuple[Counter, dict[str, list[tuple[str, str]]]]:
+    """The LAVA job-log fuzzer (see the section text); as ``fuzz``."""
+    return _fuzz_text_files(lava_seeds(), workdir / "job.log", lambda p: run_one_lava(p, workdir),
+                            executions=executions, seconds=seconds, seed=seed, save=save)

@@ -113,3 +113,16 @@ def test_devices_are_refused_fast(args):
 def test_nul_in_a_path_is_a_sentence():
     with pytest.raises(InputError, match="NUL"):
         check_input_file("a\0b")
+
+
+def test_fuzz_lava_job_logs(tmp_path):
+    """The LAVA job-log reader and results frame decoder (tests/fuzzing.py fuzz_lava): every mutated log
+    is read, or refused with one sentence; never a crash, never a file outside the results folder."""
+    from fuzzing import fuzz_lava
+    n = int(os.environ.get("KPD_FUZZ_TEXT_EXECS", "3000"))
+    seed = int(os.environ.get("KPD_FUZZ_SEED", "1"))
+    counts, examples = fuzz_lava(tmp_path, executions=n, seed=seed)
+    print(f"lava fuzz, seed {seed}: {dict(counts)}")
+    assert sum(counts.values()) == n
+    assert counts["ok"] > n // 10 and counts["error"] > n // 10
+    assert not counts["crash"] and not counts["wrong"], examples

@@ -19,7 +19,8 @@ from kperfdiff.errors import BenchError, InputError, UsageError
 from kperfdiff.targets import Invocation, open_target, run_benchmarks
 from kperfdiff.targets import base, boot
 from kperfdiff.targets.guest import elf
-from kperfdiff.targets.qemu import QemuTarget, modules_needed, parse_spec, resolve_kernel
+from kperfdiff.targets.guest.initramfs import modules_needed
+from kperfdiff.targets.qemu import QemuTarget, parse_spec, resolve_kernel
 
 HAVE_ARM = shutil.which("qemu-system-aarch64") is not None
 HAVE_X86 = shutil.which("qemu-system-x86_64") is not None

@@ -25,10 +25,11 @@ An experiment file (TOML; commented examples in ``examples/``)::
 
     [[variant]]
     label = "4k"
-    target = "local"                     # local, qemu:ARCH[,options] or ssh://user@host[:port]
+    target = "local"                     # local, qemu:ARCH[,options], ssh://user@host[:port] or
+                                         # lava://host/device-type[,options] (jobs on a LAVA lab)
     vars = { pages = "4k" }              # fills {pages} in benchmark names
     knobs = { "/sys/kernel/mm/transparent_hugepage/enabled" = "madvise" }   # local only
-    cmdline = "..."                      # extra kernel command line (qemu targets only)
+    cmdline = "..."                      # extra kernel command line (qemu and lava targets only)
     env = { MALLOC_ARENA_MAX = "1" }     # environment of the benchmark processes (local only)
     cpus = "0-1"                         # CPU list the benchmark processes run on (local only)
     params = { "proc.fork:hello" = "/bin/true" }
@@ -49,6 +50,9 @@ Running (:func:`run_experiment`):
   or board measures all its cells of one repetition in one job (one boot of
   the guest), still alternating with the other variants repetition by
   repetition; its machine facts come from the target after the first job.
+  The jobs of variants on LAVA targets (one per variant and repetition) are
+  submitted together and run in parallel on the lab's devices
+  (:mod:`kperfdiff.experiment_lava`).
 * **Resume.** ``kperfdiff run FILE`` again continues an interrupted or crashed
   experiment of the same name: the cells already stored ok or skipped are
   never measured again; failed cells are measured again (the new attempt
@@ -97,6 +101,7 @@ from .targets.boot import ALL_BOOT_BENCHMARKS, measure_batch
 from .bench import rounds
 from .bench.measurement import Measurement, store_measurement
 from .errors import InputError, KperfdiffError, StoreError
+from .experiment_lava import LavaVariants, is_lava
 
 # Environment variables that make a program load or run other code (the benchmarks run as root).
 UNSAFE_ENV = {"PATH", "IFS", "ENV", "BASH_ENV", "SHELLOPTS", "BASHOPTS", "PS4", "GCONV_PATH", "LOCPATH",
@@ -271,9 +276,10 @@ def _parse_variant(p, i: int, rv, variants: list[Variant], allow_knobs) -> Varia
     cmdline = rv.get("cmdline", "")
     if not isinstance(cmdline, str):
         raise _err(p, f"{where}.cmdline", "must be a string (a kernel command line)")
-    if cmdline and kind != "qemu":
-        raise _err(p, f"{where}.cmdline", "needs a guest target (qemu:ARCH): the local machine's kernel "
-                                          "command line cannot be changed by kperfdiff; remove it or set target")
+    if cmdline and kind not in ("qemu", "lava"):
+        raise _err(p, f"{where}.cmdline", "needs a guest target (qemu:ARCH) or a LAVA target (lava://), which "
+                                          "boot their kernel: the command line of a kernel already running "
+                                          "cannot be changed by kperfdiff; remove it or set target")
     env = _str_table(p, f"{where}.env", rv.get("env"))
     for k in env:
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
@@ -689,6 +695,7 @@ class _MatrixRun:
         self.binaries: dict = {}
         self.profilers: dict = {}
         self.progress: Progress | None = None
+        self.lava = LavaVariants(exp, self.bench_by_name, self.overrides)
 
     def run(self) -> RunOutcome:
         exp, store, eid = self.exp, self.store, self.eid
@@ -803,6 +810,14 @@ class _MatrixRun:
                 continue
             v = exp.variant(c.variant)
             eta = self.progress.eta_words(i, len(self.todo))
+            if is_lava(v.target):
+                # every LAVA variant's cells still to measure, as jobs in flight on the lab's devices
+                batch = [x for x in batch_cells if is_lava(exp.variant(x.variant).target) and x.id not in self.finished]
+                self.progress.step(f"{len(batch)} cells as LAVA jobs ({len({(x.variant, x.rep) for x in batch})} "
+                                   f"jobs){eta}")
+                for x, m, keep in self.lava.measure(batch, self.runs, self.store, self.facts, self.progress.note):
+                    self.stored(x, m, keep)
+                continue
             if v.target != "local":
                 # a guest boots (or a board connects) once for all of this variant's cells of this rep
                 batch = [x for x in batch_cells
@@ -825,6 +840,7 @@ class _MatrixRun:
         """Knobs restored, swap removed, runs and the experiment closed, even on Ctrl-C."""
         problems = self.guard.restore()
         self.heartbeat.stop()
+        self.lava.close()
         try:
             self.swap.close()
         finally:

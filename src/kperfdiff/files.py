@@ -1,4 +1,4 @@
-"""Files a user names: one check before any of them is read, and one TOML loader.
+"""Files a user names: one check before any of them is read, one TOML loader and one YAML loader.
 
 Every reader of user-named input goes through :func:`check_input_file`, so a FIFO,
 a socket or a device (/dev/zero) is refused before it can block or never end.
@@ -9,6 +9,8 @@ import os
 import stat
 import tomllib
 from pathlib import Path
+
+import yaml
 
 from .errors import InputError
 
@@ -36,6 +38,33 @@ def check_input_file(path: Path, what: str = "profile") -> int:
 def read_toml(path: str | Path, what: str, error: type[InputError] = InputError) -> dict:
     """The one TOML loader: a user's (or the shipped) TOML file as a dict, every problem one
     sentence in one style naming ``what`` the file is and its path."""
+    path, text = _read_text(path, what, error)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise error(f"the {what} {path} is not valid TOML: {e}") from None
+
+
+def read_yaml(path: str | Path, what: str, error: type[InputError] = InputError) -> object:
+    """The one YAML loader (safe: plain data only), for files such as LAVA job templates and lavacli's
+    configuration; problems as :func:`read_toml`'s."""
+    path, text = _read_text(path, what, error)
+    return load_yaml(text, f"the {what} {path}", error)
+
+
+def load_yaml(text: str, what: str, error: type[InputError] = InputError) -> object:
+    """YAML text (``what`` names it in errors, e.g. "the LAVA job template x.yaml") as plain data."""
+    try:
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        at = f" (line {where.line + 1})" if where is not None else ""
+        raise error(f"{what} is not valid YAML{at}: {getattr(e, 'problem', None) or e}") from None
+    except RecursionError:
+        raise error(f"{what} nests too deeply to read") from None
+
+
+def _read_text(path: str | Path, what: str, error: type[InputError]) -> tuple[Path, str]:
     path = Path(path)
     if os.path.lexists(path):
         try:
@@ -52,7 +81,4 @@ def read_toml(path: str | Path, what: str, error: type[InputError] = InputError)
         raise error(f"the {what} {path} is not UTF-8 text") from None
     if not text.strip():
         raise error(f"the {what} {path} is empty")
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise error(f"the {what} {path} is not valid TOML: {e}") from None
+    return path, text

@@ -12,7 +12,7 @@ import sys
 from .. import __version__
 from ..errors import KperfdiffError
 from ..knobs import repair_pending
-from . import bench, diff, experiment, export, place, store, studies
+from . import bench, diff, experiment, export, lava, place, store, studies
 from .common import GLOBAL_OPTIONS, Parser, accept_global_options
 
 
@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     experiment.add_parsers(sub)
     studies.add_parser(sub)
     store.add_parser(sub)
+    lava.add_parser(sub)
     accept_global_options(p)
     return p
 
@@ -77,4 +78,5 @@ COMMANDS = {
     "place": place.run,
     "studies": studies.run,
     "store": store.run,
+    "lava": lava.run,
 }

@@ -59,7 +59,9 @@ def add_parsers(sub) -> None:
                    help="sampling frequency for --profile (default: perf's, 4000 Hz)")
     b.add_argument("--target", default="local", metavar="SPEC",
                    help="where to run: local (default), qemu:arm64 or qemu:x86_64 (an emulated guest; options "
-                        "kernel=VERSION|PATH, mem=, cpus=, deterministic), or ssh://user@host[:port]")
+                        "kernel=VERSION|PATH, mem=, cpus=, deterministic), ssh://user@host[:port], or "
+                        "lava://HOST/DEVICE_TYPE (a LAVA lab's device; options arch=, kernel=, jobs=, ...; "
+                        "see kperfdiff lava --help for the token)")
     b.add_argument("--format", choices=["text", "json"], default="text")
     b.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 

@@ -82,6 +82,8 @@ def results_table(results: list[Result]) -> Table:
             note = (note + "; " if note else "") + f"AnonHugePages {thp[0]} kB"
         if r.disturbed:
             note = (note + "; " if note else "") + f"{DISTURBED} disturbed"
+        if lava_note(r.info):
+            note = (note + "; " if note else "") + lava_note(r.info)
         t.rows.append([name, r.copies, number(r.median), r.unit, number(r.min), number(r.q1), number(r.q3),
                        _pct(r.cv), r.n, len(reps), "-" if math.isnan(hw) else f"{hw:.1f}%", note])
     notes = [f"  {n}: {DISTURBED} {r.disturbed_summary}" for n, r in zip(result_names(results), results)
@@ -94,6 +96,15 @@ def results_table(results: list[Result]) -> Table:
                      f"per-repetition medians); it needs {stats.MIN_REPS} repetitions or more (--reps)")
     t.notes = notes
     return t
+
+
+def lava_note(info: list[dict]) -> str:
+    """Which LAVA jobs and devices measured a result ("LAVA job 12 on rpi4-03"), or ""."""
+    jobs = sorted({str(i["lava_job"]) for i in info if i.get("lava_job") is not None}, key=lambda j: (len(j), j))
+    devices = sorted({str(i["lava_device"]) for i in info if i.get("lava_device")})
+    if not jobs:
+        return ""
+    return f"LAVA job{'s' if len(jobs) > 1 else ''} {', '.join(jobs)}" + (f" on {', '.join(devices)}" if devices else "")
 
 
 def counted_note(info: list[dict]) -> str:
@@ -175,7 +186,8 @@ def machine_facts(facts: dict) -> str:
 
 FACT_ORDER = ["arch", "cpu_model", "cpus", "kernel_release", "cmdline", "page_size", "mem_total_kb", "thp_enabled",
               "thp_defrag", "clocksource", "virtualisation", "emulated", "swap_active", "hostname", "target",
-              "kernel_source", "qemu_cpu", "deterministic", "time_unit", "profile_sampling"]
+              "kernel_source", "qemu_cpu", "deterministic", "time_unit", "profile_sampling", "lava_server",
+              "lava_device_type", "lava_device"]
 
 
 RAW_COLUMNS = ["run", "label", "result", "benchmark", "params", "copies", "rep", "copy", "seq", "value", "unit",

@@ -16,6 +16,9 @@ Target specifications (``--target SPEC``, ``target = "SPEC"`` in experiment file
     QEMU plugin (:mod:`kperfdiff.targets.guest.counting`).
 ``ssh://[USER@]HOST[:PORT][,identity=KEYFILE][,dir=REMOTE_TMP]``
     a board reached with the system ssh client and key authentication.
+``lava://HOST[:PORT]/DEVICE_TYPE[,arch=ARCH][,kernel=...][,jobs=N][,...]``
+    devices of a LAVA lab: each job is a LAVA job on a device of that type, which LAVA
+    picks, deploys and boots (options: :mod:`kperfdiff.targets.lava.spec`).
 
 Options are separated by commas, so paths given in a spec cannot contain
 one. Use :func:`open_target` to get a :class:`Target` and
@@ -34,11 +37,14 @@ from ..errors import UsageError
 from . import qemu, ssh
 from .guest import counting
 from .base import SWAP_MB, Invocation, InvocationResult, Target
+from .lava import spec as lava_spec
+from .lava.target import LavaTarget
 from .local import LocalTarget
 from .qemu import QemuTarget
 from .ssh import SshTarget
 
-__all__ = ["Target", "Invocation", "InvocationResult", "open_target", "run_benchmarks", "Cell", "parse_target_spec"]
+__all__ = ["Target", "Invocation", "InvocationResult", "open_target", "run_benchmarks", "Cell", "parse_target_spec",
+           "plan_benchmarks", "measurements", "BenchmarkJob", "LavaTarget"]
 
 
 def parse_target_spec(spec: str) -> tuple[str, str]:
@@ -50,8 +56,10 @@ def parse_target_spec(spec: str) -> tuple[str, str]:
         return "qemu", s
     if s.startswith("ssh://"):
         return "ssh", s
-    raise UsageError(f"the target {spec!r} is not understood; use local, qemu:arm64, qemu:x86_64 "
-                     f"or ssh://user@host[:port]")
+    if s.startswith("lava://"):
+        return "lava", s
+    raise UsageError(f"the target {spec!r} is not understood; use local, qemu:arm64, qemu:x86_64, "
+                     f"ssh://user@host[:port] or lava://host/device-type")
 
 
 def validate_spec(spec: str) -> str:
@@ -61,6 +69,8 @@ def validate_spec(spec: str) -> str:
         qemu.parse_spec(s)
     elif kind == "ssh":
         ssh.parse_spec(s)
+    elif kind == "lava":
+        lava_spec.parse_spec(s)
     return kind
 
 
@@ -71,8 +81,9 @@ def open_target(spec: str | None, *, cmdline: str = "") -> Target:
     variant's ``cmdline``); other targets run the kernel they have.
     """
     kind, s = parse_target_spec(spec or "local")
-    if cmdline and kind != "qemu":
-        raise UsageError(f"a kernel command line needs a guest target (qemu:ARCH), not {spec!r}")
+    if cmdline and kind not in ("qemu", "lava"):
+        raise UsageError(f"a kernel command line needs a guest target (qemu:ARCH) or a LAVA target (lava://), "
+                         f"which boot their kernel, not {spec!r}")
     if kind == "local":
         return LocalTarget()
     if kind == "qemu":
@@ -80,6 +91,8 @@ def open_target(spec: str | None, *, cmdline: str = "") -> Target:
         if cmdline:
             qs.append = " ".join(w for w in (qs.append, cmdline) if w)
         return QemuTarget(qs)
+    if kind == "lava":
+        return LavaTarget(s, cmdline=cmdline)
     return SshTarget(s)
 
 
@@ -122,6 +135,16 @@ def unmet_on_target(b, facts: dict) -> str | None:
     return None
 
 
+@dataclass
+class BenchmarkJob:
+    """The invocations of one job for some cells, and which cell and repetition each serves."""
+
+    cells: list[Cell]
+    invocations: list[Invocation]
+    owners: list[tuple[int, int]]       # (cell index, rep) per invocation
+    started: float = 0.0
+
+
 def run_benchmarks(target: Target, cells, opts, artefact_dir=None, first_rep: int = 0) -> list[Measurement]:
     """Measure each cell on target, all in one job; one Measurement per cell.
 
@@ -136,7 +159,15 @@ def run_benchmarks(target: Target, cells, opts, artefact_dir=None, first_rep: in
     kallsyms) copied there, named ``<bench>.P<copies>.r<rep>.c<copy>.perf.data``.
     Repetitions are numbered from ``first_rep`` (an experiment's rep).
     """
+    job = plan_benchmarks(target, cells, opts, first_rep)
+    job.started = time.time()
+    results = target.run_job(job.invocations) if job.invocations else []
+    return measurements(target, job, results, target.facts(), artefact_dir)
 
+
+def plan_benchmarks(target: Target, cells, opts, first_rep: int = 0) -> BenchmarkJob:
+    """The job that measures ``cells`` on ``target`` (see :func:`run_benchmarks`), with the target
+    prepared for it (workers, perf, swap, a disk directory); nothing runs yet."""
     cells = _cells(cells)
     reps = max(1, getattr(opts, "reps", 1) or 1)
     profile = bool(getattr(opts, "profile", False))
@@ -171,23 +202,27 @@ def run_benchmarks(target: Target, cells, opts, artefact_dir=None, first_rep: in
             invs.append(Invocation(argv, c.copies, timeout,
                                    profile=(f"{b.name}.P{c.copies}.r{rep}" if profile else None),
                                    perf_freq=None if period else getattr(opts, "profile_freq", None),
-                                   perf_period=period, perf_event=getattr(target, "perf_event", None)))
+                                   perf_period=period, perf_event=getattr(target, "perf_event", None),
+                                   label=f"{b.name}.P{c.copies}.r{rep}"))
             owners.append((ci, rep))
-    started = time.time()
-    results = target.run_job(invs) if invs else []
-    facts = target.facts()
+    return BenchmarkJob(cells, invs, owners, time.time())
+
+
+def measurements(target: Target, job: BenchmarkJob, results: list[InvocationResult], facts: dict,
+                 artefact_dir=None) -> list[Measurement]:
+    """One Measurement per cell of ``job`` from the job's results (see :func:`run_benchmarks`)."""
     per_cell: dict[int, list[tuple[int, InvocationResult]]] = {}
-    for (ci, rep), r in zip(owners, results):
+    for (ci, rep), r in zip(job.owners, results):
         per_cell.setdefault(ci, []).append((rep, r))
     out = []
-    for ci, c in enumerate(cells):
+    for ci, c in enumerate(job.cells):
         reason = unmet_on_target(c.bench, facts)
         if reason:
-            m = Measurement.skipped(c.bench, reason, params=c.params, copies=c.copies, started_at=started)
+            m = Measurement.skipped(c.bench, reason, params=c.params, copies=c.copies, started_at=job.started)
             m.facts = facts
             out.append(m)
             continue
-        m = _measure_cell(c, per_cell.get(ci, []), started)
+        m = _measure_cell(c, per_cell.get(ci, []), job.started)
         m.facts = facts
         if artefact_dir is not None and (m.profiles or m.counted):
             _keep_profiles(m, Path(artefact_dir), target.binaries())

@@ -6,7 +6,7 @@ or the host release's newest when omitted; fetched
 with apt-get download through kperfdiff's own apt configuration for that
 architecture) or the user's own image (``kernel=PATH`` plus ``modules=DIR``).
 
-An initramfs is assembled per job from cached newc pieces: static busybox
+An initramfs is assembled per job from cached newc pieces (guest/initramfs.py): static busybox
 and /init; the virtio modules the kernel needs (dependencies read from each
 .ko's .modinfo, compressed modules decompressed on the host); the static
 workers and kpd-run; perf with its shared libraries and loader (from
@@ -21,10 +21,6 @@ is killed.
 """
 from __future__ import annotations
 
-import base64
-import gzip
-import hashlib
-import io
 import json
 import os
 import re
@@ -42,8 +38,9 @@ from ..errors import BenchError, InputError, UsageError
 from .guest import counting, elf
 from .base import Invocation, InvocationResult, Target, bundle_binaries, facts_from_files, job_script, \
     kallsyms_commands, read_fact_files, read_results
-from .guest.cpio import CpioWriter
 from .guest.debian import Apt
+from .guest.frame import decode as decode_frame, unpack as unpack_frame
+from .guest.initramfs import assemble, busybox_piece, files_piece, modules_piece
 
 ARCHES = {
     "arm64": {"qemu": "qemu-system-aarch64", "debian": "arm64", "gnu": "aarch64", "triplet": "aarch64-linux-gnu",
@@ -54,7 +51,6 @@ ARCHES = {
                "append": ["clocksource=tsc", "tsc=reliable"], "apt_qemu": "qemu-system-x86"},
 }
 ARCH_ALIASES = {"arm64": "arm64", "aarch64": "arm64", "x86_64": "x86_64", "amd64": "x86_64", "x86-64": "x86_64"}
-WANTED_MODULES = ["virtio_pci", "virtio_blk"]
 # loaded before the job when it sets up swap (zram, its allocator and the compressors the kernel
 # may default to: lzo-rle through the crypto API on 6.1, built into zram's backends on 6.12) or
 # mounts a disk-backed directory (the disk driver and ext4, when not built in)
@@ -67,60 +63,6 @@ RESULT_DISK_BYTES = 2 << 30   # sparse; holds the results tar
 GRACE_AFTER_END_S = 5.0
 KVM_PROBE_TIMEOUT_S = 30.0
 MIN_JOB_TIMEOUT_S = 120.0
-
-INIT = r"""#!/bin/busybox sh
-/bin/busybox mkdir -p /proc /sys /dev /tmp /var/tmp /bin /sbin /usr/bin /usr/sbin
-/bin/busybox --install -s
-export PATH=/bin:/sbin:/usr/bin:/usr/sbin HOME=/tmp
-mount -t proc proc /proc
-mount -t sysfs sysfs /sys
-mount -t devtmpfs devtmpfs /dev 2>/dev/null
-echo "KPD-INIT $(cut -d' ' -f1 /proc/uptime)"
-load_modules() {
-  if [ -f "/kpd/$1" ]; then
-    while read m; do insmod "/kpd/modules/$m.ko" 2>/dev/null || echo "KPD-WARN insmod $m failed"; done < "/kpd/$1"
-  fi
-}
-# the virtio disk whose serial is $1 (vda when none says)
-disk_of() {
-  for s in /sys/block/vd*/serial; do [ "$(cat "$s" 2>/dev/null)" = "$1" ] && { s=${s%/serial}; echo "/dev/${s##*/}"; return; }; done
-}
-# what the job asked for (zram and its compressor; the disk and its file system) is loaded before it
-load_modules modules.early
-# a deterministic job loads the disk driver after the job: its first reads complete at host-timed moments
-[ -f /kpd/modules.late ] || load_modules modules.order
-mkdir -p /kpd/out
-# a disk-backed directory for the job (pageout.file): the ext4 virtio disk whose serial is kpddisk
-if [ -f /kpd/disk.want ]; then
-  mkdir -p /kpd/disk
-  n=0; d=""
-  while [ -z "$d" ] && [ $n -lt 50 ]; do d=$(disk_of kpddisk); [ -n "$d" ] || { sleep 0.1; n=$((n+1)); }; done
-  if [ -n "$d" ] && mount -t ext4 "$d" /kpd/disk; then echo "KPD-DISK $d"
-  else echo "KPD-WARN the disk for /kpd/disk did not mount"; fi
-fi
-echo "KPD-BEGIN $(cut -d' ' -f1 /proc/uptime)"
-sh /kpd/job.sh
-rc=$?
-echo "KPD-JOB-END $rc $(cut -d' ' -f1 /proc/uptime)"
-[ -f /kpd/disk.want ] && umount /kpd/disk 2>/dev/null
-[ -f /kpd/modules.late ] && load_modules modules.order
-dmesg > /kpd/out/dmesg 2>/dev/null
-n=0
-while [ ! -b /dev/vda ] && [ $n -lt 50 ]; do sleep 0.1; n=$((n+1)); done
-out=$(disk_of kpdout); out=${out:-/dev/vda}
-if [ -b "$out" ]; then
-  tar -c -f "$out" -C /kpd/out . && sync && echo "KPD-RESULTS disk"
-else
-  echo "KPD-TAR-BEGIN"
-  tar -c -C /kpd/out . | gzip -c | base64
-  echo "KPD-TAR-END"
-fi
-echo "KPD-END $rc"
-poweroff -f
-sleep 5
-echo "KPD-POWEROFF-FAILED"
-"""
-
 
 # -- target specification ------------------------------------------------------
 
@@ -269,43 +211,6 @@ def _kernel_package(apt: Apt, meta: str, flav: str, v: str | None) -> str | None
     return pkg if pkg and apt.versions(pkg) else None
 
 
-def modules_needed(mod_dir: Path | None, wanted: list[str]) -> tuple[list[tuple[str, Path]], list[str]]:
-    """(name, file) in load order for the wanted modules and their dependencies; and the names
-    found neither as modules nor built in."""
-    if mod_dir is None:
-        return [], []
-    builtin: set[str] = set()
-    bfile = mod_dir / "modules.builtin"
-    if bfile.exists():
-        for ln in bfile.read_text().splitlines():
-            builtin.add(Path(ln.strip()).name.split(".ko")[0].replace("-", "_"))
-    index: dict[str, Path] = {}
-    for p in mod_dir.rglob("*.ko*"):
-        if re.search(r"\.ko(\.(xz|zst|gz))?$", p.name):
-            index.setdefault(p.name.split(".ko")[0].replace("-", "_"), p)
-    order: list[tuple[str, Path]] = []
-    missing: list[str] = []
-    seen: set[str] = set()
-
-    def visit(name: str, chain: tuple[str, ...]) -> None:
-        name = name.replace("-", "_")
-        if name in seen or name in builtin or name in chain:
-            return
-        if name not in index:
-            missing.append(name)
-            seen.add(name)
-            return
-        info = elf.modinfo(elf.decompress_module(index[name]))
-        for dep in filter(None, info.get("depends", "").split(",")):
-            visit(dep, chain + (name,))
-        seen.add(name)
-        order.append((name, index[name]))
-
-    for w in wanted:
-        visit(w, ())
-    return order, missing
-
-
 # -- perf for the guest's architecture -------------------------------------------
 
 def _is_lib_package(name: str) -> bool:
@@ -397,76 +302,6 @@ def perf_bundle(arch: str) -> dict[str, Path]:
 def perf_command(bundle_dir: str) -> list[str]:
     """Words that start the bundled perf through its own loader (no ld.so.cache needed)."""
     return [f"{bundle_dir}/ld.so", "--library-path", f"{bundle_dir}/lib", f"{bundle_dir}/perf"]
-
-
-# -- initramfs pieces ------------------------------------------------------------
-
-def _piece(kind: str, key_parts: list, write) -> Path:
-    h = hashlib.sha256(kind.encode())
-    for part in key_parts:
-        if isinstance(part, Path):
-            st = part.stat()
-            h.update(f"{part}:{st.st_size}:{st.st_mtime_ns}".encode())
-        else:
-            h.update(str(part).encode())
-    out = cache_dir() / "qemu" / "initrd" / f"{kind}-{h.hexdigest()[:16]}.cpio"
-    if out.exists():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=out.name, dir=out.parent)
-    with os.fdopen(fd, "wb") as fh:
-        w = CpioWriter(fh)
-        write(w)
-        w.close()
-    os.replace(tmp, out)
-    return out
-
-
-def busybox_piece(arch: str) -> Path:
-    apt = Apt(ARCHES[arch]["debian"])
-    tree = apt.fetch("busybox-static")
-    bb = tree / "bin/busybox"
-    if not bb.exists():
-        raise BenchError("the Debian package busybox-static holds no bin/busybox")
-
-    def write(w: CpioWriter):
-        for d in ("dev", "proc", "sys", "tmp", "bin", "sbin", "kpd", "kpd/bin", "kpd/out", "root"):
-            w.dir(d)
-        w.node("dev/console", 0o020600, 5, 1)
-        w.node("dev/null", 0o020666, 1, 3)
-        w.file("bin/busybox", bb, 0o755)
-        w.symlink("bin/sh", "busybox")
-        w.data("init", INIT.encode(), 0o755)
-    return _piece("base", [bb, INIT], write)
-
-
-def modules_piece(kernel: Kernel, early: list[str] | None = None) -> tuple[Path | None, list[str], list[str]]:
-    """The virtio modules (kpd/modules.order: loaded before the job, or after it when deterministic)
-    and the ``early`` ones with their dependencies (kpd/modules.early: always before the job, first);
-    returns (piece, names, names found neither as modules nor built in)."""
-    first, missing = modules_needed(kernel.modules, list(early or []))
-    mods, missing_virtio = modules_needed(kernel.modules, WANTED_MODULES)
-    late = [(n, p) for n, p in mods if n not in {m for m, _ in first}]
-    missing = sorted(set(missing) | set(missing_virtio))
-    everything = first + late
-    if not everything:
-        return None, [], missing
-
-    def write(w: CpioWriter):
-        for name, p in everything:
-            w.data(f"kpd/modules/{name}.ko", elf.decompress_module(p), 0o644)
-        w.data("kpd/modules.order", "".join(n + "\n" for n, _ in late).encode())
-        if first:
-            w.data("kpd/modules.early", "".join(n + "\n" for n, _ in first).encode())
-    return (_piece("modules", [p for _, p in everything] + ["early:" + ",".join(n for n, _ in first)], write),
-            [n for n, _ in everything], missing)
-
-
-def files_piece(kind: str, files: dict[str, Path]) -> Path:
-    def write(w: CpioWriter):
-        for name, p in sorted(files.items()):
-            w.file(name, p, 0o755)
-    return _piece(kind, sorted((k, str(v), v.stat().st_size, v.stat().st_mtime_ns) for k, v in files.items()), write)
 
 
 def make_ext4(path: Path, size: int) -> None:
@@ -626,7 +461,12 @@ class QemuTarget(Target):
         return (SWAP_MODULES if self.swap_mb else []) + (DISK_MODULES if self._disk else [])
 
     def _initrd(self, job: str, extra_files: dict[str, bytes]) -> Path:
-        pieces = [busybox_piece(self.qs.arch)]
+        return assemble(self._work / "initrd.cpio", self.initrd_pieces(), job, extra_files)
+
+    def initrd_pieces(self) -> list[Path]:
+        """The cached pieces of the initramfs (all but the job): busybox and /init, the modules, the
+        workers, perf (when prepared with a profile)."""
+        pieces = [busybox_piece(self.cfg["debian"])]
         mp, self.modules_loaded, self.modules_missing = modules_piece(self.kernel, self._early_modules())
         if mp:
             pieces.append(mp)
@@ -635,19 +475,7 @@ class QemuTarget(Target):
             pieces.append(files_piece("bin", bins))
         if self._perf:
             pieces.append(files_piece("perf", {f"kpd/perf/{k}": v for k, v in self._perf.items()}))
-        out = self._work / "initrd.cpio"
-        with open(out, "wb") as fh:
-            for p in pieces:
-                with open(p, "rb") as src:
-                    shutil.copyfileobj(src, fh, 1 << 20)
-            buf = io.BytesIO()
-            w = CpioWriter(buf)
-            w.data("kpd/job.sh", job.encode(), 0o755)
-            for name, data in extra_files.items():
-                w.data(name, data, 0o644)
-            w.close()
-            fh.write(buf.getvalue())
-        return out
+        return pieces
 
     def qemu_argv(self, initrd: Path, disk: Path, append: list[str], mem: str | None = None,
                   accel: str | None = None, scratch: Path | None = None) -> list[str]:
@@ -811,15 +639,14 @@ class QemuTarget(Target):
 
     def _extract(self, disk: Path, rec: BootRecord, out: Path) -> bool:
         text = [ln for _, ln in rec.lines]
-        if "KPD-TAR-BEGIN" in text and "KPD-TAR-END" in text:
-            a, b = text.index("KPD-TAR-BEGIN"), text.index("KPD-TAR-END")
-            data = base64.b64decode("".join(text[a + 1:b]))
-            tf = tarfile.open(fileobj=io.BytesIO(gzip.decompress(data)))
-        else:
-            try:
-                tf = tarfile.open(disk, "r:")
-            except tarfile.TarError:
-                return False
+        if any(ln.startswith("KPD-TAR-BEGIN") for ln in text):
+            unpack_frame(decode_frame(text, f"the {self.qs.arch} guest's console"), out,
+                         f"the {self.qs.arch} guest's console")
+            return True
+        try:
+            tf = tarfile.open(disk, "r:")
+        except tarfile.TarError:
+            return False
         with tf:
             try:
                 tf.extractall(out, filter="data")

@@ -79,3 +79,40 @@ class CpioWriter:
 
     def close(self) -> None:
         self._header("TRAILER!!!", 0, 0)
+
+
+HEADER_BYTES = 110
+TRAILER = b"TRAILER!!!\0"
+
+
+def _padded(n: int) -> int:
+    return (n + 3) & ~3
+
+
+def merge(pieces: list[Path], fh) -> None:
+    """Write the pieces as ONE newc archive (one trailer, inode numbers renumbered): the kernel reads
+    concatenated archives, but the cpio tool (LAVA adds its overlay to a ramdisk with it) stops at the
+    first trailer."""
+    ino = 1
+    for p in pieces:
+        with open(p, "rb") as src:
+            while True:
+                hdr = src.read(HEADER_BYTES)
+                if len(hdr) < HEADER_BYTES or hdr[:6] != b"070701":
+                    raise ValueError(f"{p} is not a newc archive")
+                fields = [int(hdr[6 + 8 * i:14 + 8 * i], 16) for i in range(13)]
+                name = src.read(_padded(HEADER_BYTES + fields[11]) - HEADER_BYTES)
+                if name[:fields[11]] == TRAILER:
+                    break
+                fields[0] = ino
+                ino += 1
+                fh.write(b"070701" + b"".join(f"{v:08x}".encode() for v in fields) + name)
+                left = _padded(fields[6])
+                while left:
+                    chunk = src.read(min(left, 1 << 20))
+                    if not chunk:
+                        raise ValueError(f"{p} ends inside a file")
+                    fh.write(chunk)
+                    left -= len(chunk)
+    w = CpioWriter(fh)
+    w.close()
