@@ -35,6 +35,7 @@ def test_spec_options_and_defaults():
     assert (s.server, s.prefix, s.device_type, s.arch, s.boot, s.jobs, s.tags) == \
         ("lava.example.org", "/lava", "bcm2711-rpi-4-b", "arm64", "u-boot", 8, ["rpi4", "lab1"])
     assert s.url == "https://lava.example.org/lava" and s.queue_timeout == 600 and not s.emulated
+    assert s.poll == 10 and parse_spec("lava://lab/qemu,poll=0.5").poll == 0.5
     q = parse_spec("lava://127.0.0.1:8000/qemu,http,arch=aarch64,rootfs=http://r/rootfs.cpio.gz")
     assert (q.url, q.arch, q.boot, q.prompt, q.emulated) == ("http://127.0.0.1:8000", "arm64", "qemu", "/ #", True)
     assert validate_spec("lava://lab/qemu") == "lava"
@@ -51,6 +52,8 @@ def test_spec_options_and_defaults():
     ("lava://lab/qemu,boot=grub", "template=PATH"),
     ("lava://lab/qemu,jobs=2,jobs=3", "given twice"),
     ("lava://lab/qemu,artefacts_url=http://x/", "needs artefacts=DIR"),
+    ("lava://lab/qemu,poll=0", "poll=0 in"),
+    ("lava://lab/qemu,poll=soon", "from 0.1 to 3600"),
 ])
 def test_a_bad_spec_is_one_sentence(spec, words):
     with pytest.raises(UsageError) as e:
@@ -214,10 +217,10 @@ reps = 1
 tiny = true
 [[variant]]
 label = "base"
-target = "lava://{host}/qemu,http,arch=x86_64,kernel={kernel},jobs=2"
+target = "lava://{host}/qemu,http,arch=x86_64,kernel={kernel},jobs=2,poll=0.2"
 [[variant]]
 label = "nothp"
-target = "lava://{host}/qemu,http,arch=x86_64,kernel={kernel},jobs=2"
+target = "lava://{host}/qemu,http,arch=x86_64,kernel={kernel},jobs=2,poll=0.2"
 cmdline = "transparent_hugepage=never"
 """
 

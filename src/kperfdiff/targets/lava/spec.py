@@ -28,6 +28,8 @@ the devices. Options (comma-separated, as for qemu: targets):
 ``timeout=S``, ``queue_timeout=S``
     the test action's limit (default: from the benchmarks' own timeouts) and how long a job
     may wait in the queue before it is canceled and its cells fail (default 6 h).
+``poll=S``
+    seconds between two looks at the jobs in flight (default 10; 0.1 to 3600).
 ``token_env=NAME``, ``identity=NAME``
     where the token is: an environment variable (default KPERFDIFF_LAVA_TOKEN), a lavacli
     identity (see targets/lava/api.py). The token itself is never part of a specification.
@@ -50,6 +52,7 @@ from ...errors import UsageError
 
 DEFAULT_JOBS = 4
 DEFAULT_QUEUE_TIMEOUT_S = 6 * 3600
+DEFAULT_POLL_S = 10.0               # a look every 10 s: cheap for the server, small beside a job's minutes
 DEFAULT_PROMPT = "kpd-lava# "
 ROOTFS_PROMPT = "/ #"
 ARCHES = ("arm64", "x86_64")
@@ -57,8 +60,8 @@ BOOT_METHODS = ("qemu", "u-boot")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 _HOST = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*)(?::(\d{1,5}))?")
 VALUED = {"arch", "kernel", "modules", "flavour", "append", "mem", "cpus", "kvm", "rootfs", "prompt", "dtb",
-          "boot", "template", "tags", "priority", "visibility", "jobs", "timeout", "queue_timeout", "token_env",
-          "identity", "artefacts", "artefacts_url", "serve"}
+          "boot", "template", "tags", "priority", "visibility", "jobs", "timeout", "queue_timeout", "poll",
+          "token_env", "identity", "artefacts", "artefacts_url", "serve"}
 FLAGS = {"http"}
 
 
@@ -86,6 +89,7 @@ class LavaSpec:
     jobs: int = DEFAULT_JOBS
     timeout: float | None = None
     queue_timeout: float = DEFAULT_QUEUE_TIMEOUT_S
+    poll: float = DEFAULT_POLL_S
     token_env: str = "KPERFDIFF_LAVA_TOKEN"
     identity: str | None = None
     http: bool = False
@@ -166,6 +170,14 @@ def _set_option(s: LavaSpec, spec: str, k: str, v: str) -> None:
         if not 1 <= t <= 7 * 86400:
             raise UsageError(f"{k}={v} in {spec!r} is not a number of seconds from 1 to a week")
         setattr(s, k, t)
+    elif k == "poll":
+        try:
+            t = float(v)
+        except ValueError:
+            t = -1.0
+        if not 0.1 <= t <= 3600:
+            raise UsageError(f"poll={v} in {spec!r} is not a number of seconds from 0.1 to 3600")
+        s.poll = t
     elif k == "mem":
         if not re.fullmatch(r"\d+[MGmg]?", v):
             raise UsageError(f"mem={v} in {spec!r} is not a size such as 512M or 4G")

@@ -38,7 +38,6 @@ from . import artefacts, jobs, log as joblog
 from .api import JobStatus, LavaAuthError, LavaClient, LavaError, find_token
 from .spec import LavaSpec, parse_spec
 
-POLL_S = 10.0                 # seconds between two looks at the jobs in flight
 DEPLOY_TIMEOUT_S = 900        # downloading the kernel and ramdisk, adding LAVA's overlay
 BOOT_TIMEOUT_S = 900          # power on to the shell prompt (an emulated x86_64 boot takes minutes)
 FRAME_S_PER_MB = 120          # sending the results back on a 115200-baud console: ~90 s a MB, base64
@@ -88,7 +87,7 @@ class LavaTarget(Target):
         self._last_out: Path | None = None
         self.publisher: artefacts.Folder | artefacts.Server | None = None
         self.perf_event = "cpu-clock"
-        self.poll_s = POLL_S
+        self.poll_s = self.ls.poll
 
     # -- set-up --
     @property
