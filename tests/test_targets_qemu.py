@@ -402,3 +402,21 @@ def test_the_study_loop_pages_out_to_zram_in_an_arm64_guest(kernel):
         assert m.status == "skipped" and "allow_swap_setup" in m.reason and m.facts["swap_active"] is False
     finally:
         t.close()
+
+
+def test_files_are_fetched_from_a_jobs_results_and_never_from_outside_them(tmp_path):
+    """Guests and LAVA jobs hand their files over through the folder their results were unpacked
+    into: a name the job gave (/kpd/out/x or x) is found there, and a name that climbs out of it
+    (or its sibling with the same prefix), a missing file or no finished job is one sentence."""
+    out = tmp_path / "out"
+    (out / "kpd" / "out").mkdir(parents=True)
+    (out / "kpd" / "out" / "perf.data").write_bytes(b"PERFILE2")
+    (tmp_path / "out-other").mkdir()
+    (tmp_path / "out-other" / "secret").write_text("x")
+    got = base.copy_from_results(out, ["/kpd/out/perf.data"], tmp_path / "dest", where="the guest")
+    assert got == [tmp_path / "dest" / "perf.data"] and got[0].read_bytes() == b"PERFILE2"
+    for bad in ("../out-other/secret", "/kpd/out/missing", "/kpd/out"):
+        with pytest.raises(BenchError, match=f"the guest left no file '{bad}' in its results"):
+            base.copy_from_results(out, [bad], tmp_path / "dest", where="the guest")
+    with pytest.raises(BenchError, match="nothing to fetch: no job has finished yet"):
+        base.copy_from_results(None, ["x"], tmp_path / "dest", where="the LAVA job")

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import monitors
 from ..arch import normalise_arch
+from ..errors import BenchError
 from ..bench import build, catalogue
 from ..bench.worker import STDERR_TAIL, WorkerOutput, copy_output, parse_status
 from ..record import MODULE_PLT
@@ -306,6 +308,25 @@ def _text(p: Path, limit: int | None = None) -> str:
     except OSError:
         return ""
     return t[-limit:] if limit else t
+
+
+def copy_from_results(results: Path | None, paths: list[str], dest: Path, *, where: str) -> list[Path]:
+    """Copy files named as the job named them (``/kpd/out/x`` or ``x``) out of the folder a job's
+    results were unpacked into (``results``, None before any job finished) into dest. A name that
+    leads outside that folder, or to no file, is refused in one sentence naming ``where`` (the
+    guest, the LAVA job)."""
+    if results is None:
+        raise BenchError("nothing to fetch: no job has finished yet")
+    root = results.resolve()
+    dest.mkdir(parents=True, exist_ok=True)
+    got = []
+    for p in paths:
+        src = (root / p.lstrip("/")).resolve()
+        if not src.is_relative_to(root) or not src.is_file():
+            raise BenchError(f"{where} left no file {p!r} in its results")
+        shutil.copy2(src, dest / src.name)
+        got.append(dest / src.name)
+    return got
 
 
 def read_results(invocations: list[Invocation], out_dir: Path) -> list[InvocationResult]:

@@ -36,8 +36,8 @@ from pathlib import Path
 from ..bench.build import cache_dir, host_arch
 from ..errors import BenchError, InputError, UsageError
 from .guest import counting, elf
-from .base import Invocation, InvocationResult, Target, bundle_binaries, facts_from_files, job_script, \
-    kallsyms_commands, read_fact_files, read_results
+from .base import Invocation, InvocationResult, Target, bundle_binaries, copy_from_results, facts_from_files, \
+    job_script, kallsyms_commands, read_fact_files, read_results
 from .guest.debian import Apt
 from .guest.frame import decode as decode_frame, unpack as unpack_frame
 from .guest.initramfs import assemble, busybox_piece, files_piece, modules_piece
@@ -690,17 +690,7 @@ class QemuTarget(Target):
         return dict(self._facts or {})
 
     def fetch(self, paths: list[str], dest: Path) -> list[Path]:
-        if self._last_out is None:
-            raise BenchError("nothing to fetch: no job has run in this guest yet")
-        dest.mkdir(parents=True, exist_ok=True)
-        got = []
-        for p in paths:
-            src = (self._last_out / p.lstrip("/")).resolve()
-            if not str(src).startswith(str(self._last_out.resolve())) or not src.exists():
-                raise InputError(f"the guest left no file {p!r} in its results")
-            shutil.copy2(src, dest / src.name)
-            got.append(dest / src.name)
-        return got
+        return copy_from_results(self._last_out, paths, dest, where="the guest")
 
     def close(self) -> None:
         shutil.rmtree(self._work, ignore_errors=True)

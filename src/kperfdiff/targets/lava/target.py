@@ -30,8 +30,8 @@ from typing import Callable, Iterator
 
 from ... import __version__
 from ...errors import BenchError, KperfdiffError
-from ..base import Invocation, InvocationResult, Target, bundle_binaries, facts_from_files, job_script, \
-    read_fact_files, read_results
+from ..base import Invocation, InvocationResult, Target, bundle_binaries, copy_from_results, facts_from_files, \
+    job_script, read_fact_files, read_results
 from ..guest.initramfs import assemble, busybox_piece, files_piece, modules_piece
 from ..qemu import ARCHES, Kernel, SWAP_MODULES, perf_bundle, perf_command, resolve_kernel
 from . import artefacts, jobs, log as joblog
@@ -247,17 +247,7 @@ class LavaTarget(Target):
         return dict(self._facts or {})
 
     def fetch(self, paths: list[str], dest: Path) -> list[Path]:
-        if self._last_out is None:
-            raise BenchError("nothing to fetch: no LAVA job of this target has finished yet")
-        dest.mkdir(parents=True, exist_ok=True)
-        got = []
-        for p in paths:
-            src = (self._last_out / p.lstrip("/")).resolve()
-            if not str(src).startswith(str(self._last_out.resolve())) or not src.is_file():
-                raise BenchError(f"the LAVA job left no file {p!r} in its results")
-            shutil.copy2(src, dest / src.name)
-            got.append(dest / src.name)
-        return got
+        return copy_from_results(self._last_out, paths, dest, where="the LAVA job")
 
     def close(self) -> None:
         if self.publisher is not None:
