@@ -44,6 +44,23 @@ def run_cli(*args, env=None, check=None, timeout=600, **kw) -> subprocess.Comple
     return p
 
 
+def two_variant_experiment(path: Path, name: str) -> Path:
+    """A small real experiment file at ``path``: syscall.null on one core, variants A and B of the
+    same kernel, 3 repetitions of 3 intervals each."""
+    path.write_text(f"""
+name = "{name}"
+benchmarks = ["syscall.null"]
+cores = [1]
+reps = 3
+intervals = 3
+[[variant]]
+label = "A"
+[[variant]]
+label = "B"
+""")
+    return path
+
+
 def assert_one_sentence_error(p: subprocess.CompletedProcess) -> None:
     """A user error: non-zero exit, no traceback, one line on stderr starting with the
     command it was given to (`kperfdiff: ` or, for a bad flag, `kperfdiff bench: `)."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, assert_one_sentence_error, run_cli
+from conftest import DATA, assert_one_sentence_error, run_cli, two_variant_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--intervals", "3", "--min-batch-ms", "1", "--no-progress"]
@@ -77,18 +77,7 @@ def test_every_json_output_parses_on_real_inputs(tmp_path, home):
     assert len(js("runs", "--format", "json")["runs"]) == 2
     js("show", "a", "--format", "json")
     js("compare", "a", "b", "--format", "json")
-    exp = tmp_path / "e.toml"
-    exp.write_text(textwrap.dedent("""
-        name = "contract"
-        benchmarks = ["syscall.null"]
-        cores = [1]
-        reps = 3
-        intervals = 3
-        [[variant]]
-        label = "A"
-        [[variant]]
-        label = "B"
-    """))
+    exp = two_variant_experiment(tmp_path / "e.toml", "contract")
     js("run", exp, "--no-progress", "--format", "json")
     js("compare", "--experiment", "contract", "--format", "json")
 

@@ -5,12 +5,11 @@ field; every command with a JSON output has one (found by walking the argparse t
 import argparse
 import gzip
 import json
-import textwrap
 
 import pytest
 from jsonschema import Draft202012Validator
 
-from conftest import DATA, ROOT, run_cli
+from conftest import DATA, ROOT, run_cli, two_variant_experiment
 from kperfdiff.commands import build_parser
 from kperfdiff.schemas import DIR, OUTPUTS, schema_path
 
@@ -112,18 +111,7 @@ def test_real_outputs_validate(tmp_path, home):
     js("show", "show", "a", "--format", "json")
     doc = js("compare", "compare", "a", "b", "--format", "json")
     assert {c["method"] for c in doc["comparisons"][0]["cells"]} >= {"runs"}
-    exp = tmp_path / "e.toml"
-    exp.write_text(textwrap.dedent("""
-        name = "schemas"
-        benchmarks = ["syscall.null"]
-        cores = [1]
-        reps = 3
-        intervals = 3
-        [[variant]]
-        label = "A"
-        [[variant]]
-        label = "B"
-    """))
+    exp = two_variant_experiment(tmp_path / "e.toml", "schemas")
     js("run", "run", exp, "--no-progress", "--format", "json")
     js("compare", "compare", "--experiment", "schemas", "--format", "json")
 

@@ -271,9 +271,13 @@ impl Aggregator {
         a.by_stack[s].1 += 1;
     }
 
-    /// `deliver`, also adding the sample to its process's (comm id `comm`) share of the stack.
-    #[inline]
-    pub fn deliver_in(&mut self, ev: usize, comm: u32, stack: u32, w: u64) {
+    /// `deliver`, also adding the sample to its process's share of the stack when its
+    /// process (comm id) is known, that is when samples are aggregated per process.
+    #[inline(always)]
+    pub fn deliver_in(&mut self, ev: usize, comm: Option<u32>, stack: u32, w: u64) {
+        let Some(comm) = comm else {
+            return self.deliver(ev, stack, w);
+        };
         let skipped = self.overflowed;
         self.deliver(ev, stack, w);
         if self.overflowed == skipped {

@@ -116,10 +116,7 @@ impl<'a> Decoder<'a> {
                 None if !a.freq && a.period_or_freq > 0 => a.period_or_freq,
                 None => 1,
             };
-            match comm {
-                None => self.agg.deliver(ai, stack, w),
-                Some(c) => self.agg.deliver_in(ai, c, stack, w),
-            }
+            self.agg.deliver_in(ai, comm, stack, w);
         }
     }
 
@@ -154,10 +151,7 @@ impl<'a> Decoder<'a> {
             if w == 0 {
                 continue;
             }
-            match comm {
-                None => self.agg.deliver(ev, stack, w),
-                Some(c) => self.agg.deliver_in(ev, c, stack, w),
-            }
+            self.agg.deliver_in(ev, comm, stack, w);
         }
     }
 

@@ -716,15 +716,10 @@ def _side_folded(profs: list[Profile], opts: DiffOptions, frame_names: dict[str,
                 names.append((None, s.kernel))     # a dispatch frame: skipped
                 continue
             names.append((n + "_[k]" if s.kernel else n, s.kernel))
-        if unit == "samples" or processes:
-            rows = [(comm if processes else "", st, float(n) if unit == "samples" else w)
-                    for comm, st, w, n in p.stack_rows()]
-        else:
-            stacks = p.stacks
-            if not stacks:
-                # Flat profiles: one-frame stacks of self weight.
-                stacks = {(i,): float(w) for i, w in enumerate(p.self_weight) if w > 0}
-            rows = [("", st, w) for st, w in stacks.items()]
+        # stack_rows: per process where the profile knows it (rows of one stack add up to it when
+        # processes are not asked for); a flat profile's rows are one-frame stacks of self weight
+        rows = [(comm if processes else "", st, float(n) if unit == "samples" else w)
+                for comm, st, w, n in p.stack_rows()]
         for comm, stack, w in rows:
             frames = []
             for i in stack:

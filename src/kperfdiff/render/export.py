@@ -3,9 +3,10 @@
 Every encoder takes profiles (:class:`kperfdiff.ingest.profile.Profile`) and returns the
 file's bytes; none reads or writes a file. A profile's stacks are its rows
 (``Profile.stack_rows``: process, stack root first, weight, samples), so every format shows
-the same numbers (the process: perf script's comm column, or for perf.data the sample's thread's
-comm as perf script names it, when read with ``by_process``, as ``kperfdiff export`` does): a stack's samples, and its weight where the event has one (``cpu-clock``
-and ``task-clock`` periods are nanoseconds, other periods are event counts).
+the same numbers: a stack's samples, and its weight where the event has one (``cpu-clock``
+and ``task-clock`` periods are nanoseconds, other periods are event counts). The process is perf
+script's comm column, or for perf.data the sample's thread's comm as perf script names it (when
+read with ``by_process``, as ``kperfdiff export`` does).
 
 speedscope
     The file format of speedscope (``$schema``

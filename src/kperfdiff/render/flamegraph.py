@@ -142,7 +142,7 @@ def _defs(id_prefix: str) -> str:
     return "<defs>" + "".join(pats) + "</defs>"
 
 
-def _legend(result, root: _Node, id_prefix: str) -> list[str]:
+def _legend(result, root: _Node, geo: _Geometry, id_prefix: str) -> list[str]:
     """Three lines under the title: what the width means, the colours, what is on one side only."""
     la, lb = result.labels
     font = 'font-family="Verdana,sans-serif" font-size="11" fill="rgb(70,70,70)"'
@@ -160,14 +160,13 @@ def _legend(result, root: _Node, id_prefix: str) -> list[str]:
         out.append(f'<text x="{x + 18:.1f}" y="58" {font}>{escape(text)}</text>')
         x += 18 + 6.2 * len(text) + 16
     out.append(f'<text x="{x:.1f}" y="58" {font}>{escape(f"scope: {result.options.scope}")}</text>')
-    ta, tb = result.total_a or 1.0, result.total_b or 1.0
     absent = []
     a_only = sum(k.a for k in _one_side_tops(root, "a"))
     b_only = sum(k.b for k in _one_side_tops(root, "b"))
     if a_only:
-        absent.append(f"{_pct(a_only / ta)} of {la} is on paths absent from {lb}")
+        absent.append(f"{_pct(a_only / geo.ta)} of {la} is on paths absent from {lb}")
     if b_only:
-        absent.append(f"{_pct(b_only / tb)} of {lb} is on paths absent from {la}")
+        absent.append(f"{_pct(b_only / geo.tb)} of {lb} is on paths absent from {la}")
     if absent:
         out.append(f'<text x="{PAD}" y="76" {font}>{escape("; ".join(absent))}</text>')
     return out
@@ -257,7 +256,7 @@ def differential_svg(result, title: str | None = None, *, script: bool = True, i
         f'<rect x="0" y="0" width="{WIDTH}" height="{height}" fill="rgb(255,255,255)"/>',
         f'<text x="{WIDTH / 2:.1f}" y="20" text-anchor="middle" font-family="Verdana,sans-serif" '
         f'font-size="16">{escape(title)}</text>',
-        *_legend(result, root, id_prefix),
+        *_legend(result, root, geo, id_prefix),
         *_controls(height),
         '<g font-family="Menlo,Consolas,monospace" font-size="12">',
     ]

@@ -9,6 +9,8 @@ import math
 from dataclasses import dataclass
 from html import escape
 
+from .. import stats
+
 PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#bab0ac"]
 FONT = "font-family=\"sans-serif\""
@@ -304,20 +306,13 @@ def heat_bound(changes) -> tuple[float, bool]:
     if not a:
         return HEAT_FLOOR, False
     if len(a) >= 4:
-        q1, q3 = _quantile(a, 0.25), _quantile(a, 0.75)
+        s = stats.summarize(a)       # quartiles interpolated between order statistics (numpy's default)
+        q1, q3 = s.q1, s.q3
         inside = [v for v in a if v <= q3 + 1.5 * (q3 - q1)]
         bound = max(inside[-1], HEAT_FLOOR)
         if bound < a[-1]:
             return bound, True
     return max(a[-1], HEAT_FLOOR), False
-
-
-def _quantile(sorted_vals: list[float], q: float) -> float:
-    """Linear interpolation between order statistics (numpy's default)."""
-    pos = (len(sorted_vals) - 1) * q
-    i = int(math.floor(pos))
-    j = min(i + 1, len(sorted_vals) - 1)
-    return sorted_vals[i] + (sorted_vals[j] - sorted_vals[i]) * (pos - i)
 
 
 def heatmap(title: str, rows: list, cols: list[str], values: dict[tuple, tuple[float, bool]]) -> str:
