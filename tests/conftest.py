@@ -44,16 +44,17 @@ def run_cli(*args, env=None, check=None, timeout=600, **kw) -> subprocess.Comple
     return p
 
 
-def two_variant_experiment(path: Path, name: str) -> Path:
+def two_variant_experiment(path: Path, name: str, **settings) -> Path:
     """A small real experiment file at ``path``: syscall.null on one core, variants A and B of the
-    same kernel, 3 repetitions of 3 intervals each."""
+    same kernel, 3 repetitions of 3 intervals each unless ``settings`` (top-level keys such as
+    ``reps=2, min_batch_ms=1, tiny=True``) say otherwise."""
+    top = {"reps": 3, "intervals": 3, **settings}
+    lines = "".join(f"{k} = {str(v).lower() if isinstance(v, bool) else v}\n" for k, v in top.items())
     path.write_text(f"""
 name = "{name}"
 benchmarks = ["syscall.null"]
 cores = [1]
-reps = 3
-intervals = 3
-[[variant]]
+{lines}[[variant]]
 label = "A"
 [[variant]]
 label = "B"

@@ -7,27 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_one_sentence_error, run_cli
+from conftest import assert_one_sentence_error, run_cli, two_variant_experiment
 from kperfdiff import store as st
 from kperfdiff.store import transfer
 from kperfdiff.errors import StoreError
 
 TINY = ["--intervals", "3", "--min-batch-ms", "1", "--no-progress"]
-EXPERIMENT = """
-name = "lab"
-benchmarks = ["syscall.null"]
-cores = [1]
-reps = 3
-intervals = 2
-min_batch_ms = 1
-tiny = true
-
-[[variant]]
-label = "A"
-
-[[variant]]
-label = "B"
-"""
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +24,8 @@ def lab(tmp_path_factory):
             check=0)
     run_cli("--store", db, "bench", "--only", "syscall.null,syscall.stat", "--reps", "3", "--label", "new",
             "--profile", *TINY, check=0)
-    (d / "e.toml").write_text(EXPERIMENT)
-    run_cli("--store", db, "run", d / "e.toml", "--no-progress", check=0)
+    exp = two_variant_experiment(d / "e.toml", "lab", intervals=2, min_batch_ms=1, tiny=True)
+    run_cli("--store", db, "run", exp, "--no-progress", check=0)
     return db
 
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import KPERFDIFF, assert_one_sentence_error, run_cli
+from conftest import KPERFDIFF, assert_one_sentence_error, run_cli, two_variant_experiment
 from kperfdiff import limits, stats
 from kperfdiff import store as st
 from kperfdiff.errors import InputError, StoreError
@@ -234,27 +234,15 @@ def test_four_processes_write_one_postgresql_store_at_once(pg_url):
         assert len(res) == 60 and all(x.values == [float(j) for j in range(20)] for x in res)
 
 
-EXPERIMENT = """
-name = "shared"
-benchmarks = ["syscall.null"]
-cores = [1]
-reps = 2
-intervals = 2
-min_batch_ms = 1
-tiny = true
-
-[[variant]]
-label = "A"
-
-[[variant]]
-label = "B"
-"""
+def _shared_experiment(path, **settings):
+    """The experiment file these tests run: two variants of syscall.null, 2 reps of 2 tiny intervals."""
+    return two_variant_experiment(path, "shared", **{"reps": 2, "intervals": 2, "min_batch_ms": 1, "tiny": True,
+                                                     **settings})
 
 
 def test_two_kperfdiff_processes_write_one_postgresql_store_at_once(tmp_path, pg_url):
     """`kperfdiff run` of an experiment and `kperfdiff bench`, started together on one store."""
-    exp = tmp_path / "e.toml"
-    exp.write_text(EXPERIMENT)
+    exp = _shared_experiment(tmp_path / "e.toml")
     env = dict(os.environ, KPERFDIFF_STORE=pg_url)
     procs = [subprocess.Popen([str(KPERFDIFF), "run", str(exp), "--no-progress"], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL),
@@ -364,8 +352,7 @@ def test_kperfdiff_store_names_the_store_of_every_command(pg_url, tmp_path):
 def test_one_experiment_started_twice_at_once_is_run_once(tmp_path, pg_url):
     """Two `kperfdiff run` of one file on one store at once: one runs it, the other finds it running (or,
     if it came late, complete): never two experiments of one name, never a cell twice."""
-    exp = tmp_path / "e.toml"
-    exp.write_text(EXPERIMENT)
+    exp = _shared_experiment(tmp_path / "e.toml")
     env = dict(os.environ, KPERFDIFF_STORE=pg_url)
     procs = [subprocess.Popen([str(KPERFDIFF), "run", str(exp), "--no-progress"], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL) for _ in range(2)]
@@ -478,11 +465,10 @@ def test_of_machines_taking_over_one_dead_experiment_at_once_one_wins(pg_url):
     assert s.get_experiment(eid)["state"] == "interrupted" and s.get_run(run.id).state == "interrupted"
 
 
-def _stored_shared_experiment(tmp_path, pg_url, text=EXPERIMENT):
+def _stored_shared_experiment(tmp_path, pg_url):
     """The experiment file run once to the end on the store, then variant B's cells removed (something left
     to measure) and the experiment made another machine's."""
-    exp = tmp_path / "e.toml"
-    exp.write_text(text)
+    exp = _shared_experiment(tmp_path / "e.toml")
     run_cli("run", str(exp), "--no-progress", env={"KPERFDIFF_STORE": pg_url}, check=0)
     s = st.Store.open(pg_url, create=False)
     eid = s.find_experiment("shared")["id"]
@@ -538,8 +524,7 @@ runpy.run_module("kperfdiff", run_name="__main__")
 def test_the_heartbeat_advances_while_kperfdiff_run_measures(tmp_path, pg_url):
     """A real `kperfdiff run` on PostgreSQL (its heartbeat every 0.2 s instead of 30 s): the experiment's
     heartbeat moves on while its cells are measured, from its own thread."""
-    exp = tmp_path / "e.toml"
-    exp.write_text(EXPERIMENT.replace("reps = 2", "reps = 6").replace("min_batch_ms = 1", "min_batch_ms = 40"))
+    exp = _shared_experiment(tmp_path / "e.toml", reps=6, min_batch_ms=40)
     p = subprocess.Popen([sys.executable, "-c", HEARTBEAT_FAST, "run", str(exp), "--no-progress"],
                          env=dict(os.environ, KPERFDIFF_STORE=pg_url), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, stdin=subprocess.DEVNULL)
