@@ -224,6 +224,20 @@ def host_id() -> str:
     name = socket.gethostname()
     return f"{name}/{mid}" if mid else name
 
+
+def _connect_sqlite(path, *, wal: bool = False) -> sqlite3.Connection:
+    """A connection to an SQLite store as the store uses it: autocommit (the store opens its own
+    transactions), rows by name, foreign keys checked; ``wal``: put the file in WAL mode (when it is
+    opened; a mode the file keeps)."""
+    conn = sqlite3.connect(path, timeout=30, isolation_level=None)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA foreign_keys = ON")
+    if wal:
+        conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    return conn
+
+
 def _pid_alive(pid: int | None) -> bool:
     if not pid:
         return False
@@ -336,10 +350,7 @@ class Store:
             other = Store(self.path, backend.connect(self._url), root=self.dir)
         else:
             try:
-                conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-                conn.row_factory = sqlite3.Row
-                conn.execute("PRAGMA foreign_keys = ON")
-                conn.execute("PRAGMA synchronous = NORMAL")
+                conn = _connect_sqlite(self.path)
             except sqlite3.Error as e:
                 raise StoreError(f"cannot open the store {self.path}: {e}") from None
             other = Store(self.path, conn)
@@ -427,11 +438,7 @@ class Store:
         elif p.stat().st_size > 0:
             _check_is_store(p)
         try:
-            conn = sqlite3.connect(p, timeout=30, isolation_level=None)
-            conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA foreign_keys = ON")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
+            conn = _connect_sqlite(p, wal=True)
         except sqlite3.Error as e:
             raise StoreError(f"cannot open the store {p}: {e}; choose another with --store") from None
         store = cls(p, conn)
@@ -446,15 +453,7 @@ class Store:
                 if tables:
                     raise StoreError(f"{self.path} is an SQLite file but not a kperfdiff store")
                 with self.tx():
-                    for stmt in SCHEMA.split(";"):
-                        if stmt.strip():
-                            self.conn.execute(stmt)
-                    for v in range(1, SCHEMA_VERSION):
-                        for stmt in MIGRATIONS[v].split(";"):
-                            if stmt.strip():
-                                self.conn.execute(stmt)
-                    self.conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-                    self.conn.execute("INSERT INTO meta VALUES ('created_by', ?)", (__version__,))
+                    self._create_schema()
                 return
             row = self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             version = int(row[0]) if row else 0
@@ -480,6 +479,13 @@ class Store:
                                  f"cannot upgrade; start a new store with --store")
             self._run_script(MIGRATIONS[v])
         self.conn.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
+
+    def _create_schema(self) -> None:
+        """A new store's tables: SCHEMA (version 1) and every migration since, in the caller's transaction."""
+        self._run_script(SCHEMA)
+        self.conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", ("1",))
+        self._upgrade(1)
+        self.conn.execute("INSERT INTO meta VALUES ('created_by', ?)", (__version__,))
 
     def _run_script(self, sql: str) -> None:
         """Statements of SCHEMA or a migration, in this back end's words."""
@@ -527,10 +533,7 @@ class Store:
                                      f"its artefacts; make it with kperfdiff store init URL --artefacts DIR "
                                      f"(or add ?artefacts=DIR to the URL)")
                 root = backend.artefact_dir(artefacts, self.path)
-                self._run_script(SCHEMA)
-                self.conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", ("1",))
-                self._upgrade(1)
-                self.conn.execute("INSERT INTO meta VALUES ('created_by', ?)", (__version__,))
+                self._create_schema()
                 self.conn.execute("INSERT INTO meta VALUES ('artefacts', ?)", (root,))
                 return root
             row = self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
