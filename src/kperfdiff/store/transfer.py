@@ -19,10 +19,10 @@ from pathlib import Path
 
 from ..errors import InputError, StoreError
 from . import Store, backend
+from .backend import ID_TABLES
 
 # In the order their references need (a run names its experiment and machine; a result its run...).
 TABLES = ("machine", "experiment", "knob_saved", "run", "result", "interval", "profile")
-ID_TABLES = ("machine", "experiment", "run", "result", "profile")
 CHUNK = 20_000
 
 
