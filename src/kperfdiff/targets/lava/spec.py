@@ -43,6 +43,7 @@ the devices. Options (comma-separated, as for qemu: targets):
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -163,21 +164,9 @@ def _set_option(s: LavaSpec, spec: str, k: str, v: str) -> None:
             raise UsageError(f"{k}={v} in {spec!r} is not a whole number from 1 to 256")
         setattr(s, k, int(v))
     elif k in ("timeout", "queue_timeout"):
-        try:
-            t = float(v)
-        except ValueError:
-            t = -1.0
-        if not 1 <= t <= 7 * 86400:
-            raise UsageError(f"{k}={v} in {spec!r} is not a number of seconds from 1 to a week")
-        setattr(s, k, t)
+        setattr(s, k, _seconds(spec, k, v, 1, 7 * 86400, "1 to a week"))
     elif k == "poll":
-        try:
-            t = float(v)
-        except ValueError:
-            t = -1.0
-        if not 0.1 <= t <= 3600:
-            raise UsageError(f"poll={v} in {spec!r} is not a number of seconds from 0.1 to 3600")
-        s.poll = t
+        s.poll = _seconds(spec, k, v, 0.1, 3600, "0.1 to 3600")
     elif k == "mem":
         if not re.fullmatch(r"\d+[MGmg]?", v):
             raise UsageError(f"mem={v} in {spec!r} is not a size such as 512M or 4G")
@@ -212,3 +201,14 @@ def _set_option(s: LavaSpec, spec: str, k: str, v: str) -> None:
         setattr(s, k, v)
     else:       # kernel, modules, append, rootfs, prompt, dtb, template, artefacts, artefacts_url, serve
         setattr(s, k, v)
+
+
+def _seconds(spec: str, k: str, v: str, lo: float, hi: float, span: str) -> float:
+    """The value of a seconds option, from ``lo`` to ``hi`` (``span`` says so in the error)."""
+    try:
+        t = float(v)
+    except ValueError:
+        t = math.nan
+    if not lo <= t <= hi:
+        raise UsageError(f"{k}={v} in {spec!r} is not a number of seconds from {span}")
+    return t

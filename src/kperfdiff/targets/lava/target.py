@@ -200,8 +200,7 @@ class LavaTarget(Target):
 
     def outcome(self, planned: PlannedJob, status: JobStatus, log_path: Path | None) -> JobOutcome:
         """Read a finished job: its results when it completed and its frame decodes, else failed results."""
-        labels = {"lava_job": status.id, "lava_device": status.device, "lava_device_type": self.ls.device_type,
-                  "lava_server": self.ls.server}
+        labels = _labels(planned, status)
         where = f"the log of LAVA job {status.id}"
         error = None
         log = None
