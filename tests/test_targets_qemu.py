@@ -326,7 +326,8 @@ def test_a_failed_swap_set_up_is_the_skip_reason():
 def test_the_initramfs_has_zram_and_the_disk_modules_when_the_job_asks(spec):
     if not HAVE_APT:
         pytest.skip("apt is not installed")
-    from kperfdiff.targets.qemu import DISK_MODULES, SWAP_MODULES, modules_piece
+    from kperfdiff.targets.guest.initramfs import modules_piece
+    from kperfdiff.targets.qemu import DISK_MODULES, SWAP_MODULES
     t = QemuTarget(spec)
     try:
         k = t.kernel

@@ -40,7 +40,7 @@ from .base import Invocation, InvocationResult, Target, bundle_binaries, copy_fr
     job_script, kallsyms_commands, read_fact_files, read_results
 from .guest.debian import Apt
 from .guest.frame import decode as decode_frame, unpack as unpack_frame
-from .guest.initramfs import assemble, busybox_piece, files_piece, modules_piece
+from .guest.initramfs import assemble, guest_pieces
 
 ARCHES = {
     "arm64": {"qemu": "qemu-system-aarch64", "debian": "arm64", "gnu": "aarch64", "triplet": "aarch64-linux-gnu",
@@ -466,15 +466,8 @@ class QemuTarget(Target):
     def initrd_pieces(self) -> list[Path]:
         """The cached pieces of the initramfs (all but the job): busybox and /init, the modules, the
         workers, perf (when prepared with a profile)."""
-        pieces = [busybox_piece(self.cfg["debian"])]
-        mp, self.modules_loaded, self.modules_missing = modules_piece(self.kernel, self._early_modules())
-        if mp:
-            pieces.append(mp)
-        bins = {f"kpd/bin/{k}": v for k, v in self._bins.items()}
-        if bins:
-            pieces.append(files_piece("bin", bins))
-        if self._perf:
-            pieces.append(files_piece("perf", {f"kpd/perf/{k}": v for k, v in self._perf.items()}))
+        pieces, self.modules_loaded, self.modules_missing = guest_pieces(
+            self.cfg["debian"], self.kernel, self._early_modules(), self._bins, self._perf)
         return pieces
 
     def qemu_argv(self, initrd: Path, disk: Path, append: list[str], mem: str | None = None,

@@ -199,6 +199,22 @@ def files_piece(kind: str, files: dict[str, Path]) -> Path:
     return piece(kind, sorted((k, str(v), v.stat().st_size, v.stat().st_mtime_ns) for k, v in files.items()), write)
 
 
+def guest_pieces(debian_arch: str, kernel, early: list[str], bins: dict[str, Path],
+                 perf: dict[str, Path] | None) -> tuple[list[Path], list[str], list[str]]:
+    """The cached pieces of a guest's or a LAVA device's initramfs, all but the job: busybox and
+    /init, the modules (``early`` ones first, see :func:`modules_piece`), the workers ``bins`` under
+    kpd/bin, perf under kpd/perf; with the names of the modules it holds and of those found nowhere."""
+    pieces = [busybox_piece(debian_arch)]
+    mp, loaded, missing = modules_piece(kernel, early)
+    if mp:
+        pieces.append(mp)
+    if bins:
+        pieces.append(files_piece("bin", {f"kpd/bin/{k}": v for k, v in bins.items()}))
+    if perf:
+        pieces.append(files_piece("perf", {f"kpd/perf/{k}": v for k, v in perf.items()}))
+    return pieces, loaded, missing
+
+
 def assemble(out: Path, pieces: list[Path], job: str | None, extra_files: dict[str, bytes], *,
              single: bool = False) -> Path:
     """Concatenate the pieces and a last one holding /kpd/job.sh (when given) and ``extra_files``

@@ -32,7 +32,7 @@ from ... import __version__
 from ...errors import BenchError, KperfdiffError
 from ..base import Invocation, InvocationResult, Target, bundle_binaries, copy_from_results, facts_from_files, \
     job_script, read_fact_files, read_results
-from ..guest.initramfs import assemble, busybox_piece, files_piece, modules_piece
+from ..guest.initramfs import assemble, guest_pieces
 from ..qemu import ARCHES, Kernel, SWAP_MODULES, perf_bundle, perf_command, resolve_kernel
 from . import artefacts, jobs, log as joblog
 from .api import JobStatus, LavaAuthError, LavaClient, LavaError, find_token
@@ -124,14 +124,8 @@ class LavaTarget(Target):
     def ramdisk(self) -> Path:
         """kperfdiff's ramdisk for this target (gzip'd newc): busybox with /init in LAVA shell mode, the
         modules the job needs, the workers, perf; built once per content."""
-        early = SWAP_MODULES if self.swap_mb else []
-        pieces = [busybox_piece(self.cfg["debian"])]
-        mp, _, _ = modules_piece(self.kernel, early)
-        if mp:
-            pieces.append(mp)
-        pieces.append(files_piece("bin", {f"kpd/bin/{k}": v for k, v in self._bins.items()}))
-        if self._perf:
-            pieces.append(files_piece("perf", {f"kpd/perf/{k}": v for k, v in self._perf.items()}))
+        pieces, _, _ = guest_pieces(self.cfg["debian"], self.kernel, SWAP_MODULES if self.swap_mb else [],
+                                    self._bins, self._perf)
         key = (tuple(pieces), self.ls.prompt)
         if key not in self._ramdisks:
             out = self._work / f"kperfdiff-ramdisk-{len(self._ramdisks)}.cpio.gz"
