@@ -11,17 +11,27 @@ import stat
 from pathlib import Path
 
 
+MAGIC = b"070701"
+HEADER_BYTES = 110
+TRAILER = b"TRAILER!!!\0"
+
+
+def newc_header(fields: list[int]) -> bytes:
+    """A newc header: the magic and its 13 fields (ino, mode, uid, gid, nlink, mtime, filesize,
+    devmajor, devminor, rdevmajor, rdevminor, namesize, check) in 8 hex digits each."""
+    return MAGIC + b"".join(f"{v:08x}".encode() for v in fields)
+
+
 class CpioWriter:
     def __init__(self, fh):
         self.fh = fh
         self.ino = 1000
         self.seen: set[str] = set()
 
-    def _header(self, name: str, mode: int, size: int, nlink: int = 1) -> None:
+    def _header(self, name: str, mode: int, size: int, nlink: int = 1, rdev: tuple[int, int] = (0, 0)) -> None:
         self.ino += 1
         name_b = name.encode() + b"\0"
-        fields = [self.ino, mode, 0, 0, nlink, 0, size, 0, 0, 0, 0, len(name_b), 0]
-        hdr = b"070701" + b"".join(f"{v:08x}".encode() for v in fields)
+        hdr = newc_header([self.ino, mode, 0, 0, nlink, 0, size, 0, 0, *rdev, len(name_b), 0])
         self.fh.write(hdr + name_b)
         self._pad(len(hdr) + len(name_b))
 
@@ -70,19 +80,10 @@ class CpioWriter:
         name = name.strip("/")
         self._parents(name)
         self.seen.add(name)
-        self.ino += 1
-        name_b = name.encode() + b"\0"
-        fields = [self.ino, mode, 0, 0, 1, 0, 0, 0, 0, major, minor, len(name_b), 0]
-        hdr = b"070701" + b"".join(f"{v:08x}".encode() for v in fields)
-        self.fh.write(hdr + name_b)
-        self._pad(len(hdr) + len(name_b))
+        self._header(name, mode, 0, rdev=(major, minor))
 
     def close(self) -> None:
         self._header("TRAILER!!!", 0, 0)
-
-
-HEADER_BYTES = 110
-TRAILER = b"TRAILER!!!\0"
 
 
 def _padded(n: int) -> int:
@@ -98,7 +99,7 @@ def merge(pieces: list[Path], fh) -> None:
         with open(p, "rb") as src:
             while True:
                 hdr = src.read(HEADER_BYTES)
-                if len(hdr) < HEADER_BYTES or hdr[:6] != b"070701":
+                if len(hdr) < HEADER_BYTES or hdr[:6] != MAGIC:
                     raise ValueError(f"{p} is not a newc archive")
                 fields = [int(hdr[6 + 8 * i:14 + 8 * i], 16) for i in range(13)]
                 name = src.read(_padded(HEADER_BYTES + fields[11]) - HEADER_BYTES)
@@ -106,7 +107,7 @@ def merge(pieces: list[Path], fh) -> None:
                     break
                 fields[0] = ino
                 ino += 1
-                fh.write(b"070701" + b"".join(f"{v:08x}".encode() for v in fields) + name)
+                fh.write(newc_header(fields) + name)
                 left = _padded(fields[6])
                 while left:
                     chunk = src.read(min(left, 1 << 20))
