@@ -514,9 +514,14 @@ def variant_params(exp: Experiment, v: Variant, benches: list) -> dict[str, dict
     return out
 
 
+def benchmarks_by_name(columns) -> dict:
+    """Every benchmark of the experiment's columns (any variant), by name."""
+    return {b.name: b for cols in columns.values() for _, b in cols}
+
+
 def check_params(exp: Experiment, columns) -> dict[str, dict[str, dict[str, str]]]:
     """variant -> benchmark -> overrides; an override that applies to no benchmark of the experiment is an error."""
-    allb = {b.name: b for cols in columns.values() for _, b in cols}
+    allb = benchmarks_by_name(columns)
     for where, table in [("params", exp.params)] + [(f"variant {v.label!r}.params", v.params)
                                                      for v in exp.variants]:
         for k, val in table.items():
@@ -526,6 +531,23 @@ def check_params(exp: Experiment, columns) -> dict[str, dict[str, dict[str, str]
                 raise _err(exp.path, f"{where} key {k!r}", "applies to no benchmark of the experiment "
                                                           "(or that benchmark has no such parameter)") from None
     return {v.label: variant_params(exp, v, [b for _, b in columns[v.label]]) for v in exp.variants}
+
+
+@dataclass
+class Matrix:
+    """An experiment's matrix, resolved and checked (:func:`matrix`)."""
+
+    columns: dict[str, list[tuple[str, object]]]        # variant -> its benchmark columns (:func:`resolve`)
+    overrides: dict[str, dict[str, dict[str, str]]]     # variant -> benchmark -> parameters (:func:`check_params`)
+    cells: list[Cell]                                   # every cell (:func:`cells`)
+    bench_by_name: dict                                 # every benchmark of the columns, by name
+
+
+def matrix(exp: Experiment) -> Matrix:
+    """What running ``exp`` measures: its columns and cells, its parameter overrides checked."""
+    columns = resolve(exp)
+    overrides = check_params(exp, columns)
+    return Matrix(columns, overrides, cells(exp, columns), benchmarks_by_name(columns))
 
 
 @contextlib.contextmanager
@@ -653,13 +675,11 @@ def _check_cpus(exp: Experiment) -> None:
 
 def plan(exp: Experiment) -> dict:
     """What ``run`` would do, without touching the machine: columns and cells."""
-    columns = resolve(exp)
-    check_params(exp, columns)
-    cl = cells(exp, columns)
+    m = matrix(exp)
     return {"name": exp.name, "hash": exp.file_hash(), "variants": [v.label for v in exp.variants],
             "baseline": exp.baseline, "stack": exp.stack,
-            "columns": {label: [(k, b.name) for k, b in cols] for label, cols in columns.items()},
-            "cores": exp.cores, "reps": exp.reps, "cells": len(cl), "comparisons": exp.comparisons()}
+            "columns": {label: [(k, b.name) for k, b in cols] for label, cols in m.columns.items()},
+            "cores": exp.cores, "reps": exp.reps, "cells": len(m.cells), "comparisons": exp.comparisons()}
 
 
 def run_experiment(store, exp: Experiment, opts: RunOptions, log=None) -> RunOutcome:
@@ -674,13 +694,12 @@ class _MatrixRun:
     def __init__(self, store, exp: Experiment, opts: RunOptions, log):
         self.store, self.exp, self.opts, self.log = store, exp, opts, log
         _check_cpus(exp)
-        self.columns = resolve(exp)
-        self.overrides = check_params(exp, self.columns)
-        self.all_cells = cells(exp, self.columns)
+        m = matrix(exp)
+        self.columns, self.overrides, self.all_cells = m.columns, m.overrides, m.cells
+        self.bench_by_name = m.bench_by_name
         knobmod.repair_pending(log, strict=True)
         if exp.profile:
             require_perf()
-        self.bench_by_name = {b.name: b for cols in self.columns.values() for _, b in cols}
         expr, self.resumed = _open_or_create(store, exp, len(self.all_cells), opts.restart, log)
         self.eid = expr["id"]
         self.heartbeat = _Heartbeat(store, self.eid)

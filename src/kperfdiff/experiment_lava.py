@@ -96,16 +96,15 @@ def labelled(m: Measurement, labels: dict, rep: int) -> Measurement:
     return m
 
 
-def write_job_files(exp, columns: dict, overrides: dict, cells: list, out_dir: Path,
-                    artefacts_url: str | None = None) -> list[Path]:
-    """The job definition of every LAVA variant's repetition, written into ``out_dir`` (named
+def write_job_files(exp, matrix, out_dir: Path, artefacts_url: str | None = None) -> list[Path]:
+    """The job definition of every LAVA variant's repetition of ``exp`` (``matrix``: its
+    :class:`kperfdiff.experiment.Matrix`), written into ``out_dir`` (named
     ``EXPERIMENT.VARIANT.rN.yaml``) with the kernels and ramdisks in ``out_dir/artefacts`` (which the
     lab must see at ``artefacts_url``; default: that folder as a file:// URL)."""
     labels = [v.label for v in exp.variants if is_lava(v.target)]
     if not labels:
         raise InputError(f"{exp.path}: no variant of experiment {exp.name} has a lava:// target")
-    bench_by_name = {b.name: b for cols in columns.values() for _, b in cols}
-    lv = LavaVariants(exp, bench_by_name, overrides)
+    lv = LavaVariants(exp, matrix.bench_by_name, matrix.overrides)
     written = []
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -113,7 +112,7 @@ def write_job_files(exp, columns: dict, overrides: dict, cells: list, out_dir: P
             t = lv.target(label)
             t.ls.artefacts, t.ls.artefacts_url, t.ls.serve = str(out_dir / "artefacts"), artefacts_url, None
             for rep in range(exp.reps):
-                p = lv.plan(label, rep, [c for c in cells if c.variant == label and c.rep == rep])
+                p = lv.plan(label, rep, [c for c in matrix.cells if c.variant == label and c.rep == rep])
                 _, text = t.definition(p.invocations, name=p.name, metadata=p.metadata)
                 path = out_dir / f"{exp.name}.{label}.r{rep + 1}.yaml"
                 path.write_text(text)

@@ -46,13 +46,11 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(shipped_template(args.boot))
         return 0
     exp = experiment.parse(args.file)
-    columns = experiment.resolve(exp)
-    overrides = experiment.check_params(exp, columns)
-    cells = experiment.cells(exp, columns)
+    matrix = experiment.matrix(exp)
     out = Path(args.output)
     if out.exists() and not out.is_dir():
         raise InputError(f"{out} is not a folder")
-    paths = write_job_files(exp, columns, overrides, cells, out, args.artefacts_url)
+    paths = write_job_files(exp, matrix, out, args.artefacts_url)
     for p in paths:
         print(p)
     print(f"kperfdiff: {len(paths)} LAVA jobs written to {out} (kernels and ramdisks in {out / 'artefacts'})",
