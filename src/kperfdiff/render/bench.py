@@ -76,14 +76,10 @@ def results_table(results: list[Result]) -> Table:
             continue
         reps = _rep_values(r)
         hw = stats.centre_half_width(reps)
-        note = "higher is better" if r.better == "higher" else ""
         thp = [i.get("anon_huge_kb") for i in r.info if i.get("anon_huge_kb") is not None]
-        if thp:
-            note = (note + "; " if note else "") + f"AnonHugePages {thp[0]} kB"
-        if r.disturbed:
-            note = (note + "; " if note else "") + f"{DISTURBED} disturbed"
-        if lava_note(r.info):
-            note = (note + "; " if note else "") + lava_note(r.info)
+        note = "; ".join(x for x in ("higher is better" if r.better == "higher" else "",
+                                     f"AnonHugePages {thp[0]} kB" if thp else "",
+                                     f"{DISTURBED} disturbed" if r.disturbed else "", lava_note(r.info)) if x)
         t.rows.append([name, r.copies, number(r.median), r.unit, number(r.min), number(r.q1), number(r.q3),
                        _pct(r.cv), r.n, len(reps), "-" if math.isnan(hw) else f"{hw:.1f}%", note])
     notes = [f"  {n}: {DISTURBED} {r.disturbed_summary}" for n, r in zip(result_names(results), results)
