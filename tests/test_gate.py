@@ -2,12 +2,13 @@
 known: which cells trip the gate (significant slowdowns beyond the threshold, in each unit's bad
 direction), which pass, which are not judged and why; the JUnit XML read back by xml.etree and by
 junitparser (a reader CI plug-ins use)."""
+import json
 import xml.etree.ElementTree as ET
 
 import junitparser
 import pytest
 
-from conftest import assert_one_sentence_error, run_cli
+from conftest import assert_one_sentence_error, run_cli, two_variant_experiment
 from kperfdiff import compare as cm
 from kperfdiff import stats
 from kperfdiff import store as st
@@ -73,7 +74,7 @@ def test_gate_judges_each_cell_in_its_units_bad_direction(tmp_path):
     assert got["y2.tput"] == (cm.PASS, "no slowdown")                          # throughput up
     assert got["z.lat"] == (cm.PASS, "significant slowdown within the 10% allowed")
     assert got["u.lat"][0] == cm.PASS and "not significant" in got["u.lat"][1]
-    assert got["w.lat"] == (cm.SKIP, "variant not measured")
+    assert got["w.lat"] == (cm.UNJUDGED, "variant not measured")
     # a disturbed cell trips it like any other, and says it was disturbed
     assert got["d.lat"][0] == cm.FAIL and "measured while the machine was disturbed" in got["d.lat"][1]
     cells = c.blocks[0].cells
@@ -83,8 +84,10 @@ def test_gate_judges_each_cell_in_its_units_bad_direction(tmp_path):
     skipped = verdicts(cm.gate(c, 10, skip_disturbed=True))["d.lat"]
     assert skipped[0] == cm.SKIP and "--skip-disturbed" in skipped[1]
     assert cm.gate(c, 10).exit_status == 1
-    # a threshold above every slowdown: nothing trips (x.lat -23%, y.tput -25%, d.lat -33%)
-    assert cm.gate(c, 40).exit_status == 0 and not cm.gate(c, 40).with_outcome(cm.FAIL)
+    # a threshold above every slowdown: nothing trips (x.lat -23%, y.tput -25%, d.lat -33%), but w.lat
+    # could not be judged, so the gate fails closed unless unjudged cells are allowed
+    assert not cm.gate(c, 40).with_outcome(cm.FAIL) and cm.gate(c, 40).exit_status == 1
+    assert cm.gate(c, 40, allow_unjudged=True).exit_status == 0
     assert [v.cell.key for v in cm.gate(c, 30).with_outcome(cm.FAIL)] == ["d.lat"]
     # reversed, only the throughput that went up (y2.tput) is now a slowdown
     back = cm.gate(cm.from_runs(s, ["new", "old"]), 10)
@@ -98,7 +101,7 @@ def test_gate_on_runs_exit_status_and_stderr(tmp_path, home):
     assert p.stdout == plain.stdout                     # the table is unchanged; the verdict is on stderr
     err = p.stderr.splitlines()
     assert err[0] == ("regression gate (significant slowdown beyond 10%): FAILED: 3 of 6 judged cells tripped it; "
-                      "1 not judged (below)")
+                      "1 of 7 cells could not be judged (below; --allow-unjudged lets them pass)")
     x = next(ln for ln in err if "REGRESSION x.lat" in ln)
     cell = cm.from_runs(s, ["old", "new"]).blocks[0].cells[("x.lat", 1)]
     assert x == (f"  REGRESSION x.lat [size=1m] -P 1: new vs old: {cell.change:+.1f}% [{cell.low:+.1f}, "
@@ -111,14 +114,27 @@ def test_gate_on_runs_exit_status_and_stderr(tmp_path, home):
     run_cli("compare", "old", "new", "--fail-on-regression", "10", "--skip-disturbed", check=1)
     assert "FAILED: 2 of 5" in run_cli("compare", "old", "new", "--fail-on-regression", "10",
                                        "--skip-disturbed").stderr
-    ok = run_cli("compare", "old", "new", "--fail-on-regression", "40", check=0)
-    assert ok.stderr.startswith("regression gate (significant slowdown beyond 40%): passed: none of 6")
-    # A/A: two runs of the same kernel
+    # nothing trips at 40%, but w.lat could not be judged: the gate fails closed
+    closed = run_cli("compare", "old", "new", "--fail-on-regression", "40", check=1)
+    assert closed.stderr.splitlines()[0] == ("regression gate (significant slowdown beyond 40%): FAILED: 1 of 7 "
+                                             "cells could not be judged (below; --allow-unjudged lets them pass)")
+    ok = run_cli("compare", "old", "new", "--fail-on-regression", "40", "--allow-unjudged", check=0)
+    assert ok.stderr.splitlines() == [
+        "regression gate (significant slowdown beyond 40%): passed: none of 6 judged cells tripped it; 1 not "
+        "judged, allowed by --allow-unjudged (below)", "  not judged: w.lat [size=1m] -P 1: new vs old: variant not measured"]
+    # A/A: two runs of the same kernel (w.lat measured on both)
     run_cli("compare", "old", "old.1", "--fail-on-regression", "0", check=0)
+    # --skip-disturbed sets the disturbed slowdown aside, without failing closed on it
+    aside = run_cli("compare", "old", "new", "--fail-on-regression", "30", "--skip-disturbed", "--allow-unjudged",
+                    check=0).stderr
+    assert aside.splitlines()[0].endswith("1 not judged, allowed by --allow-unjudged (below); 1 set aside by "
+                                          "--skip-disturbed (below)")
+    assert "  set aside: d.lat [size=1m] -P 1: new vs old: significant slowdown beyond 30%, but" in aside
 
 
 @pytest.mark.parametrize("argv", [["--fail-on-regression", "-1"], ["--fail-on-regression", "100"],
                                   ["--fail-on-regression", "ten"], ["--skip-disturbed"],
+                                  ["--allow-unjudged"],
                                   ["--format", "junit", "--fail-on-regression", "nan"]])
 def test_gate_bad_arguments_one_sentence(home, argv):
     gate_store(home / "kperfdiff.db")
@@ -140,10 +156,14 @@ def test_junit_counts_and_structure(tmp_path, home):
     assert [s.get("name") for s in suites] == ["new vs old (baseline)"]
     cases = suites[0].findall("testcase")
     assert len(cases) == 7 == junit_counts(suites[0])["tests"]
-    assert junit_counts(root) == junit_counts(suites[0]) == {"tests": 7, "failures": 3, "errors": 0, "skipped": 1}
+    assert junit_counts(root) == junit_counts(suites[0]) == {"tests": 7, "failures": 3, "errors": 1, "skipped": 0}
     failed = {c.get("classname") for c in cases if c.find("failure") is not None}
     assert failed == {"x.lat", "y.tput", "d.lat"}
-    assert {c.get("classname") for c in cases if c.find("skipped") is not None} == {"w.lat"}
+    # the cell it could not judge is an error, not skipped: CI shows it red
+    assert {c.get("classname") for c in cases if c.find("error") is not None} == {"w.lat"}
+    w = next(c for c in cases if c.get("classname") == "w.lat").find("error")
+    assert (w.get("type"), w.get("message")) == ("unjudged", "could not be judged: variant not measured")
+    assert not any(c.find("skipped") is not None for c in cases)
     x = next(c for c in cases if c.get("classname") == "x.lat")
     assert x.get("name") == "x.lat [size=1m] -P 1: new vs old"
     assert x.find("failure").get("message").startswith("significant slowdown beyond 10%: -23.")
@@ -153,7 +173,13 @@ def test_junit_counts_and_structure(tmp_path, home):
     # a reader CI plug-ins use agrees
     xml = junitparser.JUnitXml.fromstring(p.stdout)
     total = [(s.tests, s.failures, s.errors, s.skipped) for s in xml]
-    assert total == [(7, 3, 0, 1)]
+    assert total == [(7, 3, 1, 0)]
+    # with --allow-unjudged it is skipped, and says why
+    allowed = ET.fromstring(run_cli("compare", "old", "new", "--format", "junit", "--fail-on-regression", "10",
+                                    "--allow-unjudged", check=1).stdout)
+    assert junit_counts(allowed) == {"tests": 7, "failures": 3, "errors": 0, "skipped": 1}
+    w = next(c for c in allowed.iter("testcase") if c.get("classname") == "w.lat").find("skipped")
+    assert w.get("message") == "not judged, allowed by --allow-unjudged: variant not measured"
     # without a threshold every cell passes, the figures still there
     q = run_cli("compare", "old", "new", "--format", "junit", check=0)
     root = ET.fromstring(q.stdout)
@@ -192,3 +218,51 @@ def test_gate_on_an_experiment_and_stack(tmp_path):
     assert [(v.variant, v.reference, v.kind) for v in g.with_outcome(cm.FAIL)] == \
         [("PK2", "PK0", "baseline"), ("PK2", "PK1", "previous")]
     assert "x.lat [size=1m] -P 1: PK2 vs PK1 (previous)" in rc.gate_text(g)
+
+
+def test_gate_that_judged_nothing_fails(home):
+    """Two lone runs on two kernels, no other stored run to estimate the drift between runs from:
+    no cell has an interval. The gate fails closed and lists them; --allow-unjudged lets them pass,
+    but a gate that judged no cell still fails, in its text and in its JUnit XML."""
+    s = st.Store.open(home / "kperfdiff.db")
+    for label, centre, kernel in (("a", 100, "6.1"), ("b", 300, "6.2")):
+        m = s.add_machine({"arch": "x86_64", "cpus": 2, "kernel_release": kernel})
+        r = s.start_run(label=label, machine_id=m)
+        add(s, r.id, "x.lat", reps_around(centre))
+        add(s, r.id, "z.lat", reps_around(centre))
+        s.finish_run(r.id, "complete")
+    p = run_cli("compare", "a", "b", "--fail-on-regression", "5", check=1)
+    err = p.stderr.splitlines()
+    assert err[0] == ("regression gate (significant slowdown beyond 5%): FAILED: 2 of 2 cells could not be judged "
+                      "(below; --allow-unjudged lets them pass)")
+    assert [ln.split(":")[0] for ln in err[1:]] == ["  not judged"] * 2
+    assert "the drift between runs cannot be estimated" in err[1]
+    q = run_cli("compare", "a", "b", "--fail-on-regression", "5", "--allow-unjudged", check=1)
+    assert q.stderr.splitlines()[0] == ("regression gate (significant slowdown beyond 5%): FAILED: it judged no "
+                                        "cell, so it checked nothing; 2 not judged, allowed by --allow-unjudged (below)")
+    for extra, counts in (([], {"tests": 2, "failures": 0, "errors": 2, "skipped": 0}),
+                          (["--allow-unjudged"], {"tests": 3, "failures": 0, "errors": 1, "skipped": 2})):
+        root = ET.fromstring(run_cli("compare", "a", "b", "--format", "junit", "--fail-on-regression", "5", *extra,
+                                     check=1).stdout)
+        assert junit_counts(root) == counts, extra
+        assert (root.find("testsuite[@name='regression gate']") is not None) == bool(extra)
+        assert junitparser.JUnitXml.fromstring(ET.tostring(root, encoding="unicode")).errors == counts["errors"]
+
+
+def test_runs_of_an_experiment_get_its_interval(tmp_path, home):
+    """A real experiment (variants A and B interleaved): its runs named one by one are compared with
+    the experiment's interval, the same figures as --experiment gives, not "[no interval]" for want
+    of a drift estimate; so the gate judges them."""
+    f = two_variant_experiment(tmp_path / "e.toml", "ab", min_batch_ms=1)
+    run_cli("run", f, "--no-progress", check=0)
+    by_runs = json.loads(run_cli("compare", "ab/A", "ab/B", "--format", "json", check=0).stdout)
+    by_exp = json.loads(run_cli("compare", "--experiment", "ab", "--format", "json", check=0).stdout)
+    (a,), (b,) = by_runs["comparisons"][0]["cells"], by_exp["comparisons"][0]["cells"]
+    fields = ("change", "low", "high", "p", "q", "significant", "method", "reps_base", "reps_new")
+    assert a["method"] == "nested" and a["low"] is not None and a["p"] is not None, a
+    assert {k: a[k] for k in fields} == {k: b[k] for k in fields}
+    assert by_runs["experiment"]["name"] == "ab"
+    text = run_cli("compare", "ab/A", "ab/B", check=0).stdout
+    assert "[no interval]" not in text and "(interleaved in experiment ab, id " in text.splitlines()[0]
+    g = run_cli("compare", "ab/A", "ab/B", "--fail-on-regression", "50").stderr
+    assert "of 1 judged cells tripped it" in g.splitlines()[0] and "not judged" not in g

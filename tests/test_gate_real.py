@@ -53,11 +53,16 @@ def test_gate_trips_on_huge_pages_against_4k_faults(tmp_path, home):
     root = ET.fromstring(p.stdout)
     assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("1", "1", "0")
     assert "REGRESSION fault.anon.{pages} [size=16m] -P 1: new vs base: " in p.stderr
-    # with --skip-disturbed, a busy machine's cell is listed as not judged, never silently passed
+    # its runs named one by one are judged with the experiment's interval, and trip it too
+    r = run_cli("compare", f"{name}/base", f"{name}/new", "--fail-on-regression", THRESHOLD, check=1)
+    assert f"REGRESSION fault.anon.{{pages}} [size=16m] -P 1: {name}/new vs {name}/base: " in r.stderr
+    # with --skip-disturbed, a busy machine's cell is listed as set aside, never silently passed: the
+    # gate, left with no judged cell, fails
     d = run_cli("compare", "--experiment", name, "--fail-on-regression", THRESHOLD, "--skip-disturbed")
     if c["disturbed"]:
-        assert d.returncode == 0 and "measured while the machine was disturbed" in d.stderr
-        assert "1 not judged" in d.stderr.splitlines()[0]
+        assert d.returncode == 1 and "measured while the machine was disturbed" in d.stderr
+        assert d.stderr.splitlines()[0].endswith("FAILED: it judged no cell, so it checked nothing; 1 set aside by "
+                                                 "--skip-disturbed (below)")
     else:
         assert d.returncode == 1 and "FAILED: 1 of 1" in d.stderr
 

@@ -23,7 +23,9 @@ Method
 * **Separate runs** (:func:`from_runs`): each side is one run made at its own
   time, so the interval also holds the drift between runs
   (:func:`kperfdiff.stats.run_level_change`), estimated from every stored bench
-  run of the benchmark on the same machine configuration.
+  run of the benchmark on the same machine configuration. Runs that all belong
+  to one experiment were interleaved there: they get the experiment's interval
+  (no drift between runs), the same as ``--experiment`` gives its variants.
 * **Significant** (``*``) only when the cell's Benjamini-Hochberg q-value over
   all the cells of its table (one variant against one reference) is at most
   ``alpha`` (0.05): on a table where nothing changed, the chance that any cell
@@ -351,9 +353,14 @@ def _attach_run_history(store, sides: list[Side]) -> None:
 
 
 def from_runs(store, refs: list[str], *, stack: bool = False, profiles: bool = True) -> Comparison:
+    """Runs compared side by side (the first is the baseline). Runs that each stand alone are judged
+    with the drift between runs; runs that all belong to one experiment were interleaved there, so
+    they get the experiment's own interval, the same as ``compare --experiment`` gives its variants."""
     if len(refs) < 2:
         raise InputError("compare needs at least two runs (the first is the baseline), or --experiment")
     runs = [store.find_run(r) for r in refs]
+    exp_ids = {store.run_experiment_id(r.id) for r in runs}
+    exp = store.get_experiment(exp_ids.pop()) if len(exp_ids) == 1 and None not in exp_ids else None
     seen: dict[str, int] = {}
     sides = []
     for run in runs:
@@ -364,7 +371,8 @@ def from_runs(store, refs: list[str], *, stack: bool = False, profiles: bool = T
         sides.append(_side_from_runs(store, label, [run], profiles))
         for smp in sides[-1].samples.values():
             smp.machine_id = run.machine_id
-    _attach_run_history(store, sides)
+    if exp is None:
+        _attach_run_history(store, sides)
     labels = [s.label for s in sides]
     pairs = [(lab, labels[0], "baseline") for lab in labels[1:]]
     if stack:
@@ -375,7 +383,9 @@ def from_runs(store, refs: list[str], *, stack: bool = False, profiles: bool = T
             if k != smp.benchmark:
                 templates.setdefault(k, {})[s.label] = smp.benchmark
     title = "runs " + ", ".join(str(r.id) for r in runs)
-    return compare(sides, pairs, title=title, templates=templates)
+    if exp is not None:
+        title += f" (interleaved in experiment {exp['name']}, id {exp['id']}: its interval, no drift between runs)"
+    return compare(sides, pairs, title=title, experiment=exp, templates=templates)
 
 
 def top_mover(cmp: Comparison) -> CellChange | None:
@@ -396,7 +406,7 @@ def top_mover(cmp: Comparison) -> CellChange | None:
 
 # -- the regression gate (kperfdiff compare --fail-on-regression) ----------------------
 
-FAIL, PASS, SKIP = "fail", "pass", "skip"
+FAIL, PASS, SKIP, UNJUDGED = "fail", "pass", "skip", "unjudged"
 
 
 @dataclass
@@ -408,24 +418,34 @@ class Verdict:
     kind: str                    # "baseline" or "previous"
     cell: CellChange
     params: dict
-    outcome: str                 # FAIL, PASS or SKIP (not judged)
+    outcome: str                 # FAIL, PASS, UNJUDGED (could not be judged) or SKIP (set aside: --skip-disturbed)
     reason: str
 
 
 @dataclass
 class Gate:
-    """The verdicts of :func:`gate` over every cell of every table of a comparison."""
+    """The verdicts of :func:`gate` over every cell of every table of a comparison. It fails closed:
+    a cell it could not judge fails it unless ``allow_unjudged``, and a gate that judged no cell
+    never passes."""
 
     threshold: float | None      # percent: a slowdown must be worse than -threshold to trip; None: no gate
     skip_disturbed: bool
     verdicts: list[Verdict]
+    allow_unjudged: bool = False
 
     def with_outcome(self, outcome: str) -> list[Verdict]:
         return [v for v in self.verdicts if v.outcome == outcome]
 
     @property
+    def judged(self) -> int:
+        """How many cells were judged (tripped it or passed)."""
+        return len(self.with_outcome(FAIL)) + len(self.with_outcome(PASS))
+
+    @property
     def exit_status(self) -> int:
-        return 1 if self.with_outcome(FAIL) else 0
+        if self.with_outcome(FAIL) or not self.judged:
+            return 1
+        return 1 if self.with_outcome(UNJUDGED) and not self.allow_unjudged else 0
 
 
 def judge(cell: CellChange, threshold: float, *, skip_disturbed: bool = False) -> tuple[str, str]:
@@ -433,13 +453,13 @@ def judge(cell: CellChange, threshold: float, *, skip_disturbed: bool = False) -
     significant (the table's Benjamini-Hochberg test, as the comparison marks it) and its change is
     a slowdown beyond ``threshold`` percent (the change is signed so that negative is worse, for
     times and for throughputs alike). A cell with no test (a side missing or failed, too few
-    repetitions, no drift estimate) is not judged (SKIP). A cell measured while the machine was
-    disturbed trips it like any other, its reason saying so (its interval already holds the noise
-    it saw); with ``skip_disturbed`` it is not judged instead, for shops that would rather rerun."""
+    repetitions, no drift estimate) could not be judged (UNJUDGED). A cell measured while the machine
+    was disturbed trips it like any other, its reason saying so (its interval already holds the noise
+    it saw); with ``skip_disturbed`` it is set aside instead (SKIP), for shops that would rather rerun."""
     if math.isnan(cell.change):
-        return SKIP, cell.note or "not measured on both sides"
+        return UNJUDGED, cell.note or "not measured on both sides"
     if math.isnan(cell.p):
-        return SKIP, cell.note or "no interval, so no test"
+        return UNJUDGED, cell.note or "no interval, so no test"
     if cell.change >= 0:
         return PASS, "no slowdown"
     if not cell.significant:
@@ -455,7 +475,8 @@ def judge(cell: CellChange, threshold: float, *, skip_disturbed: bool = False) -
     return FAIL, f"significant slowdown beyond {threshold:g}%"
 
 
-def gate(cmp: Comparison, threshold: float | None, *, skip_disturbed: bool = False) -> Gate:
+def gate(cmp: Comparison, threshold: float | None, *, skip_disturbed: bool = False,
+         allow_unjudged: bool = False) -> Gate:
     """Judge every cell of every table of ``cmp`` (each variant against the baseline, and against
     the previous variant of a patch stack). With no ``threshold`` nothing is judged: every cell
     passes (what JUnit output says when no gate was asked for)."""
@@ -468,4 +489,4 @@ def gate(cmp: Comparison, threshold: float | None, *, skip_disturbed: bool = Fal
                 else (PASS, "no threshold given (--fail-on-regression), so not judged")
             verdicts.append(Verdict(blk.variant, blk.reference, blk.kind, cell, dict(smp.params) if smp else {},
                                     outcome, reason))
-    return Gate(threshold, skip_disturbed, verdicts)
+    return Gate(threshold, skip_disturbed, verdicts, allow_unjudged)

@@ -47,17 +47,24 @@ def add_parsers(sub) -> None:
                    help="with RUNs: they form a patch stack; also compare each with the one before it")
     c.add_argument("--format", choices=FORMATS + ["junit"], default="text",
                    help="text (default), json, csv, markdown, or junit (JUnit XML for CI: a testsuite per "
-                        "table, a testcase per cell, a failure per cell that trips --fail-on-regression)")
+                        "table, a testcase per cell, a failure per cell that trips --fail-on-regression, an "
+                        "error per cell it could not judge, skipped with --allow-unjudged)")
     c.add_argument("--fail-on-regression", type=percent, default=None, metavar="PCT",
                    help="a CI gate: exit 1 when any cell is a significant slowdown (marked * by the table's "
                         "Benjamini-Hochberg test) of more than PCT%% (change below -PCT; the change is signed "
                         "so that negative is worse, times up or throughputs down), else 0; the cells that "
-                        "tripped it, and the cells it could not judge (no interval, a side missing or failed), "
-                        "are listed on stderr; cells measured while the machine was disturbed (!) count, and "
-                        "say so")
+                        "tripped it are listed on stderr; cells measured while the machine was disturbed (!) "
+                        "count, and say so. It fails closed: a cell it could not judge (no interval, a side "
+                        "missing or failed) fails it too, listed with the reason, unless --allow-unjudged; a "
+                        "gate that judged no cell never passes. Runs of one experiment are judged with the "
+                        "experiment's interval, as --experiment judges them")
+    c.add_argument("--allow-unjudged", action="store_true",
+                   help="with --fail-on-regression: cells it could not judge do not fail it; it says how many "
+                        "there were (a gate that judged no cell still fails)")
     c.add_argument("--skip-disturbed", action="store_true",
                    help="with --fail-on-regression: do not judge cells measured while the machine was disturbed "
-                        "(!); they are listed as not judged, so noise cannot fail a build, nor catch a regression")
+                        "(!); they are listed as set aside, so noise cannot fail a build, nor catch a regression "
+                        "(a gate left with no judged cell still fails)")
 
     r = sub.add_parser("report", help="write a self-contained HTML report (or Markdown) of an experiment or runs",
                        description="One HTML file that works offline, the result first: comparison tables, "
@@ -113,11 +120,13 @@ def run(args: argparse.Namespace) -> int:
 def compare(args: argparse.Namespace) -> int:
     """`kperfdiff compare RUN_A RUN_B ...` or `kperfdiff compare --experiment ID|NAME`; with
     --fail-on-regression, the gate's verdict on stderr and as the exit status."""
-    if args.skip_disturbed and args.fail_on_regression is None:
-        raise UsageError("--skip-disturbed needs --fail-on-regression PCT", prog="kperfdiff compare")
+    for flag, given in (("--skip-disturbed", args.skip_disturbed), ("--allow-unjudged", args.allow_unjudged)):
+        if given and args.fail_on_regression is None:
+            raise UsageError(f"{flag} needs --fail-on-regression PCT", prog="kperfdiff compare")
     store = open_store(args, create=False)
     cmp = load_comparison(store, experiment=args.experiment, runs=args.runs, stack=args.stack, profiles=False)
-    gate = cm.gate(cmp, args.fail_on_regression, skip_disturbed=args.skip_disturbed)
+    gate = cm.gate(cmp, args.fail_on_regression, skip_disturbed=args.skip_disturbed,
+                   allow_unjudged=args.allow_unjudged)
     sys.stdout.write(rcompare.render(cmp, args.format, gate))
     if args.fail_on_regression is None:
         return 0

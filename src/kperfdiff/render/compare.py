@@ -12,7 +12,7 @@ import re
 import xml.etree.ElementTree as ET
 
 from .. import stats
-from ..compare import FAIL, SKIP, Block, CellChange, Comparison, Gate, Verdict, method_text
+from ..compare import FAIL, SKIP, UNJUDGED, Block, CellChange, Comparison, Gate, Verdict, method_text
 from ..compare import gate as cm_gate
 from .table import Table, md_escape, number, to_csv, to_json, to_markdown, to_text
 
@@ -205,23 +205,37 @@ def cell_figures(c: CellChange) -> str:
     return f"{_pct(c.change)}%{ci}{tests}"
 
 
+def gate_verdict(gate: Gate) -> str:
+    """The gate's verdict in one line: FAILED and why, or passed. It fails closed: cells it could
+    not judge fail it unless --allow-unjudged, and a gate that judged no cell never passes."""
+    fails, unjudged, aside = gate.with_outcome(FAIL), gate.with_outcome(UNJUDGED), gate.with_outcome(SKIP)
+    why = [f"{len(fails)} of {gate.judged} judged cells tripped it"] if fails else []
+    if unjudged and not gate.allow_unjudged:
+        why.append(f"{len(unjudged)} of {len(gate.verdicts)} cells could not be judged (below; "
+                   f"--allow-unjudged lets them pass)")
+    if not gate.judged and not why:
+        why.append("it judged no cell, so it checked nothing")
+    out = (f"regression gate (significant slowdown beyond {gate.threshold:g}%): "
+           + (f"FAILED: {'; '.join(why)}" if why else f"passed: none of {gate.judged} judged cells tripped it"))
+    if unjudged and gate.allow_unjudged:
+        out += f"; {len(unjudged)} not judged, allowed by --allow-unjudged (below)"
+    if aside:
+        out += f"; {len(aside)} set aside by --skip-disturbed (below)"
+    return out
+
+
 def gate_text(gate: Gate) -> str:
     """The gate's verdict for stderr: the cells that tripped it with their figures, and the cells
-    it could not judge and why."""
-    fails, skips = gate.with_outcome(FAIL), gate.with_outcome(SKIP)
-    judged = len(gate.verdicts) - len(skips)
-    head = (f"regression gate (significant slowdown beyond {gate.threshold:g}%): "
-            + (f"FAILED: {len(fails)} of {judged} judged cells tripped it" if fails
-               else f"passed: none of {judged} judged cells tripped it"))
-    out = [head + (f"; {len(skips)} not judged (below)" if skips else "")]
-    for v in fails:
+    it could not judge or set aside, and why."""
+    out = [gate_verdict(gate)]
+    for v in gate.with_outcome(FAIL):
         b = v.cell
         bench = b.benchmark_new if b.benchmark_new == b.benchmark_base else f"{b.benchmark_new} vs {b.benchmark_base}"
         out.append(f"  REGRESSION {cell_name(v)}: {cell_figures(v.cell)} ({bench}, {b.unit}, "
                    f"{'lower' if b.better == 'lower' else 'higher'} is better)"
                    + (f"; ! measured while the machine was disturbed: {'; '.join(b.disturbed)}" if b.disturbed else ""))
-    if skips:
-        out += [f"  not judged: {cell_name(v)}: {v.reason}" for v in skips]
+    out += [f"  not judged: {cell_name(v)}: {v.reason}" for v in gate.with_outcome(UNJUDGED)]
+    out += [f"  set aside: {cell_name(v)}: {v.reason}" for v in gate.with_outcome(SKIP)]
     return "\n".join(out) + "\n"
 
 
@@ -233,34 +247,53 @@ def _x(text) -> str:
     return _NOT_XML.sub("\ufffd", str(text))
 
 
+def junit_mark(gate: Gate, v: Verdict) -> tuple[str, str, str] | None:
+    """A cell's JUnit mark (element, its type, message), or None for a pass: ``failure`` for a cell
+    that tripped the gate, ``error`` for one it could not judge (``skipped`` with --allow-unjudged),
+    ``skipped`` for one set aside by --skip-disturbed."""
+    if v.outcome == FAIL:
+        return "failure", "regression", f"{v.reason}: {cell_figures(v.cell)}"
+    if v.outcome == UNJUDGED and not gate.allow_unjudged:
+        return "error", "unjudged", f"could not be judged: {v.reason}"
+    if v.outcome == UNJUDGED:
+        return "skipped", "", f"not judged, allowed by --allow-unjudged: {v.reason}"
+    if v.outcome == SKIP:
+        return "skipped", "", v.reason
+    return None
+
+
 def to_junit(cmp: Comparison, gate: Gate) -> str:
     """JUnit XML: a <testsuite> per table (variant against reference), a <testcase> per cell
     (classname the column, name with parameters, core count and variant); its figures in
-    <system-out>; <failure> for a cell that tripped the gate, <skipped> for one it could not judge
-    (only when a threshold was given: without one, ``gate`` judges nothing and every cell passes)."""
+    <system-out>; its mark from :func:`junit_mark` (only when a threshold was given: without one,
+    ``gate`` judges nothing and every cell passes). A gate that judged no cell, and has no cell in
+    error either (--allow-unjudged, --skip-disturbed, no cells), adds a suite of one testcase in
+    error, "regression gate", so that the XML fails as the exit status does."""
     root = ET.Element("testsuites", name=_x(f"kperfdiff compare: {cmp.title}"))
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     by_table: dict[tuple[str, str, str], list[Verdict]] = {}
     for v in gate.verdicts:
         by_table.setdefault((v.variant, v.reference, v.kind), []).append(v)
     for (variant, reference, kind), verdicts in by_table.items():
-        counts = {"tests": len(verdicts), "failures": sum(v.outcome == FAIL for v in verdicts), "errors": 0,
-                  "skipped": sum(v.outcome == SKIP for v in verdicts)}
+        marks = [junit_mark(gate, v) for v in verdicts]
+        counts = {"tests": len(verdicts), "failures": sum(bool(m and m[0] == "failure") for m in marks),
+                  "errors": sum(bool(m and m[0] == "error") for m in marks),
+                  "skipped": sum(bool(m and m[0] == "skipped") for m in marks)}
         suite = ET.SubElement(root, "testsuite", name=_x(f"{variant} vs {reference} ({kind})"),
                               **{k: str(n) for k, n in counts.items()})
         props = ET.SubElement(suite, "properties")
         for k, val in (("variant", variant), ("reference", reference), ("kind", kind),
                        ("threshold_pct", "none" if gate.threshold is None else f"{gate.threshold:g}"),
+                       ("allow_unjudged", "yes" if gate.allow_unjudged else "no"),
                        ("sign", "positive change = better"), ("method", method_text(cmp.confidence, cmp.alpha))):
             ET.SubElement(props, "property", name=k, value=_x(val))
-        for v in verdicts:
+        for v, mark in zip(verdicts, marks):
             c = v.cell
             case = ET.SubElement(suite, "testcase", classname=_x(c.key), name=_x(cell_name(v)))
-            if v.outcome == FAIL:
-                ET.SubElement(case, "failure", type="regression",
-                              message=_x(f"{v.reason}: {cell_figures(c)}")).text = _x(cell_figures(c))
-            elif v.outcome == SKIP:
-                ET.SubElement(case, "skipped", message=_x(v.reason))
+            if mark:
+                el, kind_, message = mark
+                attrs = {"message": _x(message)} | ({"type": kind_} if kind_ else {})
+                ET.SubElement(case, el, **attrs).text = _x(cell_figures(c)) if el == "failure" else None
             figures = [f"change: {cell_figures(c)} (positive = better)",
                        f"baseline {c.benchmark_base}: {number(c.base)} {c.unit or ''} ({c.reps_base} reps)",
                        f"variant {c.benchmark_new}: {number(c.new)} {c.unit or ''} ({c.reps_new} reps)",
@@ -269,6 +302,13 @@ def to_junit(cmp: Comparison, gate: Gate) -> str:
             ET.SubElement(case, "system-out").text = _x("\n".join(figures))
         for k in totals:
             totals[k] += counts[k]
+    if gate.threshold is not None and not gate.judged and not totals["failures"] + totals["errors"]:
+        suite = ET.SubElement(root, "testsuite", name="regression gate", tests="1", failures="0", errors="1",
+                              skipped="0")
+        case = ET.SubElement(suite, "testcase", classname="kperfdiff", name="regression gate")
+        ET.SubElement(case, "error", type="nothing-judged", message=_x(gate_verdict(gate)))
+        totals["tests"] += 1
+        totals["errors"] += 1
     for k, n in totals.items():
         root.set(k, str(n))
     ET.indent(root)
