@@ -2,6 +2,7 @@
 every label and symbol name escaped; and its Markdown form."""
 import base64
 import hashlib
+import json
 import re
 import shutil
 
@@ -11,6 +12,7 @@ from chromium import Chrome, Page, load_in_chromium, needs_chromium
 from conftest import run_cli
 from kperfdiff import compare as cm
 from kperfdiff.commands.experiment import write_report
+from kperfdiff.render import diff as rdiff
 from kperfdiff.report import gather
 from test_compare import make_store
 
@@ -192,3 +194,33 @@ def test_run_with_profiles_prints_table_diff_and_report(tmp_path, home):
     assert ">> benchmark that moved most: fault.anon.{p} -P 1" in r.stdout
     assert "candidates among common kernel functions" in r.stdout or "no profiles" not in r.stdout
     assert f"report: {out}" in r.stdout and out.exists()
+
+
+def test_report_diffs_every_repetition_as_diff_does(tmp_path, home):
+    """The report's profile diff ranks every stored repetition of each side (8 here), the same
+    numbers as `kperfdiff diff RUN:BENCH@CORES` of the same references; the last two repetitions of
+    B spend most of their time in late_fn, which a report of the first 6 would not see."""
+    s, ra, rb = make_store(home / "kperfdiff.db", p2_reps=3, extra_runs=2)
+    for run, folder, late in ((ra, tmp_path / "pa", 0), (rb, tmp_path / "pb", 3000)):
+        folder.mkdir()
+        for rep in range(8):
+            f = folder / f"x.lat.P2.r{rep}.folded"
+            f.write_text(f"worker;entry_SYSCALL_64_[k];do_syscall_64_[k];unmap_vmas_[k] {900 + 10 * rep}\n"
+                         f"worker;entry_SYSCALL_64_[k];do_syscall_64_[k];clear_page_erms_[k] {100 + rep}\n"
+                         + (f"worker;entry_SYSCALL_64_[k];late_fn_[k] {late}\n" if rep >= 6 and late else "")
+                         + "worker;main 50\n")
+            s.add_profile(run_id=run.id, result_id=None, benchmark="x.lat", rep=rep, path=str(f), kallsyms=None,
+                          event="cpu-clock", samples=None, cpu_time_ns=10 ** 9, ops=1000, meta={"copies": 2})
+    data = gather(s, cm.from_runs(s, ["A", "B"]))
+    (pd,) = data.diffs
+    assert not pd.error
+    cli = json.loads(run_cli("diff", "A:x.lat@2", "B:x.lat@2", "--format", "json", check=0).stdout)
+    report = json.loads(rdiff.to_json_text(pd.result))
+    for section in ("common", "only_a", "only_b"):
+        assert report[section] == cli[section], section
+    assert report["sides"]["b"]["samples"] == cli["sides"]["b"]["samples"]
+    assert pd.reps == (8, 8)
+    late_row = next(r for r in cli["only_b"] if r["symbol"] == "late_fn")
+    md = write_report(data, tmp_path / "r.md", "markdown").read_text()
+    assert "profiles of every stored repetition, parallel copies merged: 8 of A, 8 of B" in md
+    assert f"{late_row['value_b']:.2f} | late_fn" in md

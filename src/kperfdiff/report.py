@@ -2,8 +2,8 @@
 
 :func:`gather` collects a :class:`ReportData`: the comparison, the machine facts of every side
 (with the knobs, environment and command line its runs recorded), and for each benchmark that
-changed significantly the kperfdiff ranking of its profiles (one per repetition, parallel
-copies merged). :mod:`kperfdiff.render.report` turns it into HTML or Markdown without reading
+changed significantly the kperfdiff ranking of its profiles (one per repetition, every stored
+repetition as ``kperfdiff diff RUN:BENCHMARK`` reads them, parallel copies merged). :mod:`kperfdiff.render.report` turns it into HTML or Markdown without reading
 anything.
 """
 from __future__ import annotations
@@ -27,6 +27,7 @@ class ProfileDiff:
     result: DiffResult | None = None
     title: str = ""                # of its differential flame graph
     error: str = ""
+    reps: tuple[int, int] = (0, 0)  # repetitions whose profiles were diffed (reference, variant): every stored one
 
 
 @dataclass
@@ -89,6 +90,7 @@ def diff_stored(cmp: Comparison, reference: str, variant: str, bench_ref: str, b
         if not pa or not pb:
             pd.error = "the profile files are missing from the artefact folder"
             return pd
+        pd.reps = (len(pa), len(pb))
         opts = options or DiffOptions()
         opts.labels = (reference, variant)
         res = diff_profiles(pa, pb, opts)

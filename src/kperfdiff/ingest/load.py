@@ -122,7 +122,6 @@ def load_many(jobs: list[Callable[[], Profile]], workers: int | None = None) -> 
 # -- sides of a diff: files or store references -----------------------------------
 
 ProfileRef = tuple[list[Path], dict]   # the parallel copies of one repetition, and what the store knows
-MAX_STORED_PROFILES_PER_SIDE = 6       # a report diffs at most this many repetitions per side
 
 
 def resolve_side(spec: str, lookup: Callable[[str], list[ProfileRef]]) -> list[ProfileRef]:
@@ -201,12 +200,13 @@ def load_side(spec: str, lookup: Callable[[str], list[ProfileRef]], *, kallsyms:
 
 def load_stored(entries: list[dict], label: str) -> list[Profile]:
     """The profiles of one comparison cell as the store lists them (path, kallsyms, run_id, rep, ops,
-    cpu_time_ns): one per repetition (its parallel copies merged), at most
-    MAX_STORED_PROFILES_PER_SIDE; a missing file is an error naming it, never a silently smaller side."""
+    cpu_time_ns): one per repetition (its parallel copies merged), every stored repetition, as
+    ``kperfdiff diff RUN:BENCHMARK`` reads them; a missing file is an error naming it, never a
+    silently smaller side."""
     by_rep: dict = {}
     for p in entries:
         by_rep.setdefault((p.get("run_id") or 0, p.get("rep") or 0), []).append(p)
-    reps = [by_rep[rep] for rep in sorted(by_rep)[:MAX_STORED_PROFILES_PER_SIDE]]
+    reps = [by_rep[rep] for rep in sorted(by_rep)]
     for p in (p for rep in reps for p in rep):
         if not Path(p["path"]).exists():
             raise InputError(f"the profile {p['path']} is missing from the store's artefact folder")

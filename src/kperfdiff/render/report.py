@@ -213,6 +213,12 @@ def flame_svg(pd: ProfileDiff, n: int = 0, *, script: bool = False) -> str:
     return svg[svg.find("<svg"):] if "<svg" in svg else svg
 
 
+def profiles_line(pd: ProfileDiff) -> str:
+    """Which profiles the diff below it ranks: every stored repetition of each side."""
+    return (f"profiles of every stored repetition, parallel copies merged: {pd.reps[0]} of {pd.reference}, "
+            f"{pd.reps[1]} of {pd.variant} (as kperfdiff diff reads them)")
+
+
 def diff_tables_html(pd: ProfileDiff) -> str:
     out = "\n".join(table_html(t) for t in rdiff.tables(pd.result, mark=True))
     if not pd.result.significance:
@@ -247,6 +253,7 @@ def to_html(data: ReportData) -> str:
         if pd.error:
             body.append(f'<p class="note">{esc(pd.error)}</p>')
             continue
+        body.append(f'<p class="note">{esc(profiles_line(pd))}</p>')
         body.append(diff_tables_html(pd))
         body.append(f'<div class="flame">{flame_svg(pd, flames)}</div>')
         flames += 1
@@ -298,6 +305,7 @@ def to_markdown(data: ReportData, files_dir: str) -> tuple[str, dict[str, str]]:
         if pd.error:
             out.append(md_escape(pd.error) + "\n")
             continue
+        out.append(md_escape(profiles_line(pd)) + "\n")
         out.append(rdiff.to_markdown_text(pd.result))
         fn = f"flame-{i}.svg"
         files[fn] = flame_svg(pd, i, script=True)
@@ -315,4 +323,4 @@ def top_mover_text(top) -> str:
             f"{c.change:+.1f}%{' (significant)' if c.significant else ' (not significant)'}\n")
     if pd.error:
         return head + f"kperfdiff: {pd.error}\n"
-    return head + rdiff.render(pd.result, "text")
+    return head + profiles_line(pd) + "\n" + rdiff.render(pd.result, "text")
