@@ -323,4 +323,4 @@ def top_mover_text(top) -> str:
             f"{c.change:+.1f}%{' (significant)' if c.significant else ' (not significant)'}\n")
     if pd.error:
         return head + f"kperfdiff: {pd.error}\n"
-    return head + profiles_line(pd) + "\n" + rdiff.render(pd.result, "text")
+    return head + rdiff.render(pd.result, "text")
