@@ -143,6 +143,18 @@ def test_sampler_never_raises_and_stops_promptly():
     assert len(s.samples) == 1 and s.mean_other is not None and s.max_other >= 0
 
 
+def test_sampler_takes_at_most_a_tenth_of_a_cpu():
+    """A sample that takes 30 ms (reading every task of a large machine) is followed by a pause
+    of 270 ms, not by the next sample 1 ms later."""
+    class Slow(nz.RunnableSampler):
+        def sample(self):
+            time.sleep(0.03)
+            self.samples.append(0)
+    with Slow(lambda: [], interval=0.001) as s:
+        time.sleep(0.5)
+    assert 1 <= len(s.samples) <= 3
+
+
 def test_sampler_counts_our_running_tasks_as_ours():
     hog = _busy_loops(1, None)
     try:

@@ -295,13 +295,20 @@ class RunnableSampler:
         self.samples.append(other)
         self.own_samples.append(own)
 
+    # The sampler's share of one CPU, at most: it runs beside the benchmark, and on a machine of
+    # many tasks reading each one's state takes milliseconds, so the pause after a sample is at
+    # least (1 - DUTY) / DUTY times what the sample took.
+    DUTY = 0.1
+
     def _loop(self) -> None:
         while not self._stop.is_set():
+            t = time.monotonic()
             try:
                 self.sample()
             except Exception:     # a sampler must never take the run down
                 pass
-            self._stop.wait(self.interval)
+            took = time.monotonic() - t
+            self._stop.wait(max(self.interval, took * (1 - self.DUTY) / self.DUTY))
 
     def __enter__(self) -> RunnableSampler:
         self._thread = threading.Thread(target=self._loop, name="kperfdiff-noise", daemon=True)
