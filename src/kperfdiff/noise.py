@@ -124,19 +124,25 @@ def parse_schedstat(text: str) -> tuple[int, int, int] | None:
     return int(parts[0]), int(parts[1]), int(parts[2])
 
 
-def task_state(stat_text: str) -> str | None:
-    """The state letter of a /proc/.../stat line (R, S, D, Z...); the command may hold spaces."""
+def stat_fields(stat_text: str) -> list[str]:
+    """The fields of a /proc/.../stat line after the command (which may hold spaces and
+    parentheses): state, ppid, pgrp, session, tty, tpgid, flags, minflt, cminflt, majflt,
+    cmajflt, utime, stime, cutime, cstime, ...; [] when the line has no command."""
     _, sep, rest = stat_text.rpartition(")")
-    parts = rest.split()
-    return parts[0] if sep and parts else None
+    return rest.split() if sep else []
+
+
+def task_state(stat_text: str) -> str | None:
+    """The state letter of a /proc/.../stat line (R, S, D, Z...)."""
+    f = stat_fields(stat_text)
+    return f[0] if f else None
 
 
 def reaped_children(stat_text: str) -> bool:
     """Whether the process of a /proc/PID/stat line has waited for a child: its children's minor
     faults (``cminflt``) or CPU time (``cutime``, ``cstime``) are not zero."""
-    _, sep, rest = stat_text.rpartition(")")
-    f = rest.split()            # state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt
-    return bool(sep) and len(f) > 14 and any(x.isdigit() and int(x) > 0 for x in (f[8], f[13], f[14]))
+    f = stat_fields(stat_text)
+    return len(f) > 14 and any(x.isdigit() and int(x) > 0 for x in (f[8], f[13], f[14]))
 
 
 def tasks_of(pid: int, proc: Path = PROC) -> list[tuple[int, int]]:
@@ -172,12 +178,8 @@ def running_tasks(proc: Path = PROC) -> list[tuple[int, int, int]]:
         except OSError:
             continue
         for t in tids:
-            text = _read(proc / p / "task" / t / "stat")
-            if not text:
-                continue
-            _, sep, rest = text.rpartition(")")
-            f = rest.split()           # state ppid pgrp session ...
-            if sep and len(f) > 3 and f[0] == "R" and f[3].lstrip("-").isdigit() and t.isdigit():
+            f = stat_fields(_read(proc / p / "task" / t / "stat") or "")
+            if len(f) > 3 and f[0] == "R" and f[3].lstrip("-").isdigit() and t.isdigit():
                 out.append((int(p), int(t), int(f[3])))
     return out
 
