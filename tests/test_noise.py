@@ -1,4 +1,5 @@
 """Noise probes: /proc parsing, the disturbance rules, and real contention seen by run_copies."""
+import dataclasses
 import os
 import subprocess
 import sys
@@ -142,6 +143,18 @@ def test_sampler_never_raises_and_stops_promptly():
     assert len(s.samples) == 1 and s.mean_other is not None and s.max_other >= 0
 
 
+def test_sampler_takes_at_most_a_tenth_of_a_cpu():
+    """A sample that takes 30 ms (reading every task of a large machine) is followed by a pause
+    of 270 ms, not by the next sample 1 ms later."""
+    class Slow(nz.RunnableSampler):
+        def sample(self):
+            time.sleep(0.03)
+            self.samples.append(0)
+    with Slow(lambda: [], interval=0.001) as s:
+        time.sleep(0.5)
+    assert 1 <= len(s.samples) <= 3
+
+
 def test_sampler_counts_our_running_tasks_as_ours():
     hog = _busy_loops(1, None)
     try:
@@ -151,6 +164,89 @@ def test_sampler_counts_our_running_tasks_as_ours():
     finally:
         _stop(hog)
     assert s.max_own == 1 and sum(s.own_samples) >= len(s.own_samples) // 2
+
+
+def _fake_task(proc, pid, tid, comm, state, ppid, session, children=""):
+    d = proc / str(pid) / "task" / str(tid)
+    d.mkdir(parents=True)
+    (d / "stat").write_text(f"{tid} ({comm}) {state} {ppid} {session} {session} 0 -1 4194304 0 0\n")
+    (d / "children").write_text(children)
+
+
+def test_sampler_leaves_out_the_benchmarks_own_unlisted_children(tmp_path):
+    """The copy's tree lists the worker only; a child it forked since and an orphan it left
+    behind are in its session, running, and must not be blamed as other work: only the
+    outside process is."""
+    proc = tmp_path / "proc"
+    _fake_task(proc, 100, 100, "kpd-run", "S", 1, 100, children="101 ")
+    _fake_task(proc, 101, 101, "kpd worker", "R", 100, 101)
+    _fake_task(proc, 102, 102, "kpd worker", "R", 101, 101)     # forked after the listing
+    _fake_task(proc, 103, 103, "orphan", "R", 1, 101)           # reparented, same session
+    _fake_task(proc, 200, 200, "outsider", "R", 1, 200)
+    (proc / "loadavg").write_text("0.5 0.5 0.5 5/90 4242\n")     # the 4 above and the sampler
+    s = nz.RunnableSampler(lambda: [101, 100], proc=proc)
+    s.sample()
+    assert (s.samples, s.own_samples) == ([1], [3])
+    assert s.most_session_tasks == 3
+    n = nz.system_noise(nz.SystemSnapshot(0.0), nz.SystemSnapshot(1.0), s, [nz.ProcessNoise(tasks=1)])
+    assert n.tasks_per_copy == 3 and n.own_runnable_max == 3 and n.other_runnable_mean == 1
+    # with nothing to find, the cheap count decides and no task is read one by one
+    (proc / "loadavg").write_text("0.5 0.5 0.5 2/90 4242\n")
+    s.sample()
+    assert s.samples[-1] == 0 and s.own_samples[-1] == 1
+
+
+ORPHANS = """\
+    import os, sys, time
+    end = time.monotonic() + float(sys.argv[2])
+    for _ in range(int(sys.argv[3])):      # busy grandchildren, reparented away from the worker's tree
+        if os.fork() == 0:
+            if os.fork() == 0:
+                while time.monotonic() < end:
+                    pass
+            os._exit(0)
+        os.wait()
+    n = 0
+    while time.monotonic() < end:
+        n += 1
+    print(f"kpd 1 {sys.argv[1]}\\nunit ops higher\\ninterval {n} {n} 1\\nend {n} 0 0")
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_a_benchmarks_own_busy_children_are_not_other_work(tmp_path):
+    """A real worker leaves 2 busy orphans in its session (no listing of its tree finds them):
+    they are counted as its own tasks, while an outside busy loop still counts as other work.
+    Counts are compared, not timings: the orphans and the hog are runnable all the time."""
+    script = tmp_path / "orphans.py"
+    script.write_text(f"#!{sys.executable}\n" + textwrap.dedent(ORPHANS))
+    script.chmod(0o755)
+    hog = _busy_loops(1, None)
+    try:
+        time.sleep(0.1)
+        outs, rep = worker.run_copies_with_noise([str(script), "b.o", "1.0", "2"], 1, timeout=20)
+    finally:
+        _stop(hog)
+    assert outs[0].status == "ok", outs[0].error
+    assert rep.own_runnable_max >= 3 and rep.tasks_per_copy >= 3    # the worker and its two orphans
+    assert rep.other_runnable_mean >= 0.9                            # the hog, in every sample
+    assert nz.disturbance(rep, copies=1, cpus=os.cpu_count())        # and it disturbs the run
+    assert not any("waited for a CPU" in r for r in nz.disturbance(rep, copies=1, cpus=os.cpu_count()))
+
+
+def test_a_forking_benchmark_is_not_one_task():
+    """proc.fork's children live microseconds, between the tracker's samples; the copy is still
+    known to have had them (it waited for them), so the time it waits for a CPU (its children's
+    turn) is not judged as other work's."""
+    from kperfdiff.bench import build
+    argv = worker.worker_argv(build.build_family("proc"), "proc.fork", {}, intervals=3)
+    outs, rep = worker.run_copies_with_noise(argv, 1, timeout=60)
+    assert outs[0].status == "ok", outs[0].error
+    assert outs[0].noise.tasks >= 2 and rep.tasks_per_copy >= 2
+    crowded = dataclasses.replace(rep, run_delay_pct=90.0)
+    assert not any("waited for a CPU" in r for r in nz.disturbance(crowded, copies=1, cpus=os.cpu_count()))
+    assert nz.reaped_children("1 (a b) S 0 1 1 0 -1 0 5 0 0 0 0 0 0 0") is False
+    assert nz.reaped_children("1 (a b) S 0 1 1 0 -1 0 5 7 0 0 0 0 0 0") is True
 
 
 def test_tasks_of_and_tracker_follow_children():

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 
 from . import stats
 from .errors import InputError
-from .records import result_names, summarise_disturbance
+from .records import result_names, summarise_disturbance, unresolvable
 
 MIN_REPS = stats.MIN_REPS
 
@@ -263,6 +263,11 @@ def _add_result(side: Side, r, key: str) -> None:
     if s is None:
         s = side.samples[k] = Sample(benchmark=r.benchmark, unit=r.unit, better=r.better, status="missing")
     s.n_results += 1
+    if unresolvable(s.reason) or (r.status != "ok" and unresolvable(r.reason)):
+        # a repetition (an experiment's cell) whose latency could not be told from zero: the
+        # others alone would give a number biased upwards, so the sample has none
+        s.status, s.reason = "failed", s.reason if unresolvable(s.reason) else r.reason
+        return
     if r.status == "ok":
         by_rep: dict[int, list[float]] = {}
         for rep, _copy, _seq, value, _ops, _ns in r.raw:

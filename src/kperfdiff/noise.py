@@ -6,7 +6,9 @@ Recorded around every repetition (one set of worker copies):
   ``steal`` column of /proc/stat, as a share of all CPU time (:class:`SystemSnapshot`);
 * **other runnable tasks**: sampled every 50 ms by :class:`RunnableSampler`, the
   kernel's count of running tasks (``nr_running()``) minus our own tasks in state R
-  minus the sampler itself;
+  minus the sampler itself; when that leaves any, the tasks in state R are counted
+  one by one, and the benchmark's own (its copies' sessions, which children inherit,
+  however short-lived or reparented) are left out;
 * per worker process (:class:`ProcessNoise`): involuntary and voluntary context
   switches (``wait4`` rusage, which includes reaped children), CPU migrations
   (``se.nr_migrations`` of /proc/PID/sched) and time spent waiting on a run queue
@@ -122,11 +124,25 @@ def parse_schedstat(text: str) -> tuple[int, int, int] | None:
     return int(parts[0]), int(parts[1]), int(parts[2])
 
 
-def task_state(stat_text: str) -> str | None:
-    """The state letter of a /proc/.../stat line (R, S, D, Z...); the command may hold spaces."""
+def stat_fields(stat_text: str) -> list[str]:
+    """The fields of a /proc/.../stat line after the command (which may hold spaces and
+    parentheses): state, ppid, pgrp, session, tty, tpgid, flags, minflt, cminflt, majflt,
+    cmajflt, utime, stime, cutime, cstime, ...; [] when the line has no command."""
     _, sep, rest = stat_text.rpartition(")")
-    parts = rest.split()
-    return parts[0] if sep and parts else None
+    return rest.split() if sep else []
+
+
+def task_state(stat_text: str) -> str | None:
+    """The state letter of a /proc/.../stat line (R, S, D, Z...)."""
+    f = stat_fields(stat_text)
+    return f[0] if f else None
+
+
+def reaped_children(stat_text: str) -> bool:
+    """Whether the process of a /proc/PID/stat line has waited for a child: its children's minor
+    faults (``cminflt``) or CPU time (``cutime``, ``cstime``) are not zero."""
+    f = stat_fields(stat_text)
+    return len(f) > 14 and any(x.isdigit() and int(x) > 0 for x in (f[8], f[13], f[14]))
 
 
 def tasks_of(pid: int, proc: Path = PROC) -> list[tuple[int, int]]:
@@ -146,6 +162,25 @@ def tasks_of(pid: int, proc: Path = PROC) -> list[tuple[int, int]]:
             out.append((p, t))
             kids = _read(proc / str(p) / "task" / str(t) / "children")
             todo.extend(int(c) for c in (kids or "").split() if c.isdigit())
+    return out
+
+
+def running_tasks(proc: Path = PROC) -> list[tuple[int, int, int]]:
+    """(pid, tid, session) of every task in state R now, from /proc/PID/task/TID/stat; tasks
+    that vanish meanwhile are skipped. Reads one file per task on the machine, so a caller
+    does it only when :func:`nr_running` says there is something to find."""
+    out = []
+    for p in os.listdir(proc):
+        if not p.isdigit():
+            continue
+        try:
+            tids = os.listdir(proc / p / "task")
+        except OSError:
+            continue
+        for t in tids:
+            f = stat_fields(_read(proc / p / "task" / t / "stat") or "")
+            if len(f) > 3 and f[0] == "R" and f[3].lstrip("-").isdigit() and t.isdigit():
+                out.append((int(p), int(t), int(f[3])))
     return out
 
 
@@ -189,20 +224,33 @@ def steal_pct(before: SystemSnapshot, after: SystemSnapshot) -> float | None:
 
 
 class RunnableSampler:
-    """Count, every ``interval`` seconds in a daemon thread, the runnable tasks that are not ours:
-    ``other = max(0, nr_running - own tasks in state R - 1)``, the 1 being the sampler itself
-    (or more: every running thread of this process, such as the runner reading /proc).
+    """Count, every ``interval`` seconds in a daemon thread, the runnable tasks that are not ours.
 
-    ``own_pids_fn()`` gives the worker pids; their threads and children are found by
-    :func:`tasks_of`. A context manager; the thread never raises and stops within one
-    interval. ``samples`` holds the count of other tasks of each sample, ``own_samples``
-    the count of our own running tasks (workers only).
+    ``own_pids_fn()`` gives the benchmark's processes: kpd-run and its copies, each the leader
+    of its own session. Their threads and children are found by :func:`tasks_of`, and a task
+    whose session is one of theirs is ours too: children inherit the session, so the children
+    a benchmark forks (``proc.fork`` makes thousands a second, each gone before a listing of
+    the tree could see it) and children reparented away from the tree are never taken for
+    other work.
+
+    Each sample first takes the cheap count ``nr_running - own listed tasks in state R - 1``,
+    the 1 being the sampler itself (or more: every running thread of this process, such as the
+    runner reading /proc). It is an upper bound (children born since the listing count in it);
+    when it is above 0 the tasks in state R are read one by one (:func:`running_tasks`) and the
+    sample is the ones neither ours nor this process's, at most the cheap count (which stands
+    when /proc lists no task at all).
+
+    A context manager; the thread never raises and stops within one interval. ``samples``
+    holds the count of other tasks of each sample, ``own_samples`` the count of our own
+    running tasks (workers only), ``session_tasks`` the tasks seen running in each own
+    session (kpd-run's is its pid).
     """
 
     def __init__(self, own_pids_fn, interval: float = 0.05, proc: Path = PROC):
         self.own_pids_fn, self.interval, self.proc = own_pids_fn, interval, proc
         self.samples: list[int] = []
         self.own_samples: list[int] = []
+        self.session_tasks: dict[int, set[int]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -220,7 +268,8 @@ class RunnableSampler:
         task counted as ours if running in either: tasks that switch thousands of times a
         second (ping-pong) are counted by the kernel but may be seen sleeping an instant later,
         and would be taken for other work. This errs towards fewer other tasks."""
-        tasks = [pt for pid in self.own_pids_fn() for pt in tasks_of(pid, self.proc)]
+        roots = list(self.own_pids_fn())
+        tasks = [pt for pid in roots for pt in tasks_of(pid, self.proc)]
         me = os.getpid()
         try:
             mine = [(me, int(t)) for t in os.listdir(self.proc / str(me) / "task")]
@@ -230,17 +279,38 @@ class RunnableSampler:
         running = nr_running(self.proc)
         if running is None:
             return
-        own = len(first | self.running_of(tasks))
-        self.samples.append(max(0, running - own - max(1, len(self.running_of(mine)))))
+        listed = first | self.running_of(tasks)
+        other = max(0, running - len(listed) - max(1, len(self.running_of(mine))))
+        own = len(listed)
+        found = running_tasks(self.proc) if other > 0 else []
+        if found:      # (none at all: /proc lists no tasks, as recorded files; the cheap count stands)
+            sessions = set(roots)
+            ours = set(listed)
+            others = 0
+            for p, t, sid in found:
+                if t in listed or sid in sessions:
+                    ours.add(t)
+                    self.session_tasks.setdefault(sid, set()).add(t)
+                elif p != me:
+                    others += 1
+            other, own = min(other, others), len(ours)
+        self.samples.append(other)
         self.own_samples.append(own)
+
+    # The sampler's share of one CPU, at most: it runs beside the benchmark, and on a machine of
+    # many tasks reading each one's state takes milliseconds, so the pause after a sample is at
+    # least (1 - DUTY) / DUTY times what the sample took.
+    DUTY = 0.1
 
     def _loop(self) -> None:
         while not self._stop.is_set():
+            t = time.monotonic()
             try:
                 self.sample()
             except Exception:     # a sampler must never take the run down
                 pass
-            self._stop.wait(self.interval)
+            took = time.monotonic() - t
+            self._stop.wait(max(self.interval, took * (1 - self.DUTY) / self.DUTY))
 
     def __enter__(self) -> RunnableSampler:
         self._thread = threading.Thread(target=self._loop, name="kperfdiff-noise", daemon=True)
@@ -263,6 +333,11 @@ class RunnableSampler:
     @property
     def max_own(self) -> int | None:
         return max(self.own_samples, default=None)
+
+    @property
+    def most_session_tasks(self) -> int:
+        """The most distinct tasks seen running in one own session (0: none seen)."""
+        return max((len(t) for t in self.session_tasks.values()), default=0)
 
 
 # ----------------------------------------------------------------------------- processes
@@ -295,12 +370,15 @@ class TaskTracker:
     def __init__(self, proc: Path = PROC):
         self.proc = proc
         self.last: dict[int, dict[int, tuple[int, int, int]]] = {}   # root -> tid -> (migr, run, delay)
+        self.reaped: set[int] = set()     # roots a process of which has waited for a child
 
     def sample(self, roots: list[int]) -> None:
         for root in roots:
             seen = self.last.setdefault(root, {})
             for p, t in tasks_of(root, self.proc):
                 base = self.proc / str(p) / "task" / str(t)
+                if p == t and root not in self.reaped and reaped_children(_read(base / "stat") or ""):
+                    self.reaped.add(root)
                 ss = parse_schedstat(_read(base / "schedstat") or "")
                 sched = parse_sched(_read(base / "sched") or "")
                 if ss is None and not sched:
@@ -310,9 +388,12 @@ class TaskTracker:
                            ss[0] if ss else old[1], ss[1] if ss else old[2])
 
     def process_noise(self, root: int, rusage=None) -> ProcessNoise:
+        """The noise of worker ``root``'s tree; ``tasks`` is at least 2 when it waited for a child
+        no sample saw (``proc.fork``'s live a few microseconds)."""
         tasks = self.last.get(root, {}).values()
         pn = ProcessNoise(migrations=sum(m for m, _, _ in tasks), run_ns=sum(r for _, r, _ in tasks),
-                          run_delay_ns=sum(d for _, _, d in tasks), tasks=len(tasks))
+                          run_delay_ns=sum(d for _, _, d in tasks),
+                          tasks=max(len(tasks), 2) if root in self.reaped else len(tasks))
         if rusage is not None:
             pn.nivcsw, pn.nvcsw, pn.maxrss_kb = rusage.ru_nivcsw, rusage.ru_nvcsw, rusage.ru_maxrss
         return pn
@@ -386,7 +467,8 @@ def system_noise(before: SystemSnapshot, after: SystemSnapshot, sampler: Runnabl
         migrations=sum(p.migrations for p in procs),
         run_delay_pct=sum(delays) / len(delays) if delays else None,
         cpu_mhz_min=min(mhz) if mhz else None, cpu_mhz_max=max(mhz) if mhz else None,
-        copies=len(procs), tasks_per_copy=max((p.tasks for p in procs), default=0),
+        copies=len(procs),
+        tasks_per_copy=max([p.tasks for p in procs] + [sampler.most_session_tasks if sampler else 0]),
         own_runnable_max=sampler.max_own if sampler else None)
 
 

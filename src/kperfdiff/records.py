@@ -74,6 +74,16 @@ class Result:
         return summarise_disturbance(self.noise, len({x[0] for x in self.raw}) or None)
 
 
+# How a result whose latency could not be told from zero says so (status failed): a subtraction
+# benchmark's intervals fell to or below zero (stats.unresolved_difference).
+UNRESOLVABLE = "not resolvable"
+
+
+def unresolvable(reason: str | None) -> bool:
+    """Whether a failed result's ``reason`` says its latency could not be told from zero."""
+    return bool(reason) and reason.startswith(UNRESOLVABLE + ":")
+
+
 def result_names(results: list[Result]) -> list[str]:
     """Each result's benchmark name, with the parameters that tell apart results of the same name
     and copy count in one list (``boot.init [mem=4G]``); the name alone where nothing varies."""

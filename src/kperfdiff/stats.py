@@ -292,6 +292,20 @@ def run_level_change(base_reps, new_reps, better: str, histories, *, confidence:
     return Change(base.base, base.new, base.change, ends[0], ends[1], confidence, p, False, method, "", runs)
 
 
+def unresolved_difference(values, overhead: float, unit: str = "") -> str | None:
+    """Why latencies made by subtracting a measured ``overhead`` from timings (ctx's pipe cost,
+    signal.prot's catch) cannot be reported, or None: when any of them is at or below zero, that
+    timing was no longer than the overhead, so the difference is within the noise of the two
+    timings and no latency, nor an interval made from it, can be given."""
+    v = [float(x) for x in values]
+    low = [x for x in v if not x > 0]
+    if not low:
+        return None
+    u = f" {unit}" if unit else ""
+    return (f"{len(low)} of {len(v)} intervals at or below zero after subtracting the overhead of "
+            f"{overhead:.4g}{u} (lowest {min(v):.4g}{u}): the difference is within the noise of the two timings")
+
+
 def centre_half_width(reps, *, confidence: float = DEFAULT_CONFIDENCE, min_reps: int = MIN_REPS) -> float:
     """Half-width, in percent of the centre, of the t interval of one nested sample's centre
     (the geometric mean of its per-repetition medians): (exp(t * se) - 1) * 100 with se the

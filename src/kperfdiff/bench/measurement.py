@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from .. import monitors, noise, stats
+from ..records import UNRESOLVABLE
 
 
 @dataclass
@@ -88,7 +89,9 @@ def aggregate(b, reps: list[tuple[int, list, dict, float]], started: float, *, p
     ``reps``: (rep, outputs of its copies, monitor deltas, wall seconds) per repetition;
     each repetition's noise comes with its outputs (``rep_noise``). The first copy that
     failed or skipped decides the status; otherwise every interval is pooled and
-    summarised. Used for local runs and for results brought back from a target alike.
+    summarised. A subtraction benchmark (its workers announce an overhead) whose interval falls to
+    or below zero fails as not resolvable (:func:`~kperfdiff.stats.unresolved_difference`): no
+    latency is stored for it. Used for local runs and for results brought back from a target alike.
     """
     m = Measurement("ok", b.name, b.unit, b.better, started_at=started, params=dict(params or {}),
                     copies=copies if copies is not None else (len(reps[0][1]) if reps and reps[0][1] else 1))
@@ -106,6 +109,13 @@ def aggregate(b, reps: list[tuple[int, list, dict, float]], started: float, *, p
                 m.status = "failed"
                 m.reason = (f"the worker reported {o.unit} ({o.better} is better) but the catalogue says "
                             f"{b.unit} ({b.better})")
+                return m
+            why = stats.unresolved_difference(o.values, o.overhead, b.unit) if o.overhead is not None else None
+            if why:
+                m.status = "failed"
+                m.reason = f"{UNRESOLVABLE}: repetition {rep + 1}" + (f", copy {copy + 1}" if len(outs) > 1 else "") \
+                    + f": {why}"
+                m.raw = []        # nor the repetitions before it: no number is kept
                 return m
             m.raw.extend((rep, copy, seq, v, n, ns) for seq, (v, n, ns) in enumerate(o.intervals))
             m.info.append({"rep": rep, "copy": copy, **o.info})
