@@ -72,3 +72,28 @@ def test_too_few_repetitions_give_no_interval_and_say_why(tmp_path, home):
     assert "syscall.null -P 1 (2 repetitions; an interval needs 3 or more)" in text
     doc = validate("show", run_cli("show", "two/B", "--format", "json", check=0).stdout)
     assert doc["summary"][0]["half_width_pct"] is None and "needs 3" in doc["summary"][0]["no_interval"]
+
+
+def test_failed_and_skipped_repetitions_are_counted_in_their_row(home):
+    """A repetition that failed leaves its benchmark's row measured over the others, saying so; a
+    benchmark skipped in every repetition is one row with the reason once."""
+    s = Store.open(home / "kperfdiff.db")
+    r = s.start_run(label="mix/A", machine_id=None)
+    for rep in range(3):
+        vals = [1.0 + rep, 2.0 + rep]
+        s.add_result(r.id, benchmark="x.lat", params={}, copies=1, status="ok", reason=None, unit="ns/op",
+                     better="lower", summary=stats.summarize(vals).as_dict(), monitors={}, info=[], rep=rep,
+                     raw=[(0, 0, i, v, 1, 10) for i, v in enumerate(vals)])
+    s.add_result(r.id, benchmark="x.lat", params={}, copies=1, status="failed", reason="broke", unit="ns/op",
+                 better="lower", summary=None, raw=[], monitors={}, info=[], rep=3)
+    for rep in range(2):
+        s.add_result(r.id, benchmark="y.lat", params={}, copies=1, status="skipped", reason="no swap", unit="ns/op",
+                     better="lower", summary=None, raw=[], monitors={}, info=[], rep=rep)
+    s.finish_run(r.id, "complete")
+    text = run_cli("show", "mix/A", check=0).stdout
+    rows = rows_of(text, "benchmark")
+    assert [x[:6] for x in rows] == [["x.lat", "1", "2.359", "ns/op", rows[0][4], "3"],
+                                     ["y.lat", "1", "-", "ns/op", "-", "0"]]
+    assert "1 repetition failed: broke" in text and text.count("no swap") == 1
+    doc = validate("show", run_cli("show", "mix/A", "--format", "json", check=0).stdout)
+    assert [(x["status"], x["reps"], len(x["unmeasured"])) for x in doc["summary"]] == [("ok", 3, 1), ("skipped", 0, 0)]

@@ -111,7 +111,8 @@ def _group_note(g: ResultGroup, s: dict) -> str:
         "higher is better" if s["better"] == "higher" else "",
         (f"AnonHugePages {thp[0]} kB" if len(thp) == 1 else f"AnonHugePages {thp[0]}-{thp[-1]} kB") if thp else "",
         f"{DISTURBED} disturbed" if s["disturbed"] else "",
-        f"{len(unmeasured)} more {unmeasured[0]['status']}: {unmeasured[0]['reason']}" if unmeasured else "",
+        f"{len(unmeasured)} repetition{'s' if len(unmeasured) > 1 else ''} {unmeasured[0]['status']}: "
+        f"{unmeasured[0]['reason']}" if unmeasured else "",
         lava_note(_info(g))) if x)
 
 
@@ -142,8 +143,9 @@ def results_table(results: list[Result]) -> Table:
             notes.append(f"  {label}: {line}")
         if s["no_interval"]:
             short.append(f"{label} ({s['no_interval']})")
-    notes.append("  centre: geometric mean of the per-repetition medians; +-95%: half-width of its 95% interval "
-                 "over the repetitions; CV: of every interval")
+    if any(row[2] != "-" for row in t.rows):
+        notes.append("  centre: geometric mean of the per-repetition medians; +-95%: half-width of its 95% "
+                     "interval over the repetitions; CV: of every interval")
     if short:
         notes.append("  no +-95% for " + ", ".join(short) + "; more repetitions: bench --reps N, or reps = N in "
                      "an experiment")
