@@ -958,6 +958,7 @@ def _adaptive_rounds(store, exp: Experiment, eid: int, columns, measure_cells, p
     if policy.time_limit is not None:
         progress.set_deadline(time.monotonic() + policy.time_limit)
     why = rounds.run_rounds(groups, measure_round, half_widths, policy, first=exp.reps) if groups else {}
+    progress.close()        # the bar's line cleared before the notes below
     for (key, cores), text in why.items():
         log(f"kperfdiff: {key} -P {cores}: {text}")
     return why
