@@ -109,4 +109,5 @@ def test_experiment_precision_phase_progress_lines(tmp_path, home):
         m = re.search(r"<= (\d+) s left|time limit reached", ln)
         assert m and (m[1] is None or int(m[1]) <= 3), ln
         eta = re.search(r"ETA <= (\d\d):(\d\d)", ln)
-        assert eta is None or int(eta[1]) * 60 + int(eta[2]) <= 3 + 10, ln    # the limit, or the round in flight
+        # the limit, or the round in flight (2 cells) if longer: well under a minute either way
+        assert eta is None or int(eta[1]) * 60 + int(eta[2]) <= 30, ln
