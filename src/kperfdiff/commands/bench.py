@@ -95,7 +95,7 @@ def add_parsers(sub) -> None:
                        description="Show one run: the machine it ran on, then one row per benchmark and core "
                                    "count (and parameter set) over all its repetitions: the centre (geometric "
                                    "mean of the per-repetition medians), the number of repetitions, the "
-                                   "half-width of the centre's 95%% interval and the CV; each note once under "
+                                   "half-width of the centre's 95% interval and the CV; each note once under "
                                    "the table. --reps lists the repetitions themselves.")
     s.add_argument("run", help="run id (or a unique prefix of its label)")
     s.add_argument("--format", choices=["text", "markdown", "json", "csv"], default="text",
