@@ -824,11 +824,11 @@ class _MatrixRun:
 
     def measure_cells(self, batch_cells: list[Cell]) -> None:
         exp = self.exp
-        for i, c in enumerate(batch_cells):
+        for c in batch_cells:
             if c.id in self.finished:
                 continue
             v = exp.variant(c.variant)
-            eta = self.progress.eta_words(i, len(self.todo))
+            eta = self.progress.eta_words()
             if is_lava(v.target):
                 # every LAVA variant's cells still to measure, as jobs in flight on the lab's devices
                 batch = [x for x in batch_cells if is_lava(exp.variant(x.variant).target) and x.id not in self.finished]
@@ -841,13 +841,13 @@ class _MatrixRun:
                 # a guest boots (or a board connects) once for all of this variant's cells of this rep
                 batch = [x for x in batch_cells
                          if x.variant == c.variant and x.rep == c.rep and x.id not in self.finished]
-                self.progress.step(f"{c.variant}: {len(batch)} cells on {v.target}, rep {c.rep + 1}/{exp.reps}{eta}")
+                self.progress.step(f"{c.variant}: {len(batch)} cells on {v.target}, {self.progress.rep_words(c.rep, exp.reps)}{eta}")
                 for x, m, keep in _measure_remote(exp, v, batch, self.bench_by_name, self.overrides,
                                                   self.runs[v.label], self.store, self.facts):
                     self.stored(x, m, keep)
                 continue
             b = self.bench_by_name[c.benchmark]
-            self.progress.step(f"{c.variant}: {c.benchmark} -P {c.cores} rep {c.rep + 1}/{exp.reps}{eta}")
+            self.progress.step(f"{c.variant}: {c.benchmark} -P {c.cores} {self.progress.rep_words(c.rep, exp.reps)}{eta}")
             self.guard.apply(v.knobs)
             m = _measure_cell(exp, v, c, b, self.binaries, self.overrides, self.facts, self.swap_ready, self.swap,
                               self.profilers, self.runs[v.label], self.bopts, measure, unmet_requirement)
@@ -941,7 +941,7 @@ def _adaptive_rounds(store, exp: Experiment, eid: int, columns, measure_cells, p
     def measure_round(order, r):
         states = store.cell_states(eid)
         batch = [c for g in order for c in cells_of(g, r) if states.get(c.id) not in ("ok", "skipped")]
-        progress.total += len(batch)
+        progress.adaptive_round(len(batch))
         measure_cells(batch)
         states = store.cell_states(eid)
         return {g for g in order if any(states.get(c.id) != "ok" for c in cells_of(g, r))}
@@ -955,7 +955,10 @@ def _adaptive_rounds(store, exp: Experiment, eid: int, columns, measure_cells, p
         return out
 
     policy = rounds.RepetitionPolicy(reps=exp.reps, precision=exp.precision, max_time=exp.max_time)
+    if policy.time_limit is not None:
+        progress.set_deadline(time.monotonic() + policy.time_limit)
     why = rounds.run_rounds(groups, measure_round, half_widths, policy, first=exp.reps) if groups else {}
+    progress.close()        # the bar's line cleared before the notes below
     for (key, cores), text in why.items():
         log(f"kperfdiff: {key} -P {cores}: {text}")
     return why

@@ -234,9 +234,12 @@ def run_bench(store: Store, opts: BenchOptions) -> Outcome:
         def measure_round(order, rep):
             nonlocal failed, swap_ready
             stop = set()
+            if rep >= policy.reps:
+                progress.adaptive_round(len(order))
             for cell in order:
                 b, copies = by_name[cell[0]], cell[1]
-                progress.step(f"{b.name} -P {copies}" + (f" rep {rep + 1}" if policy.reps > 1 or rep else ""))
+                progress.step(f"{b.name} -P {copies}" + (f" {progress.rep_words(rep, policy.reps)}"
+                                                         if policy.reps > 1 or rep else ""))
                 if "swap" in b.requires and not swap_ready and opts.allow_swap_setup:
                     swap.enter_context(temporary_swap())
                     swap_ready = True
@@ -264,6 +267,8 @@ def run_bench(store: Store, opts: BenchOptions) -> Outcome:
                     for c in groups}
 
         why: dict = {}
+        if policy.time_limit is not None:     # bench's --max-time counts from the first round
+            progress.set_deadline(time.monotonic() + policy.time_limit)
         why.update(rounds.run_rounds(cells, measure_round, half_widths, policy))
         for cell, rid in stored.items():    # the reason each cell stopped, kept with its result
             b, copies = by_name[cell[0]], cell[1]

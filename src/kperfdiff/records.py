@@ -101,6 +101,53 @@ def result_names(results: list[Result]) -> list[str]:
     return out
 
 
+@dataclass
+class Repetition:
+    """One repetition (a fresh set of worker processes) of a benchmark in a run."""
+
+    number: int            # 0-based, counted on across the results of its group (`show --format csv`'s rep)
+    result: Result
+    rep: int               # its number inside ``result.raw``
+    values: list[float]    # its interval values, every copy pooled
+    noise: dict            # its noise entry, {} when none was stored
+
+
+@dataclass
+class ResultGroup:
+    """The results of one benchmark, parameter set and copy count in one run: a bench run keeps one
+    result holding every repetition, an experiment one result per repetition (one per cell)."""
+
+    name: str              # as result_names gives it
+    results: list[Result]
+    repetitions: list[Repetition]
+
+    @property
+    def reps(self) -> list[list[float]]:
+        """The interval values of each repetition, in the order measured."""
+        return [r.values for r in self.repetitions]
+
+    @property
+    def noise(self) -> list[dict]:
+        """The repetitions' noise entries, renumbered as the group's repetitions."""
+        return [{**r.noise, "rep": r.number} for r in self.repetitions if r.noise]
+
+
+def group_results(results: list[Result]) -> list[ResultGroup]:
+    """The results of a run by benchmark, parameters and copy count, in the order first measured,
+    each with its repetitions numbered across its results."""
+    groups: dict[tuple[str, int], ResultGroup] = {}
+    for name, r in zip(result_names(results), results):
+        g = groups.setdefault((name, r.copies), ResultGroup(name, [], []))
+        g.results.append(r)
+        noise = {n.get("rep"): n for n in r.noise}
+        by_rep: dict[int, list[float]] = {}
+        for rep, _copy, _seq, value, _ops, _ns in r.raw:
+            by_rep.setdefault(rep, []).append(value)
+        for rep in sorted(by_rep):
+            g.repetitions.append(Repetition(len(g.repetitions), r, rep, by_rep[rep], noise.get(rep) or {}))
+    return list(groups.values())
+
+
 def summarise_disturbance(entries: list[dict], reps: int | None = None) -> str | None:
     """One line for the repetitions of a result that were disturbed, from their stored noise
     entries ({"rep": n, ..., "disturbed": [reasons]}): how many of them, and the reasons of the

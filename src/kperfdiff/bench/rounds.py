@@ -51,6 +51,14 @@ class RepetitionPolicy:
     def adaptive(self) -> bool:
         return self.precision is not None
 
+    @property
+    def time_limit(self) -> float | None:
+        """Seconds after which :func:`run_rounds` starts no further round: ``max_time``, else
+        DEFAULT_MAX_TIME when adaptive, else none."""
+        if self.max_time is not None:
+            return self.max_time
+        return DEFAULT_MAX_TIME if self.adaptive else None
+
     def describe(self) -> str:
         if not self.adaptive:
             return f"{self.reps} repetitions"
@@ -80,7 +88,7 @@ def run_rounds(groups: Sequence[Hashable], measure_round: Callable[[list, int], 
     the repetitions its matrix already measured).
     """
     t0 = clock()
-    limit = policy.max_time if policy.max_time is not None else (DEFAULT_MAX_TIME if policy.adaptive else None)
+    limit = policy.time_limit
     active = list(groups)
     why: dict = {}
     r = first

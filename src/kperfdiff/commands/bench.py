@@ -91,13 +91,22 @@ def add_parsers(sub) -> None:
                         f"{RUNS_PAGE} before the newest {RUNS_PAGE} (default: 0)")
     r.add_argument("--format", choices=FORMATS, default="text")
 
-    s = sub.add_parser("show", help="show one run: machine facts, results, monitors")
+    s = sub.add_parser("show", help="show one run: machine facts, results, monitors",
+                       description="Show one run: the machine it ran on, then one row per benchmark and core "
+                                   "count (and parameter set) over all its repetitions: the centre (geometric "
+                                   "mean of the per-repetition medians), the number of repetitions, the "
+                                   "half-width of the centre's 95% interval and the CV; each note once under "
+                                   "the table. --reps lists the repetitions themselves.")
     s.add_argument("run", help="run id (or a unique prefix of its label)")
-    s.add_argument("--format", choices=["text", "json", "csv"], default="text",
-                   help="text (default); json: everything stored, raw intervals included; csv: every raw "
-                        "interval, one row each (run, label, result, benchmark, params as JSON, copies, rep, "
-                        "copy, seq, value, unit, better, ops, ns, disturbed)")
-    s.add_argument("--raw", action="store_true", help="also print every raw interval")
+    s.add_argument("--format", choices=["text", "markdown", "json", "csv"], default="text",
+                   help="text (default); markdown: the tables as Markdown; json: everything stored, raw "
+                        "intervals included, and the summary (one entry per benchmark and core count, with "
+                        "its repetitions); csv: every raw interval, one row each (run, label, result, "
+                        "benchmark, params as JSON, copies, rep, copy, seq, value, unit, better, ops, ns, "
+                        "disturbed)")
+    s.add_argument("--reps", action="store_true",
+                   help="also list every repetition: one row each, numbered in the order measured")
+    s.add_argument("--raw", action="store_true", help="also print every raw interval, by repetition")
 
     t = sub.add_parser("target", help="check a target, or time a guest kernel's boot",
                        description="Work with a target directly. `check` boots the guest (or connects to the board) "
@@ -162,7 +171,7 @@ def show(args: argparse.Namespace) -> int:
     store = open_store(args, create=False)
     run = store.find_run(args.run)
     sys.stdout.write(rb.show(run, store.machine(run.machine_id), store.results(run.id), args.format,
-                             raw=args.raw))
+                             raw=args.raw, reps=args.reps))
     return 0
 
 

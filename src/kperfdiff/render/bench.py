@@ -8,8 +8,8 @@ import statistics
 from typing import TYPE_CHECKING
 
 from .. import monitors, stats
-from ..records import Result, Run, instruction_counts, result_names
-from .table import Table, number, to_csv, to_json, to_markdown, to_text
+from ..records import Result, ResultGroup, Run, group_results, instruction_counts, summarise_disturbance
+from .table import Table, md_escape, number, to_csv, to_json, to_markdown, to_text
 
 if TYPE_CHECKING:  # types only: the renderer reads no catalogue
     from ..bench.catalogue import Benchmark
@@ -37,7 +37,7 @@ def catalogue(benches: tuple[Benchmark, ...] | list[Benchmark], fmt: str = "text
 
 
 def _result_json(r: Result) -> dict:
-    return {"benchmark": r.benchmark, "params": r.params, "copies": r.copies, "status": r.status,
+    return {"id": r.id, "benchmark": r.benchmark, "params": r.params, "copies": r.copies, "status": r.status,
             "reason": r.reason, "unit": r.unit, "better": r.better,
             "summary": {k: getattr(r, k) for k in ("n", "median", "min", "max", "q1", "q3", "mean", "stdev", "cv")},
             "overhead": r.overhead, "ops": r.ops, "cpu_ns": r.cpu_ns, "wall_s": r.wall_s,
@@ -66,31 +66,108 @@ def _run_json(run: Run) -> dict:
             "command": run.command, "artefact_dir": run.artefact_dir}
 
 
+def group_summary(g: ResultGroup) -> dict:
+    """One benchmark, parameter set and copy count of a run over all its repetitions: the centre
+    (geometric mean of the per-repetition medians, as compare prints it), the half-width of its 95%
+    interval over the repetitions (:func:`kperfdiff.stats.centre_half_width`; none, and why, with
+    fewer than ``stats.MIN_REPS``), the CV and spread of every interval, and each repetition."""
+    ok = [r for r in g.results if r.status == "ok"]
+    first = (ok or g.results)[0]
+    reps = g.reps
+    pooled = [v for rep in reps for v in rep]
+    hw = stats.centre_half_width(reps) if reps else math.nan
+    why = ""
+    if not reps:
+        why = f"no repetition measured ({first.status})"
+    elif len(reps) < stats.MIN_REPS:
+        why = f"{len(reps)} repetition{'s' if len(reps) > 1 else ''}; an interval needs {stats.MIN_REPS} or more"
+    elif math.isnan(hw):
+        why = "a repetition's median is zero or negative"
+    stops = list(dict.fromkeys(r.stop for r in g.results if r.stop))
+    return {"benchmark": first.benchmark, "name": g.name, "params": first.params, "copies": first.copies,
+            "status": "ok" if reps else first.status, "reason": None if reps else first.reason,
+            "unit": first.unit, "better": first.better,
+            "centre": stats.nested_centre(reps) if reps else math.nan, "half_width_pct": hw, "no_interval": why or None,
+            "reps": len(reps), "cv": stats.coefficient_of_variation(pooled) if len(pooled) > 1 else math.nan,
+            "n": len(pooled), "min": min(pooled) if pooled else math.nan, "max": max(pooled) if pooled else math.nan,
+            "unmeasured": [{"result": r.id, "status": r.status, "reason": r.reason} for r in g.results
+                           if r.status != "ok"] if reps else [],
+            "disturbed": summarise_disturbance(g.noise, len(reps) or None), "stop": "; ".join(stops) or None,
+            "results": [r.id for r in g.results],
+            "repetitions": [{"rep": x.number, "result": x.result.id, "median": stats.repetition_medians([x.values])[0],
+                             "min": min(x.values), "max": max(x.values), "n": len(x.values),
+                             "cv": stats.coefficient_of_variation(x.values) if len(x.values) > 1 else math.nan,
+                             "disturbed": list(x.noise.get("disturbed") or [])} for x in g.repetitions]}
+
+
+def _info(g: ResultGroup) -> list[dict]:
+    return [i for r in g.results if r.status == "ok" for i in r.info]
+
+
+def _group_note(g: ResultGroup, s: dict) -> str:
+    thp = sorted({i["anon_huge_kb"] for i in _info(g) if i.get("anon_huge_kb") is not None})
+    unmeasured = s["unmeasured"]
+    return "; ".join(x for x in (
+        "higher is better" if s["better"] == "higher" else "",
+        (f"AnonHugePages {thp[0]} kB" if len(thp) == 1 else f"AnonHugePages {thp[0]}-{thp[-1]} kB") if thp else "",
+        f"{DISTURBED} disturbed" if s["disturbed"] else "",
+        f"{len(unmeasured)} repetition{'s' if len(unmeasured) > 1 else ''} {unmeasured[0]['status']}: "
+        f"{unmeasured[0]['reason']}" if unmeasured else "",
+        lava_note(_info(g))) if x)
+
+
 def results_table(results: list[Result]) -> Table:
-    t = Table(["benchmark", "P", "median", "unit", "min", "q1", "q3", "CV", "n", "reps", "+-95%", "note"],
-              align=["l", "r", "r", "l", "r", "r", "r", "r", "r", "r", "r", "l"])
-    for name, r in zip(result_names(results), results):
-        if r.status != "ok":
-            t.rows.append([name, r.copies, "-", r.unit or "", "-", "-", "-", "-", "-", "-", "-",
-                           f"{r.status}: {r.reason}"])
+    """One row per benchmark, parameter set and copy count: the centre over its repetitions, their
+    number, the 95% interval's half-width and the CV; each note (disturbance, why the repetitions
+    stopped, counted instructions, why there is no interval) once, under the table."""
+    t = Table(["benchmark", "P", "centre", "unit", "+-95%", "reps", "CV", "min", "max", "n", "note"],
+              align=["l", "r", "r", "l", "r", "r", "r", "r", "r", "r", "l"])
+    notes: list[str] = []
+    short: list[str] = []
+    for g in group_results(results):
+        s = group_summary(g)
+        label = f"{g.name} -P {s['copies']}"
+        if s["status"] != "ok":
+            more = f" (all {len(g.results)} repetitions)" if len(g.results) > 1 else ""
+            t.rows.append([g.name, s["copies"], "-", s["unit"] or "", "-", 0, "-", "-", "-", "-",
+                           f"{s['status']}: {s['reason']}{more}"])
             continue
-        reps = _rep_values(r)
-        hw = stats.centre_half_width(reps)
-        thp = [i.get("anon_huge_kb") for i in r.info if i.get("anon_huge_kb") is not None]
-        note = "; ".join(x for x in ("higher is better" if r.better == "higher" else "",
-                                     f"AnonHugePages {thp[0]} kB" if thp else "",
-                                     f"{DISTURBED} disturbed" if r.disturbed else "", lava_note(r.info)) if x)
-        t.rows.append([name, r.copies, number(r.median), r.unit, number(r.min), number(r.q1), number(r.q3),
-                       _pct(r.cv), r.n, len(reps), "-" if math.isnan(hw) else f"{hw:.1f}%", note])
-    notes = [f"  {n}: {DISTURBED} {r.disturbed_summary}" for n, r in zip(result_names(results), results)
-             if r.disturbed_summary]
-    notes += [f"  {n}: {r.stop}" for n, r in zip(result_names(results), results)
-              if r.stop and not r.stop.endswith("(fixed count)")]
-    notes += [f"  {n}: {line}" for n, r in zip(result_names(results), results) if (line := counted_note(r.info))]
-    if any(len(_rep_values(r)) < stats.MIN_REPS for r in results if r.status == "ok"):
-        notes.append(f"  +-95% = half-width of the 95% interval of the centre (geometric mean of the "
-                     f"per-repetition medians); it needs {stats.MIN_REPS} repetitions or more (--reps)")
+        hw = s["half_width_pct"]
+        t.rows.append([g.name, s["copies"], number(s["centre"]), s["unit"], "-" if math.isnan(hw) else f"{hw:.1f}%",
+                       s["reps"], _pct(s["cv"]), number(s["min"]), number(s["max"]), s["n"], _group_note(g, s)])
+        if s["disturbed"]:
+            notes.append(f"  {label}: {DISTURBED} {s['disturbed']}")
+        if s["stop"] and not s["stop"].endswith("(fixed count)"):
+            notes.append(f"  {label}: {s['stop']}")
+        if line := counted_note(_info(g)):
+            notes.append(f"  {label}: {line}")
+        if s["no_interval"]:
+            short.append(f"{label} ({s['no_interval']})")
+    if any(row[2] != "-" for row in t.rows):
+        notes.append("  centre: geometric mean of the per-repetition medians; +-95%: half-width of its 95% "
+                     "interval over the repetitions; CV: of every interval")
+    if short:
+        notes.append("  no +-95% for " + ", ".join(short) + "; more repetitions: bench --reps N, or reps = N in "
+                     "an experiment")
     t.notes = notes
+    return t
+
+
+def reps_table(results: list[Result]) -> Table:
+    """Every repetition of every benchmark, one row each, numbered from 1 in the order measured
+    (as the notes count them; `show --format csv` numbers the same repetitions from 0)."""
+    t = Table(["benchmark", "P", "rep", "median", "unit", "min", "max", "CV", "n", "result", "note"],
+              align=["l", "r", "r", "r", "l", "r", "r", "r", "r", "r", "l"])
+    for g in group_results(results):
+        s = group_summary(g)
+        for x in s["repetitions"]:
+            t.rows.append([g.name, s["copies"], x["rep"] + 1, number(x["median"]), s["unit"], number(x["min"]),
+                           number(x["max"]), _pct(x["cv"]), x["n"], x["result"],
+                           f"{DISTURBED} " + "; ".join(x["disturbed"]) if x["disturbed"] else ""])
+        for r in g.results:
+            if r.status != "ok":
+                t.rows.append([g.name, s["copies"], "-", "-", s["unit"] or "", "-", "-", "-", "-", r.id,
+                               f"{r.status}: {r.reason}"])
     return t
 
 
@@ -120,9 +197,16 @@ def counted_note(info: list[dict]) -> str:
 
 def results(run: Run, results: list[Result], fmt: str = "text", machine: dict | None = None) -> str:
     if fmt == "json":
-        return to_json({"version": JSON_VERSION, "run": _run_json(run), "machine": machine or {},
-                        "results": [_result_json(r) for r in results]})
+        return to_json(_document(run, machine or {}, results))
     return run_heading(run, machine or {}) + "\n" + to_text(results_table(results))
+
+
+def _document(run: Run, machine: dict, results: list[Result]) -> dict:
+    """The JSON document of a run (schemas/results.schema.json): every stored result, and the
+    summary the text table prints (one entry per benchmark, parameter set and copy count)."""
+    return {"version": JSON_VERSION, "run": _run_json(run), "machine": machine,
+            "results": [_result_json(r) for r in results],
+            "summary": [group_summary(g) for g in group_results(results)]}
 
 
 def run_heading(run: Run, facts: dict) -> str:
@@ -193,45 +277,61 @@ RAW_COLUMNS = ["run", "label", "result", "benchmark", "params", "copies", "rep",
 def raw_rows(run: Run, results: list[Result]) -> list[list]:
     """Every raw interval of a run, one row each (RAW_COLUMNS): ``rep`` numbers the repetitions
     (fresh processes) of one benchmark, parameter set and copy count from 0 across its results (an
-    experiment stores one result per repetition), ``copy`` the parallel copy, ``seq`` the interval in
-    its process; ``params`` is JSON; ``disturbed`` the reasons its repetition was disturbed, or empty."""
+    experiment stores one result per repetition; :func:`kperfdiff.records.group_results`), ``copy``
+    the parallel copy, ``seq`` the interval in its process; ``params`` is JSON; ``disturbed`` the
+    reasons its repetition was disturbed, or empty."""
+    number_of = {(id(x.result), x.rep): x for g in group_results(results) for x in g.repetitions}
     rows: list[list] = []
-    seen: dict[tuple, int] = {}
     for r in results:
-        key = (r.benchmark, json.dumps(r.params, sort_keys=True), r.copies)
-        order = {rep: i for i, rep in enumerate(sorted({x[0] for x in r.raw}))}
-        first = seen.get(key, 0)
-        seen[key] = first + len(order)
-        why = {n.get("rep"): "; ".join(n.get("disturbed") or []) for n in r.noise}
+        params = json.dumps(r.params, sort_keys=True)
         for rep, copy, seq, value, ops, ns in r.raw:
-            rows.append([run.id, run.label, r.id, r.benchmark, key[1], r.copies, first + order[rep], copy, seq, value,
-                         r.unit, r.better, ops, ns, why.get(rep, "")])
+            x = number_of[id(r), rep]
+            rows.append([run.id, run.label, r.id, r.benchmark, params, r.copies, x.number, copy, seq, value,
+                         r.unit, r.better, ops, ns, "; ".join(x.noise.get("disturbed") or [])])
     return rows
 
 
-def show(run: Run, facts: dict, results: list[Result], fmt: str = "text", raw: bool = False) -> str:
-    """One run: text (facts, results, counters; ``raw`` adds the intervals), JSON (all of it) or
-    CSV (every raw interval, one row each)."""
+def show(run: Run, facts: dict, results: list[Result], fmt: str = "text", raw: bool = False,
+         reps: bool = False) -> str:
+    """One run: text or Markdown (facts, one row per benchmark and copy count over its repetitions,
+    counters; ``reps`` adds a row per repetition, ``raw`` the intervals), JSON (all of it, the summary
+    included) or CSV (every raw interval, one row each)."""
     if fmt == "csv":
         return to_csv(Table(list(RAW_COLUMNS), raw_rows(run, results)))
     if fmt == "json":
-        return to_json({"version": JSON_VERSION, "run": _run_json(run), "machine": facts,
-                        "results": [_result_json(r) for r in results]})
+        return to_json(_document(run, facts, results))
+    if fmt == "markdown":
+        out = [f"**{md_escape(run_heading(run, facts))}**", "", to_markdown(results_table(results)).rstrip("\n")]
+        if reps:
+            out += ["", to_markdown(reps_table(results)).rstrip("\n")]
+        return "\n".join(out) + "\n"
     out = [run_heading(run, facts) + f", kperfdiff {run.tool_version}", f"command: {run.command}", ""]
     out.append(machine_facts(facts).rstrip("\n") if facts else "machine: (unknown)")
     out.append("")
     out.append(to_text(results_table(results)).rstrip("\n"))
-    mon = [(r, monitors.relevant(r.monitors)) for r in results]
-    if any(m for _, m in mon):
-        out += ["", "kernel counters (delta over the benchmark, all processes):"]
-        for r, m in mon:
+    if reps:
+        out += ["", "repetitions, in the order measured:", to_text(reps_table(results)).rstrip("\n")]
+    groups = group_results(results)
+    mon = []
+    for g in groups:
+        ok = [r for r in g.results if r.status == "ok"]
+        summed: dict = {}
+        for r in ok:
+            for k, v in (r.monitors or {}).items():
+                if isinstance(v, (int, float)):
+                    summed[k] = summed.get(k, 0) + v
+        mon.append((g, len(g.repetitions), monitors.relevant(summed)))
+    if any(m for *_, m in mon):
+        out += ["", "kernel counters (delta over the benchmark, all processes, summed over its repetitions):"]
+        for g, n, m in mon:
             if m:
                 items = ", ".join(f"{k.split('.', 1)[1]}{' (' + monitors.IRQ_NAMES[k] + ')' if k in monitors.IRQ_NAMES else ''}"
                                   f" {v}" for k, v in m)
-                out.append(f"  {r.benchmark} -P {r.copies}: {items}")
+                out.append(f"  {g.name} -P {g.results[0].copies} ({n} rep{'s' if n != 1 else ''}): {items}")
     if raw:
         out += ["", "raw intervals:"]
-        for r in results:
-            if r.values:
-                out.append(f"  {r.benchmark} -P {r.copies} ({r.unit}): " + " ".join(number(v) for v in r.values))
+        for g in groups:
+            for x in g.repetitions:
+                out.append(f"  {g.name} -P {x.result.copies} rep {x.number + 1} ({x.result.unit}): "
+                           + " ".join(number(v) for v in x.values))
     return "\n".join(out) + "\n"
