@@ -286,3 +286,78 @@ def test_readme_ci_snippets_name_the_experiment_per_commit():
     assert 'export GATE="patch-$CI_COMMIT_SHORT_SHA"' in lab
     assert all('--name "$GATE"' in x for x in lab if x.startswith("kperfdiff run"))
     assert re.search(r'kperfdiff compare --experiment "\$GATE" --fail-on-regression', "\n".join(lab))
+
+
+def test_lava_variants_cells_keep_the_guests_identity_and_a_finished_rerun_checks_it(tmp_path, home, monkeypatch):
+    """A board's cells keep the identity its job reported (the guest's kernel, not this machine's); a
+    finished experiment run again asks each board variant what it runs now (one empty job) and refuses
+    when its stored cells were measured on another kernel, leaving the experiment as it was."""
+    from lava_fake import FakeLava
+    from test_lava import EXPERIMENT, TOKEN
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    kernel = tmp_path / "vmlinuz-test"
+    kernel.write_bytes(os.urandom(4096))
+    server = FakeLava(TOKEN)
+    exp = tmp_path / "exp.toml"
+    exp.write_text(EXPERIMENT.format(host=server.host, kernel=kernel))
+    env = {"KPERFDIFF_LAVA_TOKEN": TOKEN}
+    db = home / "kperfdiff.db"
+    try:
+        run_cli("run", exp, "--no-progress", env=env, timeout=900, check=0)
+        assert len(server.definitions) == 2
+        s = st.Store.open(db)
+        for run in s.experiment_runs(1):
+            facts = s.machine(run.machine_id)
+            got = {x for (x,) in _db_rows(db, "SELECT identity FROM result WHERE run_id=?", (run.id,))}
+            assert [json.loads(x) for x in got] == [machine.identity(facts)]
+            assert facts["lava_device_type"] == "qemu"
+        release = json.loads(got.pop())["kernel_release"]
+        r = run_cli("run", exp, "--no-progress", env=env, timeout=900, check=0)   # the same kernels: goes on
+        assert "asking lava://" in r.stderr and len(server.definitions) == 4
+        c = sqlite3.connect(db)
+        c.execute("UPDATE result SET identity=json_set(identity, '$.kernel_release', '5.0-old') WHERE cell LIKE "
+                  "'nothp|%'")
+        c.commit()
+        c.close()
+        r = run_cli("run", exp, "--no-progress", env=env, timeout=900)
+        assert r.returncode == 2, r.stderr
+        assert f"cells of variant nothp were measured on kernel release '5.0-old', now '{release}'" in r.stderr
+        assert _db_rows(db, "SELECT state FROM experiment") == [("complete",)]
+        assert {x for (x,) in _db_rows(db, "SELECT state FROM run")} == {"complete"}
+    finally:
+        server.close()
+
+
+def test_a_resumed_lava_variant_is_checked_at_its_first_job_before_its_cells_are_stored(tmp_path, home,
+                                                                                       monkeypatch):
+    from lava_fake import COMPLETE, FakeLava
+    from test_lava import EXPERIMENT, TOKEN
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    kernel = tmp_path / "vmlinuz-test"
+    kernel.write_bytes(os.urandom(4096))
+    bad = {"states": ["job-submitted", "job-incomplete"], "log": "job-incomplete.log"}
+    good = {"states": COMPLETE, "log": "job-complete.log"}
+    server = FakeLava(TOKEN, scripts=[good, good, bad, bad])       # repetition 1 fails on both variants
+    exp = tmp_path / "exp.toml"
+    exp.write_text(EXPERIMENT.format(host=server.host, kernel=kernel).replace("reps = 1", "reps = 2"))
+    env = {"KPERFDIFF_LAVA_TOKEN": TOKEN}
+    db = home / "kperfdiff.db"
+    try:
+        r = run_cli("run", exp, "--no-progress", env=env, timeout=900)
+        assert r.returncode == 1, r.stderr
+        before = _db_rows(db, "SELECT cell, status FROM result ORDER BY cell")
+        assert [s for _, s in before].count("ok") == 4 and [s for _, s in before].count("failed") == 4
+        c = sqlite3.connect(db)
+        c.execute("UPDATE result SET identity=json_set(identity, '$.kernel_release', '5.0-old') WHERE status='ok'")
+        c.commit()
+        c.close()
+        r = run_cli("run", exp, "--no-progress", env=env, timeout=900)
+        assert r.returncode == 2, r.stderr
+        assert "measured on kernel release '5.0-old', now" in r.stderr and "--restart" in r.stderr
+        assert len(server.definitions) > 4                            # it asked the lab: a job ran
+        assert _db_rows(db, "SELECT cell, status FROM result ORDER BY cell") == before   # nothing stored
+        assert _db_rows(db, "SELECT state FROM experiment") == [("failed",)]
+        r = run_cli("run", exp, "--no-progress", "--restart", env=env, timeout=900, check=0)
+        assert "8 cells" in r.stderr
+    finally:
+        server.close()
