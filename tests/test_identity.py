@@ -361,3 +361,19 @@ def test_a_resumed_lava_variant_is_checked_at_its_first_job_before_its_cells_are
         assert "8 cells" in r.stderr
     finally:
         server.close()
+
+
+def test_studies_run_refuses_stale_cells_too_and_restarts(tmp_path):
+    from test_studies import SUPERPAGES_TINY
+    f = tmp_path / "tiny.toml"
+    f.write_text(SUPERPAGES_TINY)
+    db = tmp_path / "s.db"
+    run_cli("--store", db, "studies", "run", f, "--no-progress", check=0)
+    c = sqlite3.connect(db)
+    c.execute("UPDATE result SET identity=json_set(identity, '$.machine.cpu_model', 'Other CPU')")
+    c.commit()
+    c.close()
+    r = run_cli("--store", db, "studies", "run", f, "--no-progress")
+    assert r.returncode == 2 and "machine (cpu_model 'Other CPU', now" in r.stderr and "--restart" in r.stderr
+    run_cli("--store", db, "studies", "run", f, "--no-progress", "--restart", check=0)
+    assert _db_rows(db, "SELECT state FROM experiment ORDER BY id") == [("superseded",), ("complete",)]
