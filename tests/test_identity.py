@@ -118,7 +118,8 @@ def test_resume_onto_cells_of_another_kernel_is_refused_and_restart_measures_afr
            "is now; run would measure 0" in r.stdout
     # the same experiment, its cells measured on another kernel: this machine's is not theirs
     c = sqlite3.connect(db)
-    c.execute("UPDATE result SET identity=json_set(identity, '$.kernel_release', '6.1.0-old') WHERE cell LIKE 'patch|%'")
+    c.execute("UPDATE result SET identity=json_set(identity, '$.kernel_release', '6.1.0-old') "
+              "WHERE cell LIKE 'patch|%'")
     c.commit()
     c.close()
     before = _db_rows(db, "SELECT id, state FROM run UNION ALL SELECT id, state FROM experiment")
