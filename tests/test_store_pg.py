@@ -131,7 +131,7 @@ def _scenario(location):
                           unit="ns/op", better="lower", summary=None, raw=[(rep, 0, 0, 5.0 + rep, 1, 1)])
     s.add_cell_result(erun.id, experiment_id=eid, cell="a|a.b|P1|r1", rep=1, bench_key="a.b", benchmark="a.b",
                       params={}, copies=1, status="ok", reason=None, unit="ns/op", better="lower", summary=None,
-                      raw=[(1, 0, 0, 6.5, 1, 1)])
+                      raw=[(1, 0, 0, 6.5, 1, 1)], identity={"kernel_release": "6.1.0", "machine": {"cpus": 2}})
     with pytest.raises(StoreError, match="already stored"):
         s.add_cell_result(erun.id, experiment_id=eid, cell="a|a.b|P1|r1", rep=1, bench_key="a.b", benchmark="a.b",
                           params={}, copies=1, status="ok", reason=None, unit=None, better=None, summary=None, raw=[])
@@ -166,7 +166,7 @@ def _scenario(location):
     out["experiment"] = {k: v for k, v in exp.items() if k not in ("created", "updated", "path")}
     out["experiments"] = [e["id"] for e in s.list_experiments()]
     out["cell_facts"] = [s.cell_states(eid), s.cell_stops(eid), [r.id for r in s.experiment_runs(eid)],
-                    s.run_experiment_id(erun.id), s.run_experiment_id(runs[0])]
+                    s.run_experiment_id(erun.id), s.run_experiment_id(runs[0]), s.cell_identities(eid)]
     return out
 
 

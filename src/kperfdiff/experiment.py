@@ -61,6 +61,18 @@ Running (:func:`run_experiment`):
   not count). If the file changed after a partial run, ``run`` refuses with a
   sentence saying so, unless ``--restart``: then the old experiment is kept
   in the store as ``superseded`` and a new one starts from zero.
+* **Identity.** Each cell keeps what it was measured on
+  (:func:`kperfdiff.machine.identity`: kernel release, build id where readable,
+  ``uname -v`` and command line, a machine fingerprint, the kperfdiff version);
+  a guest's or board's cells the identity its job reported. A resume whose
+  identity differs from a variant's stored cells refuses in one sentence naming
+  the difference, before anything is measured and leaving the experiment as it
+  was (``--restart`` measures afresh; ``--name`` gives another experiment). This
+  machine's identity is checked before the run starts; a guest's or board's at
+  its first job, before any of its cells is stored, or, when the whole experiment
+  has nothing left to measure, by one empty job (a guest variant with nothing left
+  while others still have cells is not asked). Cells stored before identities
+  were kept (schema 5) have none and are never resumed onto.
 * **Knobs.** Before anything is measured every knob of every variant is
   checked by writing its value and reading it back, then restoring the
   original; a knob that cannot be set (file absent, not root, value refused)
@@ -118,6 +130,10 @@ VARIANT_KEYS = {"label", "target", "vars", "knobs", "cmdline", "env", "cpus", "p
 
 class ExperimentError(InputError):
     """An experiment file that cannot be used."""
+
+
+class StaleCells(InputError):
+    """A resumed experiment's stored cells were measured on another kernel, machine or kperfdiff."""
 
 
 @dataclass
@@ -236,10 +252,16 @@ def _placeholders(text: str) -> list[str]:
         return ["?"]
 
 
-def parse(path: str | Path, allow_knobs=frozenset()) -> Experiment:
-    """Read and check an experiment file; every problem is one sentence naming the file and field."""
+def parse(path: str | Path, allow_knobs=frozenset(), name: str | None = None) -> Experiment:
+    """Read and check an experiment file; every problem is one sentence naming the file and field.
+    ``name`` (``run --name``) replaces the file's ``name``."""
     p = Path(path)
     data = read_toml(p, "experiment file", ExperimentError)
+    if name is not None:
+        if not LABEL_RE.match(name):
+            raise ExperimentError(f"--name {name[:80]!r} must be a word of letters, digits and _.+=- (it names the "
+                                  f"experiment in the store)")
+        data = {**data, "name": name}
     return parse_data(data, p, allow_knobs)
 
 
@@ -586,12 +608,15 @@ class RunOutcome:
     exit_status: int
 
 
-def _open_or_create(store, exp: Experiment, total: int, restart: bool, log=None) -> tuple[dict, bool]:
+def _open_or_create(store, exp: Experiment, total: int, restart: bool, log=None,
+                    identity: dict | None = None) -> tuple[dict, bool]:
     """The experiment to run (a new one, or the one to resume) and whether it is resumed. One process
     at a time decides, per name (two machines starting one experiment on a shared store at once:
-    the second finds the first running it)."""
+    the second finds the first running it). ``identity``: this machine's (:func:`machine.identity`),
+    which the stored cells of its variants must have to be resumed; a resumed experiment's dict says
+    its state before in ``state_before``."""
     with store.exclusive(f"experiment {exp.name}"):
-        return _open_or_create_now(store, exp, total, restart, log or (lambda m: None))
+        return _open_or_create_now(store, exp, total, restart, log or (lambda m: None), identity)
 
 
 def _ago(seconds: float) -> str:
@@ -621,7 +646,33 @@ def _busy(store, exp: Experiment, old: dict) -> InputError:
                       f"takes the experiment over once its heartbeat is {_ago(limits.EXPERIMENT_DEAD_S)} old)")
 
 
-def _open_or_create_now(store, exp: Experiment, total: int, restart: bool, log) -> tuple[dict, bool]:
+def stale_cells(exp: Experiment, stored: dict[str, dict[str, int]], identities: dict[str, dict]) -> str | None:
+    """What differs between the identity of an experiment's stored cells (``stored``: variant ->
+    {identity JSON: cells}, Store.cell_identities) and ``identities`` (variant label -> its identity
+    now, for the variants whose identity is known), as words naming the variant, how many cells and
+    the difference; None if nothing does."""
+    for v in exp.variants:
+        now = identities.get(v.label)
+        if now is None:
+            continue
+        for text, n in sorted(stored.get(v.label, {}).items()):
+            diff = machine.identity_difference(json.loads(text) if text else None, now)
+            if diff:
+                return f"{n} stored cells of variant {v.label} have {diff}" if not text else \
+                    f"{n} stored cells of variant {v.label} were measured on {diff}"
+    return None
+
+
+def stale_refusal(exp: Experiment, old: dict, what: str) -> StaleCells:
+    """The one sentence that refuses to add cells to an experiment whose stored ones differ."""
+    return StaleCells(f"experiment {exp.name} (id {old['id']}) was measured on another kernel, machine or "
+                      f"kperfdiff than this run's ({what}); kperfdiff does not mix them: run with --restart to "
+                      f"measure it afresh (the stored cells stay in the store, marked superseded) or give the "
+                      f"experiment another name (--name NAME)")
+
+
+def _open_or_create_now(store, exp: Experiment, total: int, restart: bool, log,
+                        identity: dict | None = None) -> tuple[dict, bool]:
     old = store.latest_experiment(exp.name)
     h = exp.file_hash()
     if old is not None and store.experiment_owner_alive(old):
@@ -648,8 +699,13 @@ def _open_or_create_now(store, exp: Experiment, total: int, restart: bool, log) 
         eid = store.create_experiment(name=exp.name, path=str(Path(exp.path).resolve()), file_hash=h,
                                       spec=exp.spec(), cells=total)
         return store.get_experiment(eid), False
+    if identity is not None:
+        what = stale_cells(exp, store.cell_identities(old["id"]),
+                           {v.label: identity for v in exp.variants if v.target == "local"})
+        if what:
+            raise stale_refusal(exp, old, what)
     store.set_experiment_state(old["id"], "running", claim=True)
-    return store.get_experiment(old["id"]), True
+    return store.get_experiment(old["id"]) | {"state_before": old["state"]}, True
 
 
 def _prefix_words(v: Variant) -> list[str]:
@@ -700,8 +756,14 @@ class _MatrixRun:
         knobmod.repair_pending(log, strict=True)
         if exp.profile:
             require_perf()
-        expr, self.resumed = _open_or_create(store, exp, len(self.all_cells), opts.restart, log)
+        here = machine.identity(machine.facts(probe_perf=False)) \
+            if any(v.target == "local" for v in exp.variants) else None
+        expr, self.resumed = _open_or_create(store, exp, len(self.all_cells), opts.restart, log, here)
         self.eid = expr["id"]
+        self.expr = expr
+        # variant -> {identity JSON: cells}: what the stored cells were measured on (a guest's are
+        # compared with its first job's facts, before anything of that job is stored)
+        self.identities = store.cell_identities(self.eid)
         self.heartbeat = _Heartbeat(store, self.eid)
         states = store.cell_states(self.eid)
         self.todo = [c for c in self.all_cells if states.get(c.id) not in ("ok", "skipped")]
@@ -727,6 +789,7 @@ class _MatrixRun:
         try:
             with _term_as_interrupt():
                 self.facts = self._knobs_and_facts()
+                self._probe_finished_targets()
                 self.runs = self._variant_runs()
                 self._prepare(done_before)
                 try:
@@ -740,6 +803,11 @@ class _MatrixRun:
                     self.progress.close()
                 remaining_failed = sum(1 for s in store.cell_states(eid).values() if s == "failed")
                 state = "failed" if remaining_failed else "complete"
+        except StaleCells:
+            # refused before a cell of the mismatching variant was stored: the experiment keeps its state
+            before = self.expr.get("state_before")
+            state = before if before in ("complete", "failed") else "interrupted"
+            raise
         except KeyboardInterrupt:
             state = "interrupted"
             self.log(f"kperfdiff: experiment {exp.name} interrupted after {self.measured} cells; run the same "
@@ -762,6 +830,33 @@ class _MatrixRun:
                 facts[v.label] = None
         self.guard.apply({})
         return facts
+
+    def _probe_finished_targets(self) -> None:
+        """A finished experiment run again, with variants on guests or boards: one empty job per such
+        variant says what it runs now, so the stored cells are not taken as measured on the kernel it
+        runs now when they were not. (With cells left to measure, a variant's first job says it, and
+        a variant with none left is not asked: rerunning failed jobs costs no more jobs.)"""
+        if not self.resumed or self.todo:
+            return
+        for v in self.exp.variants:
+            if v.target == "local" or not self.identities.get(v.label):
+                continue
+            self.log(f"kperfdiff: {v.label}: asking {v.target} what it runs now (one empty job), to check the "
+                     f"stored cells were measured on it")
+            with targets.open_target(v.target, cmdline=v.cmdline) as t:
+                self.facts[v.label] = t.facts() or None
+            self._check_identity(v.label, self.facts[v.label])
+
+    def _check_identity(self, label: str, facts: dict | None) -> dict | None:
+        """The identity of a variant's cell measured with ``facts``; refuses (StaleCells) if the variant's
+        stored cells have another."""
+        if not facts:
+            return None
+        ident = machine.identity(facts)
+        what = stale_cells(self.exp, self.identities, {label: ident})
+        if what:
+            raise stale_refusal(self.exp, self.expr, what)
+        return ident
 
     def _variant_runs(self) -> dict[str, object]:
         """One run per variant, reused when resuming."""
@@ -806,9 +901,17 @@ class _MatrixRun:
                      + (f", {done_before} done before" if done_before else "") + ")")
 
     def stored(self, c: Cell, m: Measurement, profile_store) -> None:
-        """One measured cell into the store at once (so a rerun resumes after it)."""
+        """One measured cell into the store at once (so a rerun resumes after it), with the identity of
+        what it was measured on (refused if the variant's stored cells have another)."""
+        facts = m.facts or self.facts.get(c.variant)
+        ident = self._check_identity(c.variant, facts) if m.status != "failed" else \
+            (machine.identity(facts) if facts else None)
         rid = store_measurement(self.store, self.runs[c.variant].id, m, experiment_id=self.eid, cell=c.id,
-                                rep=c.rep, bench_key=c.key)
+                                rep=c.rep, bench_key=c.key, identity=ident)
+        if ident is not None and m.status != "failed":
+            key = json.dumps(ident, sort_keys=True)
+            counts = self.identities.setdefault(c.variant, {})
+            counts[key] = counts.get(key, 0) + 1
         if m.ok:
             profile_store(rid)
         self.finished.add(c.id)
@@ -1026,6 +1129,35 @@ def _measure_remote(exp, v, batch, bench_by_name, overrides, run, store, facts):
             if m.profiles or m.counted:
                 store_target_profiles(store, run, rid, tc.bench, tc.copies, m, m.facts or {}, event)
         yield x, m, keep
+
+
+def describe_stored(store, exp: Experiment, restart: bool = False) -> str:
+    """What ``run`` would do with what the store holds of the experiment (``run --dry-run``): how many
+    cells are stored, whether they can be resumed (the same file; measured on the identity this machine
+    has now) and how many would be measured. ``store`` None: there is no store yet."""
+    total = len(matrix(exp).cells)
+    old = store.latest_experiment(exp.name) if store is not None else None
+    states = store.cell_states(old["id"]) if old is not None else {}
+    if old is None or not states:
+        return f"stored: none; run would measure all {total} cells\n"
+    done = sum(1 for x in states.values() if x in ("ok", "skipped"))
+    head = f"stored: {done} of {total} cells, in experiment {exp.name} (id {old['id']}, {old['state']})"
+    afresh = f"--restart (or another --name) measures all {total} cells afresh"
+    if restart:
+        return f"{head}; with --restart run keeps them (marked superseded) and measures all {total} cells afresh\n"
+    if old["file_hash"] != exp.file_hash():
+        return f"{head}, made from another version of the file: run refuses to resume it; {afresh}\n"
+    local = [v.label for v in exp.variants if v.target == "local"]
+    here = machine.identity(machine.facts(probe_perf=False)) if local else None
+    what = stale_cells(exp, store.cell_identities(old["id"]), {label: here for label in local})
+    if what:
+        return f"{head}, but {what}: run refuses to mix them; {afresh}\n"
+    out = f"{head}, measured on this machine's kernel as it is now; run would measure {total - done}"
+    remote = [v.label for v in exp.variants if v.target != "local"]
+    if remote:
+        out += (f" (the stored cells of {', '.join(remote)} are checked against what their target runs at its "
+                f"first job)")
+    return out + "\n"
 
 
 def describe_plan(pl: dict) -> str:

@@ -136,14 +136,15 @@ def aggregate(b, reps: list[tuple[int, list, dict, float]], started: float, *, p
 
 def store_measurement(store, run_id: int, m: Measurement, *, replace: int | None = None,
                       experiment_id: int | None = None, cell: str | None = None, rep: int | None = None,
-                      bench_key: str | None = None) -> int:
+                      bench_key: str | None = None, identity: dict | None = None) -> int:
     """Store ``m`` as a result of run ``run_id`` (rewriting result ``replace`` when the benchmark
-    gained repetitions), or with ``cell`` as one cell of experiment ``experiment_id``."""
+    gained repetitions), or with ``cell`` as one cell of experiment ``experiment_id`` measured on
+    ``identity`` (kperfdiff.machine.identity)."""
     kw = dict(benchmark=m.benchmark, params=m.params, copies=m.copies, status=m.status, reason=m.reason,
               unit=m.unit, better=m.better, summary=m.summary, raw=m.raw, overhead=m.overhead, ops=m.ops,
               cpu_ns=m.cpu_ns, wall_s=m.wall_s, monitors=m.monitors, info=m.info, started_at=m.started_at,
               noise=m.noise, stop=m.stop)
     if cell is not None:
         return store.add_cell_result(run_id, experiment_id=experiment_id, cell=cell, rep=rep, bench_key=bench_key,
-                                     **kw)
+                                     identity=identity, **kw)
     return store.add_result(run_id, replace=replace, **kw)

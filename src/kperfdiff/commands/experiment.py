@@ -11,6 +11,8 @@ from ..render import compare as rcompare
 from ..render import report as rreport
 from ..report import gather, load_comparison, top_mover_diff
 from ..errors import UsageError
+from ..store import Store, default_location
+from ..store.backend import is_url
 from .common import FORMATS, command_line, open_store, percent, write_file
 
 
@@ -24,8 +26,14 @@ def add_parsers(sub) -> None:
     e.add_argument("file", help="experiment file (TOML)")
     e.add_argument("--restart", action="store_true",
                    help="start the experiment again from zero (the old results stay in the store, marked "
-                        "superseded); needed when the file changed after a partial run")
-    e.add_argument("--dry-run", action="store_true", help="check the file and print the matrix; run nothing")
+                        "superseded); needed when the file changed after a partial run, or when the stored cells "
+                        "were measured on another kernel, machine or kperfdiff version than this run's")
+    e.add_argument("--name", metavar="NAME",
+                   help="the experiment's name in the store instead of the file's name (e.g. one per commit in "
+                        "CI: --name \"perf-gate-$CI_COMMIT_SHA\")")
+    e.add_argument("--dry-run", action="store_true",
+                   help="check the file, print the matrix and how many cells are stored and would be measured; "
+                        "run nothing")
     e.add_argument("--allow-knob", action="append", metavar="PATH",
                    help="let the file set this knob although it is not one of the performance knobs kperfdiff "
                         "sets by default (repeatable; the always-refused ones stay refused)")
@@ -96,11 +104,20 @@ def write_report(data, output: str | Path, fmt: str = "html") -> Path:
     return out
 
 
+def _existing_store(args) -> Store | None:
+    """The store of --store if there is one (a dry run makes none)."""
+    where = getattr(args, "store", None) or default_location()
+    if not is_url(where) and not Path(where).exists():
+        return None
+    return open_store(args, create=False)
+
+
 def run(args: argparse.Namespace) -> int:
     """`kperfdiff run FILE`: run or resume, then print the comparison (and write the report)."""
-    exp = experiment.parse(args.file, frozenset(args.allow_knob or ()))
+    exp = experiment.parse(args.file, frozenset(args.allow_knob or ()), name=args.name)
     if args.dry_run:
         sys.stdout.write(experiment.describe_plan(experiment.plan(exp)))
+        sys.stdout.write(experiment.describe_stored(_existing_store(args), exp, args.restart))
         return 0
     store = open_store(args)
     outcome = experiment.run_experiment(store, exp, experiment.RunOptions(

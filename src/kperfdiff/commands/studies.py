@@ -31,6 +31,10 @@ def add_parser(sub) -> None:
             p.add_argument("--keep-going", action="store_true",
                            help="go on with the next study when one fails (its section says so)")
             p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+            p.add_argument("--restart", action="store_true",
+                           help="measure the studies afresh (their stored cells stay in the store, marked "
+                                "superseded): needed when their file changed after a partial run, or when their "
+                                "cells were measured on another kernel, machine or kperfdiff version")
 
 
 def run(args) -> int:
@@ -47,7 +51,7 @@ def run(args) -> int:
             log(f"kperfdiff: study {i + 1}/{len(loaded)}: {st.title} ({exp.path})")
             t0 = time.monotonic()
             try:
-                rc = studies.run(store, exp, log, progress=not args.no_progress)
+                rc = studies.run(store, exp, log, progress=not args.no_progress, restart=args.restart)
             except InputError:
                 raise
             except Exception as e:  # noqa: BLE001 - one study's failure is reported in its section

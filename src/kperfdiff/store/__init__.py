@@ -9,7 +9,8 @@ Tables (schema version in ``meta``):
 * ``result``: one benchmark at one parameter set and copy count in a run:
   status (ok / failed / skipped) and reason, unit, direction, the summary
   (median, min, max, quartiles, mean, stdev, CV), monitor deltas, the
-  workers' info, total operations and CPU time;
+  workers' info, total operations and CPU time; an experiment's cell also
+  its key and the identity of what it ran on (kernel, machine, kperfdiff);
 * ``interval``: every raw interval value of a result (rep, copy, seq, value,
   ops, ns), so every statistic can be recomputed;
 * ``profile``: perf recordings of a result: artefact paths, event, samples,
@@ -51,7 +52,7 @@ from ..records import Result, Run
 from . import backend
 from .backend import IntegrityError, OperationalError, is_url
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 RUN_STATES = ("running", "complete", "interrupted", "failed")
 
 SCHEMA = """
@@ -193,6 +194,13 @@ CREATE INDEX IF NOT EXISTS profile_result ON profile(result_id);
     4: """
 ALTER TABLE run ADD COLUMN host TEXT;
 ALTER TABLE experiment ADD COLUMN host TEXT;
+""",
+    # 5 -> 6: what an experiment's cell was measured on (``identity``, JSON: kernel release, build id,
+    # uname -v and command line, a machine fingerprint, the kperfdiff version; kperfdiff.machine.identity),
+    # so a resumed experiment does not mix cells of two kernels or machines. Cells stored before have
+    # none, and a resume refuses to add to them (kperfdiff run --restart measures afresh).
+    5: """
+ALTER TABLE result ADD COLUMN identity TEXT;
 """,
 }
 
@@ -734,16 +742,17 @@ class Store:
 
     def _insert_result(self, run_id, benchmark, params, copies, status, reason, unit, better, summary, raw,
                        overhead, ops, cpu_ns, wall_s, monitors, info, started_at, noise, stop, replace,
-                       experiment_id, cell, rep, bench_key) -> int:
+                       experiment_id, cell, rep, bench_key, identity=None) -> int:
         s = summary or {}
         cols = ("run_id, benchmark, params, copies, status, reason, unit, better, n, median, min, max, q1, q3, "
                 "mean, stdev, cv, overhead, ops, cpu_ns, wall_s, monitors, info, started_at, ended_at, "
-                "experiment_id, cell, rep, bench_key, noise, stop").split(", ")
+                "experiment_id, cell, rep, bench_key, noise, stop, identity").split(", ")
         values = (run_id, benchmark, json.dumps(params, sort_keys=True), copies, status, reason, unit, better,
                   s.get("n"), s.get("median"), s.get("min"), s.get("max"), s.get("q1"), s.get("q3"),
                   s.get("mean"), _nan_none(s.get("stdev")), _nan_none(s.get("cv")), overhead, ops, cpu_ns, wall_s,
                   json.dumps(monitors or {}, sort_keys=True), json.dumps(info or []), started_at, time.time(),
-                  experiment_id, cell, rep, bench_key, json.dumps(noise or []), stop)
+                  experiment_id, cell, rep, bench_key, json.dumps(noise or []), stop,
+                  json.dumps(identity, sort_keys=True) if identity else None)
         if replace is not None:
             cur = self.conn.execute(f"UPDATE result SET {', '.join(c + '=?' for c in cols)} WHERE id=? AND run_id=?",
                                     (*values, replace, run_id))
@@ -1144,8 +1153,10 @@ class Store:
                         unit: str | None, better: str | None, summary: dict | None, raw: list[tuple],
                         overhead: float | None = None, ops: int | None = None, cpu_ns: int | None = None,
                         wall_s: float | None = None, monitors: dict | None = None, info: list | None = None,
-                        started_at: float | None = None, noise: list | None = None, stop: str | None = None) -> int:
-        """Store one experiment cell and its raw intervals in one transaction.
+                        started_at: float | None = None, noise: list | None = None, stop: str | None = None,
+                        identity: dict | None = None) -> int:
+        """Store one experiment cell and its raw intervals in one transaction; ``identity``: what it
+        was measured on (kperfdiff.machine.identity).
 
         A failed cell of the same key (an earlier attempt) is replaced in the
         same transaction; a finished (ok or skipped) cell is never replaced:
@@ -1156,12 +1167,23 @@ class Store:
                               (experiment_id, cell))
             return self._insert_result(run_id, benchmark, params, copies, status, reason, unit, better, summary,
                                        raw, overhead, ops, cpu_ns, wall_s, monitors, info, started_at, noise, stop,
-                                       None, experiment_id, cell, rep, bench_key)
+                                       None, experiment_id, cell, rep, bench_key, identity)
         try:
             return self._write(w)
         except IntegrityError:
             raise StoreError(f"cell {cell} of experiment {experiment_id} is already stored; "
                              f"it is never measured twice") from None
+
+    def cell_identities(self, exp_id: int) -> dict[str, dict[str, int]]:
+        """variant -> {identity as sorted JSON ("" for none): how many of its finished (ok or skipped)
+        cells were measured on it} of an experiment (failed cells are measured again, so not counted)."""
+        out: dict[str, dict[str, int]] = {}
+        for variant, ident, n in self.conn.execute(
+                "SELECT run.variant, result.identity, count(*) FROM result JOIN run ON run.id = result.run_id "
+                "WHERE result.experiment_id=? AND result.cell IS NOT NULL AND result.status IN ('ok','skipped') "
+                "GROUP BY run.variant, result.identity", (exp_id,)).fetchall():
+            out.setdefault(variant, {})[ident or ""] = n
+        return out
 
     def cell_stops(self, exp_id: int) -> dict[tuple[str, int], str]:
         """(column, copies) -> why its repetitions stopped, for the columns of an experiment that have a reason.

@@ -113,12 +113,12 @@ def _module(kind: str):
     return importlib.import_module(f"{__name__}.{KINDS[kind]}")
 
 
-def run(store, exp: experiment.Experiment, log, progress: bool = True) -> int:
-    """Run (or resume) one study; the exit status of its experiment run."""
+def run(store, exp: experiment.Experiment, log, progress: bool = True, restart: bool = False) -> int:
+    """Run (or resume) one study (``restart``: afresh); the exit status of its experiment run."""
     mod = _module(study_of(exp).kind)
     if hasattr(mod, "run"):
         return mod.run(store, exp, log)
-    outcome = experiment.run_experiment(store, exp, experiment.RunOptions(progress=progress,
+    outcome = experiment.run_experiment(store, exp, experiment.RunOptions(progress=progress, restart=restart,
                                                                             command=f"kperfdiff studies run {exp.path}"),
                                         log=log)
     return outcome.exit_status

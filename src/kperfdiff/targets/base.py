@@ -27,6 +27,7 @@ from pathlib import Path
 from .. import monitors
 from ..arch import normalise_arch
 from ..errors import BenchError
+from ..machine import KERNEL_NOTES, UNKNOWN, build_id_from_notes
 from ..bench import build, catalogue
 from ..bench.worker import STDERR_TAIL, WorkerOutput, copy_output, parse_status
 from ..record import MODULE_PLT
@@ -247,6 +248,8 @@ def job_script(invocations: list[Invocation], bin_dir: str, out_dir: str, *, per
         lines.append(f"uname -r > {q(out_dir + '/facts/release')}")
         lines.append(f"uname -v > {q(out_dir + '/facts/kversion')}")
         lines.append(f"id -u > {q(out_dir + '/facts/uid')}")
+        # the kernel's ELF notes (its build id) in hex: text, whatever carries the folder back
+        lines.append(f"od -An -v -tx1 {q(KERNEL_NOTES)} > {q(out_dir + '/facts/notes')} 2>/dev/null")
         lines.append(f"grep -m1 KernelPageSize /proc/self/smaps > {q(out_dir + '/facts/pagesize')} 2>/dev/null")
     need_kallsyms = False
     for i, inv in enumerate(invocations):
@@ -401,6 +404,7 @@ def facts_from_files(files: dict[str, str], *, emulated: bool, virtualisation: s
         "cpus_online": g("online"),
         "kernel_release": g("release") or g("osrelease"),
         "kernel_version": g("kversion"),
+        "kernel_build_id": _notes_build_id(g("notes")),
         "cmdline": g("cmdline"),
         "hostname": g("hostname"),
         "page_size": page,
@@ -420,6 +424,15 @@ def facts_from_files(files: dict[str, str], *, emulated: bool, virtualisation: s
     if extra:
         f.update(extra)
     return f
+
+
+def _notes_build_id(hex_text: str) -> str:
+    """The build id in a target's kernel notes as ``od -An -tx1`` printed them ("unknown" if none)."""
+    try:
+        data = bytes.fromhex("".join(hex_text.split()))
+    except ValueError:
+        return UNKNOWN
+    return build_id_from_notes(data) or UNKNOWN
 
 
 def read_fact_files(folder: Path) -> dict[str, str]:
