@@ -24,6 +24,9 @@ pub struct Kallsyms {
     /// Address of `_text` / `_stext` in this file, for relocation.
     pub text: Option<u64>,
     pub stext: Option<u64>,
+    /// Where the kernel's text and image end (`_etext`, `_end`), when listed.
+    pub etext: Option<u64>,
+    pub end: Option<u64>,
 }
 
 /// A kallsyms file's bytes: mapped (a plain file), or read and inflated (gzip).
@@ -352,7 +355,7 @@ impl Kallsyms {
         // No allocation per line: where each kept name is, and its module; ranks are
         // only worked out among symbols that share an address.
         let mut entries: Vec<Entry> = Vec::with_capacity(data.len() / 40);
-        let (mut text_addr, mut stext_addr) = (None, None);
+        let (mut text_addr, mut stext_addr, mut etext_addr, mut end_addr) = (None, None, None, None);
         let mut nonzero = false;
         let mut bad_lines = 0usize;
         let base = data.as_ptr() as usize;
@@ -368,6 +371,10 @@ impl Kallsyms {
                 text_addr = Some(addr);
             } else if name == b"_stext" {
                 stext_addr = Some(addr);
+            } else if name == b"_etext" && module.is_none() {
+                etext_addr = Some(addr);
+            } else if name == b"_end" && module.is_none() {
+                end_addr = Some(addr);
             }
             if !matches!(ty.to_ascii_uppercase(), b'T' | b'W' | b'D' | b'B') || name[0] == b'$' {
                 return;
@@ -424,10 +431,22 @@ impl Kallsyms {
             i = j;
         }
         let names_buf = String::from_utf8(names_buf).map_err(|_| "its names are not text".to_string())?;
-        Ok(Kallsyms { addrs, names_buf, name_ends, module, modules, text: text_addr, stext: stext_addr })
+        Ok(Kallsyms { addrs, names_buf, name_ends, module, modules, text: text_addr, stext: stext_addr,
+                     etext: etext_addr, end: end_addr })
     }
 
     /// Name of symbol `i` (an index from `lookup`).
+    /// The lowest and highest symbol address of each module (index as `modules`; None for one
+    /// with no symbol kept).
+    pub fn module_spans(&self) -> Vec<Option<(u64, u64)>> {
+        let mut spans = vec![None; self.modules.len()];
+        for (&a, &m) in self.addrs.iter().zip(&self.module) {
+            let s: &mut Option<(u64, u64)> = &mut spans[m as usize];
+            *s = Some(s.map_or((a, a), |(lo, hi)| (lo.min(a), hi.max(a))));
+        }
+        spans
+    }
+
     pub fn name(&self, i: usize) -> &str {
         let start = if i == 0 { 0 } else { self.name_ends[i - 1] as usize };
         &self.names_buf[start..self.name_ends[i] as usize]

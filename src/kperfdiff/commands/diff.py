@@ -81,6 +81,10 @@ def add_parser(sub) -> None:
     d.add_argument("--kallsyms", metavar="FILE", help="kallsyms for perf.data inputs of both sides")
     d.add_argument("--kallsyms-a", metavar="FILE", help="kallsyms for side A's perf.data")
     d.add_argument("--kallsyms-b", metavar="FILE", help="kallsyms for side B's perf.data")
+    d.add_argument("--kallsyms-unchecked", action="store_true",
+                   help="use the kallsyms given or found even when the recording's kernel build id, kernel map "
+                        "or module maps do not match it (refused otherwise); each side's line then says "
+                        "'unchecked'")
     d.add_argument("--symfs", metavar="DIR", help="root to find user binaries in, for both sides")
     d.add_argument("--symfs-a", metavar="DIR", help="--symfs for side A")
     d.add_argument("--symfs-b", metavar="DIR", help="--symfs for side B")
@@ -178,7 +182,8 @@ def run(args: argparse.Namespace) -> int:
                                 kallsyms=[args.kallsyms_a or args.kallsyms, args.kallsyms_b or args.kallsyms],
                                 symfs=[args.symfs_a or args.symfs, args.symfs_b or args.symfs], event=args.event,
                                 folded_kernel=args.folded_kernel, workers=args.jobs,
-                                by_process=bool(args.folded))  # --folded puts each stack under its process
+                                by_process=bool(args.folded),  # --folded puts each stack under its process
+                                kallsyms_unchecked=args.kallsyms_unchecked)
     result = diff_profiles(side_a, side_b, opts)
     for w in result.warnings:
         print(f"kperfdiff: warning: {w}", file=sys.stderr)
