@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from .table import Table, to_csv, to_json, to_markdown, to_text
+from .table import Table, md_escape, to_csv, to_json, to_markdown, to_text
 
 if TYPE_CHECKING:  # types only: the renderer needs nothing of the diff stage at run time
     from ..diff import DiffResult, Row, SideInfo
@@ -257,7 +257,7 @@ def to_study_text(result: DiffResult) -> str:
 
 
 def to_markdown_text(result: DiffResult) -> str:
-    out = ["".join(f"- {line}\n" for line in side_lines(result))]
+    out = ["".join(f"- {md_escape(line)}\n" for line in side_lines(result))]
     out += [to_markdown(t) for t in tables(result, extra=True, mark=True)]
     tw = twins_table(result)
     if tw is not None:
