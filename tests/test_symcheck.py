@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -195,3 +197,56 @@ def test_kernel_build_id_reads_elf_notes(tmp_path):
     notes.write_bytes(b"")
     assert kernel_build_id(notes) is None
     assert kernel_build_id(tmp_path / "missing") is None
+
+
+VMLINUX_S = """
+        .text
+        .globl _text, _stext, read_zero, do_syscall_64
+_text:
+_stext:
+        .type read_zero, @function
+read_zero:
+        .skip 0x100
+        .size read_zero, 0x100
+        .type do_syscall_64, @function
+do_syscall_64:
+        .skip 0x100
+        .size do_syscall_64, 0x100
+"""
+
+
+def small_vmlinux(tmp_path: Path, build_id: str | None) -> Path:
+    """A small ELF with two functions, _text.._etext as long as plain.perf.data's kernel map
+    (0x1276508 bytes) and the given GNU build id (or none)."""
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.skip("gcc is not installed")
+    src, out = tmp_path / "k.S", tmp_path / f"vmlinux-{build_id or 'none'}"
+    src.write_text(VMLINUX_S)
+    subprocess.run([gcc, "-nostdlib", "-static", "-Wl,-e,_text", f"-Wl,--build-id={'0x' + build_id if build_id else 'none'}",
+                    "-Wl,--defsym=_etext=_text+0x1276508", "-o", str(out), str(src)], check=True)
+    return out
+
+
+def test_vmlinux_build_id_note_decides(tmp_path):
+    vml = small_vmlinux(tmp_path, PLAIN_BID)
+    doc = json.loads(run_cli("diff", PLAIN, GROUP, "--kallsyms", vml, "--format", "json", check=0).stdout)
+    assert doc["header"][0].startswith(f"A (plain): plain.perf.data, cpu-clock, 3,652 samples, 77% kernel, "
+                                       f"symbols: {vml.name} (build id abf9ec0ec594 match")
+    assert doc["sides"]["b"]["symbols"][0]["matched"] == "build id"
+    p = run_cli("diff", TINY, PLAIN, "--kallsyms", vml, check=2)
+    assert_one_sentence_error(p)
+    assert f"{vml} is not the kernel tiny.perf.data (kernel 6.18.44-fc-v657, build id 48dc540c8b76) was recorded on: " \
+           "its build id is abf9ec0ec594" in p.stderr
+
+
+def test_vmlinux_without_build_id_whose_samples_miss_its_symbols_is_refused(tmp_path):
+    # its _text.._etext matches plain's kernel map, but almost no kernel sample lands in its two functions
+    vml = small_vmlinux(tmp_path, None)
+    p = run_cli("diff", PLAIN, GROUP, "--kallsyms", vml, check=2)
+    assert_one_sentence_error(p)
+    assert re.search(r"is probably not the kernel plain\.perf\.data .* only \d+ of its 2826 kernel samples land in one "
+                     r"of its symbols", p.stderr), p.stderr
+    p = run_cli("diff", PLAIN, GROUP, "--kallsyms", vml, "--kallsyms-unchecked", check=0)
+    assert p.stdout.startswith(f"A (plain): plain.perf.data, cpu-clock, 3,652 samples, 77% kernel, symbols: {vml.name} "
+                               f"(unchecked: --kallsyms-unchecked, 0% of kernel samples in a symbol)")

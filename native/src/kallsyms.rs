@@ -1,5 +1,6 @@
-//! Kernel symbols from a kallsyms file (`/proc/kallsyms` format, optionally gzip'd),
-//! and kperfdiff's one parser of its lines (also System.map's, for `place --sizes`).
+//! Kernel symbols from a kallsyms file (`/proc/kallsyms` format, optionally gzip'd), a
+//! System.map or a vmlinux (its `.symtab` functions, and its build id), and kperfdiff's one
+//! parser of kallsyms lines (also System.map's, for `place --sizes`).
 //!
 //! Lines are `ADDRESS TYPE NAME [MODULE]`, fields separated by ASCII whitespace:
 //! ADDRESS is hexadecimal (an optional '+', up to 64 bits), TYPE the first byte of
@@ -27,6 +28,8 @@ pub struct Kallsyms {
     /// Where the kernel's text and image end (`_etext`, `_end`), when listed.
     pub etext: Option<u64>,
     pub end: Option<u64>,
+    /// The GNU build id (hex) of a vmlinux read as the symbol source; None for a text file.
+    pub build_id: Option<String>,
 }
 
 /// A kallsyms file's bytes: mapped (a plain file), or read and inflated (gzip).
@@ -342,7 +345,32 @@ impl Kallsyms {
 
     pub fn load(path: &Path) -> Result<Self, String> {
         let bytes = read_maybe_gz(path).map_err(|e| format!("cannot read kallsyms file {}: {}", path.display(), e))?;
+        if bytes.starts_with(b"\x7fELF") {
+            return Self::from_elf(&bytes).map_err(|e| format!("{} is a vmlinux kperfdiff cannot use: {}", path.display(), e));
+        }
         Self::parse(&bytes).map_err(|e| format!("{} is not a kallsyms file: {}", path.display(), e))
+    }
+
+    /// A vmlinux's function symbols (those with a size), as `parse` reads a System.map of them; its
+    /// `_text`, `_stext`, `_etext` and `_end` as landmarks only (type `A`, never a sample's symbol).
+    pub fn from_elf(data: &[u8]) -> Result<Self, String> {
+        let f = crate::elf::functions(data)?;
+        let mut text = String::with_capacity(f.functions.len() * 40);
+        for func in &f.functions {
+            text.push_str(&format!("{:016x} T {}\n", func.value, String::from_utf8_lossy(func.name)));
+        }
+        for (name, value) in &f.markers {
+            if matches!(*name, b"_text" | b"_stext" | b"_etext" | b"_end") {
+                text.push_str(&format!("{value:016x} A {}\n", String::from_utf8_lossy(name)));
+            }
+        }
+        let mut k = Self::parse(text.as_bytes())?;
+        use object::Object;
+        k.build_id = match object::File::parse(data).map(|o| o.build_id()) {
+            Ok(Ok(Some(id))) => Some(crate::elfsyms::build_id_hex(id)),
+            _ => None,
+        };
+        Ok(k)
     }
 
     /// The symbols of a kallsyms file's bytes (names that are not UTF-8 are read with U+FFFD).
@@ -432,7 +460,7 @@ impl Kallsyms {
         }
         let names_buf = String::from_utf8(names_buf).map_err(|_| "its names are not text".to_string())?;
         Ok(Kallsyms { addrs, names_buf, name_ends, module, modules, text: text_addr, stext: stext_addr,
-                     etext: etext_addr, end: end_addr })
+                     etext: etext_addr, end: end_addr, build_id: None })
     }
 
     /// Name of symbol `i` (an index from `lookup`).

@@ -186,6 +186,9 @@ fn closing_facts(facts: &mut Vec<(String, Fact)>, layout: &Layout, counts: &Coun
         let marks = [("_text", k.text), ("_stext", k.stext), ("_etext", k.etext), ("_end", k.end)];
         let marks = marks.iter().filter_map(|(n, a)| a.map(|a| (n.to_string(), format!("{a:#x}")))).collect();
         facts.push(("kallsyms_landmarks".into(), Fact::Pairs(marks)));
+        if let Some(b) = &k.build_id {
+            facts.push(("kallsyms_build_id".into(), Fact::Str(b.clone())));
+        }
         let spans = k.module_spans();
         let mods = k.modules.iter().zip(spans).skip(1)
             .filter_map(|(n, s)| s.map(|(lo, hi)| (n.trim_matches(|c| c == '[' || c == ']').to_string(), format!("{lo:#x} {hi:#x}"))))

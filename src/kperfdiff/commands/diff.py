@@ -78,9 +78,13 @@ def add_parser(sub) -> None:
                    help="how to tell kernel frames in folded stacks: auto (the _[k] suffix when present, else "
                         "entry), entry (every frame from the first known kernel entry point to the leaf), "
                         "all, none (default: auto)")
-    d.add_argument("--kallsyms", metavar="FILE", help="kallsyms for perf.data inputs of both sides")
-    d.add_argument("--kallsyms-a", metavar="FILE", help="kallsyms for side A's perf.data")
-    d.add_argument("--kallsyms-b", metavar="FILE", help="kallsyms for side B's perf.data")
+    d.add_argument("--kallsyms", metavar="FILE",
+                   help="kernel symbols for perf.data inputs of both sides: a kallsyms (as kperfdiff record keeps "
+                        "beside its perf.data), System.map or vmlinux; default: the kallsyms beside each file, else "
+                        "perf's build-id cache. Checked against the recording (build id, else kernel map and module "
+                        "maps, and the share of kernel samples in a symbol): another kernel's is refused")
+    d.add_argument("--kallsyms-a", metavar="FILE", help="--kallsyms for side A's perf.data")
+    d.add_argument("--kallsyms-b", metavar="FILE", help="--kallsyms for side B's perf.data")
     d.add_argument("--kallsyms-unchecked", action="store_true",
                    help="use the kallsyms given or found even when the recording's kernel build id, kernel map "
                         "or module maps do not match it (refused otherwise); each side's line then says "

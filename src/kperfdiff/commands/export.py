@@ -45,7 +45,8 @@ def add_parser(sub) -> None:
     e.add_argument("--event", metavar="NAME",
                    help="the event to export when the input has several (default: the first; speedscope: "
                         "every event of a file, one profile each)")
-    e.add_argument("--kallsyms", metavar="FILE", help="kallsyms for a perf.data input")
+    e.add_argument("--kallsyms", metavar="FILE",
+                   help="kallsyms, System.map or vmlinux for a perf.data input (checked against it, as for diff)")
     e.add_argument("--symfs", metavar="DIR", help="root to find user binaries in, for a perf.data input")
     e.add_argument("--kallsyms-unchecked", action="store_true",
                    help="use the kallsyms even when the recording's kernel does not match it (as for diff)")

@@ -8,7 +8,7 @@ turns into :class:`kperfdiff.ingest.profile.Profile` objects with numpy arrays.
 
 Symbol sources, per input:
 
-* ``kallsyms``: a kallsyms file (plain or gzip'd). When not given, the first
+* ``kallsyms``: a kallsyms file (plain or gzip'd), System.map or vmlinux. When not given, the first
   existing of ``<file>.kallsyms``, ``<stem>.kallsyms`` (``x.perf.data`` ->
   ``x.kallsyms``), ``kallsyms`` in the same folder (each also as ``.gz``) is
   used, else perf's build-id cache entry for the recorded kernel

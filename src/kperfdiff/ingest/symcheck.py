@@ -5,9 +5,9 @@ build, and for modules the boot, that was recorded; one of another build names t
 function lies at the same address, silently. So before a read's kernel symbols are used, the
 symbol source is checked against what the perf.data holds, in this order:
 
-1. the kernel's build id (HEADER_BUILD_ID) against the source's: a kallsyms's ``.buildid`` file
-   beside it (``kperfdiff record`` writes one from /sys/kernel/notes), or perf's build-id cache
-   folder it was found in;
+1. the kernel's build id (HEADER_BUILD_ID) against the source's: a vmlinux's own
+   (``.note.gnu.build-id``), a kallsyms's ``.buildid`` file beside it (``kperfdiff record`` writes
+   one from /sys/kernel/notes), or perf's build-id cache folder it was found in;
 2. else the recorded kernel map (the ``[kernel.kallsyms]_text`` MMAP: start and length, which perf
    takes from ``_text``/``_stext`` to ``_etext``) against the source's ``_stext``/``_text`` ..
    ``_etext``/``_end`` (after the KASLR shift the reader applies); a map perf recorded to the end
@@ -128,7 +128,7 @@ def _map_check(path: Path, ks: Path, h: dict) -> str | None:
     raise InputError(
         f"{ks} is not the kernel {_recorded(path, h)} was recorded on: the recording's kernel map is "
         f"{start:#x}..{end:#x} ({length:#x} bytes) but {ks.name}'s {s[0]}..{s[2]} is {s[1] + shift:#x}.."
-        f"{s[3] + shift:#x} ({s[3] - s[1]:#x} bytes); give the kallsyms recorded with it (--kallsyms), "
+        f"{s[3] + shift:#x} ({s[3] - s[1]:#x} bytes); give the symbols of that kernel (--kallsyms), "
         f"or --kallsyms-unchecked to use this one anyway")
 
 
@@ -148,9 +148,9 @@ def _module_check(path: Path, ks: Path, h: dict) -> int:
         lo, hi = spans[name]
         if not (start <= lo and hi < start + length):
             raise InputError(
-                f"{ks} does not match {_recorded(path, h)}: module {name} was loaded at {start:#x}..{start + length:#x} "
-                f"when recorded but {ks.name} has its symbols at {lo:#x}..{hi:#x} (loaded again, or another boot); "
-                f"give the kallsyms recorded with it (--kallsyms), or --kallsyms-unchecked to use this one anyway")
+                f"{ks} does not match {_recorded(path, h)}: module {name} was loaded at "
+                f"{start:#x}..{start + length:#x} when recorded but {ks.name} has its symbols at {lo:#x}..{hi:#x} (loaded again, or another boot); "
+                f"give the symbols of that kernel (--kallsyms), or --kallsyms-unchecked to use this one anyway")
         checked += 1
     return checked
 
@@ -173,22 +173,23 @@ def check(path: Path, ks: Path | None, raw: dict, *, found: str, unchecked: bool
         out["how"] = f"unchecked: --kallsyms-unchecked, {share}"
         return out
     rec_bid = dict(h.get("build_ids") or []).get("[kernel.kallsyms]")
-    src_bid = source_build_id(ks)
+    src_bid = h.get("kallsyms_build_id") or source_build_id(ks)
     if rec_bid and src_bid:
         if rec_bid.lower().rstrip("0") != src_bid.rstrip("0"):
             raise InputError(
                 f"{ks} is not the kernel {_recorded(path, h)} was recorded on: its build id is {_short(src_bid)}; "
-                f"give the kallsyms recorded with it (--kallsyms), or --kallsyms-unchecked to use this one anyway")
+                f"give the symbols of that kernel (--kallsyms), or --kallsyms-unchecked to use this one anyway")
         modules = _module_check(path, ks, h)
         out["matched"] = "build id"
-        out["how"] = f"build id {_short(rec_bid)} match" + (f", {modules} module maps" if modules else "") + f", {share}"
+        out["how"] = ", ".join([f"build id {_short(rec_bid)} match"] + ([f"{modules} module maps"] if modules else [])
+                               + [share])
         return out
     how = _map_check(path, ks, h)
     modules = _module_check(path, ks, h)
     if total >= MIN_KERNEL_SAMPLES and in_sym < MIN_IN_SYMBOL * total:
         raise InputError(
             f"{ks} is probably not the kernel {_recorded(path, h)} was recorded on: only {in_sym} of its "
-            f"{total} kernel samples land in one of its symbols; give the kallsyms recorded with it "
+            f"{total} kernel samples land in one of its symbols; give the symbols of that kernel "
             f"(--kallsyms), or --kallsyms-unchecked to use this one anyway")
     out["matched"] = "kernel map" if how else "symbols"
     parts = [how or "no kernel map length to compare"]
