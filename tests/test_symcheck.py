@@ -250,3 +250,20 @@ def test_vmlinux_without_build_id_whose_samples_miss_its_symbols_is_refused(tmp_
     p = run_cli("diff", PLAIN, GROUP, "--kallsyms", vml, "--kallsyms-unchecked", check=0)
     assert p.stdout.startswith(f"A (plain): plain.perf.data, cpu-clock, 3,652 samples, 77% kernel, symbols: {vml.name} "
                                f"(unchecked: --kallsyms-unchecked, 0% of kernel samples in a symbol)")
+
+
+def test_a_targets_kallsyms_keeps_its_build_id_in_the_store_folder(tmp_path):
+    from kperfdiff.targets import _keep_kallsyms
+    work, store = tmp_path / "work", tmp_path / "run-1"
+    work.mkdir()
+    (work / "kallsyms").write_bytes(gzip.decompress(KS.read_bytes()))
+    (work / "kallsyms.buildid").write_text(PLAIN_BID + "\n")
+    kept = _keep_kallsyms(work / "kallsyms", store)
+    assert kept == store / "kallsyms" and (store / "kallsyms.buildid").read_text() == PLAIN_BID + "\n"
+    (plain,) = alone(store, PLAIN)
+    assert perfdata.load(plain, kallsyms=kept).meta["symbols"]["matched"] == "build id"
+    # another boot's kallsyms is kept under its own name, with its own build id
+    (work / "kallsyms").write_text("ffffffff81000000 T _text\n")
+    (work / "kallsyms.buildid").write_text(TINY_BID + "\n")
+    other = _keep_kallsyms(work / "kallsyms", store)
+    assert other.name.startswith("kallsyms.") and other.with_name(other.name + ".buildid").read_text() == TINY_BID + "\n"
