@@ -526,6 +526,20 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    #[test]
+    fn landmarks_and_module_spans_for_the_recording_check() {
+        let k = Kallsyms::parse(
+            b"ffffffff81000000 T _text\nffffffff81000100 T f\nffffffff82000000 T _etext\nffffffff83000000 B _end\n\
+              ffffffffc0002000 t m_b\t[m]\nffffffffc0001000 t m_a\t[m]\nffffffffc0003000 T _etext\t[x]\n",
+        )
+        .unwrap();
+        assert_eq!((k.text, k.stext, k.etext, k.end), (Some(0xffffffff81000000), None, Some(0xffffffff82000000), Some(0xffffffff83000000)));
+        let spans = k.module_spans();
+        let m = k.modules.iter().position(|n| n == "[m]").unwrap();
+        assert_eq!(spans[m], Some((0xffffffffc0001000, 0xffffffffc0002000)));
+        assert_eq!(k.build_id, None);
+    }
+
     fn line<'a>(addr: u64, ty: u8, name: &'a str, module: Option<&'a str>) -> Option<Line<'a>> {
         Some(Line { addr, ty, name: name.as_bytes(), module: module.map(str::as_bytes) })
     }
