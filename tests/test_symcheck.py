@@ -168,7 +168,7 @@ def test_kernel_samples_outside_every_symbol_are_refused(tmp_path):
         base = next(int(ln.split()[0], 16) for ln in lines if ln.endswith(" _stext"))
         return [ln for ln in lines if "[" not in ln and base <= int(ln.split()[0], 16) < base + 0x1000]
     f = _arm64_kallsyms(tmp_path, first_page)
-    with pytest.raises(InputError, match=r"only \d+ of its 1515 kernel samples land in one of its symbols"):
+    with pytest.raises(InputError, match=r"only \d+ of the 1515 kernel samples land in one of its symbols"):
         perfdata.load(f)
 
 
@@ -245,7 +245,7 @@ def test_vmlinux_without_build_id_whose_samples_miss_its_symbols_is_refused(tmp_
     vml = small_vmlinux(tmp_path, None)
     p = run_cli("diff", PLAIN, GROUP, "--kallsyms", vml, check=2)
     assert_one_sentence_error(p)
-    assert re.search(r"is probably not the kernel plain\.perf\.data .* only \d+ of its 2826 kernel samples land in one "
+    assert re.search(r"is probably not the kernel plain\.perf\.data .* only \d+ of the 2826 kernel samples land in one "
                      r"of its symbols", p.stderr), p.stderr
     p = run_cli("diff", PLAIN, GROUP, "--kallsyms", vml, "--kallsyms-unchecked", check=0)
     assert p.stdout.startswith(f"A (plain): plain.perf.data, cpu-clock, 3,652 samples, 77% kernel, symbols: {vml.name} "

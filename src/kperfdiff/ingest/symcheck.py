@@ -149,17 +149,17 @@ def _module_check(path: Path, ks: Path, h: dict) -> int:
         if not (start <= lo and hi < start + length):
             raise InputError(
                 f"{ks} does not match {_recorded(path, h)}: module {name} was loaded at "
-                f"{start:#x}..{start + length:#x} when recorded but {ks.name} has its symbols at {lo:#x}..{hi:#x} (loaded again, or another boot); "
-                f"give the symbols of that kernel (--kallsyms), or --kallsyms-unchecked to use this one anyway")
+                f"{start:#x}..{start + length:#x} when recorded but {ks.name} has its symbols at {lo:#x}..{hi:#x} "
+                f"(loaded again, or another boot); give the symbols of that kernel (--kallsyms), or --kallsyms-unchecked to use this one anyway")
         checked += 1
     return checked
 
 
 def check(path: Path, ks: Path | None, raw: dict, *, found: str, unchecked: bool = False) -> dict:
     """Check the symbol source ``ks`` a read of ``path`` used (``raw``: the native reader's
-    output) against the recording; raise InputError on a mismatch. Returns what to report:
-    source, kind, how it was found and matched, kernel samples and those in a symbol, and ``how``,
-    the words a diff's side line shows."""
+    output) against the recording; raise InputError on a mismatch. Returns what to report: the
+    source, how it was found (``found``) and matched, the kernel samples and those in a symbol, and
+    ``how``, the words a diff's side line shows."""
     h = raw["header"]
     total, in_sym = kernel_samples(raw)
     out = {"source": str(ks) if ks is not None else None, "found": found if ks is not None else None,
@@ -188,7 +188,7 @@ def check(path: Path, ks: Path | None, raw: dict, *, found: str, unchecked: bool
     modules = _module_check(path, ks, h)
     if total >= MIN_KERNEL_SAMPLES and in_sym < MIN_IN_SYMBOL * total:
         raise InputError(
-            f"{ks} is probably not the kernel {_recorded(path, h)} was recorded on: only {in_sym} of its "
+            f"{ks} is probably not the kernel {_recorded(path, h)} was recorded on: only {in_sym} of the "
             f"{total} kernel samples land in one of its symbols; give the symbols of that kernel "
             f"(--kallsyms), or --kallsyms-unchecked to use this one anyway")
     out["matched"] = "kernel map" if how else "symbols"
