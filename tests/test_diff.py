@@ -67,6 +67,10 @@ def test_study_text_layout():
     b = load(TEXT / "mixed.script")
     out = render.render(diff_profiles([a], [b], DiffOptions(labels=("ARM", "x86"))), "text")
     lines = out.splitlines()
+    # the study's tables come after a line per side (text inputs name their own symbols)
+    assert lines[0] == "A (ARM): forkexec.script, cpu-clock, 274 samples, 78% kernel, symbols: as named in the file"
+    assert lines[1].startswith("B (x86): mixed.script, cpu-clock, 349 samples, 88% kernel, symbols: ")
+    lines = lines[2:]
     assert lines[0] == ">> Top 5 candidates among common kernel functions"
     assert lines[1] == "%diff | symbol | ARM | x86"
     assert lines[2] == "-----"
@@ -130,7 +134,7 @@ def test_equivalence_arm64_vs_x86():
     assert (hm.value_a, hm.value_b) == pytest.approx((5.0, 0.0))
     text = render.render(res, "text")
     assert "[page fault entry] (arm64: do_mem_abort; x86_64: exc_page_fault)" in text
-    assert text.splitlines()[3] == "10.00 | clear_page (arm64: clear_page; x86_64: clear_page_erms) | 30.00 | 20.00"
+    assert text.splitlines()[5] == "10.00 | clear_page (arm64: clear_page; x86_64: clear_page_erms) | 30.00 | 20.00"
     # Without equivalence the members stay apart.
     off = diff_profiles([a], [b], DiffOptions(equivalence=False))
     assert {"do_mem_abort", "__arm64_sys_getpid"} <= {r.symbol for r in off.only_a}
@@ -301,7 +305,7 @@ def test_per_op():
     assert row.value_b == pytest.approx(row.shares_b[0] / 100 * b.total_weight / 7.0)
     assert res.unit == "ns/op"
     out = render.render(res, "text")
-    assert out.splitlines()[1].startswith("ns/op diff | symbol |")
+    assert out.splitlines()[3].startswith("ns/op diff | symbol |")
     b.meta["ops"] = 7
     b.meta["cpu_time_ns"] = 1e9
     res = diff_profiles([a], [b], DiffOptions(per_op=True, ops=(22.0, None)))
@@ -373,7 +377,7 @@ def test_compute_modes():
         keys = [(math.inf if r.score <= 0 or math.isinf(r.score) else abs(math.log(r.score))) if mode == "ratio"
                 else abs(r.score) for r in res.common]
         assert keys == sorted(keys, reverse=True)
-        head = render.render(res, "text").splitlines()[1]
+        head = render.render(res, "text").splitlines()[3]
         assert head.startswith(f"{mode} | symbol |")
     d = diff_profiles([a], [b], DiffOptions(compute="delta"))
     assert any(r.score < 0 for r in d.common[:5])

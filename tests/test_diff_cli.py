@@ -22,8 +22,12 @@ B = DATA / "text" / "mixed.script"
 def test_diff_three_sections():
     p = run_cli("diff", A, B, check=0)
     lines = p.stdout.splitlines()
-    assert lines[0] == ">> Top 5 candidates among common kernel functions"
-    assert lines[1] == "%diff | symbol | forkexec | mixed"
+    # a line per side first: file, event, samples, kernel share, symbols (text input: as named in it)
+    assert lines[0] == ("A (forkexec): forkexec.script, cpu-clock, 274 samples, 78% kernel, "
+                        "symbols: as named in the file"), lines[0]
+    assert lines[1].startswith("B (mixed): mixed.script, ") and lines[1].endswith("symbols: as named in the file")
+    assert lines[2] == ">> Top 5 candidates among common kernel functions"
+    assert lines[3] == "%diff | symbol | forkexec | mixed"
     assert ">> Top 5 candidates among forkexec specific kernel functions" in lines
     assert ">> Top 5 candidates among mixed specific kernel functions" in lines
     assert sum(1 for ln in lines if ln == "-----") == 3
@@ -46,14 +50,16 @@ def test_diff_outputs(tmp_path):
     prefix = tmp_path / "st"
     p = run_cli("diff", A, B, "--children", "--flamegraph", svg, "--folded", prefix, "--format", "markdown",
                 check=0)
-    assert p.stdout.startswith("### Top 5 candidates among common kernel functions (children)")
+    assert p.stdout.startswith("- A (forkexec): forkexec.script, cpu-clock, 274 samples")
+    assert "\n- B (mixed): mixed.script, " in p.stdout
+    assert "\n\n### Top 5 candidates among common kernel functions (children)" in p.stdout
     ET.parse(svg)
     for suffix in ("a.folded", "b.folded", "diff.folded"):
         assert (tmp_path / f"st.{suffix}").stat().st_size > 0
     p = run_cli("diff", A, B, "--format", "csv", check=0)
     assert p.stdout.splitlines()[0].startswith("section,symbol,")
     p = run_cli("diff", A, B, "--per-op", "--ops", "22,7", "--scope", "all", check=0)
-    assert p.stdout.splitlines()[1].startswith("ns/op diff | symbol")
+    assert p.stdout.splitlines()[3].startswith("ns/op diff | symbol")
 
 
 @pytest.mark.parametrize("make,args", [

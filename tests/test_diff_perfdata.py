@@ -91,4 +91,4 @@ def test_real_arm64_vs_x86_equivalence():
     only = {r["symbol"] for r in doc["only_a"] + doc["only_b"]}
     assert not only & {"el0_da", "do_mem_abort", "exc_page_fault", "clear_page", "clear_page_erms"}
     text = run_cli("diff", arm, TEXT / "forkexec.script", "--labels", "ARM,x86", check=0).stdout
-    assert text.splitlines()[3].startswith(f"{pf['diff']:.2f} | [page fault entry] (ARM: el0_da")
+    assert text.splitlines()[5].startswith(f"{pf['diff']:.2f} | [page fault entry] (ARM: el0_da")

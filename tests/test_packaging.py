@@ -142,10 +142,13 @@ def check_installed(kperfdiff: Path, python: Path, tmp: Path, env: dict) -> None
     assert "usage: kperfdiff" in run([kperfdiff, "--help"], cwd=cwd, env=env).stdout
     listed = json.loads(run([kperfdiff, "bench", "--list", "--format", "json"], cwd=cwd, env=env).stdout)
     assert {"syscall.null", "fault.anon.4k", "gups.4k"} <= {b["name"] for b in listed["benchmarks"]}
-    # perf.data through the native reader (kallsyms.gz beside the files)
+    # perf.data through the native reader (kallsyms.gz beside the files, of the boot both were recorded in)
     pd = DATA / "perfdata"
-    out = run([kperfdiff, "diff", pd / "tiny.perf.data", pd / "plain.perf.data", "--top", "3"], cwd=cwd, env=env).stdout
-    assert out.startswith(">> Top 3 candidates among common kernel functions"), out
+    out = run([kperfdiff, "diff", pd / "plain.perf.data", pd / "group.perf.data", "--top", "3"], cwd=cwd, env=env).stdout
+    lines = out.splitlines()
+    assert lines[0].startswith("A (plain): plain.perf.data, cpu-clock, 3,652 samples, 77% kernel, symbols: "
+                               "kallsyms.gz (kernel map = _text.._etext"), out
+    assert lines[2] == ">> Top 3 candidates among common kernel functions", out
     # the shipped equivalence rules (symbols/equivalence.toml) pair arm64's and x86_64's entry points
     out = run([kperfdiff, "diff", DATA / "diff" / "arm64.folded", DATA / "diff" / "x86_64.folded"],
               cwd=cwd, env=env).stdout

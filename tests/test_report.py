@@ -55,6 +55,11 @@ def test_html_is_self_contained_and_escaped(tmp_path, evil_store):
     assert html.count("<table>") >= 5 and html.count("<svg") >= 6
     assert "THP fault alloc" in html
     assert "unmap_vmas" in html and "Top 5 candidates among common kernel functions" in html
+    # the profile diff starts with a line per side, as the diff command's output does
+    sides = re.findall(r'<p class="note side">(.*?)</p>', html)
+    assert len(sides) == 2 and sides[0].startswith("A (") and sides[1].startswith("B (&lt;script&gt;"), sides
+    assert all(re.search(r": 2 profiles \(x\.lat\.P2\.r0\.folded, \.\.\.\), unknown, [\d,]+ samples, 9\d% kernel, "
+                         r"symbols: as named in the file$", side) for side in sides), sides
 
 
 def scripts_and_csp(html: str) -> tuple[list[str], dict[str, list[str]]]:

@@ -1,5 +1,6 @@
-//! Kernel symbols from a kallsyms file (`/proc/kallsyms` format, optionally gzip'd),
-//! and kperfdiff's one parser of its lines (also System.map's, for `place --sizes`).
+//! Kernel symbols from a kallsyms file (`/proc/kallsyms` format, optionally gzip'd), a
+//! System.map or a vmlinux (its `.symtab` functions, and its build id), and kperfdiff's one
+//! parser of kallsyms lines (also System.map's, for `place --sizes`).
 //!
 //! Lines are `ADDRESS TYPE NAME [MODULE]`, fields separated by ASCII whitespace:
 //! ADDRESS is hexadecimal (an optional '+', up to 64 bits), TYPE the first byte of
@@ -24,6 +25,11 @@ pub struct Kallsyms {
     /// Address of `_text` / `_stext` in this file, for relocation.
     pub text: Option<u64>,
     pub stext: Option<u64>,
+    /// Where the kernel's text and image end (`_etext`, `_end`), when listed.
+    pub etext: Option<u64>,
+    pub end: Option<u64>,
+    /// The GNU build id (hex) of a vmlinux read as the symbol source; None for a text file.
+    pub build_id: Option<String>,
 }
 
 /// A kallsyms file's bytes: mapped (a plain file), or read and inflated (gzip).
@@ -339,7 +345,32 @@ impl Kallsyms {
 
     pub fn load(path: &Path) -> Result<Self, String> {
         let bytes = read_maybe_gz(path).map_err(|e| format!("cannot read kallsyms file {}: {}", path.display(), e))?;
+        if bytes.starts_with(b"\x7fELF") {
+            return Self::from_elf(&bytes).map_err(|e| format!("{} is a vmlinux kperfdiff cannot use: {}", path.display(), e));
+        }
         Self::parse(&bytes).map_err(|e| format!("{} is not a kallsyms file: {}", path.display(), e))
+    }
+
+    /// A vmlinux's function symbols (those with a size), as `parse` reads a System.map of them; its
+    /// `_text`, `_stext`, `_etext` and `_end` as landmarks only (type `A`, never a sample's symbol).
+    pub fn from_elf(data: &[u8]) -> Result<Self, String> {
+        let f = crate::elf::functions(data)?;
+        let mut text = String::with_capacity(f.functions.len() * 40);
+        for func in &f.functions {
+            text.push_str(&format!("{:016x} T {}\n", func.value, String::from_utf8_lossy(func.name)));
+        }
+        for (name, value) in &f.markers {
+            if matches!(*name, b"_text" | b"_stext" | b"_etext" | b"_end") {
+                text.push_str(&format!("{value:016x} A {}\n", String::from_utf8_lossy(name)));
+            }
+        }
+        let mut k = Self::parse(text.as_bytes())?;
+        use object::Object;
+        k.build_id = match object::File::parse(data).map(|o| o.build_id()) {
+            Ok(Ok(Some(id))) => Some(crate::elfsyms::build_id_hex(id)),
+            _ => None,
+        };
+        Ok(k)
     }
 
     /// The symbols of a kallsyms file's bytes (names that are not UTF-8 are read with U+FFFD).
@@ -352,7 +383,7 @@ impl Kallsyms {
         // No allocation per line: where each kept name is, and its module; ranks are
         // only worked out among symbols that share an address.
         let mut entries: Vec<Entry> = Vec::with_capacity(data.len() / 40);
-        let (mut text_addr, mut stext_addr) = (None, None);
+        let (mut text_addr, mut stext_addr, mut etext_addr, mut end_addr) = (None, None, None, None);
         let mut nonzero = false;
         let mut bad_lines = 0usize;
         let base = data.as_ptr() as usize;
@@ -368,6 +399,10 @@ impl Kallsyms {
                 text_addr = Some(addr);
             } else if name == b"_stext" {
                 stext_addr = Some(addr);
+            } else if name == b"_etext" && module.is_none() {
+                etext_addr = Some(addr);
+            } else if name == b"_end" && module.is_none() {
+                end_addr = Some(addr);
             }
             if !matches!(ty.to_ascii_uppercase(), b'T' | b'W' | b'D' | b'B') || name[0] == b'$' {
                 return;
@@ -424,10 +459,22 @@ impl Kallsyms {
             i = j;
         }
         let names_buf = String::from_utf8(names_buf).map_err(|_| "its names are not text".to_string())?;
-        Ok(Kallsyms { addrs, names_buf, name_ends, module, modules, text: text_addr, stext: stext_addr })
+        Ok(Kallsyms { addrs, names_buf, name_ends, module, modules, text: text_addr, stext: stext_addr,
+                     etext: etext_addr, end: end_addr, build_id: None })
     }
 
     /// Name of symbol `i` (an index from `lookup`).
+    /// The lowest and highest symbol address of each module (index as `modules`; None for one
+    /// with no symbol kept).
+    pub fn module_spans(&self) -> Vec<Option<(u64, u64)>> {
+        let mut spans = vec![None; self.modules.len()];
+        for (&a, &m) in self.addrs.iter().zip(&self.module) {
+            let s: &mut Option<(u64, u64)> = &mut spans[m as usize];
+            *s = Some(s.map_or((a, a), |(lo, hi)| (lo.min(a), hi.max(a))));
+        }
+        spans
+    }
+
     pub fn name(&self, i: usize) -> &str {
         let start = if i == 0 { 0 } else { self.name_ends[i - 1] as usize };
         &self.names_buf[start..self.name_ends[i] as usize]
@@ -477,6 +524,20 @@ mod tests {
         assert!(!Arc::ptr_eq(&a, &c));
         assert_eq!(c.addrs.len(), 3);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn landmarks_and_module_spans_for_the_recording_check() {
+        let k = Kallsyms::parse(
+            b"ffffffff81000000 T _text\nffffffff81000100 T f\nffffffff82000000 T _etext\nffffffff83000000 B _end\n\
+              ffffffffc0002000 t m_b\t[m]\nffffffffc0001000 t m_a\t[m]\nffffffffc0003000 T _etext\t[x]\n",
+        )
+        .unwrap();
+        assert_eq!((k.text, k.stext, k.etext, k.end), (Some(0xffffffff81000000), None, Some(0xffffffff82000000), Some(0xffffffff83000000)));
+        let spans = k.module_spans();
+        let m = k.modules.iter().position(|n| n == "[m]").unwrap();
+        assert_eq!(spans[m], Some((0xffffffffc0001000, 0xffffffffc0002000)));
+        assert_eq!(k.build_id, None);
     }
 
     fn line<'a>(addr: u64, ty: u8, name: &'a str, module: Option<&'a str>) -> Option<Line<'a>> {

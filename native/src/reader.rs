@@ -173,4 +173,26 @@ fn closing_facts(facts: &mut Vec<(String, Fact)>, layout: &Layout, counts: &Coun
     if let Some((n, a)) = &syms.kernel_ref {
         facts.push(("kernel_ref_symbol".into(), Fact::Str(format!("{n}={a:#x}"))));
     }
+    // What a symbol source is checked against (ingest/perfdata.py): the recorded kernel and
+    // module mappings, and the symbol source's own landmarks. Addresses as hex text.
+    if let Some((start, len, pgoff)) = syms.kernel_map {
+        facts.push(("kernel_map".into(), Fact::List(vec![format!("{start:#x}"), format!("{len:#x}"), format!("{pgoff:#x}")])));
+    }
+    if !syms.module_maps.is_empty() {
+        let maps = syms.module_maps.iter().map(|(n, s, l)| (n.clone(), format!("{s:#x} {l:#x}"))).collect();
+        facts.push(("module_maps".into(), Fact::Pairs(maps)));
+    }
+    if let Some(k) = syms.kallsyms() {
+        let marks = [("_text", k.text), ("_stext", k.stext), ("_etext", k.etext), ("_end", k.end)];
+        let marks = marks.iter().filter_map(|(n, a)| a.map(|a| (n.to_string(), format!("{a:#x}")))).collect();
+        facts.push(("kallsyms_landmarks".into(), Fact::Pairs(marks)));
+        if let Some(b) = &k.build_id {
+            facts.push(("kallsyms_build_id".into(), Fact::Str(b.clone())));
+        }
+        let spans = k.module_spans();
+        let mods = k.modules.iter().zip(spans).skip(1)
+            .filter_map(|(n, s)| s.map(|(lo, hi)| (n.trim_matches(|c| c == '[' || c == ']').to_string(), format!("{lo:#x} {hi:#x}"))))
+            .collect();
+        facts.push(("kallsyms_modules".into(), Fact::Pairs(mods)));
+    }
 }

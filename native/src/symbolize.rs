@@ -48,6 +48,10 @@ pub struct Symbols<'o> {
     kallsyms_sym: Vec<u32>,
     pub kernel_reloc: i64,
     pub kernel_ref: Option<(String, u64)>,
+    /// The kernel image's mapping as recorded (start, length, pgoff), and each module's
+    /// (name as kallsyms writes it, start, length): what a symbol source is checked against.
+    pub kernel_map: Option<(u64, u64, u64)>,
+    pub module_maps: Vec<(String, u64, u64)>,
     kaddr_cache: FxHashMap<u64, u32>,
     /// (DSO, file offset) packed by `file_key` -> symbol.
     uaddr_cache: FxHashMap<u64, u32>,
@@ -115,6 +119,19 @@ fn file_key(dso: u32, off: u64) -> Option<u64> {
     (dso < 1 << 24 && off < 1 << 40).then(|| (dso as u64) << 40 | off)
 }
 
+/// The module a kernel mapping (pid -1) is of, named as kallsyms names it: `[ext4]` or
+/// `/lib/modules/.../ext4.ko[.xz]` -> `ext4` (perf's `-` -> `_`); None for other kernel maps.
+fn module_name(path: &str) -> Option<String> {
+    let name = if let Some(inner) = path.strip_prefix('[').and_then(|p| p.strip_suffix(']')) {
+        inner
+    } else {
+        let base = basename(path);
+        let i = base.find(".ko")?;
+        &base[..i]
+    };
+    (!name.is_empty() && !name.contains('.')).then(|| name.replace('-', "_"))
+}
+
 fn basename(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)
 }
@@ -135,6 +152,8 @@ impl<'o> Symbols<'o> {
             kallsyms,
             kernel_reloc: 0,
             kernel_ref: None,
+            kernel_map: None,
+            module_maps: Vec::new(),
             kaddr_cache: FxHashMap::default(),
             uaddr_cache: FxHashMap::default(),
             recent: AddrCache::new(),
@@ -161,6 +180,10 @@ impl<'o> Symbols<'o> {
 
     pub fn has_kallsyms(&self) -> bool {
         self.kallsyms.is_some()
+    }
+
+    pub fn kallsyms(&self) -> Option<&Kallsyms> {
+        self.kallsyms.as_deref()
     }
 
     /// The user files mapped with no symbols found for them.
@@ -406,8 +429,13 @@ impl<'o> Symbols<'o> {
             if let Some(rest) = path.strip_prefix("[kernel.kallsyms]") {
                 let refname = rest.trim_start_matches('_');
                 if !rest.is_empty() && self.kernel_ref.is_none() {
+                    self.kernel_map = Some((start, len, pgoff));
                     self.kernel_ref = Some((format!("_{refname}"), pgoff));
                     return self.apply_kernel_ref();
+                }
+            } else if let Some(m) = module_name(&path) {
+                if !self.module_maps.iter().any(|(n, _, _)| *n == m) {
+                    self.module_maps.push((m, start, len));
                 }
             }
             return false;

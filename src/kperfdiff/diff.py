@@ -137,6 +137,10 @@ class SideInfo:
     arch: str | None
     # exact (kernel, user) instructions per operation of each profile, where the worker counted them
     instructions_per_op: list[tuple[float, float]] = field(default_factory=list)
+    # per profile: the share of its weight in kernel code, and the kernel symbol source it was read
+    # with and how that was matched to the recording (ingest.symcheck; None for text inputs)
+    kernel_share: list[float] = field(default_factory=list)
+    symbols: list[dict | None] = field(default_factory=list)
 
 
 @dataclass
@@ -322,7 +326,15 @@ def _side_info(profs: list[Profile], label: str) -> SideInfo:
                     samples=[int(p.samples) for p in profs], total_weight=[float(p.total_weight) for p in profs],
                     weight_unit=[p.weight_unit for p in profs],
                     arch=next(iter(arches)) if len(arches) == 1 else None,
-                    instructions_per_op=[c for c in counted if c is not None] if all(counted) else [])
+                    instructions_per_op=[c for c in counted if c is not None] if all(counted) else [],
+                    kernel_share=[kernel_share(p) for p in profs], symbols=[p.meta.get("symbols") for p in profs])
+
+
+def kernel_share(prof: Profile) -> float:
+    """The share of a profile's weight whose leaf frame is kernel code (0 for an empty profile)."""
+    if not prof.total_weight or not prof.symbols:
+        return 0.0
+    return float(sum(w for s, w in zip(prof.symbols, prof.self_weight.tolist()) if s.kernel) / prof.total_weight)
 
 
 def _display(key, scope: str) -> str:

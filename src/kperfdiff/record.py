@@ -6,7 +6,9 @@ A recording folder holds:
   kernel and user, on ``cycles`` where the machine counts it and
   ``cpu-clock`` otherwise;
 * ``kallsyms``: a snapshot of /proc/kallsyms taken with the recording, so
-  kernel addresses resolve on any machine later;
+  kernel addresses resolve on any machine later, and ``kallsyms.buildid``, the
+  running kernel's build id (from /sys/kernel/notes, when readable), which a
+  read checks against the build id perf recorded;
 * ``<name>.buildids``: ``perf buildid-list`` of the recording;
 * ``<name>.hwstat.json``: ``perf stat`` counts of hardware events (cycles,
   instructions, cache and TLB misses) over the same work where the machine
@@ -80,9 +82,27 @@ def module_plt_lines(sys_module: Path = Path("/sys/module")) -> str:
     return "".join(out)
 
 
+def kernel_build_id(notes: Path = Path("/sys/kernel/notes")) -> str | None:
+    """The running kernel's GNU build id (hex), read from its ELF notes; None when they are hidden or
+    hold none."""
+    try:
+        data = notes.read_bytes()
+    except OSError:
+        return None
+    at = 0
+    while at + 12 <= len(data):
+        namesz, descsz, kind = (int.from_bytes(data[at + i:at + i + 4], sys.byteorder) for i in (0, 4, 8))
+        name_end = at + 12 + (namesz + 3) // 4 * 4
+        desc = data[name_end:name_end + descsz]
+        if kind == 3 and data[at + 12:at + 12 + namesz].rstrip(b"\0") == b"GNU" and len(desc) == descsz and desc:
+            return desc.hex()
+        at = name_end + (descsz + 3) // 4 * 4
+    return None
+
+
 def snapshot_kallsyms(folder: Path) -> Path | None:
-    """Copy /proc/kallsyms (with the modules' PLT symbols) into the folder (once); None when addresses
-    are hidden."""
+    """Copy /proc/kallsyms (with the modules' PLT symbols) into the folder (once), with the kernel's
+    build id beside it (``kallsyms.buildid``) when it can be read; None when addresses are hidden."""
     out = folder / "kallsyms"
     if out.exists():
         return out
@@ -95,6 +115,9 @@ def snapshot_kallsyms(folder: Path) -> Path | None:
         return None  # kptr_restrict hides addresses: a snapshot would mislead
     tmp = out.with_suffix(".tmp")
     tmp.write_text(text + module_plt_lines())
+    bid = kernel_build_id()
+    if bid:
+        (folder / "kallsyms.buildid").write_text(bid + "\n")
     os.replace(tmp, out)
     return out
 

@@ -78,9 +78,17 @@ def add_parser(sub) -> None:
                    help="how to tell kernel frames in folded stacks: auto (the _[k] suffix when present, else "
                         "entry), entry (every frame from the first known kernel entry point to the leaf), "
                         "all, none (default: auto)")
-    d.add_argument("--kallsyms", metavar="FILE", help="kallsyms for perf.data inputs of both sides")
-    d.add_argument("--kallsyms-a", metavar="FILE", help="kallsyms for side A's perf.data")
-    d.add_argument("--kallsyms-b", metavar="FILE", help="kallsyms for side B's perf.data")
+    d.add_argument("--kallsyms", metavar="FILE",
+                   help="kernel symbols for perf.data inputs of both sides: a kallsyms (as kperfdiff record keeps "
+                        "beside its perf.data), System.map or vmlinux; default: the kallsyms beside each file, else "
+                        "perf's build-id cache. Checked against the recording (build id, else kernel map and module "
+                        "maps, and the share of kernel samples in a symbol): another kernel's is refused")
+    d.add_argument("--kallsyms-a", metavar="FILE", help="--kallsyms for side A's perf.data")
+    d.add_argument("--kallsyms-b", metavar="FILE", help="--kallsyms for side B's perf.data")
+    d.add_argument("--kallsyms-unchecked", action="store_true",
+                   help="use the kallsyms given or found even when the recording's kernel build id, kernel map "
+                        "or module maps do not match it (refused otherwise); each side's line then says "
+                        "'unchecked'")
     d.add_argument("--symfs", metavar="DIR", help="root to find user binaries in, for both sides")
     d.add_argument("--symfs-a", metavar="DIR", help="--symfs for side A")
     d.add_argument("--symfs-b", metavar="DIR", help="--symfs for side B")
@@ -178,7 +186,8 @@ def run(args: argparse.Namespace) -> int:
                                 kallsyms=[args.kallsyms_a or args.kallsyms, args.kallsyms_b or args.kallsyms],
                                 symfs=[args.symfs_a or args.symfs, args.symfs_b or args.symfs], event=args.event,
                                 folded_kernel=args.folded_kernel, workers=args.jobs,
-                                by_process=bool(args.folded))  # --folded puts each stack under its process
+                                by_process=bool(args.folded),  # --folded puts each stack under its process
+                                kallsyms_unchecked=args.kallsyms_unchecked)
     result = diff_profiles(side_a, side_b, opts)
     for w in result.warnings:
         print(f"kperfdiff: warning: {w}", file=sys.stderr)

@@ -45,8 +45,11 @@ def add_parser(sub) -> None:
     e.add_argument("--event", metavar="NAME",
                    help="the event to export when the input has several (default: the first; speedscope: "
                         "every event of a file, one profile each)")
-    e.add_argument("--kallsyms", metavar="FILE", help="kallsyms for a perf.data input")
+    e.add_argument("--kallsyms", metavar="FILE",
+                   help="kallsyms, System.map or vmlinux for a perf.data input (checked against it, as for diff)")
     e.add_argument("--symfs", metavar="DIR", help="root to find user binaries in, for a perf.data input")
+    e.add_argument("--kallsyms-unchecked", action="store_true",
+                   help="use the kallsyms even when the recording's kernel does not match it (as for diff)")
     e.add_argument("--folded-kernel", choices=["auto", "entry", "all", "none"], default="auto",
                    help="how to tell kernel frames in folded-stack input (as for diff; default: auto)")
 
@@ -56,11 +59,12 @@ def _profiles(args: argparse.Namespace) -> list:
     profile (a store reference's repetitions and copies merged)."""
     symfs = [args.symfs] if args.symfs else None
     if args.to == "speedscope" and args.event is None and (args.profile == STDIN or os.path.exists(args.profile)):
-        return load_events(args.profile, kallsyms=args.kallsyms, symfs=symfs, folded_kernel=args.folded_kernel)
+        return load_events(args.profile, kallsyms=args.kallsyms, symfs=symfs, folded_kernel=args.folded_kernel,
+                           kallsyms_unchecked=args.kallsyms_unchecked)
     # folded, pprof and firefox name each sample's process (speedscope's format has no place for it)
     reps = load_side(args.profile, store_lookup(args.store, args.event), kallsyms=args.kallsyms, symfs=args.symfs,
                      event=args.event, folded_kernel=args.folded_kernel, workers=1,
-                     by_process=args.to in ("folded", "pprof", "firefox"))
+                     by_process=args.to in ("folded", "pprof", "firefox"), kallsyms_unchecked=args.kallsyms_unchecked)
     return [merge(reps, args.profile)]
 
 

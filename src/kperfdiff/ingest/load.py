@@ -50,10 +50,12 @@ def sniff(path: Path) -> str:
 
 
 def load(path: str | Path, *, kallsyms: str | Path | None = None, symfs: list[str] | None = None,
-         event: str | None = None, label: str = "", folded_kernel: str = "auto", by_process: bool = False) -> Profile:
+         event: str | None = None, label: str = "", folded_kernel: str = "auto", by_process: bool = False,
+         kallsyms_unchecked: bool = False) -> Profile:
     """Read one profile file of any supported format (one event of it), ``-`` for standard input, either
-    possibly gzip-compressed (:mod:`kperfdiff.ingest.source`); ``kallsyms`` and ``symfs`` serve
-    perf.data, ``folded_kernel`` folded stacks. ``by_process`` has a perf.data's stacks counted per
+    possibly gzip-compressed (:mod:`kperfdiff.ingest.source`); ``kallsyms``, ``symfs`` and
+    ``kallsyms_unchecked`` (use a kallsyms the recording does not match) serve perf.data,
+    ``folded_kernel`` folded stacks. ``by_process`` has a perf.data's stacks counted per
     process name too (``Profile.process_stacks``, which perf script text always has)."""
     with source.local(path) as src:
         fmt = sniff(src.path)
@@ -61,7 +63,8 @@ def load(path: str | Path, *, kallsyms: str | Path | None = None, symfs: list[st
             if kallsyms is None and src.original is not None and src.original != src.path:
                 # a perf.data.gz: its kallsyms lies beside it, named after the uncompressed file
                 kallsyms = perfdata.find_kallsyms(src.original.with_name(src.path.name))
-            prof = perfdata.load(src.path, kallsyms=kallsyms, symfs=symfs, event=event, by_process=by_process)
+            prof = perfdata.load(src.path, kallsyms=kallsyms, symfs=symfs, event=event, by_process=by_process,
+                                 kallsyms_unchecked=kallsyms_unchecked)
         else:
             prof = text.load(src.path, fmt, event=event, kernel_frames=folded_kernel)
         if src.path != src.original:
@@ -74,7 +77,8 @@ def load(path: str | Path, *, kallsyms: str | Path | None = None, symfs: list[st
 
 
 def load_events(path: str | Path, *, kallsyms: str | Path | None = None, symfs: list[str] | None = None,
-                folded_kernel: str = "auto", by_process: bool = False) -> list[Profile]:
+                folded_kernel: str = "auto", by_process: bool = False,
+                kallsyms_unchecked: bool = False) -> list[Profile]:
     """Every event of one profile file (``-`` for standard input, gzip allowed), one Profile each, in
     the file's order: a perf.data's events, a perf script's or perf report's events; folded stacks
     have one."""
@@ -83,7 +87,8 @@ def load_events(path: str | Path, *, kallsyms: str | Path | None = None, symfs: 
         if fmt == "perf.data":
             if kallsyms is None and src.original is not None and src.original != src.path:
                 kallsyms = perfdata.find_kallsyms(src.original.with_name(src.path.name))
-            profs = [p for p in perfdata.load_all(src.path, kallsyms=kallsyms, symfs=symfs, by_process=by_process)
+            profs = [p for p in perfdata.load_all(src.path, kallsyms=kallsyms, symfs=symfs, by_process=by_process,
+                                                  kallsyms_unchecked=kallsyms_unchecked)
                      if p.samples]
         else:
             first = text.load(src.path, fmt, kernel_frames=folded_kernel)
@@ -168,10 +173,11 @@ def _replicate(paths: list[Path], meta: dict, copies: list[Profile]) -> Profile:
 
 def load_sides(specs: list[str], lookup: Callable[[str], list[ProfileRef]], *, kallsyms: list[str | None],
                symfs: list[str | None], event: str | None = None, folded_kernel: str = "auto",
-               workers: int | None = None, by_process: bool = False) -> list[list[Profile]]:
+               workers: int | None = None, by_process: bool = False,
+               kallsyms_unchecked: bool = False) -> list[list[Profile]]:
     """One profile per replicate of each side (``specs[i]``, read with ``kallsyms[i]`` and
     ``symfs[i]``; each replicate's parallel copies merged), every file of every side read at once
-    (``by_process``: as for :func:`load`)."""
+    (``by_process``, ``kallsyms_unchecked``: as for :func:`load`)."""
     sides = [resolve_side(spec, lookup) for spec in specs]
     if sum(str(p) == source.STDIN for refs in sides for paths, _ in refs for p in paths) > 1:
         raise InputError("standard input (-) can be read only once; give at most one profile as -")
@@ -185,17 +191,18 @@ def load_sides(specs: list[str], lookup: Callable[[str], list[ProfileRef]], *, k
                 jobs.append(partial(load, path, kallsyms=ks or meta.get("kallsyms"),
                                     symfs=[copy_fs] if copy_fs else None,
                                     event=None if meta.get("counted") else event, folded_kernel=folded_kernel,
-                                    by_process=by_process))
+                                    by_process=by_process, kallsyms_unchecked=kallsyms_unchecked))
     loaded = iter(load_many(jobs, workers))
     return [[_replicate(paths, meta, [next(loaded) for _ in paths]) for paths, meta in refs] for refs in sides]
 
 
 def load_side(spec: str, lookup: Callable[[str], list[ProfileRef]], *, kallsyms: str | None = None,
               symfs: str | None = None, event: str | None = None, folded_kernel: str = "auto",
-              workers: int | None = None, by_process: bool = False) -> list[Profile]:
+              workers: int | None = None, by_process: bool = False, kallsyms_unchecked: bool = False) -> list[Profile]:
     """One profile per replicate of a diff side (its parallel copies merged)."""
     return load_sides([spec], lookup, kallsyms=[kallsyms], symfs=[symfs], event=event,
-                      folded_kernel=folded_kernel, workers=workers, by_process=by_process)[0]
+                      folded_kernel=folded_kernel, workers=workers, by_process=by_process,
+                      kallsyms_unchecked=kallsyms_unchecked)[0]
 
 
 def load_stored(entries: list[dict], label: str) -> list[Profile]:

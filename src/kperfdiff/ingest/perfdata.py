@@ -8,13 +8,16 @@ turns into :class:`kperfdiff.ingest.profile.Profile` objects with numpy arrays.
 
 Symbol sources, per input:
 
-* ``kallsyms``: a kallsyms file (plain or gzip'd). When not given, the first
+* ``kallsyms``: a kallsyms file (plain or gzip'd), System.map or vmlinux. When not given, the first
   existing of ``<file>.kallsyms``, ``<stem>.kallsyms`` (``x.perf.data`` ->
   ``x.kallsyms``), ``kallsyms`` in the same folder (each also as ``.gz``) is
   used, else perf's build-id cache entry for the recorded kernel
   (``~/.debug/[kernel.kallsyms]/<build id>/kallsyms``). The host's
   ``/proc/kallsyms`` is read only when named explicitly, since a profile may
-  come from another machine or architecture.
+  come from another machine or architecture. Whichever is used is checked
+  against the recording (:mod:`kperfdiff.ingest.symcheck`): one of another
+  kernel is refused unless ``kallsyms_unchecked``; the profile's
+  ``meta["symbols"]`` says what was used and how it matched.
 * ``symfs``: folders prepended to recorded user paths, as ``perf report
   --symfs``; user files are otherwise found by build id in ``~/.debug`` (and
   ``$PERF_BUILDID_DIR``) or at their recorded path.
@@ -31,6 +34,7 @@ from ..arch import normalise_arch
 from ..errors import InputError
 from ..files import check_input_file
 from ..nativecore import core
+from . import symcheck
 from .profile import Profile, Symbol
 
 _NS_EVENTS = {"cpu-clock", "task-clock"}
@@ -76,10 +80,12 @@ def find_kallsyms(path: Path, build_ids: list | None = None) -> Path | None:
     return None
 
 
-def _read(path: Path, kallsyms, symfs, by_process: bool = False) -> tuple[dict, Path | None]:
+def _read(path: Path, kallsyms, symfs, by_process: bool = False,
+          kallsyms_unchecked: bool = False) -> tuple[dict, Path | None]:
     n = core()
     check_input_file(path, "perf.data")
     ks = Path(kallsyms) if kallsyms is not None else find_kallsyms(path)
+    found = "given" if kallsyms is not None else "beside the file"
     if ks is not None:
         if not os.path.lexists(ks):
             raise InputError(f"kallsyms file {ks} does not exist")
@@ -103,9 +109,10 @@ def _read(path: Path, kallsyms, symfs, by_process: bool = False) -> tuple[dict, 
             try:
                 raw = n.read_perf_data(str(path), kallsyms=str(cached), symfs=[str(s) for s in symfs or []],
                                        debug_dirs=_debug_dirs(), by_process=by_process)
-                ks = cached
+                ks, found = cached, "perf's build-id cache"
             except n.PerfDataError:
                 pass
+    raw["symbols"] = symcheck.check(path, ks, raw, found=found, unchecked=kallsyms_unchecked)
     return raw, ks
 
 
@@ -128,6 +135,7 @@ def _meta(raw: dict, path: Path, ks: Path | None) -> dict:
         "lost_samples": h.get("lost_samples", 0),
         "truncated": h.get("truncated", False),
         "kallsyms": str(ks) if ks is not None else None,
+        "symbols": raw.get("symbols"),
         "record_counts": raw["record_counts"],
         "events": [e["name"] for e in raw["events"]],
         "warnings": list(raw["warnings"]),
@@ -222,23 +230,25 @@ def _event_index(raw: dict, path: Path, event: str) -> int:
 
 
 def load_all(path: str | Path, *, kallsyms: str | Path | None = None,
-             symfs: list[str] | str | None = None, by_process: bool = False) -> list[Profile]:
-    """Every event of a perf.data file, one Profile each, in the file's order (``by_process``: see
-    :func:`load`)."""
+             symfs: list[str] | str | None = None, by_process: bool = False,
+             kallsyms_unchecked: bool = False) -> list[Profile]:
+    """Every event of a perf.data file, one Profile each, in the file's order (``by_process``,
+    ``kallsyms_unchecked``: see :func:`load`)."""
     path = Path(path)
-    raw, ks = _read(path, kallsyms, symfs, by_process)
+    raw, ks = _read(path, kallsyms, symfs, by_process, kallsyms_unchecked)
     meta = _meta(raw, path, ks)
     return _profiles(raw, path, meta, list(range(len(raw["events"]))))
 
 
 def load(path: str | Path, *, kallsyms: str | Path | None = None, symfs: list[str] | str | None = None,
-         event: str | None = None, by_process: bool = False) -> Profile:
+         event: str | None = None, by_process: bool = False, kallsyms_unchecked: bool = False) -> Profile:
     """One event of a perf.data file (``event``, else the first event with samples). ``by_process``
     also fills ``process_stacks``: each stack per process name, the comm of the sample's thread as
     perf script names it (``:TID`` for a thread the file never names); off by default, since only
-    exports and folded files need it and it costs the reader time."""
+    exports and folded files need it and it costs the reader time. The kallsyms used is checked
+    against the recording and refused when it is another kernel's, unless ``kallsyms_unchecked``."""
     path = Path(path)
-    raw, ks = _read(path, kallsyms, symfs, by_process)
+    raw, ks = _read(path, kallsyms, symfs, by_process, kallsyms_unchecked)
     meta = _meta(raw, path, ks)
     if event is not None:
         i = _event_index(raw, path, event)

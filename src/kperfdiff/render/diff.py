@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from .table import Table, to_csv, to_json, to_markdown, to_text
+from .table import Table, md_escape, to_csv, to_json, to_markdown, to_text
 
 if TYPE_CHECKING:  # types only: the renderer needs nothing of the diff stage at run time
-    from ..diff import DiffResult, Row
+    from ..diff import DiffResult, Row, SideInfo
 
 DIFF_VERSION = 1     # of the JSON document
 
@@ -42,6 +42,39 @@ def _qualifier(result: DiffResult) -> str:
     if result.options.per_op:
         q.append(f"{result.unit.replace('/op', '')} per operation")
     return f" ({', '.join(q)})" if q else ""
+
+
+def _base(path: str) -> str:
+    return path.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1] or path
+
+
+def symbols_words(sym: dict | None) -> str:
+    """A profile's kernel symbol source and how it matched the recording, as a side's line ends."""
+    if sym is None:
+        return "as named in the file"
+    if not sym.get("source"):
+        return sym.get("how") or "none"
+    return f"{_base(sym['source'])} ({sym.get('how') or sym.get('matched')})"
+
+
+def side_line(letter: str, side: SideInfo) -> str:
+    """One side of a diff in a line: its file(s), event, samples, kernel share and kernel symbols, e.g.
+    ``A: tiny.perf.data, cpu-clock, 71 samples, 64% kernel, symbols: kallsyms.gz (build id ... match)``."""
+    n = len(side.sources)
+    files = _base(side.sources[0]) if n == 1 else f"{n} profiles ({_base(side.sources[0])}, ...)"
+    events = ", ".join(dict.fromkeys(side.events)) or "?"
+    weight = sum(side.total_weight)
+    share = (sum(k * w for k, w in zip(side.kernel_share, side.total_weight)) / weight
+             if weight and len(side.kernel_share) == n else None)
+    syms = "; ".join(dict.fromkeys(symbols_words(s) for s in side.symbols)) or symbols_words(None)
+    label = f" ({side.label})" if side.label else ""
+    return (f"{letter}{label}: {files}, {events}, {sum(side.samples):,} samples, "
+            + (f"{share:.0%} kernel, " if share is not None else "") + f"symbols: {syms}")
+
+
+def side_lines(result: DiffResult) -> list[str]:
+    """The lines every diff output starts with, one per side."""
+    return [side_line("A", result.side_a), side_line("B", result.side_b)]
 
 
 def _top(rows: list[Row], n: int) -> list[Row]:
@@ -196,7 +229,7 @@ def _marks(result: DiffResult) -> list[list[bool]]:
 
 
 def to_study_text(result: DiffResult) -> str:
-    parts = []
+    parts = side_lines(result)
     marks = _marks(result)
     for t, m in zip(tables(result), marks):
         text = to_text(t, style="study").splitlines()
@@ -224,7 +257,8 @@ def to_study_text(result: DiffResult) -> str:
 
 
 def to_markdown_text(result: DiffResult) -> str:
-    out = [to_markdown(t) for t in tables(result, extra=True, mark=True)]
+    out = ["".join(f"- {md_escape(line)}\n" for line in side_lines(result))]
+    out += [to_markdown(t) for t in tables(result, extra=True, mark=True)]
     tw = twins_table(result)
     if tw is not None:
         out.append(to_markdown(tw))
@@ -276,13 +310,15 @@ def to_json_text(result: DiffResult) -> str:
     n = result.options.top
     o = result.options
 
-    def side(s):
+    def side(s, letter):
         return {"label": s.label, "arch": s.arch, "sources": s.sources, "events": s.events, "samples": s.samples,
                 "total_weight": s.total_weight, "weight_unit": s.weight_unit,
-                "instructions_per_op": [{"kernel": k, "user": u} for k, u in s.instructions_per_op]}
+                "instructions_per_op": [{"kernel": k, "user": u} for k, u in s.instructions_per_op],
+                "line": side_line(letter, s), "kernel_share": s.kernel_share, "symbols": s.symbols}
     doc = {
         "version": DIFF_VERSION,
         "tool": "kperfdiff diff",
+        "header": side_lines(result),
         "unit": result.unit,
         "method": result.method,
         "options": {"top": o.top, "scope": o.scope, "children": o.children, "per_op": o.per_op,
@@ -290,7 +326,7 @@ def to_json_text(result: DiffResult) -> str:
                     "equivalence": o.equivalence, "normalise": o.normalise, "confidence": o.confidence,
                     "alpha": o.alpha},
         "labels": {"a": result.labels[0], "b": result.labels[1]},
-        "sides": {"a": side(result.side_a), "b": side(result.side_b)},
+        "sides": {"a": side(result.side_a, "A"), "b": side(result.side_b, "B")},
         "significance_tested": result.significance,
         "counts": {"common": len(result.common), "only_a": len(result.only_a), "only_b": len(result.only_b)},
         "common": [_row_dict(r, result, "common") for r in _top(result.common, n)],

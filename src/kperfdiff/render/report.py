@@ -219,8 +219,13 @@ def profiles_line(pd: ProfileDiff) -> str:
             f"{pd.reps[1]} of {pd.variant} (as kperfdiff diff reads them)")
 
 
+def sides_html(result) -> str:
+    """A diff's line per side (file, event, samples, kernel share, kernel symbols and how they matched)."""
+    return "\n".join(f'<p class="note side">{escape(line)}</p>' for line in rdiff.side_lines(result))
+
+
 def diff_tables_html(pd: ProfileDiff) -> str:
-    out = "\n".join(table_html(t) for t in rdiff.tables(pd.result, mark=True))
+    out = "\n".join([sides_html(pd.result)] + [table_html(t) for t in rdiff.tables(pd.result, mark=True)])
     if not pd.result.significance:
         return out
     return out + f'\n<p class="note">{escape(rdiff.legend(pd.result))}</p>'

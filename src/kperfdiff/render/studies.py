@@ -9,7 +9,7 @@ fetches nothing; every text that comes from a file or the store is escaped.
 from __future__ import annotations
 
 from . import diff as rdiff
-from .report import CSS, esc, html_page, table_html
+from .report import CSS, esc, html_page, sides_html, table_html
 from .table import to_markdown as table_markdown
 
 BADGE = {"yes": ("agrees", "#1a7f37"), "partly": ("partly", "#9a6700"), "no": ("disagrees", "#cf222e"),
@@ -55,7 +55,7 @@ def section_html(i: int, sec) -> str:
         if pd.error:
             out.append(f'<p class="note">{esc(pd.error)}</p>')
             continue
-        out += [table_html(t) for t in rdiff.tables(pd.result, mark=True)]
+        out += [sides_html(pd.result)] + [table_html(t) for t in rdiff.tables(pd.result, mark=True)]
     if sec.figures:
         out.append('<div class="plots">' + "".join(f"<figure>{svg}</figure>" for svg in sec.figures) + "</div>")
     out.append("<h3>Verdict</h3>")

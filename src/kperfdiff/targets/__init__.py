@@ -260,19 +260,21 @@ def _keep_profiles(m: Measurement, folder: Path, binaries: dict[str, Path]) -> N
 def _keep_kallsyms(src: Path, folder: Path) -> Path:
     """The folder's copy of a boot's kallsyms: ``kallsyms`` for the first, and one named by its content
     for each boot that differs. Every boot of a guest loads its modules at other addresses (the kernel
-    image's move is undone from perf.data, a module's is not), so each profile needs its own boot's."""
+    image's move is undone from perf.data, a module's is not), so each profile needs its own boot's.
+    The kernel's build id kept beside it (``<name>.buildid``, see record.snapshot_kallsyms) goes along."""
     folder.mkdir(parents=True, exist_ok=True)
     first = folder / "kallsyms"
     data = src.read_bytes()
-    if not first.exists():
-        shutil.copy2(src, first)
-        return first
-    if first.read_bytes() == data:
-        return first
-    other = folder / f"kallsyms.{hashlib.sha256(data).hexdigest()[:12]}"
-    if not other.exists():
-        shutil.copy2(src, other)
-    return other
+    if not first.exists() or first.read_bytes() == data:
+        dst = first
+    else:
+        dst = folder / f"kallsyms.{hashlib.sha256(data).hexdigest()[:12]}"
+    if not dst.exists():
+        shutil.copy2(src, dst)
+        bid = src.with_name(src.name + ".buildid")
+        if bid.is_file():
+            shutil.copy2(bid, dst.with_name(dst.name + ".buildid"))
+    return dst
 
 
 def _measure_cell(c: Cell, runs: list[tuple[int, InvocationResult]], started: float) -> Measurement:
