@@ -82,24 +82,6 @@ def module_plt_lines(sys_module: Path = Path("/sys/module")) -> str:
     return "".join(out)
 
 
-def kernel_build_id(notes: Path = Path("/sys/kernel/notes")) -> str | None:
-    """The running kernel's GNU build id (hex), read from its ELF notes; None when they are hidden or
-    hold none."""
-    try:
-        data = notes.read_bytes()
-    except OSError:
-        return None
-    at = 0
-    while at + 12 <= len(data):
-        namesz, descsz, kind = (int.from_bytes(data[at + i:at + i + 4], sys.byteorder) for i in (0, 4, 8))
-        name_end = at + 12 + (namesz + 3) // 4 * 4
-        desc = data[name_end:name_end + descsz]
-        if kind == 3 and data[at + 12:at + 12 + namesz].rstrip(b"\0") == b"GNU" and len(desc) == descsz and desc:
-            return desc.hex()
-        at = name_end + (descsz + 3) // 4 * 4
-    return None
-
-
 def snapshot_kallsyms(folder: Path) -> Path | None:
     """Copy /proc/kallsyms (with the modules' PLT symbols) into the folder (once), with the kernel's
     build id beside it (``kallsyms.buildid``) when it can be read; None when addresses are hidden."""
@@ -115,8 +97,8 @@ def snapshot_kallsyms(folder: Path) -> Path | None:
         return None  # kptr_restrict hides addresses: a snapshot would mislead
     tmp = out.with_suffix(".tmp")
     tmp.write_text(text + module_plt_lines())
-    bid = kernel_build_id()
-    if bid:
+    bid = machine.kernel_build_id()
+    if bid != machine.UNKNOWN:
         (folder / "kallsyms.buildid").write_text(bid + "\n")
     os.replace(tmp, out)
     return out
