@@ -21,6 +21,8 @@ import math
 import random
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -535,7 +537,8 @@ def fuzz_lava(workdir: Path, *, executions: int | None = None, seconds: float | 
 # ``crash``: any other exception, a traceback or an exception's name on stderr, an exit status
 # other than 0 and 2, an error of several lines; ``wrong``: a profile or a diff whose shares are not
 # sane: the profile's (invariant_problem), its self weights and stacks not adding up to its total,
-# a stack naming a symbol of another event, an empty profile with weight; a diff share that is
+# a stack naming a symbol of another event, an empty profile with weight (samples that all weigh
+# 0, as periods of 0, are no shares to judge, and pass); a diff share that is
 # negative, not finite or above 100%, or side A's shares not adding up to 100%.
 
 PERFDATA = DATA / "perfdata"
@@ -545,13 +548,14 @@ SAME_BOOT = {"plain.perf.data", "truncated.perf.data", "group.perf.data"}   # te
 EXPORTS = ("speedscope", "pprof", "firefox", "folded")
 NATIVE = Path(__file__).resolve().parents[1] / "native"
 FUZZ_BINARY = NATIVE / "target" / "release" / "examples" / "fuzz_perfdata"
-CLI = Path(__import__("sys").executable).with_name("kperfdiff")
+CLI = Path(sys.executable).with_name("kperfdiff")
 
 
 def build_fuzz_binary() -> Path:
-    """The native fuzzer's program (`cargo test --release` builds it too); built when missing."""
-    import subprocess
-    if not FUZZ_BINARY.exists():
+    """The native fuzzer's program (`cargo test --release` builds it too); built when missing or
+    older than its source."""
+    sources = [NATIVE / "examples" / "fuzz_perfdata.rs", NATIVE / "tests" / "fuzz" / "mod.rs"]
+    if not FUZZ_BINARY.exists() or FUZZ_BINARY.stat().st_mtime < max(p.stat().st_mtime for p in sources):
         subprocess.run(["cargo", "build", "--release", "-q", "--example", "fuzz_perfdata",
                         "--manifest-path", str(NATIVE / "Cargo.toml")], check=True)
     return FUZZ_BINARY
@@ -560,10 +564,13 @@ def build_fuzz_binary() -> Path:
 def perfdata_inputs(folder: Path, seed: int, start: int, count: int) -> list[tuple[int, str, str]]:
     """Executions start.. of the native fuzzer written to folder/INDEX.perf.data: (index, seed
     fixture, mutations) each, in order."""
-    import subprocess
     out = subprocess.run([str(build_fuzz_binary()), "--seed", str(seed), "--from", str(start), "--count", str(count),
                           "--dump-dir", str(folder)], capture_output=True, text=True, check=True, timeout=600).stdout
-    return [fuzz_line(line) for line in out.splitlines() if not line.startswith("done")]
+    inputs = [fuzz_line(line) for line in out.splitlines() if not line.startswith("done")]
+    if len(inputs) != count or not all((folder / f"{i}.perf.data").is_file() for i, _, _ in inputs):
+        raise RuntimeError(f"{FUZZ_BINARY} wrote {len(inputs)} of {count} inputs to {folder}; rebuild it "
+                           f"(cargo build --release --example fuzz_perfdata --manifest-path native/Cargo.toml)")
+    return inputs
 
 
 def fuzz_line(line: str) -> tuple[int, str, str]:
@@ -578,6 +585,8 @@ def perfdata_profile_problem(prof) -> str | None:
     t = prof.total_weight
     if prof.samples == 0:
         return None if t == 0 and not prof.stacks else f"no samples, but a weight of {t!r} in {len(prof.stacks)} stacks"
+    if t == 0 and not (prof.self_weight.any() or prof.children_weight.any() or any(prof.stacks.values())):
+        return None   # samples of period 0: no share to judge (diff refuses it, as perf report shows nothing)
     problem = invariant_problem(prof)
     if problem:
         return problem
@@ -643,7 +652,6 @@ def _main(argv: list[str]) -> tuple[int, str, str]:
 
 def run_cli_diff(path: Path, kallsyms: Path | None, env: dict | None = None) -> str | None:
     """`kperfdiff diff FILE plain.perf.data` in a subprocess: what is wrong with its outcome, or None."""
-    import subprocess
     args = [str(CLI), "diff", str(path), str(PLAIN)] + (["--kallsyms-a", str(kallsyms)] if kallsyms else [])
     try:
         p = subprocess.run(args, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, env=env)
@@ -657,7 +665,6 @@ def run_one_perfdata(path: Path, fixture: str, index: int, workdir: Path, *, cli
                      env: dict | None = None) -> tuple[str, str]:
     """Read ``path`` (made from ``fixture``) through every path users take (see the section
     text); (outcome, detail). ``cli``: also through the real CLI (a subprocess, ``env``)."""
-    import numpy as np  # noqa: F401 - the profiles' arrays
     from kperfdiff.errors import KperfdiffError
     from kperfdiff.ingest.load import load, load_events
     ks = FOLDER_KALLSYMS if fixture in SAME_BOOT and index % 2 == 0 else None
@@ -731,7 +738,8 @@ def fuzz_perfdata(workdir: Path, *, executions: int, seed: int = 1, start: int =
     examples: dict[str, list[tuple[str, str]]] = {}
     for index, fixture, desc in perfdata_inputs(folder, seed, start, executions):
         path = folder / f"{index}.perf.data"
-        outcome, detail = run_one_perfdata(path, fixture, index, workdir, cli=cli_every and index % cli_every == 0)
+        outcome, detail = run_one_perfdata(path, fixture, index, workdir,
+                                           cli=bool(cli_every) and index % cli_every == 0)
         counts[outcome] += 1
         if outcome in ("crash", "wrong"):
             ex = examples.setdefault(outcome, [])

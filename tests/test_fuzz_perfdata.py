@@ -163,8 +163,23 @@ def test_pprof_of_a_period_beyond_its_signed_values_is_refused(tmp_path):
     run_cli("export", f, "--to", "folded", "-o", tmp_path / "x.folded", check=0)
 
 
+def test_samples_that_weigh_nothing_are_no_profile(tmp_path):
+    # compressed/tiny.z, u64 at byte 840 (in the zstd frame) = 0x7f: one sample of period 0 is left.
+    # Before: the load-path oracle called the profile wrong (a total weight of 0; it now passes: no
+    # share to judge), and export wrote it with exit status 0 while diff refused it.
+    f = FUZZ / "z-period-0.perf.data"
+    prof = load(f)
+    assert (prof.samples, prof.total_weight) == (1, 0.0)
+    assert perfdata_profile_problem(prof) is None
+    r = run_cli("diff", f, DATA / "perfdata" / "plain.perf.data", check=2)
+    assert "holds no samples" in r.stderr
+    r = run_cli("export", f, "--to", "speedscope", "-o", tmp_path / "x.json", check=2)
+    assert_one_sentence_error(r)
+    assert "holds no samples of any weight" in r.stderr and not (tmp_path / "x.json").exists()
+
+
 @pytest.mark.parametrize("name", ["group-read-format-no-group", "group-sample-type-0", "data-size-1",
-                                  "period-2e63"])
+                                  "period-2e63", "z-period-0"])
 def test_the_load_path_fixtures_pass_the_oracle(tmp_path, name):
     outcome, detail = run_one_perfdata(FUZZ / f"{name}.perf.data", "tiny-group.perf.data", 0, tmp_path, cli=True)
     assert outcome in ("ok", "error"), detail
