@@ -668,7 +668,7 @@ def run_one_perfdata(path: Path, fixture: str, index: int, workdir: Path, *, cli
     from kperfdiff.errors import KperfdiffError
     from kperfdiff.ingest.load import load, load_events
     ks = FOLDER_KALLSYMS if fixture in SAME_BOOT and index % 2 == 0 else None
-    fmt = EXPORTS[index % len(EXPORTS)]
+    fmt = EXPORTS[index // 2 % len(EXPORTS)]     # every format with and without the kallsyms
     out = workdir / f"export.{fmt}"
     ks_args = ["--kallsyms-a", str(ks)] if ks else []
 
