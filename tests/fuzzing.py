@@ -21,6 +21,8 @@ import math
 import random
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -512,3 +514,239 @@ def fuzz_lava(workdir: Path, *, executions: int | None = None, seconds: float | 
     """The LAVA job-log fuzzer (see the section text); as ``fuzz``."""
     return _fuzz_text_files(lava_seeds(), workdir / "job.log", lambda p: run_one_lava(p, workdir),
                             executions=executions, seconds=seconds, seed=seed, save=save)
+
+
+# -- perf.data through the paths users take: load, load_events, diff and export --------------------
+#
+# Inputs: the native reader's mutation fuzzer (native/tests/fuzz/mod.rs: one to four edits of a
+# recording of tests/data/perfdata: bits, bytes, header, attribute and feature-section fields,
+# records, cuts, splices), written out by its program (native/examples/fuzz_perfdata.rs --dump-dir)
+# into a folder of their own, with no kallsyms beside them. The seeds recorded in the boot of the
+# folder's kallsyms.gz (SAME_BOOT) are read with it on even executions, so that symbolisation is
+# fuzzed too; the others never are (it belongs to another kernel, and a refusal for that would
+# hide what the input does further on). Each input is read as users read it:
+#
+# * ``load`` and ``load_events`` (kperfdiff.ingest.load): a Profile per event;
+# * ``kperfdiff diff FILE plain.perf.data --format json --scope all --top 0``, by the CLI's own
+#   entry point (kperfdiff.commands.main) in this process;
+# * ``kperfdiff export FILE --to FORMAT`` the same way, the format taking turns;
+# * every ``cli_every``-th input, and each that crashed in this process (to tell what the user
+#   sees of it), by the real CLI in a subprocess (`kperfdiff diff FILE plain.perf.data`).
+#
+# Outcomes: ``ok``; ``error``: some step refused with an InputError (one sentence, exit status 2);
+# ``crash``: any other exception, a traceback or an exception's name on stderr, an exit status
+# other than 0 and 2, an error of several lines; ``wrong``: a profile or a diff whose shares are not
+# sane: the profile's (invariant_problem), its self weights and stacks not adding up to its total,
+# a stack naming a symbol of another event, an empty profile with weight (samples that all weigh
+# 0, as periods of 0, are no shares to judge, and pass); a diff share that is
+# negative, not finite or above 100%, or side A's shares not adding up to 100%.
+
+PERFDATA = DATA / "perfdata"
+PLAIN = PERFDATA / "plain.perf.data"
+FOLDER_KALLSYMS = PERFDATA / "kallsyms.gz"
+SAME_BOOT = {"plain.perf.data", "truncated.perf.data", "group.perf.data"}   # tests/data/perfdata/README.md
+EXPORTS = ("speedscope", "pprof", "firefox", "folded")
+NATIVE = Path(__file__).resolve().parents[1] / "native"
+FUZZ_BINARY = NATIVE / "target" / "release" / "examples" / "fuzz_perfdata"
+CLI = Path(sys.executable).with_name("kperfdiff")
+
+
+def build_fuzz_binary() -> Path:
+    """The native fuzzer's program (`cargo test --release` builds it too); built when missing or
+    older than its source."""
+    sources = [NATIVE / "examples" / "fuzz_perfdata.rs", NATIVE / "tests" / "fuzz" / "mod.rs"]
+    if not FUZZ_BINARY.exists() or FUZZ_BINARY.stat().st_mtime < max(p.stat().st_mtime for p in sources):
+        subprocess.run(["cargo", "build", "--release", "-q", "--example", "fuzz_perfdata",
+                        "--manifest-path", str(NATIVE / "Cargo.toml")], check=True)
+    return FUZZ_BINARY
+
+
+def perfdata_inputs(folder: Path, seed: int, start: int, count: int) -> list[tuple[int, str, str]]:
+    """Executions start.. of the native fuzzer written to folder/INDEX.perf.data: (index, seed
+    fixture, mutations) each, in order."""
+    out = subprocess.run([str(build_fuzz_binary()), "--seed", str(seed), "--from", str(start), "--count", str(count),
+                          "--dump-dir", str(folder)], capture_output=True, text=True, check=True, timeout=600).stdout
+    inputs = [fuzz_line(line) for line in out.splitlines() if not line.startswith("done")]
+    if len(inputs) != count or not all((folder / f"{i}.perf.data").is_file() for i, _, _ in inputs):
+        raise RuntimeError(f"{FUZZ_BINARY} wrote {len(inputs)} of {count} inputs to {folder}; rebuild it "
+                           f"(cargo build --release --example fuzz_perfdata --manifest-path native/Cargo.toml)")
+    return inputs
+
+
+def fuzz_line(line: str) -> tuple[int, str, str]:
+    """(index, seed fixture, mutations) of a line of the native fuzzer's --dump-dir output."""
+    fields = line.rstrip("\n").split("\t")
+    desc = fields[3] if len(fields) > 3 else ""
+    return int(fields[0]), desc.split(": ", 1)[0], desc
+
+
+def perfdata_profile_problem(prof) -> str | None:
+    """What is wrong with a Profile read from a perf.data, or None (see the section text)."""
+    t = prof.total_weight
+    if prof.samples == 0:
+        return None if t == 0 and not prof.stacks else f"no samples, but a weight of {t!r} in {len(prof.stacks)} stacks"
+    if t == 0 and not (prof.self_weight.any() or prof.children_weight.any() or any(prof.stacks.values())):
+        return None   # samples of period 0: no share to judge (diff refuses it, as perf report shows nothing)
+    problem = invariant_problem(prof)
+    if problem:
+        return problem
+    if abs(float(prof.self_weight.sum()) - t) > 1e-6 * t:
+        return f"self weights add up to {100 * prof.self_weight.sum() / t:.4f}% of the total"
+    if abs(sum(prof.stacks.values()) - t) > 1e-6 * t:
+        return f"stacks weigh {100 * sum(prof.stacks.values()) / t:.4f}% of the total"
+    if sum(prof.stack_counts.values()) != prof.samples:
+        return f"{prof.samples} samples, but its stacks count {sum(prof.stack_counts.values())}"
+    n = len(prof.symbols)
+    if any(not isinstance(f, int) or not 0 <= f < n for key in prof.stacks for f in key):
+        return "a stack frame names no symbol of this event"
+    return None
+
+
+def diff_problem(doc: dict) -> str | None:
+    """What is wrong with `diff --format json --scope all --top 0` output, or None."""
+    total = 0.0
+    for section in ("common", "only_a", "only_b"):
+        for row in doc[section]:
+            for side in ("a", "b"):
+                v = row.get(f"value_{side}", 0.0)
+                if not (isinstance(v, (int, float)) and math.isfinite(v) and 0 <= v <= 100 + 1e-6):
+                    return f"{section} row {row['symbol']!r}: a share of {v!r} on side {side}"
+            if section != "only_b":
+                total += row.get("value_a", 0.0)
+    if abs(total - 100) > 0.01:
+        return f"side A's shares add up to {total:.4f}%"
+    return None
+
+
+def _error_problem(e: Exception) -> str | None:
+    from kperfdiff.errors import InputError
+    if not isinstance(e, InputError):
+        return f"{type(e).__name__} (exit status {e.exit_status}), not an InputError: {e}"
+    problem = _one_line(e)
+    return problem[6:] if problem and problem.startswith("crash:") else problem
+
+
+def _stderr_problem(rc: int, stderr: str) -> str | None:
+    """A CLI run's exit status and stderr: 0, or 2 with one `kperfdiff: ` sentence last; no traceback."""
+    for word in ("Traceback", "Error:", "panicked", "internal error"):
+        if word in stderr:
+            return f"{word!r} on stderr: {stderr.strip().splitlines()[-1][:200] if stderr.strip() else ''}"
+    if rc not in (0, 2):
+        return f"exit status {rc}: {stderr.strip()[-200:]}"
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    if rc == 2 and not (lines and re.match(r"kperfdiff( [a-z][a-z-]*)*: (?!warning:)", lines[-1])):
+        return f"exit status 2 without a one-sentence error last: {stderr[-200:]!r}"
+    return None
+
+
+def _main(argv: list[str]) -> tuple[int, str, str]:
+    """The CLI's entry point in this process: (exit status, stdout, stderr)."""
+    import contextlib
+    import io
+    from kperfdiff.commands import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    return rc, out.getvalue(), err.getvalue()
+
+
+def run_cli_diff(path: Path, kallsyms: Path | None, env: dict | None = None) -> str | None:
+    """`kperfdiff diff FILE plain.perf.data` in a subprocess: what is wrong with its outcome, or None."""
+    args = [str(CLI), "diff", str(path), str(PLAIN)] + (["--kallsyms-a", str(kallsyms)] if kallsyms else [])
+    try:
+        p = subprocess.run(args, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, env=env)
+    except subprocess.TimeoutExpired:
+        return "the CLI ran for more than 300 s"
+    problem = _stderr_problem(p.returncode, p.stderr)
+    return f"CLI diff: {problem}" if problem else None
+
+
+def run_one_perfdata(path: Path, fixture: str, index: int, workdir: Path, *, cli: bool = False,
+                     env: dict | None = None) -> tuple[str, str]:
+    """Read ``path`` (made from ``fixture``) through every path users take (see the section
+    text); (outcome, detail). ``cli``: also through the real CLI (a subprocess, ``env``)."""
+    from kperfdiff.errors import KperfdiffError
+    from kperfdiff.ingest.load import load, load_events
+    ks = FOLDER_KALLSYMS if fixture in SAME_BOOT and index % 2 == 0 else None
+    fmt = EXPORTS[index // 2 % len(EXPORTS)]     # every format with and without the kallsyms
+    out = workdir / f"export.{fmt}"
+    ks_args = ["--kallsyms-a", str(ks)] if ks else []
+
+    def step_load():
+        return [load(path, kallsyms=ks)]
+
+    def step_events():
+        return load_events(path, kallsyms=ks)
+
+    def step_diff():
+        return _main(["diff", str(path), str(PLAIN), "--format", "json", "--scope", "all", "--top", "0", *ks_args])
+
+    def step_export():
+        out.unlink(missing_ok=True)
+        return _main(["export", str(path), "--to", fmt, "-o", str(out),
+                      *(["--kallsyms", str(ks)] if ks else [])])
+
+    outcome = "ok"
+    for what, step in (("load", step_load), ("load_events", step_events), ("diff", step_diff),
+                       (f"export --to {fmt}", step_export)):
+        try:
+            got = step()
+        except KperfdiffError as e:
+            problem = _error_problem(e)
+            if problem:
+                return "crash", f"{what}: {problem}"
+            outcome = "error"
+            continue
+        except BaseException as e:   # noqa: BLE001 - classifying every failure is the point (a PanicException too)
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            # and what the user sees of it
+            cli_problem = run_cli_diff(path, ks, env) or "the CLI diff ends cleanly"
+            return "crash", f"{what}: {type(e).__name__}: {e} [{cli_problem}]"
+        if what.startswith("load"):
+            for prof in got:
+                problem = perfdata_profile_problem(prof)
+                if problem:
+                    return "wrong", f"{what} ({prof.event}): {problem}"
+            continue
+        rc, stdout, stderr = got
+        problem = _stderr_problem(rc, stderr)
+        if problem:
+            return "crash", f"{what}: {problem}"
+        if rc == 2:
+            outcome = "error"
+        elif what == "diff":
+            problem = diff_problem(json.loads(stdout))
+            if problem:
+                return "wrong", f"diff: {problem}"
+        elif not out.is_file() or not out.stat().st_size:
+            return "wrong", f"{what}: exit status 0 but no output file"
+    if cli:
+        problem = run_cli_diff(path, ks, env)
+        if problem:
+            return "crash", problem
+    return outcome, ""
+
+
+def fuzz_perfdata(workdir: Path, *, executions: int, seed: int = 1, start: int = 0, cli_every: int = 50,
+                  save: Path | None = None) -> tuple[Counter, dict[str, list[tuple[str, str]]]]:
+    """Executions start.. of the native fuzzer through the load path (see the section text), in
+    this process; as ``fuzz``. The harness (harness/fuzz_perfdata.py) runs them in a child process."""
+    folder = workdir / "inputs"
+    folder.mkdir(parents=True, exist_ok=True)
+    counts: Counter = Counter()
+    examples: dict[str, list[tuple[str, str]]] = {}
+    for index, fixture, desc in perfdata_inputs(folder, seed, start, executions):
+        path = folder / f"{index}.perf.data"
+        outcome, detail = run_one_perfdata(path, fixture, index, workdir,
+                                           cli=bool(cli_every) and index % cli_every == 0)
+        counts[outcome] += 1
+        if outcome in ("crash", "wrong"):
+            ex = examples.setdefault(outcome, [])
+            if len(ex) < 5:
+                ex.append((f"#{index} {desc}", detail))
+            if save is not None:
+                save.mkdir(parents=True, exist_ok=True)
+                shutil.copy(path, save / f"{outcome}-seed{seed}-{index}.perf.data")
+        path.unlink()
+    return counts, examples

@@ -1,12 +1,16 @@
 //! The perf.data reader's fuzzer as a program, for harness/fuzz_perfdata.py,
 //! which runs it in child processes so that an abort is counted, not lost:
 //!
-//!     fuzz_perfdata [--seed S] [--from I] [--count N] [--dump FILE]
+//!     fuzz_perfdata [--seed S] [--from I] [--count N] [--dump FILE | --dump-dir DIR]
 //!
 //! Prints one line per execution, `INDEX<TAB>CLASS[<TAB>DETAIL<TAB>MUTATIONS]`
 //! (classes: ok, error, panic, wrong; harness when the fuzzer itself failed),
 //! then `done N`. With `--dump`, writes the
-//! input of execution `--from` to FILE instead of running it.
+//! input of execution `--from` to FILE instead of running it. With
+//! `--dump-dir`, each input is also written to DIR/INDEX.perf.data before it is
+//! run, and every line carries its mutations (`INDEX<TAB>ok<TAB><TAB>MUTATIONS`),
+//! so that the Python load path can be run on the same inputs
+//! (tests/fuzzing.py).
 #[path = "../tests/fuzz/mod.rs"]
 mod fuzz;
 
@@ -22,6 +26,7 @@ fn main() {
         println!("{}", fuzz::describe(&fixtures, &case));
         return;
     }
+    let dump_dir = get("--dump-dir").map(std::path::PathBuf::from);
     fuzz::quiet_panics();
     for i in from..from.saturating_add(count) {
         // A panic of the fuzzer itself is reported apart from the reader's.
@@ -30,8 +35,11 @@ fn main() {
             continue;
         };
         let name = format!("{}#{i}", fixtures[case.fixture].name);
+        if let Some(dir) = &dump_dir {
+            std::fs::write(dir.join(format!("{i}.perf.data")), &case.bytes).expect("cannot write the input");
+        }
         let (class, detail) = fuzz::run_case(&fixtures, &case, &name);
-        if class == fuzz::Class::Ok {
+        if class == fuzz::Class::Ok && dump_dir.is_none() {
             println!("{i}\tok");
         } else {
             let detail = detail.replace(['\t', '\n'], " ");

@@ -20,11 +20,13 @@
 //! sum); every self and children weight is finite, not negative and at most
 //! the total (no share above 100%); the self weights add up to the total; the
 //! samples of all events are at most what the file's size can hold; stack and
-//! symbol ids are in range. And: cutting a file anywhere after its records
-//! keeps every event's sample count (the events' identity must not be lost
-//! with the feature sections). Per process (the reader runs with `by_process`):
-//! every sample is in exactly one process's share of its stack, and every share
-//! names a process and a stack.
+//! symbol ids are in range, and an event's stacks and call edges name only
+//! symbols it counts (children count above 0: the ones kperfdiff keeps). And:
+//! cutting a file anywhere after its records keeps every event's sample count
+//! (the events' identity must not be lost with the feature sections). Per
+//! process (the reader runs with `by_process`): every sample is in exactly
+//! one process's share of its stack, and every share names a process and a
+//! stack.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -369,6 +371,16 @@ pub fn invariant_problem(o: &Output, file_len: usize, expect: Option<&[u64]>) ->
         let eps = 1e-9 * t.max(1.0);
         if e.stack_ids.iter().any(|&s| s as usize >= nstacks) {
             return Some(format!("{}: a stack id out of range", e.name));
+        }
+        // kperfdiff keeps only the symbols an event counts: its stacks and call edges name no other
+        for &s in &e.stack_ids {
+            let (a, b) = (o.stack_offsets[s as usize] as usize, o.stack_offsets[s as usize + 1] as usize);
+            if a > b || b > o.stack_frames.len() || o.stack_frames[a..b].iter().any(|&f| e.children_count[f as usize] == 0) {
+                return Some(format!("{}: a stack names a symbol the event does not count", e.name));
+            }
+        }
+        if e.edges.iter().any(|&f| f as usize >= nsym || e.children_count[f as usize] == 0) {
+            return Some(format!("{}: a call edge names a symbol the event does not count", e.name));
         }
         let count: u64 = e.stack_count.iter().sum();
         if count != e.samples {

@@ -76,6 +76,10 @@ def run(args: argparse.Namespace) -> int:
     if args.output == STDIN and args.to == "pprof" and sys.stdout.isatty():
         raise InputError("pprof output is binary; give -o FILE rather than writing it to a terminal")
     profiles = _profiles(args)
+    if not any(p.samples and p.total_weight > 0 for p in profiles):
+        # as diff says: an empty file written with exit status 0 would pass for a profile
+        raise InputError(f"{args.profile} holds no samples" + (" of any weight" if any(p.samples for p in profiles)
+                                                                else "") + "; there is nothing to export")
     first = profiles[0]
     if args.to == "speedscope":
         data = export.speedscope(profiles, name=first.label or first.source, unit=args.unit)

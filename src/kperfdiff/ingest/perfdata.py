@@ -177,9 +177,12 @@ def _profiles(raw: dict, path: Path, meta: dict, wanted: list[int]) -> list[Prof
         counts: dict[tuple[int, ...], int] = {}
         # One vectorised remap of every frame, then plain list slices per stack. The frames
         # refer to one int object per symbol (not one per frame): a file's millions of frames
-        # would otherwise each hold an int of their own.
-        shared = np.empty(len(used), dtype=object)
-        shared[:] = range(len(used))
+        # would otherwise each hold an int of their own. The frames of other events' stacks may
+        # name symbols this event never touched (remap -1): they become None (the extra last
+        # entry), never one of this event's symbols, and an event without samples (a damaged
+        # group file's) needs no symbol at all.
+        shared = np.empty(len(used) + 1, dtype=object)
+        shared[:-1] = range(len(used))
         rframes = shared[remap[frames]].tolist()
         offs = offsets.tolist()
         for s, w, c in zip(stack_ids.tolist(), stack_w.tolist(), stack_c.tolist()):

@@ -197,6 +197,11 @@ def pprof(prof) -> bytes:
     for t, u in types:
         msg.sample_type.add(type=s(t), unit=s(u))
     weighted = len(types) == 2
+    if weighted and prof.total_weight >= 2.0 ** 63:
+        # a damaged period (perf.data keeps 64 unsigned bits) that pprof's signed values cannot hold
+        raise InputError(f"{prof.source}: its {types[-1][0]} total of {prof.total_weight:.4g} {types[-1][1]} is more "
+                         f"than pprof's 64-bit values hold (is a sample period damaged?); --to speedscope or "
+                         f"folded can write it")
     if prof.samples:
         msg.period_type.type, msg.period_type.unit = s(types[-1][0]), s(types[-1][1])
         msg.period = int(round(prof.total_weight / prof.samples)) if weighted else 1
@@ -220,7 +225,7 @@ def pprof(prof) -> bytes:
         if comm_key and comm:
             sample.label.add(key=comm_key, str=s(comm))
     duration = prof.meta.get("duration_ns")
-    if duration:
+    if duration and 0 < duration < 1 << 63:
         msg.duration_nanos = int(duration)
     msg.string_table.extend(strings)
     return gzip.compress(msg.SerializeToString(), mtime=0)
