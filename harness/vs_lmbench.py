@@ -38,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -173,21 +174,67 @@ def _bytes(s: str) -> int:
     return int(m[1]) << {"": 0, "k": 10, "m": 20, "g": 30}[m[2].lower()]
 
 
-def run_group(argv: list[str], timeout: float, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+def run_group(argv: list[str], timeout: float, env: dict | None = None, until: str | None = None,
+              **kw) -> subprocess.CompletedProcess:
     """Run argv in a session of its own; on timeout kill the whole session (lmbench's benchmp
-    forks its timing child, which outlives a killed parent and goes on deleting files)."""
+    forks its timing child, which outlives a killed parent and goes on deleting files). With
+    ``until`` (a regular expression), the run ends, killed, once a stderr line matches it."""
     p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, start_new_session=True, env=env, **kw)
-    try:
-        out, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
+    if until is None:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, 9)
+            p.communicate()
+            raise
+        return subprocess.CompletedProcess(argv, p.returncode, out, err)
+    lines: list[str] = []
+    seen = threading.Event()
+
+    def pump() -> None:
+        for line in p.stderr:
+            lines.append(line)
+            if re.fullmatch(until, line.rstrip("\n")):
+                seen.set()
+        seen.set()  # end of output
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    ended = seen.wait(timeout)
+    if p.poll() is None:
         os.killpg(p.pid, 9)
-        p.communicate()
-        raise
-    return subprocess.CompletedProcess(argv, p.returncode, out, err)
+    out = p.stdout.read()
+    p.wait()
+    reader.join(10)
+    if not ended:
+        raise subprocess.TimeoutExpired(argv, timeout)
+    matched = any(re.fullmatch(until, x.rstrip("\n")) for x in lines)
+    return subprocess.CompletedProcess(argv, 0 if matched else p.returncode, out, "".join(lines))
+
+
+def lat_fs_line(args: list[str]) -> str:
+    """The line of lat_fs's output the harness reads: lat_fs -s 0 goes on to 1k, 4k and 10k
+    files after its 0k line (and on a journal-less ext4, minutes of creating and deleting)."""
+    size = args[args.index("-s") + 1] if "-s" in args else "0"
+    return (f"{_bytes(size) >> 10}k" if size != "0" else "0k") + r"\t\S+\t\S+\t\S+"
 
 
 def run_lmbench(bin_dir: Path, tool: str, args: list[str], timeout: float, enough_us: int) -> str:
+    """One lmbench run's output. lat_fs works in a directory of its own made inside the one it
+    is given (on the same file system), removed afterwards, and is stopped after the line read."""
+    if tool == "lat_fs":
+        own = Path(tempfile.mkdtemp(prefix="kpd-lat_fs-", dir=args[-1]))
+        try:
+            return _run_lmbench(bin_dir, tool, [*args[:-1], str(own)], timeout, enough_us,
+                                until=lat_fs_line(args))
+        finally:
+            shutil.rmtree(own, ignore_errors=True)
+    return _run_lmbench(bin_dir, tool, args, timeout, enough_us)
+
+
+def _run_lmbench(bin_dir: Path, tool: str, args: list[str], timeout: float, enough_us: int,
+                 until: str | None = None) -> str:
     exe = bin_dir / tool
     env = {**os.environ, "ENOUGH": str(enough_us)}
     if tool in SERVERS:
@@ -196,7 +243,7 @@ def run_lmbench(bin_dir: Path, tool: str, args: list[str], timeout: float, enoug
                        stderr=subprocess.DEVNULL, timeout=30, check=False, env=env)
         time.sleep(0.2)
     try:
-        r = run_group([str(exe), *args], timeout, env=env, cwd=tempfile.gettempdir())
+        r = run_group([str(exe), *args], timeout, env=env, until=until, cwd=tempfile.gettempdir())
     finally:
         if tool in SERVERS:
             subprocess.run([str(exe), "-S", "localhost"], stdin=subprocess.DEVNULL,

@@ -6,13 +6,14 @@ the tool's name as its first argument). It checks its arguments as the tool's
 getopt and usage do, and prints on stderr what the tool prints, in its exact
 format (lmbench's micro(): "<label>: <x.xxxx> microseconds"; lat_fs:
 "<size>k\\t<files>\\t<creates/s>\\t<deletes/s>" per size, every size when -s 0;
-lat_mmap: "<MB> <us>"; lat_ctx: '\\n"size=<k>k ovr=<us>' then "<procs> <us>").
+lat_fs -s 0 then takes an hour over the other sizes; lat_mmap: "<MB> <us>"; lat_ctx: '\\n"size=<k>k ovr=<us>' then "<procs> <us>").
 Each call is appended to $STANDIN_LOG as one JSON line (tool, args, ENOUGH,
 whether a FILE argument existed), so a test can see what the harness asked for.
 """
 import json
 import os
 import sys
+import time
 
 US = 2.0  # every latency printed, in microseconds (lat_fs: 1e6 / US files per second)
 
@@ -73,7 +74,9 @@ def main() -> None:
             usage(tool, "ENOUGH is not set: this run would not end")
         size = size_bytes(o.get("s", "0"))
         for s in ([size] if size else [0, 1024, 4096, 10240]):
-            print(f"{s >> 10}k\t{1000}\t{1e6 / US:.0f}\t{1e6 / US:.0f}", file=sys.stderr)
+            print(f"{s >> 10}k\t{1000}\t{1e6 / US:.0f}\t{1e6 / US:.0f}", file=sys.stderr, flush=True)
+            if not size:
+                time.sleep(3600)  # as the real one: minutes of 1k, 4k, 10k files after the 0k line
     elif tool == "lat_proc":
         labels = {"fork": "Process fork+exit", "exec": "Process fork+execve",
                   "shell": "Process fork+/bin/sh -c"}

@@ -354,7 +354,7 @@ def test_vs_lmbench_runs_at_head_against_standins(standin_bin, tmp_path):
     p = subprocess.run(
         [sys.executable, str(ROOT / "harness" / "vs_lmbench.py"), "--lmbench-bin", str(standin_bin),
          "--rounds", "1", "--only", "fault.file,mmap.16m,fs.create.0k,syscall.null", "--format", "json",
-         "--fs-settle", "0", "--kperfdiff-args", "--intervals 3 --min-batch-ms 1"],
+         "--fs-settle", "0", "--timeout", "120", "--kperfdiff-args", "--intervals 3 --min-batch-ms 1"],
         capture_output=True, text=True, env=env, timeout=300, stdin=subprocess.DEVNULL)
     assert p.returncode == 0, p.stderr
     rows = {r["benchmark"]: r for r in json.loads(p.stdout)["results"]}
@@ -365,7 +365,11 @@ def test_vs_lmbench_runs_at_head_against_standins(standin_bin, tmp_path):
     calls = [json.loads(x) for x in log.read_text().splitlines()]
     assert all(c["enough"] == str(10000) for c in calls)  # lmbench's batch = kperfdiff's 10 ms
     fs = [c for c in calls if c["tool"] == "lat_fs"]
-    assert [c["args"] for c in fs] == [["-s", "0", "/tmp"]]  # the catalogue's default dir, not tmpfs
+    # lat_fs in a directory of its own inside the catalogue's default dir (/tmp, not a tmpfs),
+    # removed afterwards; stopped once its 0k line is out (the stand-in then sleeps for an hour)
+    assert len(fs) == 1 and fs[0]["args"][:2] == ["-s", "0"], fs
+    own = Path(fs[0]["args"][2])
+    assert own.parent == Path("/tmp") and own.name.startswith("kpd-lat_fs-") and not own.exists()
     mapped = [c for c in calls if c["tool"] in ("lat_pagefault", "lat_mmap")]
     assert len(mapped) == 2 and all(len(c["files"]) == 1 for c in mapped)  # a real file each time
 
