@@ -142,6 +142,29 @@ def test_fs_leaves_dir_clean(binaries, tmp_path, bench):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_fs_batches_are_resized_when_files_get_dearer(binaries, tmp_path):
+    # On ext4 without a journal (this VM's default dir, /tmp) a create scans past every inode
+    # deleted in the last 30 s to 5 min, so each batch makes the next one's files dearer.
+    # Sized once at the start, batches grew to seconds (fs.create.0k 13-88x lat_fs, which
+    # re-sizes every batch). Here a batch is made dearer by stopping the worker in it: the
+    # next batch must be sized down to the batch length, as lat_fs's would be.
+    p = subprocess.Popen([str(binaries["fs"]), "fs.create.0k", "--intervals", "12", "--warmup", "0",
+                          "--min-batch-ns", "10000000", f"dir={tmp_path}"],
+                         stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    out = []
+    for line in p.stdout:
+        out.append(line)
+        if line.startswith("interval ") and sum(x.startswith("interval ") for x in out) <= 6:
+            os.kill(p.pid, signal.SIGSTOP)  # lands in the next batch's timed creations
+            time.sleep(0.2)
+            os.kill(p.pid, signal.SIGCONT)
+    p.wait(timeout=120)
+    o = worker.parse_output("".join(out), "fs.create.0k")
+    assert p.returncode == 0 and o.status == "ok", out
+    ops = [n for _, n, _ in o.intervals]
+    assert min(ops) < ops[0] / 3, ops
+
+
 def test_fs_error_after_setup_cleans_up(binaries, tmp_path):
     # --sync with no start byte fails after the directory is made.
     p = subprocess.run([str(binaries["fs"]), "fs.delete.0k", "--sync", f"dir={tmp_path}"],
