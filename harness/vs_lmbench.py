@@ -47,9 +47,9 @@ ROOT = Path(__file__).resolve().parent.parent
 KPERFDIFF = Path(sys.executable).with_name("kperfdiff")
 AGREE = (0.8, 1.2)
 HOW_TO_BUILD = ("set LMBENCH_BIN (or --lmbench-bin) to the bin directory of an lmbench 3 build, "
-                "made outside this repository, e.g. from github.com/intel/lmbench: cd src && "
-                "make all O=../bin/x86_64 CC=gcc CFLAGS='-O2 -I/usr/include/tirpc -DHAVE_uint=1 -std=gnu89 -fcommon' "
-                "LDLIBS='-ltirpc -lm'")
+                "made outside this repository, e.g. from github.com/intel/lmbench: cd src && mkdir -p ../bin/x86_64 && "
+                "make all O=../bin/x86_64 CC=gcc LDLIBS='-ltirpc -lm' CFLAGS='-O2 -I/usr/include/tirpc -DHAVE_uint=1 "
+                "-std=gnu89 -fcommon -Wno-implicit-int -Wno-implicit-function-declaration'")
 SERVERS = {"lat_tcp", "lat_udp", "lat_connect"}  # need `tool -s` before, `tool -S host` after
 ENOUGH_US = 10000  # lmbench's batch length, as kperfdiff's default --min-batch-ms 10
 FS_SETTLE_S = 35   # see settle()
