@@ -20,6 +20,11 @@ results, and a verdict:
 lmbench prints its results on stderr; the parsers below read each tool's
 format and convert to ns per operation (lat_fs prints files per second,
 lat_mmap "<size MB> <microseconds>", lat_ctx "<procs> <microseconds>").
+kperfdiff is the ``kperfdiff`` beside the Python running this script, given
+only parameters its catalogue declares (checked before anything runs).
+lmbench runs with ENOUGH set (--enough-us, default kperfdiff's 10 ms batch),
+as its own run script sets it: unset, a busy machine makes lmbench time 1 s
+batches, and lat_fs then creates and deletes hundreds of thousands of files.
 """
 from __future__ import annotations
 
@@ -33,18 +38,21 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-KPERFDIFF = ROOT / ".venv" / "bin" / "kperfdiff"
+KPERFDIFF = Path(sys.executable).with_name("kperfdiff")
 AGREE = (0.8, 1.2)
 HOW_TO_BUILD = ("set LMBENCH_BIN (or --lmbench-bin) to the bin directory of an lmbench 3 build, "
-                "made outside this repository, e.g. from github.com/intel/lmbench: cd src && "
-                "make all O=../bin/x86_64 CC=gcc CFLAGS='-O2 -I/usr/include/tirpc -DHAVE_uint=1 -std=gnu89 -fcommon' "
-                "LDLIBS='-ltirpc -lm'")
+                "made outside this repository, e.g. from github.com/intel/lmbench: cd src && mkdir -p ../bin/x86_64 && "
+                "make all O=../bin/x86_64 CC=gcc LDLIBS='-ltirpc -lm' CFLAGS='-O2 -I/usr/include/tirpc -DHAVE_uint=1 "
+                "-std=gnu89 -fcommon -Wno-implicit-int -Wno-implicit-function-declaration'")
 SERVERS = {"lat_tcp", "lat_udp", "lat_connect"}  # need `tool -s` before, `tool -S host` after
+ENOUGH_US = 10000  # lmbench's batch length, as kperfdiff's default --min-batch-ms 10
+FS_SETTLE_S = 35   # see settle()
 
 
 class ParseError(ValueError):
@@ -122,6 +130,7 @@ class Pair:
     kpd: list[float] = field(default_factory=list)
     lmb: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    fs_dir: str | None = None  # fs.*: the directory both sides create their files in
 
 
 def stated_reason(differences: str) -> str | None:
@@ -130,15 +139,32 @@ def stated_reason(differences: str) -> str | None:
     return m.group(1).strip().rstrip(".") if m else None
 
 
-def lmbench_argv(bin_dir: Path, spec: str, files: dict[int, Path]) -> tuple[str, list[str]]:
+def file_size(spec: str) -> int | None:
+    """The size of the file an lmbench command maps (its FILE word), or None."""
+    words = shlex.split(spec)
+    if "FILE" not in words:
+        return None
+    return _bytes(words[1]) if words[0] == "lat_mmap" else 16 << 20
+
+
+def lmbench_argv(spec: str, file: Path | None = None) -> tuple[str, list[str]]:
     words = shlex.split(spec)
     tool, args = words[0], words[1:]
-    if "FILE" in args:
-        size = 16 << 20
-        if tool == "lat_mmap":
-            size = _bytes(args[0])
-        args = [str(files[size]) if a == "FILE" else a for a in args]
-    return tool, args
+    return tool, [str(file) if a == "FILE" else a for a in args]
+
+
+def fresh_file(directory: Path, size: int) -> Path:
+    """A file of size bytes written and synced as kperfdiff's workers write their own (64 KB
+    writes, fsync), for one lmbench run: both sides map a file just written, whose page-cache
+    state (folio sizes, clean) is the same; a file kept across rounds ages into another one."""
+    fd, name = tempfile.mkstemp(prefix="lmb-", dir=directory)
+    with os.fdopen(fd, "wb") as fh:
+        chunk = b"m" * 65536
+        for done in range(0, size, len(chunk)):
+            fh.write(chunk[:size - done])
+        fh.flush()
+        os.fsync(fh.fileno())
+    return Path(name)
 
 
 def _bytes(s: str) -> int:
@@ -148,16 +174,76 @@ def _bytes(s: str) -> int:
     return int(m[1]) << {"": 0, "k": 10, "m": 20, "g": 30}[m[2].lower()]
 
 
-def run_lmbench(bin_dir: Path, tool: str, args: list[str], timeout: float) -> str:
+def run_group(argv: list[str], timeout: float, env: dict | None = None, until: str | None = None,
+              **kw) -> subprocess.CompletedProcess:
+    """Run argv in a session of its own; on timeout kill the whole session (lmbench's benchmp
+    forks its timing child, which outlives a killed parent and goes on deleting files). With
+    ``until`` (a regular expression), the run ends, killed, once a stderr line matches it."""
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True, env=env, **kw)
+    if until is None:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, 9)
+            p.communicate()
+            raise
+        return subprocess.CompletedProcess(argv, p.returncode, out, err)
+    lines: list[str] = []
+    seen = threading.Event()
+
+    def pump() -> None:
+        for line in p.stderr:
+            lines.append(line)
+            if re.fullmatch(until, line.rstrip("\n")):
+                seen.set()
+        seen.set()  # end of output
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    ended = seen.wait(timeout)
+    if p.poll() is None:
+        os.killpg(p.pid, 9)
+    out = p.stdout.read()
+    p.wait()
+    reader.join(10)
+    if not ended:
+        raise subprocess.TimeoutExpired(argv, timeout)
+    matched = any(re.fullmatch(until, x.rstrip("\n")) for x in lines)
+    return subprocess.CompletedProcess(argv, 0 if matched else p.returncode, out, "".join(lines))
+
+
+def lat_fs_line(args: list[str]) -> str:
+    """The line of lat_fs's output the harness reads: lat_fs -s 0 goes on to 1k, 4k and 10k
+    files after its 0k line (and on a journal-less ext4, minutes of creating and deleting)."""
+    size = args[args.index("-s") + 1] if "-s" in args else "0"
+    return (f"{_bytes(size) >> 10}k" if size != "0" else "0k") + r"\t\S+\t\S+\t\S+"
+
+
+def run_lmbench(bin_dir: Path, tool: str, args: list[str], timeout: float, enough_us: int) -> str:
+    """One lmbench run's output. lat_fs works in a directory of its own made inside the one it
+    is given (on the same file system), removed afterwards, and is stopped after the line read."""
+    if tool == "lat_fs":
+        own = Path(tempfile.mkdtemp(prefix="kpd-lat_fs-", dir=args[-1]))
+        try:
+            return _run_lmbench(bin_dir, tool, [*args[:-1], str(own)], timeout, enough_us,
+                                until=lat_fs_line(args))
+        finally:
+            shutil.rmtree(own, ignore_errors=True)
+    return _run_lmbench(bin_dir, tool, args, timeout, enough_us)
+
+
+def _run_lmbench(bin_dir: Path, tool: str, args: list[str], timeout: float, enough_us: int,
+                 until: str | None = None) -> str:
     exe = bin_dir / tool
+    env = {**os.environ, "ENOUGH": str(enough_us)}
     if tool in SERVERS:
         # The server forks itself into the background: give it no pipe to hold open.
         subprocess.run([str(exe), "-s"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, timeout=30, check=False)
+                       stderr=subprocess.DEVNULL, timeout=30, check=False, env=env)
         time.sleep(0.2)
     try:
-        r = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=timeout,
-                           cwd=tempfile.gettempdir())
+        r = run_group([str(exe), *args], timeout, env=env, until=until, cwd=tempfile.gettempdir())
     finally:
         if tool in SERVERS:
             subprocess.run([str(exe), "-S", "localhost"], stdin=subprocess.DEVNULL,
@@ -167,12 +253,24 @@ def run_lmbench(bin_dir: Path, tool: str, args: list[str], timeout: float) -> st
     return r.stderr + r.stdout
 
 
-def run_kperfdiff(store: Path, name: str, params: dict[str, str], timeout: float) -> float:
+def settle(directory: str, seconds: float) -> None:
+    """Before each side of an fs.* pair: sync the file system and wait, so neither side pays for
+    the files the other just deleted. ext4 without a journal never reuses an inode deleted in
+    the last 30 s (5 min while its inode-table block is dirty), and each create scans past all
+    of them (find_inode_bit -> recently_deleted), so a create costs what the preceding minutes
+    deleted; lat_fs -s 0 also creates and deletes its 1k, 4k and 10k files after the 0k ones."""
+    if seconds > 0:
+        subprocess.run(["sync", "-f", directory], stdin=subprocess.DEVNULL, check=False, timeout=120)
+        time.sleep(seconds)
+
+
+def run_kperfdiff(store: Path, name: str, params: dict[str, str], timeout: float,
+                  extra: list[str] = ()) -> float:
     cmd = [str(KPERFDIFF), "--store", str(store), "bench", "--only", name, "--reps", "1",
-           "--format", "json", "--no-progress"]
+           "--format", "json", "--no-progress", *extra]
     for k, v in params.items():
         cmd += ["--param", f"{name}:{k}={v}"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    r = run_group(cmd, timeout)
     if r.returncode != 0:
         raise ParseError(f"kperfdiff failed: {(r.stderr.strip().splitlines() or ['?'])[-1]}")
     res = [x for x in json.loads(r.stdout)["results"] if x["benchmark"] == name]
@@ -201,8 +299,7 @@ def summarise(p: Pair) -> dict:
         verdict = "differs: " + why
     else:
         verdict = "DISAGREES"
-    shown = {k: v for k, v in p.params.items() if k != "file"}  # file=: the shared temporary file
-    return {"benchmark": p.name + "".join(f" {k}={v}" for k, v in shown.items()),
+    return {"benchmark": p.name + "".join(f" {k}={v}" for k, v in p.params.items()),
             "lmbench": p.lmbench, "kperfdiff_ns": k, "lmbench_ns": m, "ratio": ratio,
             "kperfdiff_cv": cv(p.kpd), "lmbench_cv": cv(p.lmb), "rounds": len(p.kpd),
             "kperfdiff_rounds": p.kpd, "lmbench_rounds": p.lmb, "verdict": verdict,
@@ -250,6 +347,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--render", metavar="JSON", help="only print a table saved with --format json, "
                     "in --format (measures nothing)")
     ap.add_argument("--timeout", type=float, default=300, help="per process, seconds (default: 300)")
+    ap.add_argument("--enough-us", type=int, default=ENOUGH_US,
+                    help=f"lmbench's ENOUGH, its batch length in us (default: {ENOUGH_US}, kperfdiff's)")
+    ap.add_argument("--fs-settle", type=float, default=FS_SETTLE_S, metavar="S",
+                    help="before each side of an fs.* pair, sync its directory's file system and "
+                    f"wait S seconds (default: {FS_SETTLE_S}; see settle() in this script)")
+    ap.add_argument("--kperfdiff-args", default="", metavar="ARGS",
+                    help="more arguments for every `kperfdiff bench` (e.g. '--intervals 3')")
     a = ap.parse_args(argv)
 
     if a.render:
@@ -280,94 +384,88 @@ def main(argv: list[str] | None = None) -> int:
         print("vs_lmbench: --rounds must be at least 1.", file=sys.stderr)
         return 2
     if not KPERFDIFF.exists():
-        print(f"vs_lmbench: {KPERFDIFF} is missing; run make setup first.", file=sys.stderr)
+        print(f"vs_lmbench: {KPERFDIFF} is missing: run this script with the Python of "
+              f"kperfdiff's environment (make setup; .venv/bin/python).", file=sys.stderr)
+        return 2
+    if a.enough_us < 1000:
+        print("vs_lmbench: --enough-us must be at least 1000.", file=sys.stderr)
+        return 2
+    if a.fs_settle < 0:
+        print("vs_lmbench: --fs-settle must not be negative.", file=sys.stderr)
         return 2
 
-    from fnmatch import fnmatch
     from kperfdiff.bench import catalogue
-    overrides: list[tuple[str, str, str]] = []
-    for p in a.param:
-        m = re.fullmatch(r"([^:]+):([A-Za-z_]\w*)=(.*)", p)
-        if not m:
-            print(f"vs_lmbench: --param {p!r} is not BENCH:KEY=VALUE.", file=sys.stderr)
-            return 2
-        overrides.append((m[1], m[2], m[3]))
+    from kperfdiff.errors import UsageError
+    from kperfdiff.measure import parse_param_overrides
     try:
         chosen = [b for b in catalogue.select("full", a.only) if b.lmbench]
-    except Exception as e:  # a pattern matching nothing
-        print(f"vs_lmbench: {e}", file=sys.stderr)
+        if not chosen:
+            raise UsageError("none of the chosen benchmarks has an lmbench equivalent")
+        if a.fs_dir and not Path(a.fs_dir).is_dir():
+            raise UsageError(f"--fs-dir {a.fs_dir} is not a directory")
+        fs_dir = [f"{b.name}:dir={a.fs_dir}" for b in chosen if a.fs_dir and b.family == "fs"]
+        # the check `kperfdiff bench --param` makes, before anything runs
+        params = parse_param_overrides(fs_dir + a.param, chosen)
+        extra = shlex.split(a.kperfdiff_args)
+    except (UsageError, ValueError) as e:  # a pattern matching nothing, an unknown parameter
+        print(f"vs_lmbench: {e}.", file=sys.stderr)
         return 2
-    if not chosen:
-        print("vs_lmbench: none of the chosen benchmarks has an lmbench equivalent.", file=sys.stderr)
-        return 2
-    pairs = [Pair(b.name, b.lmbench, {k: v for pat, k, v in overrides if fnmatch(b.name, pat)},
-                  b.differences) for b in chosen]
-    if a.fs_dir:
-        if not Path(a.fs_dir).is_dir():
-            print(f"vs_lmbench: --fs-dir {a.fs_dir} is not a directory.", file=sys.stderr)
-            return 2
-        for p, b in zip(pairs, chosen):
-            if b.family == "fs":
-                p.params.setdefault("dir", a.fs_dir)
-                words = shlex.split(p.lmbench)
-                p.lmbench = shlex.join(words[:-1] + [a.fs_dir])
+    pairs = [Pair(b.name, b.lmbench, params.get(b.name, {}), b.differences) for b in chosen]
+    for p, b in zip(pairs, chosen):
+        if b.family == "fs":
+            if "dir" in p.params:  # lat_fs in the same directory
+                p.lmbench = shlex.join(shlex.split(p.lmbench)[:-1] + [p.params["dir"]])
+            p.fs_dir = shlex.split(p.lmbench)[-1]
 
     work = Path(tempfile.mkdtemp(prefix="kpd-vs-lmbench-", dir="/var/tmp"))
     try:
-        files: dict[int, Path] = {}
-        for size in {16 << 20} | {_bytes(shlex.split(b.lmbench)[1]) for b in chosen
-                                   if b.lmbench.startswith("lat_mmap")}:
-            f = files[size] = work / f"file.{size >> 20}m"
-            with open(f, "wb") as fh:  # written and synced, as kperfdiff's own files are
-                fh.write(b"m" * size)
-                fh.flush()
-                os.fsync(fh.fileno())
         hello = bin_dir / "hello"
         if any(b.lmbench.startswith("lat_proc") for b in chosen) and hello.exists():
             # lat_proc exec and shell run /tmp/hello (lmbench's own script copies it there).
             if not Path("/tmp/hello").exists():
                 shutil.copy2(hello, "/tmp/hello")
-        # Where lmbench maps a file, kperfdiff maps the same one (file=): how the page cache
-        # holds a file (folio sizes, dirty or clean, allocated blocks) changes the cost of
-        # faulting it in far more than either method does.
-        for p, b in zip(pairs, chosen):
-            if "FILE" in shlex.split(b.lmbench) and "file" not in p.params and (
-                    b.family in ("fault", "mmap")):
-                _, largs = lmbench_argv(bin_dir, b.lmbench, files)
-                p.params["file"] = next(x for x in largs if x.startswith(str(work)))
         store = work / "store.db"
         try:
-            measure(pairs, bin_dir, files, store, a.rounds, a.timeout)
+            measure(pairs, bin_dir, work, store, a.rounds, a.timeout, a.enough_us, extra, a.fs_settle)
         except KeyboardInterrupt:  # keep what was measured
             print("vs_lmbench: interrupted; the table holds the rounds done so far.", file=sys.stderr)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
     rows = [summarise(p) for p in pairs]
-    meta = {"rounds": a.rounds, "fs_dir": a.fs_dir, "lmbench_bin": str(bin_dir), "kernel": os.uname().release,
-            "cpus": os.cpu_count()}
+    meta = {"rounds": a.rounds, "fs_dir": a.fs_dir, "fs_settle_s": a.fs_settle, "enough_us": a.enough_us, "lmbench_bin": str(bin_dir),
+            "kernel": os.uname().release, "cpus": os.cpu_count()}
     print(render(rows, a.format, meta))
     return 0
 
 
-def measure(pairs: list[Pair], bin_dir: Path, files: dict[int, Path], store: Path, rounds: int,
-            timeout: float) -> None:
+def measure(pairs: list[Pair], bin_dir: Path, work: Path, store: Path, rounds: int,
+            timeout: float, enough_us: int = ENOUGH_US, extra: list[str] = (),
+            fs_settle: float = FS_SETTLE_S) -> None:
     """Both sides of every pair, alternating which goes first, round after round."""
     for rnd in range(rounds):
         for i, p in enumerate(pairs):
             print(f"[round {rnd + 1}/{rounds}] {p.name} ~ {p.lmbench}", file=sys.stderr)
-            tool, args = lmbench_argv(bin_dir, p.lmbench, files)
             sides = ["kpd", "lmb"] if (rnd + i) % 2 == 0 else ["lmb", "kpd"]
             for side in sides:
+                file = None
                 try:
+                    if p.fs_dir:
+                        settle(p.fs_dir, fs_settle)
                     if side == "kpd":
-                        p.kpd.append(run_kperfdiff(store, p.name, p.params, timeout))
+                        p.kpd.append(run_kperfdiff(store, p.name, p.params, timeout, extra))
                     else:
+                        size = file_size(p.lmbench)
+                        file = fresh_file(work, size) if size else None
+                        tool, args = lmbench_argv(p.lmbench, file)
                         p.lmb.append(parse_lmbench(tool, args, p.name,
-                                                   run_lmbench(bin_dir, tool, args, timeout)))
+                                                   run_lmbench(bin_dir, tool, args, timeout, enough_us)))
                 except (ParseError, subprocess.TimeoutExpired, OSError, KeyError, ValueError) as e:
                     p.errors.append(f"{side}: {e}")
                     print(f"  {side}: {e}", file=sys.stderr)
+                finally:
+                    if file:
+                        file.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ temporary file outlives a worker.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import signal
 import sys
@@ -139,6 +140,29 @@ def test_fs_leaves_dir_clean(binaries, tmp_path, bench):
     assert p.returncode == 0 and o.status == "ok", p.stdout + p.stderr
     assert o.info["dir"].startswith(str(tmp_path) + "/kpd-fs-")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_fs_batches_are_resized_when_files_get_dearer(binaries, tmp_path):
+    # On ext4 without a journal (this VM's default dir, /tmp) a create scans past every inode
+    # deleted in the last 30 s to 5 min, so each batch makes the next one's files dearer.
+    # Sized once at the start, batches grew to seconds (fs.create.0k 13-88x lat_fs, which
+    # re-sizes every batch). Here a batch is made dearer by stopping the worker in it: the
+    # next batch must be sized down to the batch length, as lat_fs's would be.
+    p = subprocess.Popen([str(binaries["fs"]), "fs.create.0k", "--intervals", "12", "--warmup", "0",
+                          "--min-batch-ns", "10000000", f"dir={tmp_path}"],
+                         stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    out = []
+    for line in p.stdout:
+        out.append(line)
+        if line.startswith("interval ") and sum(x.startswith("interval ") for x in out) <= 6:
+            os.kill(p.pid, signal.SIGSTOP)  # lands in the next batch's timed creations
+            time.sleep(0.2)
+            os.kill(p.pid, signal.SIGCONT)
+    p.wait(timeout=120)
+    o = worker.parse_output("".join(out), "fs.create.0k")
+    assert p.returncode == 0 and o.status == "ok", out
+    ops = [n for _, n, _ in o.intervals]
+    assert min(ops) < ops[0] / 3, ops
 
 
 def test_fs_error_after_setup_cleans_up(binaries, tmp_path):
@@ -312,3 +336,74 @@ def test_mmap_bad_pmd_offset_is_an_error(tmp_path):
     f.write_bytes(b"m" * (1 << 20))
     p = run(build.build_family("mmap"), "mmap.1m", *TINY, f"file={f}", "pmd_offset=2m")
     assert p.returncode != 0 and "error pmd_offset=" in p.stdout
+
+
+# The harness driven end to end against stand-ins for lmbench's programs (tests/lmbench_standin.py
+# prints each tool's exact output format), so its kperfdiff side cannot rot unnoticed.
+STANDIN = Path(__file__).with_name("lmbench_standin.py")
+
+
+@pytest.fixture(scope="module")
+def standin_bin(tmp_path_factory) -> Path:
+    from kperfdiff.bench import catalogue
+    d = tmp_path_factory.mktemp("lmbench-bin")
+    tools = {b.lmbench.split()[0] for b in catalogue.load_catalogue() if b.lmbench} | {"lat_syscall"}
+    for tool in tools:
+        exe = d / tool
+        exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STANDIN}" {tool} "$@"\n')
+        exe.chmod(0o755)
+    return d
+
+
+def test_vs_lmbench_reads_every_catalogue_command_from_its_standin(vs, standin_bin, tmp_path):
+    # Every lmbench command of the catalogue, as the harness runs it (arguments, FILE, ENOUGH),
+    # is one the stand-in accepts and the harness reads back as 2 us.
+    from kperfdiff.bench import catalogue
+    for b in catalogue.load_catalogue():
+        if not b.lmbench:
+            continue
+        size = vs.file_size(b.lmbench)
+        f = vs.fresh_file(tmp_path, size) if size else None
+        tool, args = vs.lmbench_argv(b.lmbench, f)
+        out = vs.run_lmbench(standin_bin, tool, args, 60, vs.ENOUGH_US)
+        assert vs.parse_lmbench(tool, args, b.name, out) == pytest.approx(2000.0), (b.name, out)
+        if f:
+            assert f.stat().st_size == size
+
+
+def test_vs_lmbench_runs_at_head_against_standins(standin_bin, tmp_path):
+    log = tmp_path / "calls.jsonl"
+    env = {**os.environ, "STANDIN_LOG": str(log), "PYTHONPATH": str(ROOT / "src")}
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "harness" / "vs_lmbench.py"), "--lmbench-bin", str(standin_bin),
+         "--rounds", "1", "--only", "fault.file,mmap.16m,fs.create.0k,syscall.null", "--format", "json",
+         "--fs-settle", "0", "--timeout", "120", "--kperfdiff-args", "--intervals 3 --min-batch-ms 1"],
+        capture_output=True, text=True, env=env, timeout=300, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr
+    rows = {r["benchmark"]: r for r in json.loads(p.stdout)["results"]}
+    assert set(rows) == {"fault.file", "mmap.16m", "fs.create.0k", "syscall.null"}, rows
+    for name, r in rows.items():
+        assert r["errors"] == [] and r["kperfdiff_ns"] > 0, (name, r["errors"], p.stderr)
+        assert r["lmbench_ns"] == pytest.approx(2000.0), name
+    calls = [json.loads(x) for x in log.read_text().splitlines()]
+    assert all(c["enough"] == str(10000) for c in calls)  # lmbench's batch = kperfdiff's 10 ms
+    fs = [c for c in calls if c["tool"] == "lat_fs"]
+    # lat_fs in a directory of its own inside the catalogue's default dir (/tmp, not a tmpfs),
+    # removed afterwards; stopped once its 0k line is out (the stand-in then sleeps for an hour)
+    assert len(fs) == 1 and fs[0]["args"][:2] == ["-s", "0"], fs
+    own = Path(fs[0]["args"][2])
+    assert own.parent == Path("/tmp") and own.name.startswith("kpd-lat_fs-") and not own.exists()
+    mapped = [c for c in calls if c["tool"] in ("lat_pagefault", "lat_mmap")]
+    assert len(mapped) == 2 and all(len(c["files"]) == 1 for c in mapped)  # a real file each time
+
+
+def test_vs_lmbench_refuses_an_undeclared_param_before_running(standin_bin, tmp_path):
+    log = tmp_path / "calls.jsonl"
+    env = {**os.environ, "STANDIN_LOG": str(log), "PYTHONPATH": str(ROOT / "src")}
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "harness" / "vs_lmbench.py"), "--lmbench-bin", str(standin_bin),
+         "--only", "fault.file", "--param", "fault.file:file=/etc/passwd"],
+        capture_output=True, text=True, env=env, timeout=120, stdin=subprocess.DEVNULL)
+    assert p.returncode == 2 and p.stdout == "" and not log.exists()
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "has no parameter 'file'" in lines[0], p.stderr

@@ -12,7 +12,11 @@
  * timed: the subdirectories, the files a delete batch removes, and the
  * clean-up after a create batch are made outside the timed part, so this
  * family has its own batch loop (calibration, warm-up and intervals as
- * kpd_latency). Everything lives in a fresh directory kpd-fs-XXXXXX made
+ * kpd_latency). As lmbench's benchmp, every batch is sized from the one
+ * before to last about --min-batch-ns (fs_resize): on ext4 without a
+ * journal a create scans past every inode deleted in the last 30 s to
+ * 5 min, so a file costs more after each batch, and batches of the size
+ * calibrated at the start grew to seconds (and deleted ever more files). Everything lives in a fresh directory kpd-fs-XXXXXX made
  * inside dir= (default /tmp) and removed at the end, also after an error.
  * The parameter size= overrides the file size.
  */
@@ -163,6 +167,17 @@ static long fs_calibrate(struct fs_ctx *x)
 	return n < 1 ? 1 : n;
 }
 
+/* lmbench benchmp's rule: a batch outside 0.99-1.2 times the target
+ * length sets the next one's size to 1.1 times the target at its rate. */
+static long fs_resize(long n, long long t)
+{
+	double target = (double)kpd.min_batch_ns;
+	if (t <= 0 || (t >= 0.99 * target && t <= 1.2 * target))
+		return n;
+	double m = (double)n * 1.1 * target / (double)t + 1;
+	return m > (double)(1L << 24) ? (1L << 24) : (long)m;
+}
+
 int main(int argc, char **argv)
 {
 	struct fs_ctx x;
@@ -211,10 +226,11 @@ int main(int argc, char **argv)
 	kpd_ready();
 	n = fs_calibrate(&x);
 	for (int i = 0; i < kpd.warmup; i++)
-		fs_batch(&x, n);
+		n = fs_resize(n, fs_batch(&x, n));
 	for (int i = 0; i < kpd.intervals; i++) {
 		long long t = fs_batch(&x, n);
 		kpd_interval((double)t / (double)n, n, t);
+		n = fs_resize(n, t);
 	}
 	close(x.rootfd);
 	fs_cleanup();
