@@ -159,6 +159,14 @@ pub fn build_id_hex(id: &[u8]) -> String {
     hex(trim_build_id(id))
 }
 
+/// The GNU build id (hex) of an ELF file's bytes, None when it has none or is not ELF.
+pub fn elf_build_id(data: &[u8]) -> Option<String> {
+    match object::File::parse(data).map(|o| o.build_id()) {
+        Ok(Ok(Some(id))) => Some(build_id_hex(id)),
+        _ => None,
+    }
+}
+
 /// Candidate files for a DSO recorded at `path` with an optional build id,
 /// in the order perf would try them: `--symfs` dirs (path appended), then the
 /// build-id caches (`~/.debug`), then the path itself when no symfs is given.

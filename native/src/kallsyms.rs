@@ -365,11 +365,7 @@ impl Kallsyms {
             }
         }
         let mut k = Self::parse(text.as_bytes())?;
-        use object::Object;
-        k.build_id = match object::File::parse(data).map(|o| o.build_id()) {
-            Ok(Ok(Some(id))) => Some(crate::elfsyms::build_id_hex(id)),
-            _ => None,
-        };
+        k.build_id = crate::elfsyms::elf_build_id(data);
         Ok(k)
     }
 
