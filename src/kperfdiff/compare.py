@@ -269,10 +269,8 @@ def _add_result(side: Side, r, key: str) -> None:
         s.status, s.reason = "failed", s.reason if unresolvable(s.reason) else r.reason
         return
     if r.status == "ok":
-        by_rep: dict[int, list[float]] = {}
-        for rep, _copy, _seq, value, _ops, _ns in r.raw:
-            by_rep.setdefault(rep, []).append(value)
-        s.reps.extend(by_rep[i] for i in sorted(by_rep))
+        by_rep = r.repetitions
+        s.reps.extend(by_rep.values())
         s.status = "ok"
         s.reason = None
         s.unit, s.better, s.params = r.unit, r.better, r.params
@@ -280,7 +278,7 @@ def _add_result(side: Side, r, key: str) -> None:
             s.monitors[mk] = s.monitors.get(mk, 0) + mv
         s.monitors["_reps"] = s.monitors.get("_reps", 0) + len(by_rep)
         first = len(s.reps) - len(by_rep)       # repetitions are numbered across results
-        order = {rep: i for i, rep in enumerate(sorted(by_rep))}
+        order = {rep: i for i, rep in enumerate(by_rep)}
         s.noise.extend({**n, "rep": first + order.get(n.get("rep"), 0)} for n in r.noise)
         if r.stop:
             s.stop = r.stop

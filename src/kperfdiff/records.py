@@ -64,6 +64,15 @@ class Result:
     stop: str | None = None
 
     @property
+    def repetitions(self) -> dict[int, list[float]]:
+        """The interval values of each repetition (every copy pooled), by its number in ``raw``,
+        in the order measured."""
+        by_rep: dict[int, list[float]] = {}
+        for rep, _copy, _seq, value, _ops, _ns in self.raw:
+            by_rep.setdefault(rep, []).append(value)
+        return dict(sorted(by_rep.items()))
+
+    @property
     def disturbed(self) -> list[str]:
         """Why repetitions of this result were disturbed, one reason per repetition and cause."""
         return [f"rep {n.get('rep', 0) + 1}: {r}" for n in self.noise for r in n.get("disturbed", [])]
@@ -140,11 +149,8 @@ def group_results(results: list[Result]) -> list[ResultGroup]:
         g = groups.setdefault((name, r.copies), ResultGroup(name, [], []))
         g.results.append(r)
         noise = {n.get("rep"): n for n in r.noise}
-        by_rep: dict[int, list[float]] = {}
-        for rep, _copy, _seq, value, _ops, _ns in r.raw:
-            by_rep.setdefault(rep, []).append(value)
-        for rep in sorted(by_rep):
-            g.repetitions.append(Repetition(len(g.repetitions), r, rep, by_rep[rep], noise.get(rep) or {}))
+        for rep, values in r.repetitions.items():
+            g.repetitions.append(Repetition(len(g.repetitions), r, rep, values, noise.get(rep) or {}))
     return list(groups.values())
 
 

@@ -37,23 +37,16 @@ def catalogue(benches: tuple[Benchmark, ...] | list[Benchmark], fmt: str = "text
 
 
 def _result_json(r: Result) -> dict:
+    reps = list(r.repetitions.values())
     return {"id": r.id, "benchmark": r.benchmark, "params": r.params, "copies": r.copies, "status": r.status,
             "reason": r.reason, "unit": r.unit, "better": r.better,
             "summary": {k: getattr(r, k) for k in ("n", "median", "min", "max", "q1", "q3", "mean", "stdev", "cv")},
             "overhead": r.overhead, "ops": r.ops, "cpu_ns": r.cpu_ns, "wall_s": r.wall_s,
-            "monitors": r.monitors, "info": r.info, "reps": len(_rep_values(r)),
-            "centre": stats.nested_centre(_rep_values(r)) if r.raw else None,
-            "half_width_pct": _none_nan(stats.centre_half_width(_rep_values(r))) if r.raw else None,
+            "monitors": r.monitors, "info": r.info, "reps": len(reps),
+            "centre": stats.nested_centre(reps) if r.raw else None,
+            "half_width_pct": _none_nan(stats.centre_half_width(reps)) if r.raw else None,
             "stop": r.stop, "noise": r.noise, "disturbed": r.disturbed,
             "intervals": [{"rep": x[0], "copy": x[1], "value": x[3], "ops": x[4], "ns": x[5]} for x in r.raw]}
-
-
-def _rep_values(r: Result) -> list[list[float]]:
-    """The interval values of each repetition (all copies pooled)."""
-    by_rep: dict[int, list[float]] = {}
-    for rep, _copy, _seq, value, _ops, _ns in r.raw:
-        by_rep.setdefault(rep, []).append(value)
-    return [by_rep[k] for k in sorted(by_rep)]
 
 
 def _none_nan(v: float) -> float | None:
