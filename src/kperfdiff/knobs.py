@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import BenchError, InputError, KperfdiffError
+from .noise import stat_fields
 
 KNOB_ROOTS = ("/sys/", "/proc/sys/")
 
@@ -262,7 +263,7 @@ def _boot_id() -> str:
 def _start_time(pid: int) -> str:
     """A process's start time in clock ticks since boot ('' if it is gone): tells a reused pid apart."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        return stat_fields(Path(f"/proc/{pid}/stat").read_text())[19]
     except (OSError, IndexError):
         return ""
 
