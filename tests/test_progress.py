@@ -33,7 +33,7 @@ def adaptive_experiment(p: Progress, clock: Clock, planned: int, rounds: list[in
         p.step(f"x {p.rep_words(i, planned)}")
         clock.t += step_s
         p.advance()
-    p.set_deadline(clock.t + 60)
+    p.set_time_limit(60)
     seen = []
     for r, size in enumerate(rounds):
         p.adaptive_round(size)

@@ -1058,8 +1058,7 @@ def _adaptive_rounds(store, exp: Experiment, eid: int, columns, measure_cells, p
         return out
 
     policy = rounds.RepetitionPolicy(reps=exp.reps, precision=exp.precision, max_time=exp.max_time)
-    if policy.time_limit is not None:
-        progress.set_deadline(time.monotonic() + policy.time_limit)
+    progress.set_time_limit(policy.time_limit)
     why = rounds.run_rounds(groups, measure_round, half_widths, policy, first=exp.reps) if groups else {}
     progress.close()        # the bar's line cleared before the notes below
     for (key, cores), text in why.items():

@@ -267,8 +267,7 @@ def run_bench(store: Store, opts: BenchOptions) -> Outcome:
                     for c in groups}
 
         why: dict = {}
-        if policy.time_limit is not None:     # bench's --max-time counts from the first round
-            progress.set_deadline(time.monotonic() + policy.time_limit)
+        progress.set_time_limit(policy.time_limit)     # bench's --max-time counts from the first round
         why.update(rounds.run_rounds(cells, measure_round, half_widths, policy))
         for cell, rid in stored.items():    # the reason each cell stopped, kept with its result
             b, copies = by_name[cell[0]], cell[1]

@@ -39,9 +39,9 @@ class Progress:
         self.adaptive = False
         self._round_left = 0
 
-    def set_deadline(self, at: float) -> None:
-        """The clock time after which no adaptive round starts (``--max-time`` from when it began)."""
-        self.deadline = at
+    def set_time_limit(self, seconds: float | None) -> None:
+        """No adaptive round starts after ``seconds`` from now (``--max-time``; None: no limit)."""
+        self.deadline = None if seconds is None else self.clock() + seconds
 
     def adaptive_round(self, steps: int) -> None:
         """A round of the adaptive phase begins, of ``steps`` steps (the planned ones are done)."""
