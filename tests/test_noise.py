@@ -173,7 +173,7 @@ def _fake_task(proc, pid, tid, comm, state, ppid, session, children=""):
     (d / "children").write_text(children)
 
 
-def test_sampler_leaves_out_the_benchmarks_own_unlisted_children(tmp_path):
+def test_sampler_leaves_out_the_benchmarks_own_unlisted_children(tmp_path, monkeypatch):
     """The copy's tree lists the worker only; a child it forked since and an orphan it left
     behind are in its session, running, and must not be blamed as other work: only the
     outside process is."""
@@ -191,9 +191,14 @@ def test_sampler_leaves_out_the_benchmarks_own_unlisted_children(tmp_path):
     n = nz.system_noise(nz.SystemSnapshot(0.0), nz.SystemSnapshot(1.0), s, [nz.ProcessNoise(tasks=1)])
     assert n.tasks_per_copy == 3 and n.own_runnable_max == 3 and n.other_runnable_mean == 1
     # with nothing to find, the cheap count decides and no task is read one by one
+    # (the worker, in both trees given, read twice: before and after the count)
+    reads = []
+    read = nz._read
+    monkeypatch.setattr(nz, "_read", lambda path: reads.append(path) or read(path))
     (proc / "loadavg").write_text("0.5 0.5 0.5 2/90 4242\n")
     s.sample()
     assert s.samples[-1] == 0 and s.own_samples[-1] == 1
+    assert reads.count(proc / "101" / "task" / "101" / "stat") == 2
 
 
 ORPHANS = """\

@@ -145,10 +145,11 @@ def reaped_children(stat_text: str) -> bool:
     return len(f) > 14 and any(x.isdigit() and int(x) > 0 for x in (f[8], f[13], f[14]))
 
 
-def tasks_of(pid: int, proc: Path = PROC) -> list[tuple[int, int]]:
-    """(pid, tid) of every thread of ``pid`` and, recursively, of its children
-    (/proc/PID/task/TID/children); processes that vanish meanwhile are skipped."""
-    out, todo, seen = [], [pid], set()
+def tasks_of(pid: int | list[int], proc: Path = PROC) -> list[tuple[int, int]]:
+    """(pid, tid) of every thread of ``pid`` (or of several pids) and, recursively, of its
+    children (/proc/PID/task/TID/children), each once even where the trees overlap; processes
+    that vanish meanwhile are skipped."""
+    out, todo, seen = [], [pid] if isinstance(pid, int) else list(pid), set()
     while todo:
         p = todo.pop()
         if p in seen:
@@ -269,7 +270,7 @@ class RunnableSampler:
         second (ping-pong) are counted by the kernel but may be seen sleeping an instant later,
         and would be taken for other work. This errs towards fewer other tasks."""
         roots = list(self.own_pids_fn())
-        tasks = [pt for pid in roots for pt in tasks_of(pid, self.proc)]
+        tasks = tasks_of(roots, self.proc)     # kpd-run's tree holds its copies' trees: each task once
         me = os.getpid()
         try:
             mine = [(me, int(t)) for t in os.listdir(self.proc / str(me) / "task")]
