@@ -15,7 +15,8 @@ from kperfdiff import stats
 from kperfdiff import store as st
 from kperfdiff.bench import catalogue, worker
 from kperfdiff.bench.measurement import aggregate, store_measurement
-from kperfdiff.records import unresolvable
+from kperfdiff.records import group_results, unresolvable
+from kperfdiff.render.bench import group_summary
 
 
 def _ctx():
@@ -120,3 +121,8 @@ def test_one_unresolvable_repetition_leaves_its_sample_without_a_number(tmp_path
     cell = c.blocks[0].cells[("ctx.2p.64k", 1)]
     assert not cell.significant and math.isnan(cell.change) and "not resolvable" in cell.note
     assert not math.isnan(c.side("A").samples[("ctx.2p.64k", 1)].centre)
+    # show's summary of the same run judges it as compare does: no centre from the other two
+    s.finish_run(b.id, "complete")
+    row = group_summary(group_results(s.results(b.id))[0])
+    assert row["status"] == "failed" and unresolvable(row["reason"]) and math.isnan(row["centre"])
+    assert row["reps"] == 0 and row["no_interval"] == "a repetition is not resolvable"

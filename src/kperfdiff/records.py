@@ -136,6 +136,13 @@ class ResultGroup:
         return [r.values for r in self.repetitions]
 
     @property
+    def unresolved(self) -> Result | None:
+        """The first result whose latency could not be told from zero (:func:`unresolvable`), or
+        None. The group then has no number, as compare judges such a sample: the repetitions that
+        resolved would give one biased upwards."""
+        return next((r for r in self.results if r.status != "ok" and unresolvable(r.reason)), None)
+
+    @property
     def noise(self) -> list[dict]:
         """The repetitions' noise entries, renumbered as the group's repetitions."""
         return [{**r.noise, "rep": r.number} for r in self.repetitions if r.noise]

@@ -66,11 +66,15 @@ def group_summary(g: ResultGroup) -> dict:
     fewer than ``stats.MIN_REPS``), the CV and spread of every interval, and each repetition."""
     ok = [r for r in g.results if r.status == "ok"]
     first = (ok or g.results)[0]
-    reps = g.reps
+    unresolved = g.unresolved
+    reps = [] if unresolved else g.reps      # no number from the repetitions that resolved
+    failed = unresolved or first
     pooled = [v for rep in reps for v in rep]
     hw = stats.centre_half_width(reps) if reps else math.nan
     why = ""
-    if not reps:
+    if unresolved:
+        why = "a repetition is not resolvable"
+    elif not reps:
         why = f"no repetition measured ({first.status})"
     elif len(reps) < stats.MIN_REPS:
         why = f"{len(reps)} repetition{'s' if len(reps) > 1 else ''}; an interval needs {stats.MIN_REPS} or more"
@@ -78,7 +82,7 @@ def group_summary(g: ResultGroup) -> dict:
         why = "a repetition's median is zero or negative"
     stops = list(dict.fromkeys(r.stop for r in g.results if r.stop))
     return {"benchmark": first.benchmark, "name": g.name, "params": first.params, "copies": first.copies,
-            "status": "ok" if reps else first.status, "reason": None if reps else first.reason,
+            "status": "ok" if reps else failed.status, "reason": None if reps else failed.reason,
             "unit": first.unit, "better": first.better,
             "centre": stats.nested_centre(reps) if reps else math.nan, "half_width_pct": hw, "no_interval": why or None,
             "reps": len(reps), "cv": stats.coefficient_of_variation(pooled) if len(pooled) > 1 else math.nan,
@@ -121,7 +125,7 @@ def results_table(results: list[Result]) -> Table:
         s = group_summary(g)
         label = f"{g.name} -P {s['copies']}"
         if s["status"] != "ok":
-            more = f" (all {len(g.results)} repetitions)" if len(g.results) > 1 else ""
+            more = f" (all {len(g.results)} repetitions)" if len(g.results) > 1 and not g.unresolved else ""
             t.rows.append([g.name, s["copies"], "-", s["unit"] or "", "-", 0, "-", "-", "-", "-",
                            f"{s['status']}: {s['reason']}{more}"])
             continue
