@@ -77,11 +77,6 @@ class Result:
         """Why repetitions of this result were disturbed, one reason per repetition and cause."""
         return [f"rep {n.get('rep', 0) + 1}: {r}" for n in self.noise for r in n.get("disturbed", [])]
 
-    @property
-    def disturbed_summary(self) -> str | None:
-        """One line: how many repetitions were disturbed and why (:func:`summarise_disturbance`)."""
-        return summarise_disturbance(self.noise, len({x[0] for x in self.raw}) or None)
-
 
 # How a result whose latency could not be told from zero says so (status failed): a subtraction
 # benchmark's intervals fell to or below zero (stats.unresolved_difference).
