@@ -47,7 +47,7 @@ import os
 from dataclasses import dataclass, field
 
 
-from . import stats
+from . import monitors, stats
 from .errors import InputError
 from .records import result_names, summarise_disturbance, unresolvable
 
@@ -274,8 +274,7 @@ def _add_result(side: Side, r, key: str) -> None:
         s.status = "ok"
         s.reason = None
         s.unit, s.better, s.params = r.unit, r.better, r.params
-        for mk, mv in (r.monitors or {}).items():
-            s.monitors[mk] = s.monitors.get(mk, 0) + mv
+        monitors.add(s.monitors, r.monitors or {})
         s.monitors["_reps"] = s.monitors.get("_reps", 0) + len(by_rep)
         first = len(s.reps) - len(by_rep)       # repetitions are numbered across results
         order = {rep: i for i, rep in enumerate(by_rep)}

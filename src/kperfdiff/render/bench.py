@@ -311,12 +311,10 @@ def show(run: Run, facts: dict, results: list[Result], fmt: str = "text", raw: b
     groups = group_results(results)
     mon = []
     for g in groups:
-        ok = [r for r in g.results if r.status == "ok"]
         summed: dict = {}
-        for r in ok:
-            for k, v in (r.monitors or {}).items():
-                if isinstance(v, (int, float)):
-                    summed[k] = summed.get(k, 0) + v
+        for r in g.results:
+            if r.status == "ok":
+                monitors.add(summed, r.monitors or {})
         mon.append((g, len(g.repetitions), monitors.relevant(summed)))
     if any(m for *_, m in mon):
         out += ["", "kernel counters (delta over the benchmark, all processes, summed over its repetitions):"]
