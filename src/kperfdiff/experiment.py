@@ -609,14 +609,14 @@ class RunOutcome:
 
 
 def _open_or_create(store, exp: Experiment, total: int, restart: bool, log=None,
-                    identity: dict | None = None) -> tuple[dict, bool]:
+                    identities: dict[str, dict] | None = None) -> tuple[dict, bool]:
     """The experiment to run (a new one, or the one to resume) and whether it is resumed. One process
     at a time decides, per name (two machines starting one experiment on a shared store at once:
-    the second finds the first running it). ``identity``: this machine's (:func:`machine.identity`),
-    which the stored cells of its variants must have to be resumed; a resumed experiment's dict says
-    its state before in ``state_before``."""
+    the second finds the first running it). ``identities``: this machine's identity for each variant
+    measured here (:func:`local_identities`), which their stored cells must have to be resumed; a
+    resumed experiment's dict says its state before in ``state_before``."""
     with store.exclusive(f"experiment {exp.name}"):
-        return _open_or_create_now(store, exp, total, restart, log or (lambda m: None), identity)
+        return _open_or_create_now(store, exp, total, restart, log or (lambda m: None), identities)
 
 
 def _ago(seconds: float) -> str:
@@ -646,6 +646,14 @@ def _busy(store, exp: Experiment, old: dict) -> InputError:
                       f"takes the experiment over once its heartbeat is {_ago(limits.EXPERIMENT_DEAD_S)} old)")
 
 
+def local_identities(exp: Experiment) -> dict[str, dict]:
+    """variant label -> this machine's identity now (:func:`machine.identity`), for the variants
+    measured here (none: no facts are read)."""
+    local = [v.label for v in exp.variants if v.target == "local"]
+    here = machine.identity(machine.facts(probe_perf=False)) if local else None
+    return {label: here for label in local}
+
+
 def stale_cells(exp: Experiment, stored: dict[str, dict[str, int]], identities: dict[str, dict]) -> str | None:
     """What differs between the identity of an experiment's stored cells (``stored``: variant ->
     {identity JSON: cells}, Store.cell_identities) and ``identities`` (variant label -> its identity
@@ -672,7 +680,7 @@ def stale_refusal(exp: Experiment, old: dict, what: str) -> StaleCells:
 
 
 def _open_or_create_now(store, exp: Experiment, total: int, restart: bool, log,
-                        identity: dict | None = None) -> tuple[dict, bool]:
+                        identities: dict[str, dict] | None = None) -> tuple[dict, bool]:
     old = store.latest_experiment(exp.name)
     h = exp.file_hash()
     if old is not None and store.experiment_owner_alive(old):
@@ -699,9 +707,8 @@ def _open_or_create_now(store, exp: Experiment, total: int, restart: bool, log,
         eid = store.create_experiment(name=exp.name, path=str(Path(exp.path).resolve()), file_hash=h,
                                       spec=exp.spec(), cells=total)
         return store.get_experiment(eid), False
-    if identity is not None:
-        what = stale_cells(exp, store.cell_identities(old["id"]),
-                           {v.label: identity for v in exp.variants if v.target == "local"})
+    if identities:
+        what = stale_cells(exp, store.cell_identities(old["id"]), identities)
         if what:
             raise stale_refusal(exp, old, what)
     store.set_experiment_state(old["id"], "running", claim=True)
@@ -756,9 +763,8 @@ class _MatrixRun:
         knobmod.repair_pending(log, strict=True)
         if exp.profile:
             require_perf()
-        here = machine.identity(machine.facts(probe_perf=False)) \
-            if any(v.target == "local" for v in exp.variants) else None
-        expr, self.resumed = _open_or_create(store, exp, len(self.all_cells), opts.restart, log, here)
+        expr, self.resumed = _open_or_create(store, exp, len(self.all_cells), opts.restart, log,
+                                             local_identities(exp))
         self.eid = expr["id"]
         self.expr = expr
         # variant -> {identity JSON: cells}: what the stored cells were measured on (a guest's are
@@ -1147,9 +1153,7 @@ def describe_stored(store, exp: Experiment, restart: bool = False) -> str:
         return f"{head}; with --restart run keeps them (marked superseded) and measures all {total} cells afresh\n"
     if old["file_hash"] != exp.file_hash():
         return f"{head}, made from another version of the file: run refuses to resume it; {afresh}\n"
-    local = [v.label for v in exp.variants if v.target == "local"]
-    here = machine.identity(machine.facts(probe_perf=False)) if local else None
-    what = stale_cells(exp, store.cell_identities(old["id"]), {label: here for label in local})
+    what = stale_cells(exp, store.cell_identities(old["id"]), local_identities(exp))
     if what:
         return f"{head}, but {what}: run refuses to mix them; {afresh}\n"
     out = f"{head}, measured on this machine's kernel as it is now; run would measure {total - done}"
