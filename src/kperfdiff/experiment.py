@@ -864,6 +864,16 @@ class _MatrixRun:
             raise stale_refusal(self.exp, self.expr, what)
         return ident
 
+    def target_said(self, label: str, facts: dict | None) -> None:
+        """A guest's or board's job said what it runs (``facts``): the first time, checked against the
+        variant's stored cells (refused, StaleCells, before the run records a machine its cells were
+        not measured on), then kept as the variant's facts and its run's machine."""
+        if not facts or self.facts.get(label) is not None:
+            return
+        self._check_identity(label, facts)
+        self.facts[label] = facts
+        self.store.set_run_machine(self.runs[label].id, self.store.add_machine(facts))
+
     def _variant_runs(self) -> dict[str, object]:
         """One run per variant, reused when resuming."""
         exp, store = self.exp, self.store
@@ -943,7 +953,7 @@ class _MatrixRun:
                 batch = [x for x in batch_cells if is_lava(exp.variant(x.variant).target) and x.id not in self.finished]
                 self.progress.step(f"{len(batch)} cells as LAVA jobs ({len({(x.variant, x.rep) for x in batch})} "
                                    f"jobs){eta}")
-                for x, m, keep in self.lava.measure(batch, self.runs, self.store, self.facts, self.progress.note):
+                for x, m, keep in self.lava.measure(batch, self.runs, self.store, self.target_said, self.progress.note):
                     self.stored(x, m, keep)
                 continue
             if v.target != "local":
@@ -952,7 +962,7 @@ class _MatrixRun:
                          if x.variant == c.variant and x.rep == c.rep and x.id not in self.finished]
                 self.progress.step(f"{c.variant}: {len(batch)} cells on {v.target}, {self.progress.rep_words(c.rep, exp.reps)}{eta}")
                 for x, m, keep in _measure_remote(exp, v, batch, self.bench_by_name, self.overrides,
-                                                  self.runs[v.label], self.store, self.facts):
+                                                  self.runs[v.label], self.store, self.target_said):
                     self.stored(x, m, keep)
                 continue
             b = self.bench_by_name[c.benchmark]
@@ -1099,12 +1109,12 @@ def _measure_cell(exp, v, c, b, binaries, overrides, facts, swap_ready, swap, pr
     return measure(b, binaries[b.family], params, c.cores, 1, bopts, prefix_for_rep).as_repetition(rep)
 
 
-def _measure_remote(exp, v, batch, bench_by_name, overrides, run, store, facts):
+def _measure_remote(exp, v, batch, bench_by_name, overrides, run, store, said):
     """Measure a batch of one variant's cells (one rep) in one job on its target.
 
     Yields (cell, measurement, profile-storing function) per cell.
-    The first job also says what machine the target is, which the variant's
-    run then records.
+    Each job also says what machine the target is: ``said(label, facts)``
+    (_MatrixRun.target_said) before its cells are yielded.
     """
     opts = BenchOptions(reps=1, intervals=exp.intervals, tiny=exp.tiny,
                         min_batch_ns=int(exp.min_batch_ms * 1e6) if exp.min_batch_ms else None,
@@ -1115,9 +1125,7 @@ def _measure_remote(exp, v, batch, bench_by_name, overrides, run, store, facts):
         boots = [x for x in batch if bench_by_name[x.benchmark].family == "boot"]
         with targets.open_target(v.target, cmdline=v.cmdline) as t:
             ms = measure_batch(t, [x.benchmark for x in boots])
-        if ms and facts.get(v.label) is None and ms[0].facts:
-            facts[v.label] = ms[0].facts
-            store.set_run_machine(run.id, store.add_machine(ms[0].facts))
+        said(v.label, ms[0].facts if ms else None)
         for x, m in zip(boots, ms):
             yield x, m.as_repetition(x.rep), (lambda rid: None)
         batch = [x for x in batch if bench_by_name[x.benchmark].family != "boot"]
@@ -1127,9 +1135,7 @@ def _measure_remote(exp, v, batch, bench_by_name, overrides, run, store, facts):
     with targets.open_target(v.target, cmdline=v.cmdline) as t:
         ms = targets.run_benchmarks(t, cells, opts, artefact_dir=run.artefact_dir, first_rep=batch[0].rep)
         event = getattr(t, "perf_event", None) or "cpu-clock"
-    if ms and facts.get(v.label) is None and ms[0].facts:
-        facts[v.label] = ms[0].facts
-        store.set_run_machine(run.id, store.add_machine(ms[0].facts))
+    said(v.label, ms[0].facts if ms else None)
     for x, tc, m in zip(batch, cells, ms):
         def keep(rid, tc=tc, m=m):
             if m.profiles or m.counted:
