@@ -389,5 +389,5 @@ def test_guest_variants_set_up_their_own_swap_and_the_host_is_never_touched(monk
     monkeypatch.setattr(ex.targets, "run_benchmarks", fake_run)
     list(ex._measure_remote(exp, exp.variant("guest"), [ex.Cell("guest", b.name, b.name, 1, 0)],
                             {b.name: b}, {"guest": {}}, type("Run", (), {"artefact_dir": None})(), None,
-                            {"guest": None}))
+                            lambda label, facts: None))
     assert seen["allow"] is True and entered == [1]

@@ -352,11 +352,18 @@ def test_a_resumed_lava_variant_is_checked_at_its_first_job_before_its_cells_are
         c.execute("UPDATE result SET identity=json_set(identity, '$.kernel_release', '5.0-old') WHERE status='ok'")
         c.commit()
         c.close()
+        # the runs' machine as it was then (another kernel release): the refused job does not replace it
+        s = st.Store.open(db)
+        for run in s.experiment_runs(1):
+            s.set_run_machine(run.id, s.add_machine(s.machine(run.machine_id) | {"kernel_release": "5.0-old"}))
+        machines = _db_rows(db, "SELECT id, machine_id FROM run ORDER BY id")
+        s.conn.close()
         r = run_cli("run", exp, "--no-progress", env=env, timeout=900)
         assert r.returncode == 2, r.stderr
         assert "measured on kernel release '5.0-old', now" in r.stderr and "--restart" in r.stderr
         assert len(server.definitions) > 4                            # it asked the lab: a job ran
         assert _db_rows(db, "SELECT cell, status FROM result ORDER BY cell") == before   # nothing stored
+        assert _db_rows(db, "SELECT id, machine_id FROM run ORDER BY id") == machines
         assert _db_rows(db, "SELECT state FROM experiment") == [("failed",)]
         r = run_cli("run", exp, "--no-progress", "--restart", env=env, timeout=900, check=0)
         assert "8 cells" in r.stderr

@@ -268,3 +268,27 @@ def test_a_targets_kallsyms_keeps_its_build_id_in_the_store_folder(tmp_path):
     (work / "kallsyms.buildid").write_text(TINY_BID + "\n")
     other = _keep_kallsyms(work / "kallsyms", store)
     assert other.name.startswith("kallsyms.") and other.with_name(other.name + ".buildid").read_text() == TINY_BID + "\n"
+
+
+def test_a_targets_job_leaves_its_kernels_build_id_beside_its_kallsyms(tmp_path):
+    # a guest's or board's job leaves its kernel notes in facts/notes (as od prints them) and /proc/kallsyms;
+    # read back on this machine, the kallsyms gets the build id beside it, so the run folder's copy
+    # (_keep_kallsyms) is matched by build id, as a kallsyms kperfdiff record snapshots here is
+    import struct
+    from kperfdiff.targets import _keep_kallsyms
+    from kperfdiff.targets.base import Invocation, read_results
+    out = tmp_path / "out"
+    (out / "facts").mkdir(parents=True)
+    (out / "i0").mkdir()
+    (out / "kallsyms").write_bytes(gzip.decompress(KS.read_bytes()))
+    notes = tmp_path / "notes"
+    notes.write_bytes(struct.pack("<III", 4, 20, 3) + b"GNU\0" + bytes.fromhex(PLAIN_BID))
+    (out / "facts" / "notes").write_text(subprocess.run(["od", "-An", "-v", "-tx1", str(notes)], capture_output=True,
+                                                        text=True, check=True).stdout)
+    (out / "i0" / "status").write_text("copy 0 exit 0\n")
+    shutil.copy(PLAIN, out / "i0" / "prof.c0.perf.data")
+    (r,) = read_results([Invocation(["kpd-x"], profile="prof")], out)
+    kept = _keep_kallsyms(r.files["kallsyms"], tmp_path / "run-1")
+    assert kept.with_name("kallsyms.buildid").read_text() == PLAIN_BID + "\n"
+    (plain,) = alone(tmp_path, PLAIN)
+    assert perfdata.load(plain, kallsyms=kept).meta["symbols"]["matched"] == "build id"

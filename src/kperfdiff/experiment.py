@@ -609,14 +609,14 @@ class RunOutcome:
 
 
 def _open_or_create(store, exp: Experiment, total: int, restart: bool, log=None,
-                    identity: dict | None = None) -> tuple[dict, bool]:
+                    identities: dict[str, dict] | None = None) -> tuple[dict, bool]:
     """The experiment to run (a new one, or the one to resume) and whether it is resumed. One process
     at a time decides, per name (two machines starting one experiment on a shared store at once:
-    the second finds the first running it). ``identity``: this machine's (:func:`machine.identity`),
-    which the stored cells of its variants must have to be resumed; a resumed experiment's dict says
-    its state before in ``state_before``."""
+    the second finds the first running it). ``identities``: this machine's identity for each variant
+    measured here (:func:`local_identities`), which their stored cells must have to be resumed; a
+    resumed experiment's dict says its state before in ``state_before``."""
     with store.exclusive(f"experiment {exp.name}"):
-        return _open_or_create_now(store, exp, total, restart, log or (lambda m: None), identity)
+        return _open_or_create_now(store, exp, total, restart, log or (lambda m: None), identities)
 
 
 def _ago(seconds: float) -> str:
@@ -646,6 +646,14 @@ def _busy(store, exp: Experiment, old: dict) -> InputError:
                       f"takes the experiment over once its heartbeat is {_ago(limits.EXPERIMENT_DEAD_S)} old)")
 
 
+def local_identities(exp: Experiment) -> dict[str, dict]:
+    """variant label -> this machine's identity now (:func:`machine.identity`), for the variants
+    measured here (none: no facts are read)."""
+    local = [v.label for v in exp.variants if v.target == "local"]
+    here = machine.identity(machine.facts(probe_perf=False)) if local else None
+    return {label: here for label in local}
+
+
 def stale_cells(exp: Experiment, stored: dict[str, dict[str, int]], identities: dict[str, dict]) -> str | None:
     """What differs between the identity of an experiment's stored cells (``stored``: variant ->
     {identity JSON: cells}, Store.cell_identities) and ``identities`` (variant label -> its identity
@@ -672,7 +680,7 @@ def stale_refusal(exp: Experiment, old: dict, what: str) -> StaleCells:
 
 
 def _open_or_create_now(store, exp: Experiment, total: int, restart: bool, log,
-                        identity: dict | None = None) -> tuple[dict, bool]:
+                        identities: dict[str, dict] | None = None) -> tuple[dict, bool]:
     old = store.latest_experiment(exp.name)
     h = exp.file_hash()
     if old is not None and store.experiment_owner_alive(old):
@@ -699,9 +707,8 @@ def _open_or_create_now(store, exp: Experiment, total: int, restart: bool, log,
         eid = store.create_experiment(name=exp.name, path=str(Path(exp.path).resolve()), file_hash=h,
                                       spec=exp.spec(), cells=total)
         return store.get_experiment(eid), False
-    if identity is not None:
-        what = stale_cells(exp, store.cell_identities(old["id"]),
-                           {v.label: identity for v in exp.variants if v.target == "local"})
+    if identities:
+        what = stale_cells(exp, store.cell_identities(old["id"]), identities)
         if what:
             raise stale_refusal(exp, old, what)
     store.set_experiment_state(old["id"], "running", claim=True)
@@ -756,9 +763,8 @@ class _MatrixRun:
         knobmod.repair_pending(log, strict=True)
         if exp.profile:
             require_perf()
-        here = machine.identity(machine.facts(probe_perf=False)) \
-            if any(v.target == "local" for v in exp.variants) else None
-        expr, self.resumed = _open_or_create(store, exp, len(self.all_cells), opts.restart, log, here)
+        expr, self.resumed = _open_or_create(store, exp, len(self.all_cells), opts.restart, log,
+                                             local_identities(exp))
         self.eid = expr["id"]
         self.expr = expr
         # variant -> {identity JSON: cells}: what the stored cells were measured on (a guest's are
@@ -858,6 +864,16 @@ class _MatrixRun:
             raise stale_refusal(self.exp, self.expr, what)
         return ident
 
+    def target_said(self, label: str, facts: dict | None) -> None:
+        """A guest's or board's job said what it runs (``facts``): the first time, checked against the
+        variant's stored cells (refused, StaleCells, before the run records a machine its cells were
+        not measured on), then kept as the variant's facts and its run's machine."""
+        if not facts or self.facts.get(label) is not None:
+            return
+        self._check_identity(label, facts)
+        self.facts[label] = facts
+        self.store.set_run_machine(self.runs[label].id, self.store.add_machine(facts))
+
     def _variant_runs(self) -> dict[str, object]:
         """One run per variant, reused when resuming."""
         exp, store = self.exp, self.store
@@ -937,7 +953,7 @@ class _MatrixRun:
                 batch = [x for x in batch_cells if is_lava(exp.variant(x.variant).target) and x.id not in self.finished]
                 self.progress.step(f"{len(batch)} cells as LAVA jobs ({len({(x.variant, x.rep) for x in batch})} "
                                    f"jobs){eta}")
-                for x, m, keep in self.lava.measure(batch, self.runs, self.store, self.facts, self.progress.note):
+                for x, m, keep in self.lava.measure(batch, self.runs, self.store, self.target_said, self.progress.note):
                     self.stored(x, m, keep)
                 continue
             if v.target != "local":
@@ -946,7 +962,7 @@ class _MatrixRun:
                          if x.variant == c.variant and x.rep == c.rep and x.id not in self.finished]
                 self.progress.step(f"{c.variant}: {len(batch)} cells on {v.target}, {self.progress.rep_words(c.rep, exp.reps)}{eta}")
                 for x, m, keep in _measure_remote(exp, v, batch, self.bench_by_name, self.overrides,
-                                                  self.runs[v.label], self.store, self.facts):
+                                                  self.runs[v.label], self.store, self.target_said):
                     self.stored(x, m, keep)
                 continue
             b = self.bench_by_name[c.benchmark]
@@ -1092,12 +1108,12 @@ def _measure_cell(exp, v, c, b, binaries, overrides, facts, swap_ready, swap, pr
     return measure(b, binaries[b.family], params, c.cores, 1, bopts, prefix_for_rep).as_repetition(rep)
 
 
-def _measure_remote(exp, v, batch, bench_by_name, overrides, run, store, facts):
+def _measure_remote(exp, v, batch, bench_by_name, overrides, run, store, said):
     """Measure a batch of one variant's cells (one rep) in one job on its target.
 
     Yields (cell, measurement, profile-storing function) per cell.
-    The first job also says what machine the target is, which the variant's
-    run then records.
+    Each job also says what machine the target is: ``said(label, facts)``
+    (_MatrixRun.target_said) before its cells are yielded.
     """
     opts = BenchOptions(reps=1, intervals=exp.intervals, tiny=exp.tiny,
                         min_batch_ns=int(exp.min_batch_ms * 1e6) if exp.min_batch_ms else None,
@@ -1108,9 +1124,7 @@ def _measure_remote(exp, v, batch, bench_by_name, overrides, run, store, facts):
         boots = [x for x in batch if bench_by_name[x.benchmark].family == "boot"]
         with targets.open_target(v.target, cmdline=v.cmdline) as t:
             ms = measure_batch(t, [x.benchmark for x in boots])
-        if ms and facts.get(v.label) is None and ms[0].facts:
-            facts[v.label] = ms[0].facts
-            store.set_run_machine(run.id, store.add_machine(ms[0].facts))
+        said(v.label, ms[0].facts if ms else None)
         for x, m in zip(boots, ms):
             yield x, m.as_repetition(x.rep), (lambda rid: None)
         batch = [x for x in batch if bench_by_name[x.benchmark].family != "boot"]
@@ -1120,9 +1134,7 @@ def _measure_remote(exp, v, batch, bench_by_name, overrides, run, store, facts):
     with targets.open_target(v.target, cmdline=v.cmdline) as t:
         ms = targets.run_benchmarks(t, cells, opts, artefact_dir=run.artefact_dir, first_rep=batch[0].rep)
         event = getattr(t, "perf_event", None) or "cpu-clock"
-    if ms and facts.get(v.label) is None and ms[0].facts:
-        facts[v.label] = ms[0].facts
-        store.set_run_machine(run.id, store.add_machine(ms[0].facts))
+    said(v.label, ms[0].facts if ms else None)
     for x, tc, m in zip(batch, cells, ms):
         def keep(rid, tc=tc, m=m):
             if m.profiles or m.counted:
@@ -1146,9 +1158,7 @@ def describe_stored(store, exp: Experiment, restart: bool = False) -> str:
         return f"{head}; with --restart run keeps them (marked superseded) and measures all {total} cells afresh\n"
     if old["file_hash"] != exp.file_hash():
         return f"{head}, made from another version of the file: run refuses to resume it; {afresh}\n"
-    local = [v.label for v in exp.variants if v.target == "local"]
-    here = machine.identity(machine.facts(probe_perf=False)) if local else None
-    what = stale_cells(exp, store.cell_identities(old["id"]), {label: here for label in local})
+    what = stale_cells(exp, store.cell_identities(old["id"]), local_identities(exp))
     if what:
         return f"{head}, but {what}: run refuses to mix them; {afresh}\n"
     out = f"{head}, measured on this machine's kernel as it is now; run would measure {total - done}"

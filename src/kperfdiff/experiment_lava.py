@@ -61,9 +61,10 @@ class LavaVariants:
         return PlannedJob((label, rep, cells, job), t, job.invocations,
                           f"kperfdiff {self.exp.name}/{label} rep {rep + 1}", meta)
 
-    def measure(self, cells: list, runs: dict, store, facts: dict, note):
+    def measure(self, cells: list, runs: dict, store, said, note):
         """Measure ``cells`` (of LAVA variants, any repetitions) as LAVA jobs in flight; yields
-        (cell, Measurement, profile-storing function) per cell as jobs finish."""
+        (cell, Measurement, profile-storing function) per cell as jobs finish, each job's after
+        ``said(label, facts)`` (what the board runs: _MatrixRun.target_said)."""
         groups: dict[tuple[str, int], list] = {}
         for c in cells:
             groups.setdefault((c.variant, c.rep), []).append(c)
@@ -72,9 +73,7 @@ class LavaVariants:
             label, rep, cs, job = outcome.key
             t = self.targets[label]
             ms = targets.measurements(t, job, outcome.results, outcome.facts or {}, runs[label].artefact_dir)
-            if outcome.facts and facts.get(label) is None:
-                facts[label] = outcome.facts
-                store.set_run_machine(runs[label].id, store.add_machine(outcome.facts))
+            said(label, outcome.facts)
             for c, tc, m in zip(cs, job.cells, ms):
                 labelled(m, outcome.labels, rep)
 

@@ -336,6 +336,11 @@ def read_results(invocations: list[Invocation], out_dir: Path) -> list[Invocatio
     """Read what job_script left in out_dir (fetched back to this machine)."""
     results = []
     kallsyms = out_dir / "kallsyms"
+    bid = _notes_build_id(_text(out_dir / "facts" / "notes"))
+    if kallsyms.is_file() and bid != UNKNOWN:
+        # the kernel's build id beside its kallsyms, as record.snapshot_kallsyms keeps this machine's:
+        # the profile's symbol check matches them by it (targets._keep_kallsyms carries it along)
+        kallsyms.with_name(kallsyms.name + ".buildid").write_text(bid + "\n")
     # Instruction-count windows (guest/counting.py), in run order: one per copy that marked one.
     windows = counting.windows(out_dir)
     unclaimed = iter(windows)
