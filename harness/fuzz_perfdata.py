@@ -52,6 +52,7 @@ FAILURES = ("panic", "wrong", "abort", "hang", "harness")
 LOAD_CLASSES = ("ok", "error", "crash", "wrong", "abort", "hang")
 LOAD_FAILURES = ("crash", "wrong", "abort", "hang")
 sys.path.insert(0, str(ROOT / "tests"))   # fuzzing.py: the load path and its oracle
+from fuzzing import fuzz_line  # noqa: E402 - found through the path above
 
 
 def build() -> None:
@@ -194,8 +195,7 @@ def main(argv: list[str] | None = None) -> int:
                     if len(examples[cls]) < args.show:
                         examples[cls].append(line)
                 elif load_path:
-                    desc = line.split("\t")[3] if line.count("\t") >= 3 else ""
-                    items.append((idx, desc.split(": ", 1)[0]))
+                    items.append(fuzz_line(line)[:2])
             if load_path:
                 for idx, cls, line in run_load_path(folder, items, args.memory, args.timeout, args.cli_every, env):
                     load_counts[cls] += 1

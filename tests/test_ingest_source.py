@@ -13,7 +13,7 @@ import pytest
 from conftest import KPERFDIFF, assert_one_sentence_error
 from kperfdiff.errors import InputError
 from kperfdiff.ingest import source
-from kperfdiff.ingest.load import load
+from kperfdiff.ingest.load import load, load_events
 
 DATA = Path(__file__).resolve().parent / "data"
 SCRIPT = DATA / "text" / "forkexec.script"
@@ -51,6 +51,16 @@ def test_gzip_perfdata_finds_its_kallsyms_and_leaves_no_temporary(tmp_path):
     same_profile(prof, load(PERFDATA))
     assert any(s.name == "read_zero" and s.kernel for s in prof.symbols)
     assert set(Path(os.environ.get("TMPDIR", "/tmp")).glob("kperfdiff-input-*")) == before
+
+
+def test_gzip_perfdata_says_its_kallsyms_was_found_beside_it(tmp_path):
+    """The kallsyms beside a perf.data.gz is reported as found beside the file, as for the plain file."""
+    gz = tmp_path / "plain.perf.data.gz"
+    gz.write_bytes(gzip.compress(PERFDATA.read_bytes(), 1))
+    (tmp_path / "kallsyms.gz").write_bytes((DATA / "perfdata" / "kallsyms.gz").read_bytes())
+    for prof in [load(gz), *load_events(gz)]:
+        assert prof.meta["symbols"]["found"] == "beside the file"
+        assert prof.meta["symbols"]["source"] == str(tmp_path / "kallsyms.gz")
 
 
 def test_stdin_profiles_in_diff_and_export():

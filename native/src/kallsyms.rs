@@ -459,7 +459,6 @@ impl Kallsyms {
                      etext: etext_addr, end: end_addr, build_id: None })
     }
 
-    /// Name of symbol `i` (an index from `lookup`).
     /// The lowest and highest symbol address of each module (index as `modules`; None for one
     /// with no symbol kept).
     pub fn module_spans(&self) -> Vec<Option<(u64, u64)>> {
@@ -471,6 +470,7 @@ impl Kallsyms {
         spans
     }
 
+    /// Name of symbol `i` (an index from `lookup`).
     pub fn name(&self, i: usize) -> &str {
         let start = if i == 0 { 0 } else { self.name_ends[i - 1] as usize };
         &self.names_buf[start..self.name_ends[i] as usize]

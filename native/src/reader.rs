@@ -173,7 +173,7 @@ fn closing_facts(facts: &mut Vec<(String, Fact)>, layout: &Layout, counts: &Coun
     if let Some((n, a)) = &syms.kernel_ref {
         facts.push(("kernel_ref_symbol".into(), Fact::Str(format!("{n}={a:#x}"))));
     }
-    // What a symbol source is checked against (ingest/perfdata.py): the recorded kernel and
+    // What a symbol source is checked against (ingest/symcheck.py): the recorded kernel and
     // module mappings, and the symbol source's own landmarks. Addresses as hex text.
     if let Some((start, len, pgoff)) = syms.kernel_map {
         facts.push(("kernel_map".into(), Fact::List(vec![format!("{start:#x}"), format!("{len:#x}"), format!("{pgoff:#x}")])));

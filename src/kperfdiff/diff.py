@@ -332,9 +332,7 @@ def _side_info(profs: list[Profile], label: str) -> SideInfo:
 
 def kernel_share(prof: Profile) -> float:
     """The share of a profile's weight whose leaf frame is kernel code (0 for an empty profile)."""
-    if not prof.total_weight or not prof.symbols:
-        return 0.0
-    return float(sum(w for s, w in zip(prof.symbols, prof.self_weight.tolist()) if s.kernel) / prof.total_weight)
+    return prof.kernel_weight / prof.total_weight if prof.total_weight else 0.0
 
 
 def _display(key, scope: str) -> str:

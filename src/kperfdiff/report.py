@@ -27,7 +27,12 @@ class ProfileDiff:
     result: DiffResult | None = None
     title: str = ""                # of its differential flame graph
     error: str = ""
-    reps: tuple[int, int] = (0, 0)  # repetitions whose profiles were diffed (reference, variant): every stored one
+
+    @property
+    def reps(self) -> tuple[int, int]:
+        """The repetitions whose profiles were diffed (reference, variant): every stored one."""
+        r = self.result
+        return (len(r.side_a.samples), len(r.side_b.samples)) if r is not None else (0, 0)
 
 
 @dataclass
@@ -90,7 +95,6 @@ def diff_stored(cmp: Comparison, reference: str, variant: str, bench_ref: str, b
         if not pa or not pb:
             pd.error = "the profile files are missing from the artefact folder"
             return pd
-        pd.reps = (len(pa), len(pb))
         opts = options or DiffOptions()
         opts.labels = (reference, variant)
         res = diff_profiles(pa, pb, opts)

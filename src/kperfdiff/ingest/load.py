@@ -49,6 +49,14 @@ def sniff(path: Path) -> str:
     return text.sniff_text(path, head.decode("utf-8", "replace"))
 
 
+def _beside(src) -> Path | None:
+    """Where a decompressed perf.data's kallsyms lies: beside the original, named after the
+    uncompressed file (None when the file was read as it is, or from standard input)."""
+    if src.original is not None and src.original != src.path:
+        return src.original.with_name(src.path.name)
+    return None
+
+
 def load(path: str | Path, *, kallsyms: str | Path | None = None, symfs: list[str] | None = None,
          event: str | None = None, label: str = "", folded_kernel: str = "auto", by_process: bool = False,
          kallsyms_unchecked: bool = False) -> Profile:
@@ -60,11 +68,8 @@ def load(path: str | Path, *, kallsyms: str | Path | None = None, symfs: list[st
     with source.local(path) as src:
         fmt = sniff(src.path)
         if fmt == "perf.data":
-            if kallsyms is None and src.original is not None and src.original != src.path:
-                # a perf.data.gz: its kallsyms lies beside it, named after the uncompressed file
-                kallsyms = perfdata.find_kallsyms(src.original.with_name(src.path.name))
             prof = perfdata.load(src.path, kallsyms=kallsyms, symfs=symfs, event=event, by_process=by_process,
-                                 kallsyms_unchecked=kallsyms_unchecked)
+                                 kallsyms_unchecked=kallsyms_unchecked, beside=_beside(src))
         else:
             prof = text.load(src.path, fmt, event=event, kernel_frames=folded_kernel)
         if src.path != src.original:
@@ -85,10 +90,8 @@ def load_events(path: str | Path, *, kallsyms: str | Path | None = None, symfs: 
     with source.local(path) as src:
         fmt = sniff(src.path)
         if fmt == "perf.data":
-            if kallsyms is None and src.original is not None and src.original != src.path:
-                kallsyms = perfdata.find_kallsyms(src.original.with_name(src.path.name))
             profs = [p for p in perfdata.load_all(src.path, kallsyms=kallsyms, symfs=symfs, by_process=by_process,
-                                                  kallsyms_unchecked=kallsyms_unchecked)
+                                                  kallsyms_unchecked=kallsyms_unchecked, beside=_beside(src))
                      if p.samples]
         else:
             first = text.load(src.path, fmt, kernel_frames=folded_kernel)

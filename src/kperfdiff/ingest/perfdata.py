@@ -80,11 +80,11 @@ def find_kallsyms(path: Path, build_ids: list | None = None) -> Path | None:
     return None
 
 
-def _read(path: Path, kallsyms, symfs, by_process: bool = False,
-          kallsyms_unchecked: bool = False) -> tuple[dict, Path | None]:
+def _read(path: Path, kallsyms, symfs, by_process: bool = False, kallsyms_unchecked: bool = False,
+          beside: Path | None = None) -> tuple[dict, Path | None]:
     n = core()
     check_input_file(path, "perf.data")
-    ks = Path(kallsyms) if kallsyms is not None else find_kallsyms(path)
+    ks = Path(kallsyms) if kallsyms is not None else find_kallsyms(beside or path)
     found = "given" if kallsyms is not None else "beside the file"
     if ks is not None:
         if not os.path.lexists(ks):
@@ -234,24 +234,27 @@ def _event_index(raw: dict, path: Path, event: str) -> int:
 
 def load_all(path: str | Path, *, kallsyms: str | Path | None = None,
              symfs: list[str] | str | None = None, by_process: bool = False,
-             kallsyms_unchecked: bool = False) -> list[Profile]:
+             kallsyms_unchecked: bool = False, beside: Path | None = None) -> list[Profile]:
     """Every event of a perf.data file, one Profile each, in the file's order (``by_process``,
-    ``kallsyms_unchecked``: see :func:`load`)."""
+    ``kallsyms_unchecked``, ``beside``: see :func:`load`)."""
     path = Path(path)
-    raw, ks = _read(path, kallsyms, symfs, by_process, kallsyms_unchecked)
+    raw, ks = _read(path, kallsyms, symfs, by_process, kallsyms_unchecked, beside)
     meta = _meta(raw, path, ks)
     return _profiles(raw, path, meta, list(range(len(raw["events"]))))
 
 
 def load(path: str | Path, *, kallsyms: str | Path | None = None, symfs: list[str] | str | None = None,
-         event: str | None = None, by_process: bool = False, kallsyms_unchecked: bool = False) -> Profile:
+         event: str | None = None, by_process: bool = False, kallsyms_unchecked: bool = False,
+         beside: Path | None = None) -> Profile:
     """One event of a perf.data file (``event``, else the first event with samples). ``by_process``
     also fills ``process_stacks``: each stack per process name, the comm of the sample's thread as
     perf script names it (``:TID`` for a thread the file never names); off by default, since only
     exports and folded files need it and it costs the reader time. The kallsyms used is checked
-    against the recording and refused when it is another kernel's, unless ``kallsyms_unchecked``."""
+    against the recording and refused when it is another kernel's, unless ``kallsyms_unchecked``.
+    ``beside``: the name the kallsyms is looked for beside when none is given (a decompressed copy's
+    original's, uncompressed); default ``path``."""
     path = Path(path)
-    raw, ks = _read(path, kallsyms, symfs, by_process, kallsyms_unchecked)
+    raw, ks = _read(path, kallsyms, symfs, by_process, kallsyms_unchecked, beside)
     meta = _meta(raw, path, ks)
     if event is not None:
         i = _event_index(raw, path, event)

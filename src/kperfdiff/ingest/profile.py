@@ -75,6 +75,12 @@ class Profile:
     def has_callchains(self) -> bool:
         return any(len(s) > 1 for s in self.stacks)
 
+    @property
+    def kernel_weight(self) -> float:
+        """The self weight of the profile's kernel symbols."""
+        kernel = np.fromiter((s.kernel for s in self.symbols), dtype=bool, count=len(self.symbols))
+        return float(self.self_weight[kernel].sum())
+
     def index(self) -> dict[Symbol, int]:
         return {s: i for i, s in enumerate(self.symbols)}
 

@@ -33,6 +33,8 @@ MIN_IN_SYMBOL = 0.5         # below this share of kernel samples in a symbol, th
 TOP = (1 << 64) - 1
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _NOT_KERNEL_DSOS = {"[guest.kernel]", "[hypervisor]"}
+# how every refusal ends
+_REMEDY = "give the symbols of that kernel (--kallsyms), or --kallsyms-unchecked to use this one anyway"
 
 
 def _hex(s) -> int | None:
@@ -83,8 +85,13 @@ def _short(bid: str | None) -> str:
     return bid[:12] if bid else "none recorded"
 
 
+def _kernel_build_id(h: dict) -> str | None:
+    """The kernel build id the recording holds (HEADER_BUILD_ID), None when it has none."""
+    return dict(h.get("build_ids") or []).get("[kernel.kallsyms]")
+
+
 def _recorded(path: Path, h: dict) -> str:
-    bid = dict(h.get("build_ids") or []).get("[kernel.kallsyms]")
+    bid = _kernel_build_id(h)
     rel = h.get("os_release") or "unknown release"
     return f"{path.name} (kernel {rel}, build id {_short(bid)})"
 
@@ -128,29 +135,32 @@ def _map_check(path: Path, ks: Path, h: dict) -> str | None:
     raise InputError(
         f"{ks} is not the kernel {_recorded(path, h)} was recorded on: the recording's kernel map is "
         f"{start:#x}..{end:#x} ({length:#x} bytes) but {ks.name}'s {s[0]}..{s[2]} is {s[1] + shift:#x}.."
-        f"{s[3] + shift:#x} ({s[3] - s[1]:#x} bytes); give the symbols of that kernel (--kallsyms), "
-        f"or --kallsyms-unchecked to use this one anyway")
+        f"{s[3] + shift:#x} ({s[3] - s[1]:#x} bytes); {_REMEDY}")
+
+
+def _hex_pairs(items) -> list[tuple[str, tuple[int, int]]]:
+    """A header's ``(name, "HEX HEX")`` pairs as numbers, those that do not parse left out."""
+    out = []
+    for name, v in items or []:
+        parts = [_hex(x) for x in str(v).split()]
+        if len(parts) == 2 and None not in parts:
+            out.append((name, (parts[0], parts[1])))
+    return out
 
 
 def _module_check(path: Path, ks: Path, h: dict) -> int:
     """Each recorded module map against the source's symbols of that module; the number checked."""
-    spans = {}
-    for name, v in h.get("kallsyms_modules") or []:
-        parts = [_hex(x) for x in str(v).split()]
-        if len(parts) == 2 and None not in parts:
-            spans[name] = parts
+    spans = dict(_hex_pairs(h.get("kallsyms_modules")))
     checked = 0
-    for name, v in h.get("module_maps") or []:
-        parts = [_hex(x) for x in str(v).split()]
-        if name not in spans or len(parts) != 2 or None in parts:
+    for name, (start, length) in _hex_pairs(h.get("module_maps")):
+        if name not in spans:
             continue
-        start, length = parts
         lo, hi = spans[name]
         if not (start <= lo and hi < start + length):
             raise InputError(
                 f"{ks} does not match {_recorded(path, h)}: module {name} was loaded at "
                 f"{start:#x}..{start + length:#x} when recorded but {ks.name} has its symbols at {lo:#x}..{hi:#x} "
-                f"(loaded again, or another boot); give the symbols of that kernel (--kallsyms), or --kallsyms-unchecked to use this one anyway")
+                f"(loaded again, or another boot); {_REMEDY}")
         checked += 1
     return checked
 
@@ -172,13 +182,13 @@ def check(path: Path, ks: Path | None, raw: dict, *, found: str, unchecked: bool
         out["matched"] = "unchecked"
         out["how"] = f"unchecked: --kallsyms-unchecked, {share}"
         return out
-    rec_bid = dict(h.get("build_ids") or []).get("[kernel.kallsyms]")
+    rec_bid = _kernel_build_id(h)
     src_bid = h.get("kallsyms_build_id") or source_build_id(ks)
     if rec_bid and src_bid:
         if rec_bid.lower().rstrip("0") != src_bid.rstrip("0"):
             raise InputError(
                 f"{ks} is not the kernel {_recorded(path, h)} was recorded on: its build id is {_short(src_bid)}; "
-                f"give the symbols of that kernel (--kallsyms), or --kallsyms-unchecked to use this one anyway")
+                f"{_REMEDY}")
         modules = _module_check(path, ks, h)
         out["matched"] = "build id"
         out["how"] = ", ".join([f"build id {_short(rec_bid)} match"] + ([f"{modules} module maps"] if modules else [])
@@ -189,8 +199,7 @@ def check(path: Path, ks: Path | None, raw: dict, *, found: str, unchecked: bool
     if total >= MIN_KERNEL_SAMPLES and in_sym < MIN_IN_SYMBOL * total:
         raise InputError(
             f"{ks} is probably not the kernel {_recorded(path, h)} was recorded on: only {in_sym} of the "
-            f"{total} kernel samples land in one of its symbols; give the symbols of that kernel "
-            f"(--kallsyms), or --kallsyms-unchecked to use this one anyway")
+            f"{total} kernel samples land in one of its symbols; {_REMEDY}")
     out["matched"] = "kernel map" if how else "symbols"
     parts = [how or "no kernel map length to compare"]
     if modules:

@@ -107,7 +107,7 @@ def combine(profiles: list[Profile]) -> Profile:
     self weight is scaled to the mean of theirs before they are added up."""
     if len(profiles) == 1:
         return profiles[0]
-    kern = [float(p.self_weight[[s.kernel for s in p.symbols]].sum()) if p.symbols else 0.0 for p in profiles]
+    kern = [p.kernel_weight for p in profiles]
     if any(k <= 0 for k in kern):
         bad = profiles[kern.index(min(kern))]
         raise InputError(f"{bad.source} holds no kernel samples, so it cannot be placed")
