@@ -556,8 +556,10 @@ def build_fuzz_binary() -> Path:
     older than its source."""
     sources = [NATIVE / "examples" / "fuzz_perfdata.rs", NATIVE / "tests" / "fuzz" / "mod.rs"]
     if not FUZZ_BINARY.exists() or FUZZ_BINARY.stat().st_mtime < max(p.stat().st_mtime for p in sources):
-        subprocess.run(["cargo", "build", "--release", "-q", "--example", "fuzz_perfdata",
-                        "--manifest-path", str(NATIVE / "Cargo.toml")], check=True)
+        built = subprocess.run(["cargo", "build", "--release", "-q", "--example", "fuzz_perfdata",
+                                "--manifest-path", str(NATIVE / "Cargo.toml")], capture_output=True, text=True)
+        if built.returncode != 0:
+            raise RuntimeError(f"cargo could not build {FUZZ_BINARY} (exit {built.returncode}):\n{built.stderr}")
     return FUZZ_BINARY
 
 
