@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kperfdiff.measure import BenchOptions, run_bench
+from kperfdiff.measure.session import BenchOptions, run_bench
 from kperfdiff.store import Store
 
 CV_TARGET = 0.05

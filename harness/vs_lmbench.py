@@ -395,8 +395,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     from kperfdiff.bench import catalogue
-    from kperfdiff.errors import UsageError
-    from kperfdiff.measure import parse_param_overrides
+    from kperfdiff.core.errors import UsageError
+    from kperfdiff.measure.session import parse_param_overrides
     try:
         chosen = [b for b in catalogue.select("full", a.only) if b.lmbench]
         if not chosen:

@@ -132,7 +132,7 @@ def invariant_problem(prof) -> str | None:
 
 def run_one(path: Path) -> tuple[str, str]:
     """Read ``path`` as `kperfdiff diff` does; (outcome, detail)."""
-    from kperfdiff.errors import KperfdiffError
+    from kperfdiff.core.errors import KperfdiffError
     from kperfdiff.ingest.load import load
     try:
         prof = load(path)
@@ -343,7 +343,7 @@ def size_problem(st, data: bytes) -> str | None:
 def run_one_size(path: Path, data: bytes) -> tuple[str, str]:
     """Read ``data`` (also at ``path``) as kperfdiff does: targets.guest.elf and load_sizes; (outcome, detail)."""
     from kperfdiff import native
-    from kperfdiff.errors import KperfdiffError
+    from kperfdiff.core.errors import KperfdiffError
     from kperfdiff.place.inputs import load_sizes
     from kperfdiff.targets.guest import elf
     steps = [("load_sizes", lambda: load_sizes(path))]
@@ -425,7 +425,7 @@ def map_seeds() -> list[tuple[str, bytes]]:
 
 
 def run_map(path: Path) -> tuple[str, str]:
-    from kperfdiff.errors import KperfdiffError
+    from kperfdiff.core.errors import KperfdiffError
     from kperfdiff.symbols.equivalence import load_roles
     try:
         table = load_roles([path])
@@ -488,7 +488,7 @@ def lava_seeds() -> list[tuple[str, bytes]]:
 
 def run_one_lava(path: Path, workdir: Path) -> tuple[str, str]:
     """Read a job log as kperfdiff reads a finished job's; (outcome, detail)."""
-    from kperfdiff.errors import KperfdiffError
+    from kperfdiff.core.errors import KperfdiffError
     from kperfdiff.targets.lava import log as joblog
     out = workdir / "out"
     shutil.rmtree(out, ignore_errors=True)
@@ -621,7 +621,7 @@ def diff_problem(doc: dict) -> str | None:
 
 
 def _error_problem(e: Exception) -> str | None:
-    from kperfdiff.errors import InputError
+    from kperfdiff.core.errors import InputError
     if not isinstance(e, InputError):
         return f"{type(e).__name__} (exit status {e.exit_status}), not an InputError: {e}"
     problem = _one_line(e)
@@ -667,7 +667,7 @@ def run_one_perfdata(path: Path, fixture: str, index: int, workdir: Path, *, cli
                      env: dict | None = None) -> tuple[str, str]:
     """Read ``path`` (made from ``fixture``) through every path users take (see the section
     text); (outcome, detail). ``cli``: also through the real CLI (a subprocess, ``env``)."""
-    from kperfdiff.errors import KperfdiffError
+    from kperfdiff.core.errors import KperfdiffError
     from kperfdiff.ingest.load import load, load_events
     ks = FOLDER_KALLSYMS if fixture in SAME_BOOT and index % 2 == 0 else None
     fmt = EXPORTS[index // 2 % len(EXPORTS)]     # every format with and without the kallsyms

@@ -274,7 +274,7 @@ def _complete_job(lab: Lab):
     the target serves the kernel and ramdisk until closed."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     from kperfdiff.bench import catalogue
-    from kperfdiff.measure import BenchOptions
+    from kperfdiff.measure.session import BenchOptions
     from kperfdiff.targets import Cell, plan_benchmarks
     from kperfdiff.targets.lava.jobs import to_yaml
     from kperfdiff.targets.lava.target import LavaTarget

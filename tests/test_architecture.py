@@ -88,19 +88,29 @@ def test_one_parser_per_format():
     assert "Popen" not in (SRC / "bench" / "worker.py").read_text().split("def run_copies_with_noise")[0]
 
 
+def test_every_module_sits_in_a_stage_folder():
+    assert arch.misplaced_modules(MODS) == []
+    assert {arch.stage_of(m.short) for m in MODS.values()} <= set(arch.ALLOWED)
+
+
 @pytest.fixture
 def planted(tmp_path):
     """A tiny package with one of each violation."""
     pkg = tmp_path / "src" / "kperfdiff"
-    (pkg / "render").mkdir(parents=True)
+    for d in ("render", "store", "analysis", "core", "extras"):
+        (pkg / d).mkdir(parents=True)
     (tmp_path / "native" / "src").mkdir(parents=True)
     files = {
         "__init__.py": "",
-        "store.py": "import sqlite3\nfrom . import diff\n",
-        "diff.py": "def f():\n    from . import store\n    from .stats import _private\n",
-        "stats.py": "_private = 1\n",
+        "store/__init__.py": "import sqlite3\nfrom kperfdiff.analysis import diff\n",
+        "analysis/__init__.py": "",
+        "analysis/diff.py": "def f():\n    from kperfdiff import store\n    from kperfdiff.core.stats import _private\n",
+        "core/__init__.py": "",
+        "core/stats.py": "_private = 1\n",
         "render/__init__.py": "",
-        "render/table.py": "from .. import store\nimport argparse\n",
+        "render/table.py": "from kperfdiff import store\nimport argparse\n",
+        "loose.py": "",
+        "extras/__init__.py": "",
     }
     for name, text in files.items():
         (pkg / name).write_text(textwrap.dedent(text))
@@ -110,12 +120,16 @@ def planted(tmp_path):
 
 def test_each_detector_catches_a_planted_violation(planted):
     mods, root = planted
-    assert arch.cycles(arch.graph(mods)) == [["kperfdiff.diff", "kperfdiff.store"]]
-    assert any("diff:2 imports kperfdiff.store inside a function" in f for f in arch.function_level_imports(mods))
+    assert arch.cycles(arch.graph(mods)) == [["kperfdiff.analysis.diff", "kperfdiff.store"]]
+    assert any("analysis.diff:2 imports kperfdiff.store inside a function" in f
+               for f in arch.function_level_imports(mods))
     assert any("_private" in f for f in arch.private_imports(mods))
     assert any(f.startswith("render.table -> store") for f in arch.render_io(mods))
     assert any("render.table" in f for f in arch.argparse_outside_commands(mods))
-    assert any("store (store) imports kperfdiff.diff (analysis)" in f for f in arch.stage_violations(mods))
+    assert any("store (store) imports kperfdiff.analysis.diff (analysis)" in f for f in arch.stage_violations(mods))
+    assert sorted(arch.misplaced_modules(mods)) == [
+        "extras is in the folder extras/, which no stage rule names",
+        "loose sits at the top of the package, outside every stage folder"]
     assert arch.rust_functions(root)[0] == (132, "lib.rs:big")
 
 

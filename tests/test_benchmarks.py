@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from kperfdiff import machine
+from kperfdiff.targets import machine
 from kperfdiff.bench import build, catalogue, worker
-from kperfdiff.measure import unmet_requirement
+from kperfdiff.measure.session import unmet_requirement
 
 FACTS = machine.facts(probe_perf=False)
 BENCHES = catalogue.load_catalogue()

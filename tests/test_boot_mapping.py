@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from kperfdiff.errors import InputError
+from kperfdiff.core.errors import InputError
 from kperfdiff.studies import linearmap
 from kperfdiff.targets import boot
 from kperfdiff.targets.guest import counting

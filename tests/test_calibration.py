@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from scipy import stats as sst
 
-from kperfdiff import stats
+from kperfdiff.core import stats
 
 N_INTERVALS = 11
 CELLS = 8

@@ -5,8 +5,8 @@ import math
 import pytest
 
 from conftest import assert_one_sentence_error, run_cli
-from kperfdiff import compare as cm
-from kperfdiff import stats
+from kperfdiff.analysis import bench_compare as cm
+from kperfdiff.core import stats
 from kperfdiff import store as st
 from kperfdiff.render import compare as rc
 

@@ -18,8 +18,8 @@ import pytest
 from conftest import run_cli
 from kperfdiff.bench import build
 from kperfdiff.bench.worker import parse_output
-from kperfdiff.diff import DiffOptions, diff_profiles
-from kperfdiff.errors import InputError
+from kperfdiff.analysis.profile_diff import DiffOptions, diff_profiles
+from kperfdiff.core.errors import InputError
 from kperfdiff.ingest.load import load
 from kperfdiff.render import bench as render_bench
 from kperfdiff.store import COUNTED_EVENT, Store

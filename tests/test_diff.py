@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from scipy import stats as sst
 
-from kperfdiff.diff import DiffOptions, diff_profiles, folded_sides
-from kperfdiff.errors import InputError
+from kperfdiff.analysis.profile_diff import DiffOptions, diff_profiles, folded_sides
+from kperfdiff.core.errors import InputError
 from kperfdiff.ingest.profile import Profile, Symbol
 from kperfdiff.ingest.load import load
 from kperfdiff.render import diff as render

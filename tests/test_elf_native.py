@@ -17,7 +17,7 @@ import pytest
 from conftest import DATA, ROOT, assert_one_sentence_error, run_cli
 from fuzzing import fuzz_sizes, map_reading
 from kperfdiff import native
-from kperfdiff.errors import InputError
+from kperfdiff.core.errors import InputError
 from kperfdiff.place import inputs
 from kperfdiff.targets.guest import elf
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from conftest import KPERFDIFF, ROOT, assert_one_sentence_error, run_cli
-from kperfdiff import experiment as ex
+from kperfdiff.experiments import run as ex
 from kperfdiff import store as st
-from kperfdiff.errors import InputError
+from kperfdiff.core.errors import InputError
 
 KNOB = "/proc/sys/vm/stat_interval"
 root_only = pytest.mark.skipif(os.geteuid() != 0 or not os.access(KNOB, os.W_OK),
@@ -263,7 +263,7 @@ def test_knob_left_by_kill_9_is_repaired_by_any_command_with_any_store(tmp_path,
 @root_only
 def test_knob_of_a_live_run_is_left_alone(tmp_path, private_state_dir):
     """An entry whose process still runs is not touched, and a second run may not take the knob."""
-    from kperfdiff import knobs
+    from kperfdiff.measure import knobs
     orig = Path(KNOB).read_text().strip()
     holder = subprocess.Popen(["sleep", "60"])
     try:
@@ -347,7 +347,7 @@ def test_precision_adds_interleaved_repetitions(tmp_path, home):
 def test_guest_variants_set_up_their_own_swap_and_the_host_is_never_touched(monkeypatch):
     """allow_swap_setup: a local variant's cell enters this machine's temporary_swap and marks only the
     local variants swap-ready; a guest variant's job is asked to set up its own zram swap."""
-    from kperfdiff import experiment as ex
+    from kperfdiff.experiments import run as ex
     from kperfdiff.bench import catalogue
     exp = ex.parse_data({"name": "sw", "benchmarks": ["pageout.anon"], "allow_swap_setup": True, "tiny": True,
                          "variant": [{"label": "host"}, {"label": "guest", "target": "qemu:arm64"}]})

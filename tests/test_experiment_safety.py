@@ -7,7 +7,7 @@ import stat
 import pytest
 
 from conftest import assert_one_sentence_error, run_cli
-from kperfdiff import knobs
+from kperfdiff.measure import knobs
 
 
 def exp_file(tmp_path, variant="", top="", benches='["syscall.null"]'):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from chromium import Chrome, Page, needs_chromium
 from conftest import run_cli
-from kperfdiff.diff import DiffOptions, add_folded, diff_profiles
+from kperfdiff.analysis.profile_diff import DiffOptions, add_folded, diff_profiles
 from kperfdiff.ingest.load import load
 from kperfdiff.render.flamegraph import differential_svg
 from kperfdiff.render.flamescript import SCRIPT

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import DATA, assert_one_sentence_error, run_cli
 from fuzzing import _stderr_problem, diff_problem, fuzz_perfdata, perfdata_profile_problem, run_one_perfdata
-from kperfdiff.errors import InputError
+from kperfdiff.core.errors import InputError
 from kperfdiff.ingest.load import load, load_events
 
 FUZZ = DATA / "perfdata" / "fuzz"

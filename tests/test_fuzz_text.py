@@ -10,8 +10,8 @@ import pytest
 
 from conftest import DATA, KPERFDIFF, assert_one_sentence_error, run_cli
 from fuzzing import fuzz, invariant_problem
-from kperfdiff.errors import InputError
-from kperfdiff.files import check_input_file
+from kperfdiff.core.errors import InputError
+from kperfdiff.core.files import check_input_file
 from kperfdiff.ingest.load import load
 
 FUZZ = DATA / "text" / "fuzz"

@@ -9,8 +9,8 @@ import junitparser
 import pytest
 
 from conftest import assert_one_sentence_error, run_cli, two_variant_experiment
-from kperfdiff import compare as cm
-from kperfdiff import stats
+from kperfdiff.analysis import bench_compare as cm
+from kperfdiff.core import stats
 from kperfdiff import store as st
 from kperfdiff.render import compare as rc
 

@@ -10,8 +10,8 @@ import subprocess
 from pathlib import Path
 
 from conftest import KPERFDIFF, ROOT, assert_one_sentence_error, run_cli
-from kperfdiff import experiment as ex
-from kperfdiff import machine
+from kperfdiff.experiments import run as ex
+from kperfdiff.targets import machine
 from kperfdiff import store as st
 from kperfdiff.targets.base import facts_from_files
 

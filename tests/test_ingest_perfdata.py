@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kperfdiff.errors import InputError
+from kperfdiff.core.errors import InputError
 from kperfdiff.ingest import perfdata
 
 DATA = Path(__file__).parent / "data" / "perfdata"

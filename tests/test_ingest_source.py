@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import KPERFDIFF, assert_one_sentence_error
-from kperfdiff.errors import InputError
+from kperfdiff.core.errors import InputError
 from kperfdiff.ingest import source
 from kperfdiff.ingest.load import load, load_events
 

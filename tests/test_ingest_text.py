@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kperfdiff.errors import InputError
+from kperfdiff.core.errors import InputError
 from kperfdiff.ingest import text
 from kperfdiff.ingest.load import load, sniff
 from kperfdiff.symbols.normalise import normalise

@@ -18,7 +18,7 @@ import yaml
 
 from conftest import assert_one_sentence_error, run_cli
 from lava_fake import DATA, FakeLava
-from kperfdiff.errors import KperfdiffError, UsageError
+from kperfdiff.core.errors import KperfdiffError, UsageError
 from kperfdiff.targets import validate_spec
 from kperfdiff.targets.guest import frame
 from kperfdiff.targets.lava import jobs, log as joblog

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lava_fake import COMPLETE, DATA, FakeLava
-from kperfdiff.errors import KperfdiffError
+from kperfdiff.core.errors import KperfdiffError
 from kperfdiff.targets.base import Invocation
 from kperfdiff.targets.lava.api import LavaAuthError, LavaClient, LavaError, find_token
 from kperfdiff.targets.lava.target import LavaTarget, PlannedJob, run_lava_jobs

@@ -1,4 +1,5 @@
-from kperfdiff import machine, monitors
+from kperfdiff.targets import machine
+from kperfdiff.core import monitors
 
 INTERRUPTS = """           CPU0       CPU1
   0:         36          0   IO-APIC   2-edge      timer

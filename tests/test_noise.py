@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from kperfdiff import noise as nz
+from kperfdiff.bench import noise as nz
 from kperfdiff.bench import worker
 
 PROC_STAT = """cpu  136615 205 68410 1854376 1724 0 173 356 0 0

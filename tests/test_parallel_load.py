@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import run_cli
-from kperfdiff.errors import InputError
+from kperfdiff.core.errors import InputError
 from kperfdiff.ingest.load import load_many, load_sides
 
 XARCH = Path(__file__).resolve().parent / "data" / "perfdata" / "xarch"

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kperfdiff.errors import InputError
+from kperfdiff.core.errors import InputError
 from kperfdiff.ingest.load import load
 from kperfdiff.place import bound as bd
 from kperfdiff.place import optimise

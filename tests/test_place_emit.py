@@ -1,7 +1,7 @@
 """Emitted build outputs, parsed back."""
 import pytest
 
-from kperfdiff.errors import InputError
+from kperfdiff.core.errors import InputError
 from kperfdiff.place import emit
 from kperfdiff.place.inputs import HwModel
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kperfdiff.errors import InputError
+from kperfdiff.core.errors import InputError
 from kperfdiff.ingest.load import load
 from kperfdiff.place import grouptable
 from kperfdiff.place.inputs import load_groups, load_hw, load_sizes

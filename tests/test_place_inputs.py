@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from kperfdiff.errors import InputError
+from kperfdiff.core.errors import InputError
 from kperfdiff.place import inputs
 from kperfdiff.place.model import build_problem
 from kperfdiff.ingest.load import load

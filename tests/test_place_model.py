@@ -1,7 +1,7 @@
 """The TCM study's four worked examples, by the equations and by the simulator."""
 import pytest
 
-from kperfdiff.errors import InputError
+from kperfdiff.core.errors import InputError
 from kperfdiff.place import model
 from kperfdiff.place.inputs import HwModel
 from kperfdiff.place.simulate import run

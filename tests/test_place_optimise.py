@@ -4,7 +4,7 @@ import itertools
 import numpy as np
 import pytest
 
-from kperfdiff.errors import InputError
+from kperfdiff.core.errors import InputError
 from kperfdiff.place import optimise
 from kperfdiff.place.inputs import Group, HwModel
 from kperfdiff.place.model import build_problem, evaluate

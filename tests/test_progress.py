@@ -6,7 +6,7 @@ import io
 import re
 
 from conftest import run_cli, two_variant_experiment
-from kperfdiff.progress import Progress
+from kperfdiff.core.progress import Progress
 
 
 class Clock:

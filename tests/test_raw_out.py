@@ -6,7 +6,7 @@ import io
 import json
 
 from conftest import run_cli
-from kperfdiff import stats
+from kperfdiff.core import stats
 from kperfdiff import store as st
 
 TINY = ["--intervals", "3", "--min-batch-ms", "1", "--no-progress"]

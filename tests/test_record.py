@@ -5,9 +5,9 @@ import subprocess
 import pytest
 
 from conftest import DATA, assert_one_sentence_error, run_cli
-from kperfdiff import machine, record
-from kperfdiff.arch import normalise_arch
-from kperfdiff.errors import InputError
+from kperfdiff.targets import machine, perf_record as record
+from kperfdiff.core.arch import normalise_arch
+from kperfdiff.core.errors import InputError
 from kperfdiff.store import Store
 
 

@@ -10,10 +10,10 @@ import pytest
 
 from chromium import Chrome, Page, load_in_chromium, needs_chromium
 from conftest import run_cli
-from kperfdiff import compare as cm
+from kperfdiff.analysis import bench_compare as cm
 from kperfdiff.commands.experiment import write_report
 from kperfdiff.render import diff as rdiff
-from kperfdiff.report import gather
+from kperfdiff.analysis.report_data import gather
 from test_compare import make_store
 
 EVIL = "<script>alert(1)</script>"

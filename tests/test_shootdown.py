@@ -13,7 +13,7 @@ import pytest
 
 from kperfdiff import studies
 from kperfdiff.bench.swap import active_swap
-from kperfdiff.compare import CellChange
+from kperfdiff.analysis.bench_compare import CellChange
 from kperfdiff.store import Store
 from kperfdiff.studies import shootdown
 

@@ -6,7 +6,7 @@ import io
 import math
 
 from conftest import run_cli, two_variant_experiment
-from kperfdiff import stats
+from kperfdiff.core import stats
 from kperfdiff.store import Store
 from test_schemas import validate
 

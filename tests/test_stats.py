@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from kperfdiff import stats
+from kperfdiff.core import stats
 
 
 def test_summarize_hand_computed():

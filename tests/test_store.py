@@ -8,13 +8,13 @@ import time
 import pytest
 
 from conftest import KPERFDIFF, assert_one_sentence_error, run_cli
-from kperfdiff import records
+from kperfdiff.core import records
 from kperfdiff import store as st
-from kperfdiff.errors import StoreError
+from kperfdiff.core.errors import StoreError
 
 
 def _result(s, run_id, name="a.b", values=(1.0, 2.0, 3.0)):
-    from kperfdiff import stats
+    from kperfdiff.core import stats
     raw = [(0, 0, i, v, 10, 100) for i, v in enumerate(values)]
     return s.add_result(run_id, benchmark=name, params={"k": "1"}, copies=1, status="ok", reason=None,
                         unit="ns/op", better="lower", summary=stats.summarize(values).as_dict(), raw=raw,

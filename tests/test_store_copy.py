@@ -10,7 +10,7 @@ import pytest
 from conftest import assert_one_sentence_error, run_cli, two_variant_experiment
 from kperfdiff import store as st
 from kperfdiff.store import transfer
-from kperfdiff.errors import StoreError
+from kperfdiff.core.errors import StoreError
 
 TINY = ["--intervals", "3", "--min-batch-ms", "1", "--no-progress"]
 

@@ -12,9 +12,9 @@ import time
 import pytest
 
 from conftest import KPERFDIFF, assert_one_sentence_error, run_cli, two_variant_experiment
-from kperfdiff import limits, stats
+from kperfdiff.core import limits, stats
 from kperfdiff import store as st
-from kperfdiff.errors import InputError, StoreError
+from kperfdiff.core.errors import InputError, StoreError
 from kperfdiff.store import backend
 
 TINY = ["--intervals", "3", "--min-batch-ms", "1", "--no-progress"]
@@ -547,7 +547,7 @@ def test_the_heartbeat_advances_while_kperfdiff_run_measures(tmp_path, pg_url):
 
 
 def test_a_process_whose_experiment_another_machine_took_over_stops(pg_url, monkeypatch):
-    from kperfdiff import experiment
+    from kperfdiff.experiments import run as experiment
     monkeypatch.setattr(limits, "HEARTBEAT_S", 0.05)
     s = st.Store.open(pg_url)
     eid = s.create_experiment(name="e", path="", file_hash="h", spec={}, cells=1)

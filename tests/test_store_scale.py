@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 
 from conftest import run_cli
-from kperfdiff import compare
+from kperfdiff.analysis import bench_compare as compare
 from kperfdiff import store as st
 
 NEW_INDEXES = {"result_history", "run_label", "run_running", "profile_run", "profile_result"}

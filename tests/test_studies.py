@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from kperfdiff import experiment, studies
-from kperfdiff.diff import DiffOptions, diff_profiles
-from kperfdiff.errors import InputError
+from kperfdiff.experiments import run as experiment
+from kperfdiff import studies
+from kperfdiff.analysis.profile_diff import DiffOptions, diff_profiles
+from kperfdiff.core.errors import InputError
 from kperfdiff.ingest.load import load
 from kperfdiff.render import studies as rstudies
 from kperfdiff.store import Store
@@ -194,7 +195,7 @@ def test_arm_specific_memory_costs_rank_larger_arm_shares_first(xarch_fork):
 
 
 def test_the_study_report_renders_rankings_in_the_studys_layout(xarch_fork):
-    from kperfdiff.report import ProfileDiff
+    from kperfdiff.analysis.report_data import ProfileDiff
     st = studies.Study(kind="xarch", title="Cross", source="2011", measured="m", found="f 1", differs=["d"])
     pd = ProfileDiff("x86_64", "arm64", "proc.fork", 1, 0.0, result=xarch_fork, title="proc.fork")
     sec = studies.Section(st, "e", diffs=[pd], direction=studies.Verdict("partly", "p"), emulated=True)

@@ -10,12 +10,12 @@ import time
 import pytest
 
 from conftest import run_cli
-from kperfdiff import compare as cm
-from kperfdiff import stats
+from kperfdiff.analysis import bench_compare as cm
+from kperfdiff.core import stats
 from kperfdiff import store as st
 from kperfdiff.bench import catalogue, worker
 from kperfdiff.bench.measurement import aggregate, store_measurement
-from kperfdiff.records import group_results, unresolvable
+from kperfdiff.core.records import group_results, unresolvable
 from kperfdiff.render.bench import group_summary
 
 

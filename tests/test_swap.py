@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kperfdiff.bench.swap import active_swap, temporary_swap
-from kperfdiff.errors import BenchError
+from kperfdiff.core.errors import BenchError
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="setting up swap needs root")
 

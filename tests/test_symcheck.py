@@ -18,9 +18,9 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from conftest import DATA, assert_one_sentence_error, run_cli
-from kperfdiff.errors import InputError
+from kperfdiff.core.errors import InputError
 from kperfdiff.ingest import perfdata
-from kperfdiff.machine import UNKNOWN, kernel_build_id
+from kperfdiff.targets.machine import UNKNOWN, kernel_build_id
 from kperfdiff.schemas import schema_path
 
 PD = DATA / "perfdata"

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from kperfdiff.bench import catalogue
-from kperfdiff.measure import BenchOptions
-from kperfdiff.errors import BenchError, InputError, UsageError
+from kperfdiff.measure.session import BenchOptions
+from kperfdiff.core.errors import BenchError, InputError, UsageError
 from kperfdiff.targets import Invocation, open_target, run_benchmarks
 from kperfdiff.targets import base, boot
 from kperfdiff.targets.guest import elf
@@ -64,7 +64,7 @@ def test_module_plt_veneers_get_a_symbol_of_their_own(tmp_path, monkeypatch):
     # arm64 modules reach the kernel through PLT veneers after their last function; kallsyms does not
     # list them, so without a symbol their samples went to that function (zram's cleanup_module: 3.5%).
     import bisect
-    from kperfdiff.nativecore import core
+    from kperfdiff.core.nativecore import core
     sysmod = tmp_path / "module"
     (sysmod / "zram/sections").mkdir(parents=True)
     (sysmod / "zram/sections/.plt").write_text("0xffff800001003e70\n")
@@ -87,7 +87,7 @@ def test_module_plt_veneers_get_a_symbol_of_their_own(tmp_path, monkeypatch):
     covering = [m["names"][order[bisect.bisect_right(addrs, a) - 1]] for a in (0xffff800001003e58, 0xffff800001003f00)]
     assert covering == ["cleanup_module", "module_plt_veneers"]
     # this machine's own snapshot (record.snapshot_kallsyms) marks them the same way
-    from kperfdiff.record import module_plt_lines
+    from kperfdiff.targets.perf_record import module_plt_lines
     assert module_plt_lines(sysmod) == "ffff800001003e70 t module_plt_veneers\t[zram]\n"
     assert line in base.kallsyms_commands(str(tmp_path / "out"))
 

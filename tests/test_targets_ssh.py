@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from kperfdiff.bench import catalogue
-from kperfdiff.measure import BenchOptions
-from kperfdiff.errors import BenchError, UsageError
+from kperfdiff.measure.session import BenchOptions
+from kperfdiff.core.errors import BenchError, UsageError
 from kperfdiff.targets import Invocation, open_target, run_benchmarks
 from kperfdiff.targets.ssh import SshTarget, parse_spec
 

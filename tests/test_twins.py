@@ -12,8 +12,8 @@ import pytest
 
 from conftest import assert_one_sentence_error, run_cli
 from fuzzing import fuzz_maps
-from kperfdiff import twins
-from kperfdiff.diff import DiffOptions, diff_profiles
+from kperfdiff.analysis import twins
+from kperfdiff.analysis.profile_diff import DiffOptions, diff_profiles
 from kperfdiff.ingest.load import load
 from kperfdiff.render import diff as render
 from kperfdiff.symbols.equivalence import load_roles

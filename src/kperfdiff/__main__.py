@@ -1,3 +1,3 @@
-from .commands import main
+from kperfdiff.commands import main
 
 raise SystemExit(main())

@@ -16,8 +16,8 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
-from ..errors import BenchError
-from .catalogue import FAMILIES_DIR, Family, families
+from kperfdiff.core.errors import BenchError
+from kperfdiff.bench.catalogue import FAMILIES_DIR, Family, families
 
 HEADER = FAMILIES_DIR / "kpd.h"
 HELLO = FAMILIES_DIR / "hello.c"

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from ..errors import UsageError
-from ..files import read_toml
+from kperfdiff.core.errors import UsageError
+from kperfdiff.core.files import read_toml
 
 FAMILIES_DIR = Path(__file__).with_name("families")
 UNITS = {"ns/op", "us/op", "ms/op", "GUP/s", "ops/s", "MB/s", "ns/page", "ns/loop", "s"}

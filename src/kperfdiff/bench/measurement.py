@@ -13,8 +13,9 @@ import os
 import time
 from dataclasses import dataclass, field, replace
 
-from .. import monitors, noise, stats
-from ..records import UNRESOLVABLE
+from kperfdiff.core import monitors, stats
+from kperfdiff.bench import noise
+from kperfdiff.core.records import UNRESOLVABLE
 
 
 @dataclass
@@ -30,7 +31,7 @@ class Measurement:
     raw: list[tuple] = field(default_factory=list)       # (rep, copy, seq, value, ops, ns)
     info: list[dict] = field(default_factory=list)
     monitors: dict = field(default_factory=dict)          # counter deltas summed over repetitions
-    noise: list[dict] = field(default_factory=list)       # per repetition: kperfdiff.noise + "disturbed"
+    noise: list[dict] = field(default_factory=list)       # per repetition: kperfdiff.bench.noise + "disturbed"
     summary: dict | None = None
     ops: int | None = None
     cpu_ns: int | None = None
@@ -73,7 +74,7 @@ class Measurement:
 
 
 def repetition_noise(rep: int, outs: list) -> list[dict]:
-    """What disturbed one repetition (:mod:`kperfdiff.noise`), with the reasons it counts as
+    """What disturbed one repetition (:mod:`kperfdiff.bench.noise`), with the reasons it counts as
     disturbed under the stated thresholds: [] when nothing was sampled (a remote target)."""
     n = outs[0].rep_noise if outs else None
     if n is None:
@@ -90,7 +91,7 @@ def aggregate(b, reps: list[tuple[int, list, dict, float]], started: float, *, p
     each repetition's noise comes with its outputs (``rep_noise``). The first copy that
     failed or skipped decides the status; otherwise every interval is pooled and
     summarised. A subtraction benchmark (its workers announce an overhead) whose interval falls to
-    or below zero fails as not resolvable (:func:`~kperfdiff.stats.unresolved_difference`): no
+    or below zero fails as not resolvable (:func:`~kperfdiff.core.stats.unresolved_difference`): no
     latency is stored for it. Used for local runs and for results brought back from a target alike.
     """
     m = Measurement("ok", b.name, b.unit, b.better, started_at=started, params=dict(params or {}),
@@ -139,7 +140,7 @@ def store_measurement(store, run_id: int, m: Measurement, *, replace: int | None
                       bench_key: str | None = None, identity: dict | None = None) -> int:
     """Store ``m`` as a result of run ``run_id`` (rewriting result ``replace`` when the benchmark
     gained repetitions), or with ``cell`` as one cell of experiment ``experiment_id`` measured on
-    ``identity`` (kperfdiff.machine.identity)."""
+    ``identity`` (kperfdiff.targets.machine.identity)."""
     kw = dict(benchmark=m.benchmark, params=m.params, copies=m.copies, status=m.status, reason=m.reason,
               unit=m.unit, better=m.better, summary=m.summary, raw=m.raw, overhead=m.overhead, ops=m.ops,
               cpu_ns=m.cpu_ns, wall_s=m.wall_s, monitors=m.monitors, info=m.info, started_at=m.started_at,

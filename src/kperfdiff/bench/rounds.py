@@ -13,7 +13,7 @@ How many rounds (:class:`RepetitionPolicy`):
 * ``reps`` rounds are always measured (a fixed count).
 * With ``precision`` P (percent), after those, a group goes on to further
   rounds while the half-width of its interval is above P: the interval of its
-  centre in ``bench`` (:func:`kperfdiff.stats.centre_half_width`), the widest
+  centre in ``bench`` (:func:`kperfdiff.core.stats.centre_half_width`), the widest
   interval of its changes in an experiment. It stops when the half-width is at
   most P, when ``max_time`` seconds of measuring have passed, or at
   ``max_reps`` repetitions, and :func:`run_rounds` says which for every group.

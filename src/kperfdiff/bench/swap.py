@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from kperfdiff.errors import BenchError
+from kperfdiff.core.errors import BenchError
 
 PROC_SWAPS = Path("/proc/swaps")
 ZRAM_CONTROL = Path("/sys/class/zram-control")

@@ -19,9 +19,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import noise as nz
-from ..errors import BenchError
-from .build import build_runner
+from kperfdiff.bench import noise as nz
+from kperfdiff.core.errors import BenchError
+from kperfdiff.bench.build import build_runner
 
 PROTOCOL_VERSION = 1
 
@@ -232,8 +232,8 @@ def run_copies(argv: list[str], copies: int, timeout: float, *, env: dict | None
     ``prefix`` wraps the command (for example ``perf record ... --``); a word holding
     ``@COPY@`` gets the copy index (one perf.data per copy).
 
-    Every output carries its copy's :class:`~kperfdiff.noise.ProcessNoise` (``noise``);
-    with ``sampler`` each also carries the repetition's :class:`~kperfdiff.noise.Noise`
+    Every output carries its copy's :class:`~kperfdiff.bench.noise.ProcessNoise` (``noise``);
+    with ``sampler`` each also carries the repetition's :class:`~kperfdiff.bench.noise.Noise`
     (``rep_noise``, the same object), see :func:`run_copies_with_noise`.
     """
     return run_copies_with_noise(argv, copies, timeout, env=env, prefix=prefix, sampler=sampler)[0]
@@ -243,7 +243,7 @@ def run_copies_with_noise(argv: list[str], copies: int, timeout: float, *, env: 
                           prefix: list[str] | None = None,
                           sampler: bool = True) -> tuple[list[WorkerOutput], nz.Noise | None]:
     """:func:`run_copies`, also returning the repetition's noise: with ``sampler``, system
-    snapshots before and after and a :class:`~kperfdiff.noise.RunnableSampler` during the
+    snapshots before and after and a :class:`~kperfdiff.bench.noise.RunnableSampler` during the
     copies (None without). The copies' sched counters are read every ``SAMPLE_EVERY`` s, and
     once more when each has exited (kpd-run -w holds it unreaped until then)."""
     bench = argv[1]

@@ -9,11 +9,11 @@ import argparse
 import os
 import sys
 
-from .. import __version__
-from ..errors import KperfdiffError
-from ..knobs import repair_pending
-from . import bench, diff, experiment, export, lava, place, store, studies
-from .common import GLOBAL_OPTIONS, Parser, accept_global_options
+from kperfdiff import __version__
+from kperfdiff.core.errors import KperfdiffError
+from kperfdiff.measure.knobs import repair_pending
+from kperfdiff.commands import bench, diff, experiment, export, lava, place, store, studies
+from kperfdiff.commands.common import GLOBAL_OPTIONS, Parser, accept_global_options
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,14 +5,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import limits
-from ..bench.catalogue import load_catalogue
-from ..measure import BenchOptions, run_bench, run_boot_timing
-from ..record import record_command
-from ..render import bench as rb
-from ..render.table import to_json
-from ..targets import open_target
-from .common import FORMATS, Parser, command_line, copy_counts, number, open_store, whole
+from kperfdiff.core import limits
+from kperfdiff.bench.catalogue import load_catalogue
+from kperfdiff.measure.session import BenchOptions, run_bench, run_boot_timing
+from kperfdiff.targets.perf_record import record_command
+from kperfdiff.render import bench as rb
+from kperfdiff.render.table import to_json
+from kperfdiff.targets import open_target
+from kperfdiff.commands.common import FORMATS, Parser, command_line, copy_counts, number, open_store, whole
 
 RUNS_PAGE = 50      # runs `kperfdiff runs` lists unless told otherwise
 

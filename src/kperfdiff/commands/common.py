@@ -8,10 +8,10 @@ import shlex
 import sys
 from pathlib import Path
 
-from .. import limits
-from ..errors import InputError, UsageError
-from ..store import Store
-from ..store.backend import mask
+from kperfdiff.core import limits
+from kperfdiff.core.errors import InputError, UsageError
+from kperfdiff.store import Store
+from kperfdiff.store.backend import mask
 
 FORMATS = ["text", "json", "csv", "markdown"]
 

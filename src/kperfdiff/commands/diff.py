@@ -7,14 +7,14 @@ import math
 import sys
 from pathlib import Path
 
-from ..diff import DiffOptions, add_folded, diff_profiles, folded_sides
-from ..errors import InputError, KperfdiffError
-from ..ingest.load import ProfileRef, load_sides
-from ..render import diff as render
-from ..render import flamegraph
-from ..store import Store, default_location, is_url
-from ..symbols.equivalence import load_roles
-from .common import FORMATS, whole, write_file
+from kperfdiff.analysis.profile_diff import DiffOptions, add_folded, diff_profiles, folded_sides
+from kperfdiff.core.errors import InputError, KperfdiffError
+from kperfdiff.ingest.load import ProfileRef, load_sides
+from kperfdiff.render import diff as render
+from kperfdiff.render import flamegraph
+from kperfdiff.store import Store, default_location, is_url
+from kperfdiff.symbols.equivalence import load_roles
+from kperfdiff.commands.common import FORMATS, whole, write_file
 
 
 def add_parser(sub) -> None:

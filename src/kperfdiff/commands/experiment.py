@@ -5,15 +5,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import experiment
-from .. import compare as cm
-from ..render import compare as rcompare
-from ..render import report as rreport
-from ..report import gather, load_comparison, top_mover_diff
-from ..errors import UsageError
-from ..store import Store, default_location
-from ..store.backend import is_url
-from .common import FORMATS, command_line, open_store, percent, write_file
+from kperfdiff.experiments import run as experiment
+from kperfdiff.analysis import bench_compare as cm
+from kperfdiff.render import compare as rcompare
+from kperfdiff.render import report as rreport
+from kperfdiff.analysis.report_data import gather, load_comparison, top_mover_diff
+from kperfdiff.core.errors import UsageError
+from kperfdiff.store import Store, default_location
+from kperfdiff.store.backend import is_url
+from kperfdiff.commands.common import FORMATS, command_line, open_store, percent, write_file
 
 
 def add_parsers(sub) -> None:

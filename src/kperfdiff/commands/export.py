@@ -6,13 +6,13 @@ import argparse
 import os
 import sys
 
-from ..errors import InputError
-from ..ingest.load import load_events, load_side
-from ..ingest.profile import merge
-from ..ingest.source import STDIN
-from ..render import export
-from .common import write_file
-from .diff import store_lookup
+from kperfdiff.core.errors import InputError
+from kperfdiff.ingest.load import load_events, load_side
+from kperfdiff.ingest.profile import merge
+from kperfdiff.ingest.source import STDIN
+from kperfdiff.render import export
+from kperfdiff.commands.common import write_file
+from kperfdiff.commands.diff import store_lookup
 
 
 

@@ -5,12 +5,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import experiment
-from ..experiment_lava import validate_job_files, write_job_files
-from ..errors import InputError
-from ..targets.lava.jobs import shipped_template
-from ..targets.lava.spec import BOOT_METHODS
-from .common import Parser
+from kperfdiff.experiments import run as experiment
+from kperfdiff.experiments.lava import validate_job_files, write_job_files
+from kperfdiff.core.errors import InputError
+from kperfdiff.targets.lava.jobs import shipped_template
+from kperfdiff.targets.lava.spec import BOOT_METHODS
+from kperfdiff.commands.common import Parser
 
 TOKEN_HELP = ("The token for a lava:// target is read from KPERFDIFF_LAVA_TOKEN (or the variable named by "
               "token_env=), else from $XDG_CONFIG_HOME/kperfdiff/lava.toml ([servers.\"HOST\"] token = \"...\"), "

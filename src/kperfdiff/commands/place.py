@@ -5,18 +5,18 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..errors import InputError, UsageError
-from ..ingest.load import load_side, resolve_side
-from ..ingest.profile import merge
-from ..place import emit, grouptable
-from ..place import simulate as sim
-from ..place.inputs import load_groups, load_hw, load_sizes, parse_bytes, read_placement
-from ..place.model import build_problem, evaluate, placement_from_names
-from ..place.optimise import by_groups, methods_for, solve, sweep
-from ..render.place import group_table, groups_by_benchmark, kb, method_table, placement_table, render
-from ..render.table import Table
-from .common import write_file
-from .diff import store_lookup
+from kperfdiff.core.errors import InputError, UsageError
+from kperfdiff.ingest.load import load_side, resolve_side
+from kperfdiff.ingest.profile import merge
+from kperfdiff.place import emit, grouptable
+from kperfdiff.place import simulate as sim
+from kperfdiff.place.inputs import load_groups, load_hw, load_sizes, parse_bytes, read_placement
+from kperfdiff.place.model import build_problem, evaluate, placement_from_names
+from kperfdiff.place.optimise import by_groups, methods_for, solve, sweep
+from kperfdiff.render.place import group_table, groups_by_benchmark, kb, method_table, placement_table, render
+from kperfdiff.render.table import Table
+from kperfdiff.commands.common import write_file
+from kperfdiff.commands.diff import store_lookup
 
 EPILOG = """\
 sub-commands:

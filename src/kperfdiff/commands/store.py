@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .. import limits
-from ..errors import InputError
-from ..store import SCHEMA_VERSION, Store, default_location, is_url, transfer
-from ..store.backend import mask
+from kperfdiff.core import limits
+from kperfdiff.core.errors import InputError
+from kperfdiff.store import SCHEMA_VERSION, Store, default_location, is_url, transfer
+from kperfdiff.store.backend import mask
 
 STORE_HELP = f"""\
 A store is an SQLite file (the default: one machine) or a PostgreSQL database that several

@@ -5,10 +5,11 @@ import datetime
 import sys
 import time
 
-from .. import machine, studies
-from ..errors import InputError
-from ..render import studies as rstudies
-from .common import open_store, write_file
+from kperfdiff.targets import machine
+from kperfdiff import studies
+from kperfdiff.core.errors import InputError
+from kperfdiff.render import studies as rstudies
+from kperfdiff.commands.common import open_store, write_file
 
 
 def add_parser(sub) -> None:

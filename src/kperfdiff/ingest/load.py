@@ -13,10 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
-from ..errors import InputError
-from ..files import check_input_file
-from . import perfdata, source, text
-from .profile import Profile, merge
+from kperfdiff.core.errors import InputError
+from kperfdiff.core.files import check_input_file
+from kperfdiff.ingest import perfdata, source, text
+from kperfdiff.ingest.profile import Profile, merge
 
 HEAD_BYTES = 65536            # what sniffing reads, extended to the end of a longer first line
 MAX_FIRST_LINE = 16 << 20     # ... up to this

@@ -30,12 +30,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..arch import normalise_arch
-from ..errors import InputError
-from ..files import check_input_file
-from ..nativecore import core
-from . import symcheck
-from .profile import Profile, Symbol
+from kperfdiff.core.arch import normalise_arch
+from kperfdiff.core.errors import InputError
+from kperfdiff.core.files import check_input_file
+from kperfdiff.core.nativecore import core
+from kperfdiff.ingest import symcheck
+from kperfdiff.ingest.profile import Profile, Symbol
 
 _NS_EVENTS = {"cpu-clock", "task-clock"}
 

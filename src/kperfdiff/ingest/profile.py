@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import InputError
+from kperfdiff.core.errors import InputError
 
 PROFILE_VERSION = 1
 

@@ -4,7 +4,7 @@ first bytes, not its name).
 
 The readers need a regular file (the native perf.data reader maps it), so standard input
 and compressed files are copied to a temporary file first, which is removed once the
-profile is read. What is copied is bounded by :data:`kperfdiff.limits.MAX_INPUT_BYTES`
+profile is read. What is copied is bounded by :data:`kperfdiff.core.limits.MAX_INPUT_BYTES`
 (a gzip bomb, or a runaway pipe, stops with one sentence instead of filling the disk).
 """
 from __future__ import annotations
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from .. import limits
-from ..errors import InputError
-from ..files import check_input_file
+from kperfdiff.core import limits
+from kperfdiff.core.errors import InputError
+from kperfdiff.core.files import check_input_file
 
 STDIN = "-"
 GZIP_MAGIC = b"\x1f\x8b"

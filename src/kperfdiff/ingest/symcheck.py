@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError
+from kperfdiff.core.errors import InputError
 
 MIN_KERNEL_SAMPLES = 20     # fewer kernel samples than this: their share in a symbol tells too little
 MIN_IN_SYMBOL = 0.5         # below this share of kernel samples in a symbol, the source is refused

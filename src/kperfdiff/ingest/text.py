@@ -49,9 +49,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError
-from ..symbols.normalise import normalise
-from .profile import Profile, Symbol
+from kperfdiff.core.errors import InputError
+from kperfdiff.symbols.normalise import normalise
+from kperfdiff.ingest.profile import Profile, Symbol
 
 KIND_SCRIPT = "perf-script"
 KIND_REPORT = "perf-report"

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .model import Problem
+from kperfdiff.place.model import Problem
 
 
 @dataclass

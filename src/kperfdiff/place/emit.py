@@ -22,8 +22,8 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from ..errors import InputError
-from .inputs import HwModel
+from kperfdiff.core.errors import InputError
+from kperfdiff.place.inputs import HwModel
 
 FRAGMENT_VERSION = 1
 

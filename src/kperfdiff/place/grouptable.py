@@ -37,12 +37,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import InputError
-from ..ingest.profile import Profile, merge
-from .inputs import Group, HwModel, SizeTable, match_any, resolve_group
-from .model import Problem, build_problem, evaluate
-from .optimise import by_groups, check_capacity, exact, hottest_fitting, usable_capacity
-from .simulate import reconstruct, simulate_placements
+from kperfdiff.core.errors import InputError
+from kperfdiff.ingest.profile import Profile, merge
+from kperfdiff.place.inputs import Group, HwModel, SizeTable, match_any, resolve_group
+from kperfdiff.place.model import Problem, build_problem, evaluate
+from kperfdiff.place.optimise import by_groups, check_capacity, exact, hottest_fitting, usable_capacity
+from kperfdiff.place.simulate import reconstruct, simulate_placements
 
 COMBINED = "exact (all benchmarks)"
 OWN = "exact (each benchmark its own)"

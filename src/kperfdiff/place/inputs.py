@@ -39,9 +39,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError
-from ..files import check_input_file, read_toml
-from ..nativecore import core
+from kperfdiff.core.errors import InputError
+from kperfdiff.core.files import check_input_file, read_toml
+from kperfdiff.core.nativecore import core
 
 GROUPS_FILE = Path(__file__).with_name("groups.toml")
 

@@ -117,10 +117,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import InputError
-from ..ingest.profile import Profile
-from .inputs import Group, HwModel, SizeTable, match_any, resolve_group
-from .simulate import executions, reconstruct, simulate_placements
+from kperfdiff.core.errors import InputError
+from kperfdiff.ingest.profile import Profile
+from kperfdiff.place.inputs import Group, HwModel, SizeTable, match_any, resolve_group
+from kperfdiff.place.simulate import executions, reconstruct, simulate_placements
 
 # -- the thesis's equations -------------------------------------------------------
 

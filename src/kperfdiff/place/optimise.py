@@ -46,9 +46,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import InputError
-from . import bound as bd
-from .model import Prediction, Problem, evaluate
+from kperfdiff.core.errors import InputError
+from kperfdiff.place import bound as bd
+from kperfdiff.place.model import Prediction, Problem, evaluate
 
 
 @dataclass

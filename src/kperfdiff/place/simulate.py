@@ -48,8 +48,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..ingest.profile import Profile
-from .inputs import HwModel, SizeTable
+from kperfdiff.ingest.profile import Profile
+from kperfdiff.place.inputs import HwModel, SizeTable
 
 
 class ICache:

@@ -7,12 +7,19 @@ import math
 import statistics
 from typing import TYPE_CHECKING
 
-from .. import monitors, stats
-from ..records import Result, ResultGroup, Run, group_results, instruction_counts, summarise_disturbance
-from .table import Table, md_escape, number, to_csv, to_json, to_markdown, to_text
+from kperfdiff.core import monitors, stats
+from kperfdiff.core.records import (
+    Result,
+    ResultGroup,
+    Run,
+    group_results,
+    instruction_counts,
+    summarise_disturbance,
+)
+from kperfdiff.render.table import Table, md_escape, number, to_csv, to_json, to_markdown, to_text
 
 if TYPE_CHECKING:  # types only: the renderer reads no catalogue
-    from ..bench.catalogue import Benchmark
+    from kperfdiff.bench.catalogue import Benchmark
 
 JSON_VERSION = 1
 DISTURBED = "!"
@@ -62,7 +69,7 @@ def _run_json(run: Run) -> dict:
 def group_summary(g: ResultGroup) -> dict:
     """One benchmark, parameter set and copy count of a run over all its repetitions: the centre
     (geometric mean of the per-repetition medians, as compare prints it), the half-width of its 95%
-    interval over the repetitions (:func:`kperfdiff.stats.centre_half_width`; none, and why, with
+    interval over the repetitions (:func:`kperfdiff.core.stats.centre_half_width`; none, and why, with
     fewer than ``stats.MIN_REPS``), the CV and spread of every interval, and each repetition."""
     ok = [r for r in g.results if r.status == "ok"]
     first = (ok or g.results)[0]
@@ -274,7 +281,7 @@ RAW_COLUMNS = ["run", "label", "result", "benchmark", "params", "copies", "rep",
 def raw_rows(run: Run, results: list[Result]) -> list[list]:
     """Every raw interval of a run, one row each (RAW_COLUMNS): ``rep`` numbers the repetitions
     (fresh processes) of one benchmark, parameter set and copy count from 0 across its results (an
-    experiment stores one result per repetition; :func:`kperfdiff.records.group_results`), ``copy``
+    experiment stores one result per repetition; :func:`kperfdiff.core.records.group_results`), ``copy``
     the parallel copy, ``seq`` the interval in its process; ``params`` is JSON; ``disturbed`` the
     reasons its repetition was disturbed, or empty."""
     number_of = {(id(x.result), x.rep): x for g in group_results(results) for x in g.repetitions}

@@ -11,10 +11,20 @@ import math
 import re
 import xml.etree.ElementTree as ET
 
-from .. import stats
-from ..compare import FAIL, SKIP, UNJUDGED, Block, CellChange, Comparison, Gate, Verdict, method_text
-from ..compare import gate as cm_gate
-from .table import Table, md_escape, number, to_csv, to_json, to_markdown, to_text
+from kperfdiff.core import stats
+from kperfdiff.analysis.bench_compare import (
+    FAIL,
+    SKIP,
+    UNJUDGED,
+    Block,
+    CellChange,
+    Comparison,
+    Gate,
+    Verdict,
+    method_text,
+)
+from kperfdiff.analysis.bench_compare import gate as cm_gate
+from kperfdiff.render.table import Table, md_escape, number, to_csv, to_json, to_markdown, to_text
 
 SIG = "*"
 DISTURBED = "!"

@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from .table import Table, md_escape, to_csv, to_json, to_markdown, to_text
+from kperfdiff.render.table import Table, md_escape, to_csv, to_json, to_markdown, to_text
 
 if TYPE_CHECKING:  # types only: the renderer needs nothing of the diff stage at run time
-    from ..diff import DiffResult, Row, SideInfo
+    from kperfdiff.analysis.profile_diff import DiffResult, Row, SideInfo
 
 DIFF_VERSION = 1     # of the JSON document
 

@@ -39,7 +39,7 @@ from collections import defaultdict
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from ..errors import InputError
+from kperfdiff.core.errors import InputError
 
 FORMATS = ("speedscope", "pprof", "firefox", "folded")
 UNITS = ("samples", "ns")

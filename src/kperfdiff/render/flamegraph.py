@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from xml.sax.saxutils import escape, quoteattr
 
-from . import flamescript
+from kperfdiff.render import flamescript
 
 FRAME_H = 16
 WIDTH = 1200
@@ -234,7 +234,7 @@ def _frames(root: _Node, geo: _Geometry, scale: float, base_y: int, labels, id_p
 
 
 def differential_svg(result, title: str | None = None, *, script: bool = True, id_prefix: str = "") -> str:
-    """A differential flame graph of ``result`` (after :func:`kperfdiff.diff.add_folded`).
+    """A differential flame graph of ``result`` (after :func:`kperfdiff.analysis.profile_diff.add_folded`).
 
     ``script``: embed the interactive script (a standalone file); the HTML report
     leaves it out and carries it once per page. ``id_prefix`` keeps the ids of
@@ -310,7 +310,7 @@ def differential_folded_text(folded_a: dict, folded_b: dict, scale_a: float = 1.
 
 def folded_files(side_a: tuple[dict, float], side_b: tuple[dict, float]) -> dict[str, str]:
     """Suffix -> content of the files ``--folded PREFIX`` writes, from each side's (folded stacks,
-    total) (:func:`kperfdiff.diff.folded_sides`): ``diff.folded`` has A's counts scaled to B's total."""
+    total) (:func:`kperfdiff.analysis.profile_diff.folded_sides`): ``diff.folded`` has A's counts scaled to B's total."""
     (fa, ta), (fb, tb) = side_a, side_b
     return {
         "a.folded": folded_text(fa),

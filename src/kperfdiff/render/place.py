@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..errors import InputError
-from .table import Table, to_json, to_markdown, to_text
+from kperfdiff.core.errors import InputError
+from kperfdiff.render.table import Table, to_json, to_markdown, to_text
 
 
 def kb(b: int) -> str:

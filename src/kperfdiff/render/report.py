@@ -25,17 +25,17 @@ import math
 from html import escape
 from typing import TYPE_CHECKING
 
-from . import compare as rc
-from . import diff as rdiff
-from . import flamegraph, flamescript, svgplot
-from .bench import FACT_ORDER
-from .compare import block_table, block_title, header_lines, medians_table, side_label
-from .table import Table, cell, md_escape, number
-from .table import to_markdown as table_markdown
+from kperfdiff.render import compare as rc
+from kperfdiff.render import diff as rdiff
+from kperfdiff.render import flamegraph, flamescript, svgplot
+from kperfdiff.render.bench import FACT_ORDER
+from kperfdiff.render.compare import block_table, block_title, header_lines, medians_table, side_label
+from kperfdiff.render.table import Table, cell, md_escape, number
+from kperfdiff.render.table import to_markdown as table_markdown
 
 if TYPE_CHECKING:  # types only: the renderer reads nothing
-    from ..compare import Comparison
-    from ..report import ProfileDiff, ReportData
+    from kperfdiff.analysis.bench_compare import Comparison
+    from kperfdiff.analysis.report_data import ProfileDiff, ReportData
 # Counters that explain a change of page size, TLB or memory behaviour (per repetition, machine-wide).
 EXPLAIN = [
     ("vmstat.thp_fault_alloc", "THP fault alloc"), ("vmstat.thp_fault_fallback", "THP fault fallback"),
@@ -320,7 +320,7 @@ def to_markdown(data: ReportData, files_dir: str) -> tuple[str, dict[str, str]]:
 
 def top_mover_text(top) -> str:
     """The kperfdiff table (study layout) of the benchmark that moved most (a
-    :class:`kperfdiff.report.TopMover`), or a sentence why there is none."""
+    :class:`kperfdiff.analysis.report_data.TopMover`), or a sentence why there is none."""
     if top is None:
         return "kperfdiff: no benchmark has a change to profile\n"
     c, blk, pd = top.cell, top.block, top.diff

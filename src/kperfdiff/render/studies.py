@@ -8,9 +8,9 @@ fetches nothing; every text that comes from a file or the store is escaped.
 """
 from __future__ import annotations
 
-from . import diff as rdiff
-from .report import CSS, esc, html_page, sides_html, table_html
-from .table import to_markdown as table_markdown
+from kperfdiff.render import diff as rdiff
+from kperfdiff.render.report import CSS, esc, html_page, sides_html, table_html
+from kperfdiff.render.table import to_markdown as table_markdown
 
 BADGE = {"yes": ("agrees", "#1a7f37"), "partly": ("partly", "#9a6700"), "no": ("disagrees", "#cf222e"),
          "unknown": ("not known", "#57606a")}

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 from html import escape
 
-from .. import stats
+from kperfdiff.core import stats
 
 PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#bab0ac"]

@@ -46,11 +46,12 @@ import sqlite3
 import time
 from pathlib import Path
 
-from .. import __version__, limits
-from ..errors import InputError, StoreError
-from ..records import Result, Run
-from . import backend
-from .backend import IntegrityError, OperationalError, is_url
+from kperfdiff import __version__
+from kperfdiff.core import limits
+from kperfdiff.core.errors import InputError, StoreError
+from kperfdiff.core.records import Result, Run
+from kperfdiff.store import backend
+from kperfdiff.store.backend import IntegrityError, OperationalError, is_url
 
 SCHEMA_VERSION = 6
 RUN_STATES = ("running", "complete", "interrupted", "failed")
@@ -128,7 +129,7 @@ MIGRATIONS: dict[int, str] = {
     # variant; each cell (variant x benchmark x copies x rep) is one result row
     # with a unique ``cell`` key inside its experiment, so a resumed experiment
     # can never store a cell twice. ``knob_saved`` is no longer used: the
-    # originals of changed knobs live in one file per machine (kperfdiff.knobs),
+    # originals of changed knobs live in one file per machine (kperfdiff.measure.knobs),
     # so a crash is repaired whatever store the next command is given.
     1: """
 CREATE TABLE IF NOT EXISTS experiment (
@@ -163,7 +164,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS result_cell ON result(experiment_id, cell) WHE
 CREATE INDEX IF NOT EXISTS run_experiment ON run(experiment_id);
 """,
     # 2 -> 3: noise. ``noise`` holds, per repetition of a result, what disturbed the machine
-    # while it was measured (kperfdiff.noise: steal, other runnable tasks, involuntary
+    # while it was measured (kperfdiff.bench.noise: steal, other runnable tasks, involuntary
     # switches, migrations, run-queue wait, CPU frequency) and the reasons it was judged
     # disturbed; ``stop`` says why the repetitions stopped where they did (a fixed count,
     # --precision reached, or --max-time / the repetition limit ran out).
@@ -196,7 +197,7 @@ ALTER TABLE run ADD COLUMN host TEXT;
 ALTER TABLE experiment ADD COLUMN host TEXT;
 """,
     # 5 -> 6: what an experiment's cell was measured on (``identity``, JSON: kernel release, build id,
-    # uname -v and command line, a machine fingerprint, the kperfdiff version; kperfdiff.machine.identity),
+    # uname -v and command line, a machine fingerprint, the kperfdiff version; kperfdiff.targets.machine.identity),
     # so a resumed experiment does not mix cells of two kernels or machines. Cells stored before have
     # none, and a resume refuses to add to them (kperfdiff run --restart measures afresh).
     5: """
@@ -1156,7 +1157,7 @@ class Store:
                         started_at: float | None = None, noise: list | None = None, stop: str | None = None,
                         identity: dict | None = None) -> int:
         """Store one experiment cell and its raw intervals in one transaction; ``identity``: what it
-        was measured on (kperfdiff.machine.identity).
+        was measured on (kperfdiff.targets.machine.identity).
 
         A failed cell of the same key (an earlier attempt) is replaced in the
         same transaction; a finished (ok or skipped) cell is never replaced:

@@ -29,7 +29,7 @@ import re
 import sqlite3
 import urllib.parse
 
-from ..errors import StoreError
+from kperfdiff.core.errors import StoreError
 
 SCHEMES = ("postgresql", "postgres")
 # Tables whose rows have an ``id`` (an INSERT into one returns it).

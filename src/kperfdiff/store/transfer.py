@@ -17,9 +17,9 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError, StoreError
-from . import Store, backend
-from .backend import ID_TABLES
+from kperfdiff.core.errors import InputError, StoreError
+from kperfdiff.store import Store, backend
+from kperfdiff.store.backend import ID_TABLES
 
 # In the order their references need (a run names its experiment and machine; a result its run...).
 TABLES = ("machine", "experiment", "knob_saved", "run", "result", "interval", "profile")

@@ -27,10 +27,11 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import experiment, stats
-from ..compare import from_experiment
-from ..errors import InputError
-from ..render.table import Table
+from kperfdiff.experiments import run as experiment
+from kperfdiff.core import stats
+from kperfdiff.analysis.bench_compare import from_experiment
+from kperfdiff.core.errors import InputError
+from kperfdiff.render.table import Table
 
 STUDY_KEYS = {"kind", "title", "source", "measured", "found", "differs"}
 # kind -> module of this package

@@ -15,12 +15,12 @@ from __future__ import annotations
 import math
 import warnings
 
-from .. import compare as cmpmod
-from .. import stats
-from ..errors import KperfdiffError
-from ..render.table import Table
-from ..targets.qemu import mem_mb, parse_spec
-from . import Section, Verdict, study_of
+from kperfdiff.analysis import bench_compare as cmpmod
+from kperfdiff.core import stats
+from kperfdiff.core.errors import KperfdiffError
+from kperfdiff.render.table import Table
+from kperfdiff.targets.qemu import mem_mb, parse_spec
+from kperfdiff.studies import Section, Verdict, study_of
 
 INSNS, TLBI, DSB, HOST, KERNEL, TO_INIT = ("boot.map_insns", "boot.map_tlbi", "boot.map_dsb", "boot.map_host",
                                            "boot.kernel", "boot.to_init_insns")

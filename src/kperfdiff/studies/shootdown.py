@@ -7,7 +7,7 @@ after, on arm64 (the change) and on x86_64 (the control: x86 batched them
 long before). Variants are labelled ``ARCH-VERSION`` (``arm64-6.1``,
 ``arm64-6.12``, ``x86_64-6.1``, ``x86_64-6.12``); the experiment has one
 baseline, so the section makes its own comparison of each architecture's
-newer kernel against its older one (:func:`kperfdiff.compare.compare` over
+newer kernel against its older one (:func:`kperfdiff.analysis.bench_compare.compare` over
 the experiment's sides, the same nested intervals).
 
 Direction: did the loop get faster on arm64's newer kernel (the study: 5% to
@@ -22,12 +22,12 @@ from __future__ import annotations
 import math
 import re
 
-from .. import compare
-from ..diff import DiffOptions
-from ..render.flamegraph import frame_function
-from ..render.table import Table
-from ..report import diff_stored
-from . import Section, Verdict, centre_text, change_text, comparison, sample, study_of
+from kperfdiff.analysis import bench_compare as compare
+from kperfdiff.analysis.profile_diff import DiffOptions
+from kperfdiff.render.flamegraph import frame_function
+from kperfdiff.render.table import Table
+from kperfdiff.analysis.report_data import diff_stored
+from kperfdiff.studies import Section, Verdict, centre_text, change_text, comparison, sample, study_of
 
 LOOP = "pageout.anon"
 # The unbatched flush of one page (arm64: ptep_clear_flush -> flush_tlb_page, inlined; x86 has its own)

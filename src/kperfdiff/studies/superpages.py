@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 
-from ..render.table import Table
-from . import Section, Verdict, centre_text, change_text, cell, comparison, sample, study_of
+from kperfdiff.render.table import Table
+from kperfdiff.studies import Section, Verdict, centre_text, change_text, cell, comparison, sample, study_of
 
 STUDY_SPEEDUP = 0.00553 / 0.00369        # 1.499
 COUNTERS = [("vmstat.thp_fault_alloc", "promotions at fault (thp_fault_alloc)"),

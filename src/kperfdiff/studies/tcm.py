@@ -23,14 +23,14 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..errors import KperfdiffError
-from ..ingest.load import load_stored
-from ..ingest.profile import merge
-from ..place import grouptable
-from ..place.inputs import load_groups, load_hw, load_sizes
-from ..render.place import groups_by_benchmark
-from ..render.table import Table
-from . import Section, Verdict, centre_text, comparison, sample, study_of
+from kperfdiff.core.errors import KperfdiffError
+from kperfdiff.ingest.load import load_stored
+from kperfdiff.ingest.profile import merge
+from kperfdiff.place import grouptable
+from kperfdiff.place.inputs import load_groups, load_hw, load_sizes
+from kperfdiff.render.place import groups_by_benchmark
+from kperfdiff.render.table import Table
+from kperfdiff.studies import Section, Verdict, centre_text, comparison, sample, study_of
 
 CAPACITY = 16384                    # the study's ITCM
 HW_FILE = Path("place") / "arm926-tcm.toml"     # under examples/, beside studies/

@@ -1,6 +1,6 @@
 """Symbol names: compiler-suffix normalisation (:mod:`.normalise`) and the
 cross-architecture equivalence table (:mod:`.equivalence`, data in
 ``equivalence.toml``)."""
-from .normalise import normalise
+from kperfdiff.symbols.normalise import normalise
 
 __all__ = ["normalise"]

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError
-from ..files import read_toml
-from .normalise import normalise
+from kperfdiff.core.errors import InputError
+from kperfdiff.core.files import read_toml
+from kperfdiff.symbols.normalise import normalise
 
 SHIPPED = Path(__file__).with_name("equivalence.toml")
 _RESERVED = {"name", "note", "description"}

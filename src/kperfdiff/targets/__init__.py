@@ -32,16 +32,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..bench.measurement import Measurement, aggregate
-from ..errors import UsageError
-from . import qemu, ssh
-from .guest import counting
-from .base import SWAP_MB, Invocation, InvocationResult, Target
-from .lava import spec as lava_spec
-from .lava.target import LavaTarget
-from .local import LocalTarget
-from .qemu import QemuTarget
-from .ssh import SshTarget
+from kperfdiff.bench.measurement import Measurement, aggregate
+from kperfdiff.core.errors import UsageError
+from kperfdiff.targets import qemu, ssh
+from kperfdiff.targets.guest import counting
+from kperfdiff.targets.base import SWAP_MB, Invocation, InvocationResult, Target
+from kperfdiff.targets.lava import spec as lava_spec
+from kperfdiff.targets.lava.target import LavaTarget
+from kperfdiff.targets.local import LocalTarget
+from kperfdiff.targets.qemu import QemuTarget
+from kperfdiff.targets.ssh import SshTarget
 
 __all__ = ["Target", "Invocation", "InvocationResult", "open_target", "run_benchmarks", "Cell", "parse_target_spec",
            "plan_benchmarks", "measurements", "BenchmarkJob", "LavaTarget"]

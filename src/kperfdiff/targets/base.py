@@ -24,14 +24,14 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import monitors
-from ..arch import normalise_arch
-from ..errors import BenchError
-from ..machine import KERNEL_NOTES, UNKNOWN, build_id_from_notes
-from ..bench import build, catalogue
-from ..bench.worker import STDERR_TAIL, WorkerOutput, copy_output, parse_status
-from ..record import MODULE_PLT
-from .guest import counting
+from kperfdiff.core import monitors
+from kperfdiff.core.arch import normalise_arch
+from kperfdiff.core.errors import BenchError
+from kperfdiff.targets.machine import KERNEL_NOTES, UNKNOWN, build_id_from_notes
+from kperfdiff.bench import build, catalogue
+from kperfdiff.bench.worker import STDERR_TAIL, WorkerOutput, copy_output, parse_status
+from kperfdiff.targets.perf_record import MODULE_PLT
+from kperfdiff.targets.guest import counting
 
 FACT_FILES = {
     "cmdline": "/proc/cmdline", "meminfo": "/proc/meminfo", "cpuinfo": "/proc/cpuinfo",

@@ -49,13 +49,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from .. import stats
-from ..bench.build import cache_dir
-from ..bench.catalogue import Benchmark
-from ..bench.measurement import Measurement
-from ..errors import BenchError
-from .guest import counting
-from .qemu import QemuTarget
+from kperfdiff.core import stats
+from kperfdiff.bench.build import cache_dir
+from kperfdiff.bench.catalogue import Benchmark
+from kperfdiff.bench.measurement import Measurement
+from kperfdiff.core.errors import BenchError
+from kperfdiff.targets.guest import counting
+from kperfdiff.targets.qemu import QemuTarget
 
 UNIT = "ms/op"   # one op = one boot
 BOOT_BENCHMARKS = [

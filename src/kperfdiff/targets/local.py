@@ -7,12 +7,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from .. import machine
-from ..bench import build, worker
-from ..bench.swap import temporary_swap
-from ..errors import BenchError, InputError
-from ..record import COPY, record_prefix, snapshot_kallsyms
-from .base import Invocation, InvocationResult, Target
+from kperfdiff.targets import machine
+from kperfdiff.bench import build, worker
+from kperfdiff.bench.swap import temporary_swap
+from kperfdiff.core.errors import BenchError, InputError
+from kperfdiff.targets.perf_record import COPY, record_prefix, snapshot_kallsyms
+from kperfdiff.targets.base import Invocation, InvocationResult, Target
 
 
 class LocalTarget(Target):

@@ -33,14 +33,24 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..bench.build import cache_dir, host_arch
-from ..errors import BenchError, InputError, UsageError
-from .guest import counting, elf
-from .base import Invocation, InvocationResult, Target, bundle_binaries, copy_from_results, facts_from_files, \
-    job_script, kallsyms_commands, read_fact_files, read_results
-from .guest.debian import Apt
-from .guest.frame import decode as decode_frame, unpack as unpack_frame
-from .guest.initramfs import assemble, guest_pieces
+from kperfdiff.bench.build import cache_dir, host_arch
+from kperfdiff.core.errors import BenchError, InputError, UsageError
+from kperfdiff.targets.guest import counting, elf
+from kperfdiff.targets.base import (
+    Invocation,
+    InvocationResult,
+    Target,
+    bundle_binaries,
+    copy_from_results,
+    facts_from_files,
+    job_script,
+    kallsyms_commands,
+    read_fact_files,
+    read_results,
+)
+from kperfdiff.targets.guest.debian import Apt
+from kperfdiff.targets.guest.frame import decode as decode_frame, unpack as unpack_frame
+from kperfdiff.targets.guest.initramfs import assemble, guest_pieces
 
 ARCHES = {
     "arm64": {"qemu": "qemu-system-aarch64", "debian": "arm64", "gnu": "aarch64", "triplet": "aarch64-linux-gnu",

@@ -23,11 +23,19 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from ..arch import normalise_arch
-from ..errors import BenchError, InputError, UsageError
-from .qemu import perf_bundle, perf_command
-from .base import Invocation, InvocationResult, Target, bundle_binaries, facts_from_files, job_script, \
-    read_fact_files, read_results
+from kperfdiff.core.arch import normalise_arch
+from kperfdiff.core.errors import BenchError, InputError, UsageError
+from kperfdiff.targets.qemu import perf_bundle, perf_command
+from kperfdiff.targets.base import (
+    Invocation,
+    InvocationResult,
+    Target,
+    bundle_binaries,
+    facts_from_files,
+    job_script,
+    read_fact_files,
+    read_results,
+)
 
 CONNECT_TIMEOUT_S = 15
 GNU_ARCH = {"arm64": "aarch64", "x86_64": "x86_64"}

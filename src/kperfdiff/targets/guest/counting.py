@@ -18,9 +18,9 @@ from __future__ import annotations
 from bisect import bisect_right
 from pathlib import Path
 
-from ...bench.build import build_program
-from ...errors import InputError
-from ...nativecore import core
+from kperfdiff.bench.build import build_program
+from kperfdiff.core.errors import InputError
+from kperfdiff.core.nativecore import core
 
 PLUGIN_SOURCE = Path(__file__).with_name("insn_count.c")
 WINDOW_PREFIX = "insn-window"      # the plugin writes <prefix>.0, <prefix>.1, ... in run order

@@ -19,8 +19,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from ...bench.build import cache_dir
-from ...errors import BenchError
+from kperfdiff.bench.build import cache_dir
+from kperfdiff.core.errors import BenchError
 
 DEBIAN_ARCH = {"arm64": "arm64", "aarch64": "arm64", "x86_64": "amd64", "amd64": "amd64"}
 LIST_MAX_AGE_S = 7 * 24 * 3600

@@ -15,8 +15,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...errors import InputError
-from ...nativecore import core
+from kperfdiff.core.errors import InputError
+from kperfdiff.core.nativecore import core
 
 
 @dataclass

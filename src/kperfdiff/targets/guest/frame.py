@@ -28,7 +28,7 @@ import zlib
 from pathlib import Path
 from typing import Iterable
 
-from ...errors import InputError
+from kperfdiff.core.errors import InputError
 
 BEGIN = "KPD-TAR-BEGIN"
 END = "KPD-TAR-END"

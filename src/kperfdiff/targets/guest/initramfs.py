@@ -22,12 +22,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ...bench.build import cache_dir
-from ...errors import BenchError
-from . import elf
-from .cpio import CpioWriter, merge
-from .debian import Apt
-from .frame import FRAME_SH
+from kperfdiff.bench.build import cache_dir
+from kperfdiff.core.errors import BenchError
+from kperfdiff.targets.guest import elf
+from kperfdiff.targets.guest.cpio import CpioWriter, merge
+from kperfdiff.targets.guest.debian import Apt
+from kperfdiff.targets.guest.frame import FRAME_SH
 
 WANTED_MODULES = ["virtio_pci", "virtio_blk"]
 

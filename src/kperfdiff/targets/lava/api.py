@@ -31,8 +31,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...errors import BenchError, InputError
-from ...files import read_toml, read_yaml
+from kperfdiff.core.errors import BenchError, InputError
+from kperfdiff.core.files import read_toml, read_yaml
 
 TOKEN_ENV = "KPERFDIFF_LAVA_TOKEN"
 HTTP_TIMEOUT_S = 60.0

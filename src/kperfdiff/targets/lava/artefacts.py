@@ -21,7 +21,7 @@ import threading
 import urllib.parse
 from pathlib import Path
 
-from ...errors import BenchError, InputError
+from kperfdiff.core.errors import BenchError, InputError
 
 
 def sha256_of(path: Path) -> str:

@@ -27,11 +27,11 @@ from pathlib import Path
 
 import yaml
 
-from ... import __version__
-from ...errors import InputError
-from ...files import load_yaml, read_yaml
-from ..guest.frame import FRAME_SH
-from .spec import LavaSpec
+from kperfdiff import __version__
+from kperfdiff.core.errors import InputError
+from kperfdiff.core.files import load_yaml, read_yaml
+from kperfdiff.targets.guest.frame import FRAME_SH
+from kperfdiff.targets.lava.spec import LavaSpec
 
 TEMPLATES = "templates"
 PLACEHOLDER = re.compile(r"@([A-Z][A-Z0-9_]*)@")

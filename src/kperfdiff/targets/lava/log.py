@@ -18,8 +18,8 @@ from typing import Iterator
 
 import yaml
 
-from ...errors import InputError
-from ..guest.frame import decode, unpack
+from kperfdiff.core.errors import InputError
+from kperfdiff.targets.guest.frame import decode, unpack
 
 MAX_LINE = 10 ** 7           # the dispatcher cuts its own lines at 10**6 characters
 _TARGET = re.compile(r'(?:- )?\{"dt": "[^"\\]*", "lvl": "(target|feedback)", "msg": "((?:[^"\\]|\\.)*)"'

@@ -47,9 +47,9 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from ...arch import normalise_arch
-from ...bench.build import host_arch
-from ...errors import UsageError
+from kperfdiff.core.arch import normalise_arch
+from kperfdiff.bench.build import host_arch
+from kperfdiff.core.errors import UsageError
 
 DEFAULT_JOBS = 4
 DEFAULT_QUEUE_TIMEOUT_S = 6 * 3600

@@ -28,15 +28,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from ... import __version__
-from ...errors import BenchError, KperfdiffError
-from ..base import Invocation, InvocationResult, Target, bundle_binaries, copy_from_results, facts_from_files, \
-    job_script, read_fact_files, read_results
-from ..guest.initramfs import assemble, guest_pieces
-from ..qemu import ARCHES, Kernel, SWAP_MODULES, perf_bundle, perf_command, resolve_kernel
-from . import artefacts, jobs, log as joblog
-from .api import JobStatus, LavaAuthError, LavaClient, LavaError, find_token
-from .spec import LavaSpec, parse_spec
+from kperfdiff import __version__
+from kperfdiff.core.errors import BenchError, KperfdiffError
+from kperfdiff.targets.base import (
+    Invocation,
+    InvocationResult,
+    Target,
+    bundle_binaries,
+    copy_from_results,
+    facts_from_files,
+    job_script,
+    read_fact_files,
+    read_results,
+)
+from kperfdiff.targets.guest.initramfs import assemble, guest_pieces
+from kperfdiff.targets.qemu import ARCHES, Kernel, SWAP_MODULES, perf_bundle, perf_command, resolve_kernel
+from kperfdiff.targets.lava import artefacts, jobs, log as joblog
+from kperfdiff.targets.lava.api import JobStatus, LavaAuthError, LavaClient, LavaError, find_token
+from kperfdiff.targets.lava.spec import LavaSpec, parse_spec
 
 DEPLOY_TIMEOUT_S = 900        # downloading the kernel and ramdisk, adding LAVA's overlay
 BOOT_TIMEOUT_S = 900          # power on to the shell prompt (an emulated x86_64 boot takes minutes)

@@ -3,10 +3,10 @@ one reader of perf.data, ELF and kallsyms/System.map. :func:`core` returns it, o
 sentence that the build is missing or stale."""
 from __future__ import annotations
 
-from .errors import InputError
+from kperfdiff.core.errors import InputError
 
 try:
-    from . import native as _module
+    from kperfdiff import native as _module
     _problem = None
 except ImportError as e:  # a broken install: every command but these readers still works
     _module, _problem = None, f"is not built ({e})"

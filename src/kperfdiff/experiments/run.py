@@ -52,7 +52,7 @@ Running (:func:`run_experiment`):
   repetition; its machine facts come from the target after the first job.
   The jobs of variants on LAVA targets (one per variant and repetition) are
   submitted together and run in parallel on the lab's devices
-  (:mod:`kperfdiff.experiment_lava`).
+  (:mod:`kperfdiff.experiments.lava`).
 * **Resume.** ``kperfdiff run FILE`` again continues an interrupted or crashed
   experiment of the same name: the cells already stored ok or skipped are
   never measured again; failed cells are measured again (the new attempt
@@ -62,7 +62,7 @@ Running (:func:`run_experiment`):
   sentence saying so, unless ``--restart``: then the old experiment is kept
   in the store as ``superseded`` and a new one starts from zero.
 * **Identity.** Each cell keeps what it was measured on
-  (:func:`kperfdiff.machine.identity`: kernel release, build id where readable,
+  (:func:`kperfdiff.targets.machine.identity`: kernel release, build id where readable,
   ``uname -v`` and command line, a machine fingerprint, the kperfdiff version);
   a guest's or board's cells the identity its job reported. A resume whose
   identity differs from a variant's stored cells refuses in one sentence naming
@@ -77,7 +77,7 @@ Running (:func:`run_experiment`):
   checked by writing its value and reading it back, then restoring the
   original; a knob that cannot be set (file absent, not root, value refused)
   stops the run with the reason. Only performance knobs are accepted without
-  ``--allow-knob`` and dangerous files never (see :mod:`kperfdiff.knobs`).
+  ``--allow-knob`` and dangerous files never (see :mod:`kperfdiff.measure.knobs`).
   The original values are written to the machine's pending-restore file
   before the first change and removed only once restored, and knobs are
   restored in a ``finally`` with SIGINT/SIGTERM/SIGHUP blocked, so Ctrl-C, a
@@ -101,19 +101,30 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import compare, knobs as knobmod, limits, machine, noise, stats, targets
-from .bench import build, catalogue
-from .bench.swap import temporary_swap
-from .files import read_toml
-from .measure import BenchOptions, measure, parse_param_overrides, store_target_profiles, unmet_requirement
-from .progress import Progress
-from .record import BenchProfiler, require_perf
-from .targets import validate_spec
-from .targets.boot import ALL_BOOT_BENCHMARKS, measure_batch
-from .bench import rounds
-from .bench.measurement import Measurement, store_measurement
-from .errors import InputError, KperfdiffError, StoreError
-from .experiment_lava import LavaVariants, is_lava
+from kperfdiff.analysis import bench_compare as compare
+from kperfdiff.measure import knobs as knobmod
+from kperfdiff.core import limits, stats
+from kperfdiff.targets import machine
+from kperfdiff.bench import noise
+from kperfdiff import targets
+from kperfdiff.bench import build, catalogue
+from kperfdiff.bench.swap import temporary_swap
+from kperfdiff.core.files import read_toml
+from kperfdiff.measure.session import (
+    BenchOptions,
+    measure,
+    parse_param_overrides,
+    store_target_profiles,
+    unmet_requirement,
+)
+from kperfdiff.core.progress import Progress
+from kperfdiff.targets.perf_record import BenchProfiler, require_perf
+from kperfdiff.targets import validate_spec
+from kperfdiff.targets.boot import ALL_BOOT_BENCHMARKS, measure_batch
+from kperfdiff.bench import rounds
+from kperfdiff.bench.measurement import Measurement, store_measurement
+from kperfdiff.core.errors import InputError, KperfdiffError, StoreError
+from kperfdiff.experiments.lava import LavaVariants, is_lava
 
 # Environment variables that make a program load or run other code (the benchmarks run as root).
 UNSAFE_ENV = {"PATH", "IFS", "ENV", "BASH_ENV", "SHELLOPTS", "BASHOPTS", "PS4", "GCONV_PATH", "LOCPATH",
@@ -1045,7 +1056,7 @@ class _Heartbeat:
 
 def _adaptive_rounds(store, exp: Experiment, eid: int, columns, measure_cells, progress, log) -> dict:
     """After the matrix: more repetitions of the (column, core count) groups whose changes are not
-    yet known to +-``exp.precision`` percent of their speed ratio (:func:`kperfdiff.stats.ratio_half_width`
+    yet known to +-``exp.precision`` percent of their speed ratio (:func:`kperfdiff.core.stats.ratio_half_width`
     of the 95% interval), one round of every such group at a time, all variants
     interleaved and rotated (:func:`kperfdiff.bench.rounds.run_rounds`). Returns why each group stopped."""
     labels = [v.label for v in exp.variants]

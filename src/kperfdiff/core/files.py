@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from .errors import InputError
+from kperfdiff.core.errors import InputError
 
 
 def check_input_file(path: Path, what: str = "profile") -> int:

@@ -28,8 +28,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import machine
-from .errors import BenchError, InputError
+from kperfdiff.targets import machine
+from kperfdiff.core.errors import BenchError, InputError
 
 HW_EVENTS = ["cycles", "instructions", "cache-misses", "dTLB-load-misses", "iTLB-load-misses"]
 PROFILE_META_VERSION = 1

@@ -4,7 +4,7 @@ A snapshot is a flat dict of counter name -> value: ``vmstat.<name>`` for
 every /proc/vmstat line and ``irq.<name>`` for every /proc/interrupts line,
 summed over CPUs (``irq.TLB`` is "TLB shootdowns" on x86, ``irq.IPI3``-like
 names on arm64). The delta of two snapshots keeps the counters that moved.
-This module only parses; :func:`kperfdiff.machine.counter_snapshot` reads this machine's.
+This module only parses; :func:`kperfdiff.targets.machine.counter_snapshot` reads this machine's.
 """
 from __future__ import annotations
 

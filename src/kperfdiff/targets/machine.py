@@ -6,7 +6,7 @@ hypervisor name / emulated) and which perf events work. A fingerprint of
 the stable facts lets the store keep one row per machine configuration.
 
 :func:`identity` is the part of the facts an experiment's cells must share to be
-compared with each other (see :mod:`kperfdiff.experiment`, "Identity").
+compared with each other (see :mod:`kperfdiff.experiments.run`, "Identity").
 """
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ import struct
 import subprocess
 from pathlib import Path
 
-from . import __version__
-from .arch import normalise_arch
-from .monitors import snapshot_from_text
+from kperfdiff import __version__
+from kperfdiff.core.arch import normalise_arch
+from kperfdiff.core.monitors import snapshot_from_text
 
 KERNEL_NOTES = "/sys/kernel/notes"     # the running kernel's ELF notes (root only on some systems)
 UNKNOWN = "unknown"
@@ -206,5 +206,5 @@ def counter_texts(proc: Path = Path("/proc")) -> tuple[str, str]:
 
 
 def counter_snapshot(proc: Path = Path("/proc")) -> dict[str, int]:
-    """This machine's kernel counters now (see :mod:`kperfdiff.monitors`)."""
+    """This machine's kernel counters now (see :mod:`kperfdiff.core.monitors`)."""
     return snapshot_from_text(*counter_texts(proc))

@@ -17,19 +17,22 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import limits, machine, monitors, noise, stats, targets
-from .errors import UsageError
-from .progress import Progress
-from .records import Result, Run, instruction_counts
-from .record import BenchProfiler, finish_recording
-from .store import COUNTED_EVENT, Store
-from .targets import parse_target_spec
-from .targets.boot import measure_boots
-from .targets.qemu import QemuTarget
-from .bench import build, catalogue, rounds, worker
-from .bench.measurement import Measurement, aggregate, store_measurement
-from .bench.swap import temporary_swap
-from .bench.catalogue import Benchmark
+from kperfdiff.core import limits, monitors, stats
+from kperfdiff.targets import machine
+from kperfdiff.bench import noise
+from kperfdiff import targets
+from kperfdiff.core.errors import UsageError
+from kperfdiff.core.progress import Progress
+from kperfdiff.core.records import Result, Run, instruction_counts
+from kperfdiff.targets.perf_record import BenchProfiler, finish_recording
+from kperfdiff.store import COUNTED_EVENT, Store
+from kperfdiff.targets import parse_target_spec
+from kperfdiff.targets.boot import measure_boots
+from kperfdiff.targets.qemu import QemuTarget
+from kperfdiff.bench import build, catalogue, rounds, worker
+from kperfdiff.bench.measurement import Measurement, aggregate, store_measurement
+from kperfdiff.bench.swap import temporary_swap
+from kperfdiff.bench.catalogue import Benchmark
 
 
 @dataclass

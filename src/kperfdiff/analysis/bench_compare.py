@@ -11,18 +11,18 @@ Method
 * A **repetition** is one fresh set of worker processes; the intervals timed
   inside one process are not independent of each other, repetitions are.
 * **Centre** of a side (the value the tables print): the geometric mean of the
-  per-repetition medians (:func:`kperfdiff.stats.nested_centre`).
-* **Change**: :func:`kperfdiff.stats.signed_change` of the two centres: the
+  per-repetition medians (:func:`kperfdiff.core.stats.nested_centre`).
+* **Change**: :func:`kperfdiff.core.stats.signed_change` of the two centres: the
   speed ratio minus one, in percent (base/new - 1 for times, new/base - 1 for
   throughputs), so **positive is better** and the scale is symmetric: +25% is
   1.25x as fast, -50% half as fast.
-* **Interval and test**: :func:`kperfdiff.stats.nested_change`, the two-level
+* **Interval and test**: :func:`kperfdiff.core.stats.nested_change`, the two-level
   random-effects interval of Kalibera and Jones (Welch's t on the logarithms of
   the per-repetition medians). With fewer than ``stats.MIN_REPS`` (3)
   repetitions on a side there is no interval, and the cell says so.
 * **Separate runs** (:func:`from_runs`): each side is one run made at its own
   time, so the interval also holds the drift between runs
-  (:func:`kperfdiff.stats.run_level_change`), estimated from every stored bench
+  (:func:`kperfdiff.core.stats.run_level_change`), estimated from every stored bench
   run of the benchmark on the same machine configuration. Runs that all belong
   to one experiment were interleaved there: they get the experiment's interval
   (no drift between runs), the same as ``--experiment`` gives its variants.
@@ -32,11 +32,11 @@ Method
   is marked is at most 5%. A cell without an interval, with a failed or
   missing side, is never significant.
 * **Disturbed** (``!``): a repetition measured while the machine was noisy
-  (steal, other runnable tasks, involuntary switches; :mod:`kperfdiff.noise`)
+  (steal, other runnable tasks, involuntary switches; :mod:`kperfdiff.bench.noise`)
   marks its cell, with the reason in the notes and in JSON.
 * **CV**: standard deviation / mean of all intervals of the side.
 * **Geometric mean** of the changes through their speed ratios (1 + change/100)
-  (:func:`kperfdiff.stats.geometric_mean_change`), per core count over the
+  (:func:`kperfdiff.core.stats.geometric_mean_change`), per core count over the
   columns, per column over the core counts, and over every cell.
 """
 from __future__ import annotations
@@ -47,9 +47,9 @@ import os
 from dataclasses import dataclass, field
 
 
-from . import monitors, stats
-from .errors import InputError
-from .records import result_names, summarise_disturbance, unresolvable
+from kperfdiff.core import monitors, stats
+from kperfdiff.core.errors import InputError
+from kperfdiff.core.records import result_names, summarise_disturbance, unresolvable
 
 MIN_REPS = stats.MIN_REPS
 
@@ -66,7 +66,7 @@ class Sample:
     reason: str | None = None
     monitors: dict = field(default_factory=dict)              # summed over repetitions
     n_results: int = 0
-    noise: list[dict] = field(default_factory=list)           # per repetition (kperfdiff.noise), renumbered
+    noise: list[dict] = field(default_factory=list)           # per repetition (kperfdiff.bench.noise), renumbered
     history: list[list[list[float]]] | None = None            # separate runs: every stored run of it here
     params: dict = field(default_factory=dict)
     machine_id: int | None = None

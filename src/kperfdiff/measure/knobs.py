@@ -34,8 +34,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import BenchError, InputError, KperfdiffError
-from .noise import stat_fields
+from kperfdiff.core.errors import BenchError, InputError, KperfdiffError
+from kperfdiff.bench.noise import stat_fields
 
 KNOB_ROOTS = ("/sys/", "/proc/sys/")
 

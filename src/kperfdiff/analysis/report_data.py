@@ -11,10 +11,17 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
-from .compare import Block, CellChange, Comparison, from_experiment, from_runs, top_mover
-from .diff import DiffOptions, DiffResult, add_folded, diff_profiles
-from .errors import InputError, KperfdiffError
-from .ingest.load import load_stored
+from kperfdiff.analysis.bench_compare import (
+    Block,
+    CellChange,
+    Comparison,
+    from_experiment,
+    from_runs,
+    top_mover,
+)
+from kperfdiff.analysis.profile_diff import DiffOptions, DiffResult, add_folded, diff_profiles
+from kperfdiff.core.errors import InputError, KperfdiffError
+from kperfdiff.ingest.load import load_stored
 
 
 @dataclass

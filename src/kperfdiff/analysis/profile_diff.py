@@ -36,7 +36,7 @@ Method
   members'; its children weight counts each sample once (from the stacks;
   without stacks, the largest member's).
 * **Inferred twins** (between architectures, or with ``infer="on"``;
-  :mod:`kperfdiff.twins`): side-specific functions paired by their callers
+  :mod:`kperfdiff.analysis.twins`): side-specific functions paired by their callers
   and callees, and side-specific functions the other side most likely
   inlined; with ``accept_inferred`` the accepted pairs become common rows.
 * **Per operation** (``per_op``): value = share x CPU time / operations in
@@ -46,9 +46,9 @@ Method
   ranked by the absolute difference of ns/op.
 * **Significance** (both sides with at least 2 profiles; 3 or more
   recommended): per row, Welch's t interval (95%) of mean B - mean A over
-  the per-profile values (:func:`kperfdiff.stats.welch_interval`) and its
+  the per-profile values (:func:`kperfdiff.core.stats.welch_interval`) and its
   p-value; Benjamini-Hochberg q-values over every row of every section
-  (:func:`kperfdiff.stats.benjamini_hochberg`). A row is significant only
+  (:func:`kperfdiff.core.stats.benjamini_hochberg`). A row is significant only
   when its interval excludes 0 and q < 0.05.
 """
 from __future__ import annotations
@@ -57,11 +57,12 @@ import math
 from pathlib import PurePath as Path
 from dataclasses import dataclass, field
 
-from . import stats, twins as twinning
-from .errors import InputError
-from .ingest.profile import Profile
-from .symbols.equivalence import RoleTable, load_roles
-from .symbols.normalise import normalise
+from kperfdiff.core import stats
+from kperfdiff.analysis import twins as twinning
+from kperfdiff.core.errors import InputError
+from kperfdiff.ingest.profile import Profile
+from kperfdiff.symbols.equivalence import RoleTable, load_roles
+from kperfdiff.symbols.normalise import normalise
 
 DEFAULT_TOP = 5
 SCOPES = ("kernel", "user", "all")
@@ -85,7 +86,7 @@ class DiffOptions:
     # or perf diff's "delta" (B - A), "ratio" (B / A) and "wdiff" (w_b*B - w_a*A).
     compute: str = "absdiff"
     wdiff_weights: tuple = (1.0, 1.0)
-    # Inferred twins (kperfdiff.twins): "auto" between architectures, "on", "off"; accepted
+    # Inferred twins (kperfdiff.analysis.twins): "auto" between architectures, "on", "off"; accepted
     # pairs join the common list as one row each only with accept_inferred.
     infer: str = "auto"
     accept_inferred: bool = False
@@ -463,7 +464,7 @@ def _match_roles(present: tuple[set, set], weighted: set, table: RoleTable, cros
 
 def _infer(ma: list[_Measured], mb: list[_Measured], keys_a: set, keys_b: set, present: tuple[set, set],
            roles: _RoleMatch, opts: DiffOptions) -> tuple[list[twinning.Twin], list[twinning.Inlined]]:
-    """Inferred twins among the one-side-only functions (kperfdiff.twins), and those the other side
+    """Inferred twins among the one-side-only functions (kperfdiff.analysis.twins), and those the other side
     inlined; with ``accept_inferred`` the accepted pairs become common rows (added to ``roles``)."""
     role_of_key = {k: f"[{r}]" for r, sa, sb in roles.rows for k in sa | sb}
     dispatch = roles.dispatch
