@@ -1,4 +1,5 @@
-"""`kperfdiff bench`, `runs`, `show`, `record` and `target`: measuring, and looking at what was stored."""
+"""`kperfdiff bench`, `record` and `target`: measuring (looking at what was stored, `runs` and `show`,
+is in commands/runs.py)."""
 from __future__ import annotations
 
 import argparse
@@ -12,16 +13,14 @@ from kperfdiff.targets.perf_record import record_command
 from kperfdiff.render import bench as rb
 from kperfdiff.render.table import to_json
 from kperfdiff.targets import open_target
-from kperfdiff.commands.common import FORMATS, Parser, command_line, copy_counts, number, open_store, whole
+from kperfdiff.commands.common import command_line, open_store
+from kperfdiff.commands.parsing import Parser, copy_counts, number, whole
 
-RUNS_PAGE = 50      # runs `kperfdiff runs` lists unless told otherwise
 
-
-def add_parsers(sub) -> None:
-    b = sub.add_parser("bench", help="run OS micro-benchmarks and store the results",
-                       description="Run OS micro-benchmarks (lmbench-class latencies, page faults, "
-                                   "GUPS, TLB shootdown, page-out) with kernel counters captured around "
-                                   "each, store every raw interval, and print the result table.")
+def add_bench(b: Parser) -> None:
+    b.description = ("Run OS micro-benchmarks (lmbench-class latencies, page faults, "
+                     "GUPS, TLB shootdown, page-out) with kernel counters captured around "
+                     "each, store every raw interval, and print the result table.")
     b.add_argument("--list", action="store_true", help="list the benchmarks and exit")
     b.add_argument("--suite", choices=["quick", "full"], default="quick",
                    help="which benchmarks to run (default: quick)")
@@ -65,10 +64,11 @@ def add_parsers(sub) -> None:
     b.add_argument("--format", choices=["text", "json"], default="text")
     b.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
-    rc = sub.add_parser("record", help="profile any command with perf, keeping kallsyms and build ids beside it",
-                        description="Profile a command with perf record -g (kernel and user) into DIR, with a "
-                                    "kallsyms snapshot, build ids, hardware-event counts where the machine has "
-                                    "them, and a meta file, so kperfdiff diff can read it anywhere.")
+
+def add_record(rc: Parser) -> None:
+    rc.description = ("Profile a command with perf record -g (kernel and user) into DIR, with a "
+                      "kallsyms snapshot, build ids, hardware-event counts where the machine has "
+                      "them, and a meta file, so kperfdiff diff can read it anywhere.")
     rc.add_argument("-o", "--output", default="kperfdiff-record", metavar="DIR",
                     help="folder to write into (default: kperfdiff-record)")
     rc.add_argument("-e", "--event", default=None,
@@ -77,43 +77,13 @@ def add_parsers(sub) -> None:
     rc.add_argument("--name", default="perf", help="file name stem (default: perf -> perf.perf.data)")
     rc.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND [ARG...]")
 
-    r = sub.add_parser("runs", help=f"list the runs in the store (the newest {RUNS_PAGE}; --all for every one)",
-                       description=f"List the runs in the store, oldest first. By default only the newest "
-                                   f"{RUNS_PAGE} are listed, and a line on stderr says how many were left out; "
-                                   f"--limit N lists the newest N, --offset N pages back past the newest N, "
-                                   f"--all lists every run. Every --format lists the same runs.")
-    page = r.add_mutually_exclusive_group()
-    page.add_argument("-n", "--limit", type=whole(limits.MAX_RUNS_LISTED), default=RUNS_PAGE, metavar="N",
-                      help=f"list the newest N runs (default: {RUNS_PAGE})")
-    page.add_argument("--all", action="store_true", help="list every run")
-    r.add_argument("--offset", type=whole(limits.MAX_RUNS_LISTED, least=0), default=0, metavar="N",
-                   help=f"leave out the newest N runs first, to page back: --offset {RUNS_PAGE} lists the "
-                        f"{RUNS_PAGE} before the newest {RUNS_PAGE} (default: 0)")
-    r.add_argument("--format", choices=FORMATS, default="text")
 
-    s = sub.add_parser("show", help="show one run: machine facts, results, monitors",
-                       description="Show one run: the machine it ran on, then one row per benchmark and core "
-                                   "count (and parameter set) over all its repetitions: the centre (geometric "
-                                   "mean of the per-repetition medians), the number of repetitions, the "
-                                   "half-width of the centre's 95% interval and the CV; each note once under "
-                                   "the table. --reps lists the repetitions themselves.")
-    s.add_argument("run", help="run id (or a unique prefix of its label)")
-    s.add_argument("--format", choices=["text", "markdown", "json", "csv"], default="text",
-                   help="text (default); markdown: the tables as Markdown; json: everything stored, raw "
-                        "intervals included, and the summary (one entry per benchmark and core count, with "
-                        "its repetitions); csv: every raw interval, one row each (run, label, result, "
-                        "benchmark, params as JSON, copies, rep, copy, seq, value, unit, better, ops, ns, "
-                        "disturbed)")
-    s.add_argument("--reps", action="store_true",
-                   help="also list every repetition: one row each, numbered in the order measured")
-    s.add_argument("--raw", action="store_true", help="also print every raw interval, by repetition")
-
-    t = sub.add_parser("target", help="check a target, or time a guest kernel's boot",
-                       description="Work with a target directly. `check` boots the guest (or connects to the board) "
-                                   "and prints what it is. `boot` measures the boot.* benchmarks of a guest kernel "
-                                   "(QEMU start to /init, the kernel's own boot, the time before the first "
-                                   "timestamped message, initcall time and the slowest initcalls) at several "
-                                   "memory sizes, and stores them as a run that compare and report read.")
+def add_target(t: Parser) -> None:
+    t.description = ("Work with a target directly. `check` boots the guest (or connects to the board) "
+                     "and prints what it is. `boot` measures the boot.* benchmarks of a guest kernel "
+                     "(QEMU start to /init, the kernel's own boot, the time before the first "
+                     "timestamped message, initcall time and the slowest initcalls) at several "
+                     "memory sizes, and stores them as a run that compare and report read.")
     tsub = t.add_subparsers(dest="target_command", metavar="ACTION", parser_class=Parser, required=True)
     tc = tsub.add_parser("check", help="boot or connect, and print the target's facts")
     tc.add_argument("spec", help="qemu:arm64[,options], qemu:x86_64[,options] or ssh://user@host[:port]")
@@ -155,26 +125,6 @@ def run_bench_command(args: argparse.Namespace) -> int:
     return outcome.exit_status
 
 
-def runs(args: argparse.Namespace) -> int:
-    """`kperfdiff runs`: one page of runs (the newest --limit after --offset), or --all."""
-    store = open_store(args, create=False)
-    listed = store.list_runs(limit=None if args.all else args.limit, offset=args.offset)
-    total = store.count_runs()
-    sys.stdout.write(rb.run_list(listed, args.format, total=total, offset=args.offset))
-    note = rb.runs_left_out(len(listed), total, args.offset)
-    if note:
-        print(f"kperfdiff: {note}", file=sys.stderr)
-    return 0
-
-
-def show(args: argparse.Namespace) -> int:
-    store = open_store(args, create=False)
-    run = store.find_run(args.run)
-    sys.stdout.write(rb.show(run, store.machine(run.machine_id), store.results(run.id), args.format,
-                             raw=args.raw, reps=args.reps))
-    return 0
-
-
 def record(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     rc, _ = record_command(Path(args.output), cmd, event=args.event, freq=args.freq, name=args.name)
@@ -197,3 +147,7 @@ def target(args: argparse.Namespace) -> int:
                           mapping=args.map)
     sys.stdout.write(rb.results(out.run, out.results, args.format, machine=store.machine(out.run.machine_id)))
     return out.exit_status
+
+
+# the commands this module defines: name -> (fill in its parser, run it)
+DEFINES = {"bench": (add_bench, run_bench_command), "record": (add_record, record), "target": (add_target, target)}

@@ -1,101 +1,14 @@
-"""What every sub-command shares: the argparse flavour, the global options, argument types,
-opening the store, and writing an output file."""
+"""What the sub-commands that read or write share: opening the store, the command line a run
+records, and writing an output file (the argparse flavour and argument types are in parsing)."""
 from __future__ import annotations
 
-import argparse
-import math
 import shlex
 import sys
 from pathlib import Path
 
-from kperfdiff.core import limits
-from kperfdiff.core.errors import InputError, UsageError
+from kperfdiff.core.errors import InputError
 from kperfdiff.store import Store
 from kperfdiff.store.backend import mask
-
-FORMATS = ["text", "json", "csv", "markdown"]
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error as one sentence and exit 2."""
-
-    def error(self, message):  # noqa: D401 - argparse API
-        raise UsageError(f"{message} (see {self.prog} --help)", prog=self.prog)
-
-
-# Options that belong to kperfdiff itself, accepted before or after the sub-command
-# (`kperfdiff --store S runs` and `kperfdiff runs --store S` are the same).
-GLOBAL_OPTIONS = (
-    (("--store",), dict(metavar="PATH|URL",
-                        help="results store: an SQLite file, or a shared PostgreSQL database as "
-                             "postgresql://USER@HOST/DB (see kperfdiff store --help); default $KPERFDIFF_STORE, "
-                             "else $KPERFDIFF_HOME/kperfdiff.db or $XDG_DATA_HOME/kperfdiff/kperfdiff.db")),
-    (("--debug",), dict(action="store_true", help="show tracebacks on errors")),
-)
-
-
-def accept_global_options(parser: argparse.ArgumentParser) -> None:
-    """Give every sub-command (and sub-sub-command) the global options, defaulting to
-    whatever was given before the sub-command."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in dict.fromkeys(action.choices.values()):
-                taken = {o for a in sub._actions for o in a.option_strings}
-                for flags, kw in GLOBAL_OPTIONS:
-                    if not taken.intersection(flags):
-                        sub.add_argument(*flags, **dict(kw, default=argparse.SUPPRESS))
-                accept_global_options(sub)
-
-
-def copy_counts(text: str) -> list[int]:
-    """-P: ``1,2`` or ``1-4``; each count from 1 to limits.MAX_COPIES, checked before a range is expanded."""
-    out: list[int] = []
-    for part in text.split(","):
-        lo, dash, hi = part.strip().partition("-")
-        if not lo.isdigit() or (dash and not hi.isdigit()):
-            raise argparse.ArgumentTypeError(f"{text!r} is not a list of core counts like 1,2 or 1-4")
-        a, b = int(lo), int(hi or lo)
-        if a < 1 or b > limits.MAX_COPIES or b < a:
-            raise argparse.ArgumentTypeError(f"{text!r}: core counts run from 1 to {limits.MAX_COPIES}, "
-                                             f"and a range from low to high")
-        out.extend(range(a, b + 1))
-        if len(out) > limits.MAX_CORE_COUNTS:
-            raise argparse.ArgumentTypeError(f"{text!r} asks for more than {limits.MAX_CORE_COUNTS} core counts")
-    return out
-
-
-def number(most: float):
-    """An argparse type: a finite number above 0 and at most ``most``."""
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            v = math.nan
-        if not limits.number_in_range(v, 0, most):
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number above 0 and at most {most:g}")
-        return v
-    return parse
-
-
-def percent(text: str) -> float:
-    """An argparse type: a percentage from 0 to below 100 (a slowdown of 100% or more cannot be)."""
-    try:
-        v = float(text)
-    except ValueError:
-        v = math.nan
-    if not 0 <= v < 100:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage from 0 to below 100")
-    return v
-
-
-def whole(most: int, least: int = 1):
-    """An argparse type: a whole number from ``least`` (1 unless told) to ``most``."""
-    def parse(text: str) -> int:
-        t = text.strip()
-        if not t.isdigit() or len(t) > 12 or not least <= int(t) <= most:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from {least} to {most}")
-        return int(t)
-    return parse
 
 
 def open_store(args, create: bool = True) -> Store:

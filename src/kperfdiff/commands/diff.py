@@ -14,21 +14,20 @@ from kperfdiff.render import diff as render
 from kperfdiff.render import flamegraph
 from kperfdiff.store import Store, default_location, is_url
 from kperfdiff.symbols.equivalence import load_roles
-from kperfdiff.commands.common import FORMATS, whole, write_file
+from kperfdiff.commands.common import write_file
+from kperfdiff.commands.parsing import FORMATS, Parser, whole
 
 
-def add_parser(sub) -> None:
-    d = sub.add_parser(
-        "diff", help="rank the kernel functions whose share of time differs between two profiles",
-        description="Rank the functions whose share of samples differs between profile A and profile B: "
-                    "functions found on both sides by |share A - share B| (percentage points), then those "
-                    "found only in A, then only in B. A share is a function's weight over ALL samples of its "
-                    "profile, as perf report computes it. Compiler suffixes (.isra.N, .constprop.N, .cold, "
-                    "__pfx_...) are folded into one name; rules rename generic variants (__x64_sys_clone and "
-                    "__arm64_sys_clone are sys_clone, memset_erms is memset); equivalent functions of different "
-                    "architectures (page fault entry, syscall entry, interrupts off/on, TLB flush...) are compared "
-                    "under a shared role; and between architectures, side-specific functions whose callers and "
-                    "callees match are shown as inferred twins, with the evidence.")
+def add_diff(d: Parser) -> None:
+    d.description = ("Rank the functions whose share of samples differs between profile A and profile B: "
+                     "functions found on both sides by |share A - share B| (percentage points), then those "
+                     "found only in A, then only in B. A share is a function's weight over ALL samples of its "
+                     "profile, as perf report computes it. Compiler suffixes (.isra.N, .constprop.N, .cold, "
+                     "__pfx_...) are folded into one name; rules rename generic variants (__x64_sys_clone and "
+                     "__arm64_sys_clone are sys_clone, memset_erms is memset); equivalent functions of different "
+                     "architectures (page fault entry, syscall entry, interrupts off/on, TLB flush...) are compared "
+                     "under a shared role; and between architectures, side-specific functions whose callers and "
+                     "callees match are shown as inferred twins, with the evidence.")
     d.add_argument("a", help="profile A: perf.data, perf script text, perf report --stdio text, folded stacks "
                              "(any of them gzip-compressed; - reads one side from standard input), "
                              "several of them comma-separated (repeated runs: A1,A2,A3), "
@@ -208,3 +207,7 @@ def run(args: argparse.Namespace) -> int:
         write_file(args.inferred_map, render.twins_map(result))
     sys.stdout.write(render.render(result, args.format))
     return 0
+
+
+# the commands this module defines: name -> (fill in its parser, run it)
+DEFINES = {"diff": (add_diff, run)}

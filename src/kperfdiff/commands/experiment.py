@@ -13,16 +13,15 @@ from kperfdiff.analysis.report_data import gather, load_comparison, top_mover_di
 from kperfdiff.core.errors import UsageError
 from kperfdiff.store import Store, default_location
 from kperfdiff.store.backend import is_url
-from kperfdiff.commands.common import FORMATS, command_line, open_store, percent, write_file
+from kperfdiff.commands.common import command_line, open_store, write_file
+from kperfdiff.commands.parsing import FORMATS, Parser, percent
 
 
-def add_parsers(sub) -> None:
-    """`run`, `compare` and `report` (experiments, comparison tables, the HTML report)."""
-    e = sub.add_parser("run", help="run an experiment file: variants x benchmarks x core counts x repetitions",
-                       description="Run the whole matrix of an experiment file (TOML; see examples/), variants "
-                                   "interleaved, each cell stored at once. Running it again resumes it: finished "
-                                   "cells are never measured twice. Knobs are checked before anything runs and "
-                                   "restored afterwards, even on Ctrl-C. Prints the comparison table at the end.")
+def add_run(e: Parser) -> None:
+    e.description = ("Run the whole matrix of an experiment file (TOML; see examples/), variants "
+                     "interleaved, each cell stored at once. Running it again resumes it: finished "
+                     "cells are never measured twice. Knobs are checked before anything runs and "
+                     "restored afterwards, even on Ctrl-C. Prints the comparison table at the end.")
     e.add_argument("file", help="experiment file (TOML)")
     e.add_argument("--restart", action="store_true",
                    help="start the experiment again from zero (the old results stay in the store, marked "
@@ -42,13 +41,14 @@ def add_parsers(sub) -> None:
     e.add_argument("--format", choices=FORMATS, default="text", help="format of the comparison table")
     e.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
-    c = sub.add_parser("compare", help="compare benchmark results of runs or of an experiment's variants",
-                       description="For each benchmark and core count: the baseline's centre (geometric mean of "
-                                   "the per-repetition medians), each variant's, the change in % (positive = "
-                                   "better) with a two-level 95% confidence interval over the repetitions "
-                                   "(Kalibera & Jones; 3 repetitions per side at least), a significance mark "
-                                   "(Benjamini-Hochberg q <= 0.05 over the table's cells), a mark for disturbed "
-                                   "measurements and the CV; one block per variant, a geometric-mean row.")
+
+def add_compare(c: Parser) -> None:
+    c.description = ("For each benchmark and core count: the baseline's centre (geometric mean of "
+                     "the per-repetition medians), each variant's, the change in % (positive = "
+                     "better) with a two-level 95% confidence interval over the repetitions "
+                     "(Kalibera & Jones; 3 repetitions per side at least), a significance mark "
+                     "(Benjamini-Hochberg q <= 0.05 over the table's cells), a mark for disturbed "
+                     "measurements and the CV; one block per variant, a geometric-mean row.")
     c.add_argument("runs", nargs="*", metavar="RUN", help="run ids or labels; the first is the baseline")
     c.add_argument("--experiment", metavar="ID|NAME", help="compare the variants of an experiment")
     c.add_argument("--stack", action="store_true",
@@ -74,12 +74,13 @@ def add_parsers(sub) -> None:
                         "(!); they are listed as set aside, so noise cannot fail a build, nor catch a regression "
                         "(a gate left with no judged cell still fails)")
 
-    r = sub.add_parser("report", help="write a self-contained HTML report (or Markdown) of an experiment or runs",
-                       description="One HTML file that works offline, the result first: comparison tables, "
-                                   "plots (change bars with confidence intervals, scaling curves, a heat map "
-                                   "whose colours are clipped at outliers), the kernel counters that explain "
-                                   "changes, the kperfdiff table and differential flame graph of each benchmark "
-                                   "that changed significantly; last, folded, the machine facts side by side.")
+
+def add_report(r: Parser) -> None:
+    r.description = ("One HTML file that works offline, the result first: comparison tables, "
+                     "plots (change bars with confidence intervals, scaling curves, a heat map "
+                     "whose colours are clipped at outliers), the kernel counters that explain "
+                     "changes, the kperfdiff table and differential flame graph of each benchmark "
+                     "that changed significantly; last, folded, the machine facts side by side.")
     r.add_argument("runs", nargs="*", metavar="RUN", help="run ids or labels; the first is the baseline")
     r.add_argument("--experiment", metavar="ID|NAME", help="report on the variants of an experiment")
     r.add_argument("--stack", action="store_true", help="with RUNs: they form a patch stack")
@@ -160,3 +161,7 @@ def report(args: argparse.Namespace) -> int:
     print(f"kperfdiff: report written to {out}", file=sys.stderr)
     print(str(out))
     return 0
+
+
+# the commands this module defines: name -> (fill in its parser, run it)
+DEFINES = {"run": (add_run, run), "compare": (add_compare, compare), "report": (add_report, report)}

@@ -13,23 +13,21 @@ from kperfdiff.ingest.source import STDIN
 from kperfdiff.render import export
 from kperfdiff.commands.common import write_file
 from kperfdiff.commands.diff import store_lookup
+from kperfdiff.commands.parsing import Parser
 
 
-
-def add_parser(sub) -> None:
-    e = sub.add_parser(
-        "export", help="write a profile in a format other tools load (speedscope, pprof, Firefox Profiler, folded)",
-        description="Write one profile in a format other tools load. speedscope: its JSON file format, one "
-                    "sampled profile per event of the input (nanoseconds for cpu-clock and task-clock, else "
-                    "sample counts); open it at speedscope.app or with the speedscope command. pprof: "
-                    "gzip-compressed profile.proto with sample types samples/count and cpu/nanoseconds (or "
-                    "EVENT/count for a sampled event's period), kernel functions in the [kernel.kallsyms] "
-                    "mapping; read it with go tool pprof. firefox: the Firefox Profiler's Gecko format, one "
-                    "thread per process when the input names processes; that format has no sample weights, so "
-                    "each sample is listed (grouped by stack, one interval apart: the call tree and flame graph "
-                    "are the recording's, the timeline is not). folded: stack-collapsed lines "
-                    "(root;...;leaf COUNT) with the process as the root frame when the input names it and "
-                    "kernel frames ending in _[k], for flamegraph.pl or inferno-flamegraph.")
+def add_export(e: Parser) -> None:
+    e.description = ("Write one profile in a format other tools load. speedscope: its JSON file format, one "
+                     "sampled profile per event of the input (nanoseconds for cpu-clock and task-clock, else "
+                     "sample counts); open it at speedscope.app or with the speedscope command. pprof: "
+                     "gzip-compressed profile.proto with sample types samples/count and cpu/nanoseconds (or "
+                     "EVENT/count for a sampled event's period), kernel functions in the [kernel.kallsyms] "
+                     "mapping; read it with go tool pprof. firefox: the Firefox Profiler's Gecko format, one "
+                     "thread per process when the input names processes; that format has no sample weights, so "
+                     "each sample is listed (grouped by stack, one interval apart: the call tree and flame graph "
+                     "are the recording's, the timeline is not). folded: stack-collapsed lines "
+                     "(root;...;leaf COUNT) with the process as the root frame when the input names it and "
+                     "kernel frames ending in _[k], for flamegraph.pl or inferno-flamegraph.")
     e.add_argument("profile", metavar="PROFILE",
                    help="perf.data, perf script text, perf report --stdio text or folded stacks (any of them "
                         "gzip-compressed; - reads standard input), or a store reference RUN[:benchmark[@CORES]] "
@@ -98,3 +96,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"kperfdiff: wrote {args.output} ({args.to}: {len(profiles)} event{'s' if len(profiles) != 1 else ''}, "
               f"{sum(p.samples for p in profiles):,} samples, {rows:,} stacks)", file=sys.stderr)
     return 0
+
+
+# the commands this module defines: name -> (fill in its parser, run it)
+DEFINES = {"export": (add_export, run)}

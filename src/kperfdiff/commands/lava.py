@@ -10,7 +10,7 @@ from kperfdiff.experiments.lava import validate_job_files, write_job_files
 from kperfdiff.core.errors import InputError
 from kperfdiff.targets.lava.jobs import shipped_template
 from kperfdiff.targets.lava.spec import BOOT_METHODS
-from kperfdiff.commands.common import Parser
+from kperfdiff.commands.parsing import Parser
 
 TOKEN_HELP = ("The token for a lava:// target is read from KPERFDIFF_LAVA_TOKEN (or the variable named by "
               "token_env=), else from $XDG_CONFIG_HOME/kperfdiff/lava.toml ([servers.\"HOST\"] token = \"...\"), "
@@ -18,12 +18,11 @@ TOKEN_HELP = ("The token for a lava:// target is read from KPERFDIFF_LAVA_TOKEN 
               "whose uri is that server); it is never stored, logged or written into a job.")
 
 
-def add_parser(sub) -> None:
-    lv = sub.add_parser("lava", help="write the LAVA job definitions of an experiment, or show a job template",
-                        description="Work with LAVA job definitions directly. An experiment whose variants run on "
-                                    "lava://HOST/DEVICE_TYPE targets submits its jobs itself (kperfdiff run); "
-                                    "`jobs` writes the same definitions without submitting them, to review or "
-                                    "to submit with lavacli. " + TOKEN_HELP)
+def add_lava(lv: Parser) -> None:
+    lv.description = ("Work with LAVA job definitions directly. An experiment whose variants run on "
+                      "lava://HOST/DEVICE_TYPE targets submits its jobs itself (kperfdiff run); "
+                      "`jobs` writes the same definitions without submitting them, to review or "
+                      "to submit with lavacli. " + TOKEN_HELP)
     lsub = lv.add_subparsers(dest="lava_command", metavar="ACTION", parser_class=Parser, required=True)
     j = lsub.add_parser("jobs", help="write one job definition per LAVA variant and repetition into a folder",
                         description="Write the job definition of every LAVA variant and repetition of an "
@@ -63,3 +62,7 @@ def run(args: argparse.Namespace) -> int:
               f"(lava-common {version})", file=sys.stderr)
         return 1 if bad else 0
     return 0
+
+
+# the commands this module defines: name -> (fill in its parser, run it)
+DEFINES = {"lava": (add_lava, run)}

@@ -17,6 +17,7 @@ from kperfdiff.render.place import group_table, groups_by_benchmark, kb, method_
 from kperfdiff.render.table import Table
 from kperfdiff.commands.common import write_file
 from kperfdiff.commands.diff import store_lookup
+from kperfdiff.commands.parsing import Parser
 
 EPILOG = """\
 sub-commands:
@@ -81,13 +82,12 @@ def _common(p, *, capacity=True, method=True, many=False):
     p.add_argument("--format", choices=["text", "json", "markdown"], default="text")
 
 
-def add_parser(sub) -> None:
-    pl = sub.add_parser("place", help="choose kernel functions for a small fast memory (TCM) from a profile",
-                        description="Choose kernel functions for a small fast memory (a TCM, or a hot-text region) "
-                                    "from a profile, predict the gain with the TCM study's cost model, check it "
-                                    "with a cache simulator, and write a linker-script fragment, annotations and "
-                                    "a symbol ordering file.",
-                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_place(pl: Parser) -> None:
+    pl.description = ("Choose kernel functions for a small fast memory (a TCM, or a hot-text region) "
+                      "from a profile, predict the gain with the TCM study's cost model, check it "
+                      "with a cache simulator, and write a linker-script fragment, annotations and "
+                      "a symbol ordering file.")
+    pl.epilog, pl.formatter_class = EPILOG, argparse.RawDescriptionHelpFormatter
     ps = pl.add_subparsers(dest="place_command", metavar="SUBCOMMAND", parser_class=type(pl))
 
     p = ps.add_parser("plan", help="choose the functions and write what the build needs")
@@ -370,3 +370,7 @@ def run(args) -> int:
         raise InputError(f"--time-limit must be zero or more seconds, not {args.time_limit:g}")
     return {"plan": _cmd_plan, "sweep": _cmd_sweep, "model": _cmd_model, "simulate": _cmd_simulate,
             "groups": _cmd_groups}[cmd](args)
+
+
+# the commands this module defines: name -> (fill in its parser, run it)
+DEFINES = {"place": (add_place, run)}

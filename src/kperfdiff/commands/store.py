@@ -9,6 +9,7 @@ from kperfdiff.core import limits
 from kperfdiff.core.errors import InputError
 from kperfdiff.store import SCHEMA_VERSION, Store, default_location, is_url, transfer
 from kperfdiff.store.backend import mask
+from kperfdiff.commands.parsing import Parser
 
 STORE_HELP = f"""\
 A store is an SQLite file (the default: one machine) or a PostgreSQL database that several
@@ -32,9 +33,8 @@ resumes it, and the first machine, if it comes back, stops.
 """
 
 
-def add_parser(sub) -> None:
-    s = sub.add_parser("store", help="make a shared PostgreSQL store; copy a store between SQLite and PostgreSQL",
-                       description=STORE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_store(s: Parser) -> None:
+    s.description, s.formatter_class = STORE_HELP, argparse.RawDescriptionHelpFormatter
     ssub = s.add_subparsers(dest="store_command", metavar="ACTION", required=True)
     p = ssub.add_parser("init", help="make (or upgrade) a store and say where its artefacts go",
                         description="Make the store at URL (or PATH, or --store) if it has no schema yet, upgrade "
@@ -87,3 +87,7 @@ def _init(args) -> int:
     print(f"kperfdiff: store {store.path} ready (schema {SCHEMA_VERSION}, {store.count_runs()} runs); "
           f"artefacts in {store.artefact_root()}", file=sys.stderr)
     return 0
+
+
+# the commands this module defines: name -> (fill in its parser, run it)
+DEFINES = {"store": (add_store, run)}

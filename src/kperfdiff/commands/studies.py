@@ -10,15 +10,15 @@ from kperfdiff import studies
 from kperfdiff.core.errors import InputError
 from kperfdiff.render import studies as rstudies
 from kperfdiff.commands.common import open_store, write_file
+from kperfdiff.commands.parsing import Parser
 
 
-def add_parser(sub) -> None:
-    s = sub.add_parser("studies", help="run the study files (examples/studies/) and write one report",
-                       description="Each study file is an experiment file with a [study] table saying what the "
-                                   "study measured and found. `run` runs (or resumes) each file in turn, then "
-                                   "writes the report; `report` only writes it from what the store holds. The "
-                                   "report has one section per study: the study's figures, kperfdiff's here with "
-                                   "intervals, whether the direction and the mechanism agree, and what differs.")
+def add_studies(s: Parser) -> None:
+    s.description = ("Each study file is an experiment file with a [study] table saying what the "
+                     "study measured and found. `run` runs (or resumes) each file in turn, then "
+                     "writes the report; `report` only writes it from what the store holds. The "
+                     "report has one section per study: the study's figures, kperfdiff's here with "
+                     "intervals, whether the direction and the mechanism agree, and what differs.")
     ssub = s.add_subparsers(dest="studies_command", metavar="ACTION", required=True)
     for name, text in (("run", "run (or resume) the studies, then write the report"),
                        ("report", "write the report from the store; run nothing")):
@@ -77,3 +77,7 @@ def run(args) -> int:
         out = write_file(output, html, make_folder=True)
         print(f"kperfdiff: studies report written to {out}", file=sys.stderr)
     return status
+
+
+# the commands this module defines: name -> (fill in its parser, run it)
+DEFINES = {"studies": (add_studies, run)}

@@ -10,8 +10,6 @@ import stat
 import tomllib
 from pathlib import Path
 
-import yaml
-
 from kperfdiff.core.errors import InputError
 
 
@@ -54,6 +52,7 @@ def read_yaml(path: str | Path, what: str, error: type[InputError] = InputError)
 
 def load_yaml(text: str, what: str, error: type[InputError] = InputError) -> object:
     """YAML text (``what`` names it in errors, e.g. "the LAVA job template x.yaml") as plain data."""
+    import yaml     # heavy, and only LAVA needs it
     try:
         return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as e:

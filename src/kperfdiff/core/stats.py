@@ -7,14 +7,18 @@ Student's t comes from ``scipy.special`` (``stdtrit``, ``stdtr``: the functions
 ``scipy.stats.t.ppf`` and ``t.sf`` evaluate), and Welch's test and Benjamini-Hochberg
 are written out here, checked against ``scipy.stats.ttest_ind`` and
 ``false_discovery_control`` by the tests: importing ``scipy.stats`` takes about 0.7 s,
-most of the time of a `show` or `compare`, and ``scipy.special`` about 0.1 s.
+most of the time of a `show` or `compare`, and ``scipy.special`` about 0.1 s. numpy, too, is
+imported by the functions that use it, so a command that only lists (`kperfdiff runs`,
+`bench --list`) starts without it.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 DEFAULT_CONFIDENCE = 0.95
 
@@ -43,6 +47,7 @@ def summarize(values) -> Summary:
     Quartiles use linear interpolation between order statistics (Hyndman and
     Fan type 7, numpy's default), so q1/q3 of [1, 2, 3, 4] are 1.75 and 3.25.
     """
+    import numpy as np
     x = np.asarray(list(values), dtype=np.float64)
     if x.size == 0:
         raise ValueError("no values to summarize")
@@ -56,6 +61,7 @@ def summarize(values) -> Summary:
 
 def coefficient_of_variation(values) -> float:
     """stdev / mean of finite values, as :func:`summarize` gives it (without the quartiles)."""
+    import numpy as np
     x = np.asarray(values, dtype=np.float64)
     if x.size == 0 or not np.all(np.isfinite(x)):
         raise ValueError("no values, or values that are not finite")
@@ -134,6 +140,7 @@ def nested_method_text(confidence: float = DEFAULT_CONFIDENCE) -> str:
 
 def repetition_medians(reps) -> np.ndarray:
     """The median of each repetition's interval values (empty repetitions left out)."""
+    import numpy as np
     return np.asarray([_median(r) for r in reps if len(r)], dtype=np.float64)
 
 
@@ -162,6 +169,7 @@ def t_two_sided_p(t: float, df: float) -> float:
 def nested_centre(reps) -> float:
     """Centre of a nested sample: the geometric mean of its per-repetition medians
     (with one repetition, that repetition's median). nan when a median is not positive."""
+    import numpy as np
     m = repetition_medians(reps)
     if m.size == 0 or np.any(m <= 0):
         return math.nan
@@ -187,6 +195,7 @@ def nested_change(base_reps, new_reps, better: str, *, confidence: float = DEFAU
     is no interval and no test: the reason says so. ``significant`` is left False: the caller
     decides it over a whole table with :func:`fdr_significant`.
     """
+    import numpy as np
     if better not in ("lower", "higher"):
         raise ValueError(f"better must be 'lower' or 'higher', not {better!r}")
     ma, mb = repetition_medians(base_reps), repetition_medians(new_reps)
@@ -218,6 +227,7 @@ def nested_change(base_reps, new_reps, better: str, *, confidence: float = DEFAU
 
 def _constant(logs: np.ndarray) -> bool:
     """All equal but for float rounding (the logarithms of equal counts)."""
+    import numpy as np
     return float(np.ptp(logs)) <= 1e-12 * max(1.0, float(np.abs(logs).max()))
 
 
@@ -244,6 +254,7 @@ def run_level_change(base_reps, new_reps, better: str, histories, *, confidence:
     and a t interval and two-sided p-value. With no degree of freedom for the run level (one
     run per side, no other runs stored) there is no interval, and the reason says why.
     """
+    import numpy as np
     base = nested_change(base_reps, new_reps, better, confidence=confidence, min_reps=min_reps)
     method = RUN_LEVEL_METHOD.format(c=confidence)
     if math.isnan(base.p):
@@ -310,6 +321,7 @@ def centre_half_width(reps, *, confidence: float = DEFAULT_CONFIDENCE, min_reps:
     """Half-width, in percent of the centre, of the t interval of one nested sample's centre
     (the geometric mean of its per-repetition medians): (exp(t * se) - 1) * 100 with se the
     standard error of the log medians. nan with fewer than ``min_reps`` repetitions."""
+    import numpy as np
     m = repetition_medians(reps)
     if m.size < min_reps or np.any(m <= 0):
         return math.nan
@@ -336,6 +348,7 @@ def fdr_significant(pvalues, *, alpha: float = DEFAULT_ALPHA) -> tuple[np.ndarra
     changed at all (an A/A table) it bounds the chance that ANY cell is called significant by
     ``alpha``. NaN p-values (cells without a test) are never significant and do not count.
     """
+    import numpy as np
     q = benjamini_hochberg(pvalues)
     return q, np.asarray([bool(v <= alpha) if not math.isnan(v) else False for v in q], dtype=bool)
 
@@ -350,6 +363,7 @@ def welch_interval(a, b, *, confidence: float = DEFAULT_CONFIDENCE) -> tuple[flo
     The t quantile and tail come from ``scipy.special`` (``stdtrit``, ``stdtr``: what
     ``scipy.stats.t.ppf`` and ``t.sf`` compute, without their per-call overhead and import).
     """
+    import numpy as np
     x = np.asarray(list(a), dtype=np.float64)
     y = np.asarray(list(b), dtype=np.float64)
     if x.size < 2 or y.size < 2:
@@ -369,6 +383,7 @@ def benjamini_hochberg(pvalues) -> np.ndarray:
     order: the k-th smallest of m p-values becomes the least of p_(j) * m / j over j >= k,
     at most 1 (what ``scipy.stats.false_discovery_control(method="bh")`` computes; the
     tests hold it to that). NaN p-values stay NaN and do not count in the number of tests."""
+    import numpy as np
     p = np.asarray(list(pvalues), dtype=np.float64)
     q = np.full(p.shape, np.nan)
     ok = ~np.isnan(p)

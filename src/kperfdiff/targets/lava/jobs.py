@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-import yaml
-
 from kperfdiff import __version__
 from kperfdiff.core.errors import InputError
 from kperfdiff.core.files import load_yaml, read_yaml
@@ -239,21 +237,19 @@ def definition(spec: LavaSpec, vals: dict) -> dict:
     return job
 
 
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
 def _str(dumper, s: str):
     style = "|" if "\n" in s and not any(line != line.rstrip() for line in s.splitlines()) else None
     return dumper.represent_scalar("tag:yaml.org,2002:str", s, style=style)
 
 
-_Dumper.add_representer(str, _str)
-
-
 def to_yaml(job: dict, header: str = "") -> str:
     """A job definition as the YAML LAVA reads and people review (scripts as literal blocks)."""
-    body = yaml.dump(job, Dumper=_Dumper, sort_keys=False, width=110, allow_unicode=True, default_flow_style=False)
+    import yaml     # heavy, and only writing a job needs it
+
+    class Dumper(yaml.SafeDumper):
+        pass
+    Dumper.add_representer(str, _str)
+    body = yaml.dump(job, Dumper=Dumper, sort_keys=False, width=110, allow_unicode=True, default_flow_style=False)
     comment = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
     return comment + body
 

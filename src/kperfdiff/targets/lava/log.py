@@ -16,15 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-import yaml
-
 from kperfdiff.core.errors import InputError
 from kperfdiff.targets.guest.frame import decode, unpack
 
 MAX_LINE = 10 ** 7           # the dispatcher cuts its own lines at 10**6 characters
 _TARGET = re.compile(r'(?:- )?\{"dt": "[^"\\]*", "lvl": "(target|feedback)", "msg": "((?:[^"\\]|\\.)*)"'
                      r'(?:, "ns": "[^"\\]*")?\}\s*')
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass
@@ -57,17 +54,19 @@ def records(path: Path) -> Iterator[tuple[str, object]]:
 
 
 def _unescape(msg: str) -> str:
+    import yaml     # heavy, and only a LAVA job's log needs it
     try:
-        v = yaml.load(f'"{msg}"', Loader=_LOADER)
+        v = yaml.load(f'"{msg}"', Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError:
         return msg
     return v if isinstance(v, str) else msg
 
 
 def _record(line: str) -> tuple[str, object]:
+    import yaml
     text = line[2:] if line.startswith("- ") else line
     try:
-        rec = yaml.load(text, Loader=_LOADER)
+        rec = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except (yaml.YAMLError, RecursionError, ValueError):
         return "?", line
     if not isinstance(rec, dict) or "lvl" not in rec:
