@@ -1,8 +1,10 @@
-"""The architecture holds: stages import one way, no cycles (function-level imports counted),
-renderers reach no I/O, no private names cross modules, argparse stays in commands/, and each
-file format has one parser. The rules live in harness/architecture.py, which also prints the
-figures; here they must come out empty, and each detector must catch a planted violation."""
-import importlib.util
+"""The architecture holds: stages import one way, no cycles (imports inside functions and loads
+by name counted), no import hidden in a function without a declared reason, the command line
+starts without heavy libraries, renderers reach no I/O, no private names cross modules, argparse
+stays in commands/, and each file format has one parser. The rules live in
+tests/support/architecture.py, which also prints the figures; here they must come out empty, and
+each detector must catch a planted violation."""
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -10,30 +12,69 @@ from pathlib import Path
 
 import pytest
 
+from support import architecture as arch
+
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "kperfdiff"
-
-
-def _harness():
-    spec = importlib.util.spec_from_file_location("architecture", ROOT / "harness" / "architecture.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["architecture"] = mod   # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
-arch = _harness()
 MODS = arch.load_modules(ROOT)
 MAX_FUNCTION_LINES = 120
+# studies/__init__ loads its kinds by name (KINDS) and each kind imports the helpers they share from
+# studies/__init__: a cycle no import statement shows, seen since loads by name count. Moving those
+# helpers out of studies/__init__ breaks it; until then it is the one cycle, and no other may join it.
+KNOWN_CYCLES = [["kperfdiff.studies", "kperfdiff.studies.linearmap", "kperfdiff.studies.shootdown",
+                 "kperfdiff.studies.superpages", "kperfdiff.studies.tcm", "kperfdiff.studies.xarch"]]
 
 
 def test_no_import_cycle_between_modules_or_packages():
-    assert arch.cycles(arch.graph(MODS)) == []
+    assert arch.cycles(arch.graph(MODS)) == KNOWN_CYCLES
     assert arch.cycles(arch.package_graph(MODS)) == []
 
 
-def test_no_function_level_imports_but_slow_optional_ones():
-    assert arch.function_level_imports(MODS) == []
+def test_no_import_hidden_without_a_declared_reason():
+    """Inside a function only a HEAVY library; by name only a loader's table (the dispatcher's commands)."""
+    assert arch.hidden_imports(MODS) == []
+    loaded = {i.target for i in MODS["kperfdiff.commands"].imports if i.by_name}
+    assert loaded == {f"kperfdiff.commands.{m}" for m in
+                      ("bench", "runs", "diff", "export", "place", "experiment", "studies", "store", "lava")}
+
+
+def test_every_command_is_defined_where_the_dispatcher_looks():
+    """COMMANDS names each command's module; that module defines exactly its commands (DEFINES)."""
+    from kperfdiff import commands
+    defined = {}
+    for module in sorted(set(commands.MODULE_OF.values())):
+        for name in __import__(f"kperfdiff.commands.{module}", fromlist=["DEFINES"]).DEFINES:
+            defined[name] = module
+    assert defined == commands.MODULE_OF
+
+
+def test_the_command_line_starts_without_heavy_libraries_or_other_commands():
+    """`kperfdiff --help`, `runs` and `bench --list` import no numpy, scipy, protobuf, yaml or psycopg,
+    and no command module but their own (what they import is read from sys.modules; nothing is timed)."""
+    found = arch.startup_check(MODS)
+    assert {args: rc for args, (rc, _, _) in found.items()} == {args: 0 for args in arch.STARTUP}
+    assert [v for _, _, bad in found.values() for v in bad] == []
+    # the check sees what it looks for: a command module and the commands' shared parsing are imported
+    assert {"kperfdiff.commands.runs", "kperfdiff.commands.parsing"} <= found[("runs",)][1]
+    assert "kperfdiff.commands.bench" in found[("bench", "--list")][1]
+
+
+def test_the_start_up_check_catches_a_planted_heavy_import(tmp_path):
+    """A heavy library imported at the top of a module on the path of `runs`, and a command module
+    imported by another, are caught."""
+    pkg = tmp_path / "kperfdiff"
+    shutil.copytree(SRC, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    with open(pkg / "render" / "bench.py", "a") as f:
+        f.write("\nimport numpy  # planted\n")
+    with open(pkg / "commands" / "runs.py", "a") as f:
+        f.write("\nfrom kperfdiff.commands import diff  # noqa: F401 planted\n")
+    found = arch.startup_check(MODS, pythonpath=str(tmp_path))
+    assert found[("--help",)][2] == []
+    for args in (("runs",), ("runs", "--help")):
+        rc, imported, bad = found[args]
+        assert "numpy" in imported
+        assert f"{' '.join(args)} imports numpy" in bad
+        assert f"{' '.join(args)} imports the command module kperfdiff.commands.diff" in bad
 
 
 def test_no_private_name_crosses_modules():
@@ -97,7 +138,7 @@ def test_every_module_sits_in_a_stage_folder():
 def planted(tmp_path):
     """A tiny package with one of each violation."""
     pkg = tmp_path / "src" / "kperfdiff"
-    for d in ("render", "store", "analysis", "core", "extras"):
+    for d in ("render", "store", "analysis", "core", "extras", "commands"):
         (pkg / d).mkdir(parents=True)
     (tmp_path / "native" / "src").mkdir(parents=True)
     files = {
@@ -106,7 +147,12 @@ def planted(tmp_path):
         "analysis/__init__.py": "",
         "analysis/diff.py": "def f():\n    from kperfdiff import store\n    from kperfdiff.core.stats import _private\n",
         "core/__init__.py": "",
-        "core/stats.py": "_private = 1\n",
+        "core/stats.py": "_private = 1\n"
+                         "def g():\n    import numpy\n    import scipy.special\n    import json\n"
+                         "    import importlib\n    return importlib.import_module('kperfdiff.store')\n",
+        "commands/__init__.py": "import importlib\nCOMMANDS = (('go', 'help', 'go'),)\n"
+                                "def load(name):\n    return importlib.import_module(f'kperfdiff.commands.{name}')\n",
+        "commands/go.py": "from kperfdiff.commands import load\n",
         "render/__init__.py": "",
         "render/table.py": "from kperfdiff import store\nimport argparse\n",
         "loose.py": "",
@@ -120,9 +166,17 @@ def planted(tmp_path):
 
 def test_each_detector_catches_a_planted_violation(planted):
     mods, root = planted
-    assert arch.cycles(arch.graph(mods)) == [["kperfdiff.analysis.diff", "kperfdiff.store"]]
-    assert any("analysis.diff:2 imports kperfdiff.store inside a function" in f
-               for f in arch.function_level_imports(mods))
+    # the dispatcher's load by name counts: commands <-> commands.go
+    assert arch.cycles(arch.graph(mods)) == [["kperfdiff.analysis.diff", "kperfdiff.store"],
+                                             ["kperfdiff.commands", "kperfdiff.commands.go"]]
+    # inside a function: a kperfdiff module or json is hidden, numpy and scipy are declared (HEAVY);
+    # by name: only in a loader
+    assert sorted(arch.hidden_imports(mods)) == [
+        "analysis.diff:2 imports kperfdiff.store inside a function",
+        "analysis.diff:3 imports kperfdiff.core.stats inside a function",
+        "core.stats:5 imports json inside a function",
+        "core.stats:6 imports importlib inside a function",
+        "core.stats:7 loads a module by name, and is no loader of tests/support/architecture.py"]
     assert any("_private" in f for f in arch.private_imports(mods))
     assert any(f.startswith("render.table -> store") for f in arch.render_io(mods))
     assert any("render.table" in f for f in arch.argparse_outside_commands(mods))
@@ -136,7 +190,7 @@ def test_each_detector_catches_a_planted_violation(planted):
 def test_pyflakes_finds_nothing_in_the_code_the_project_ships_or_runs():
     """Unused imports, undefined names and shadowed definitions fail here, not in review. Planted:
     a file importing a module it never uses must be reported."""
-    dirs = [str(ROOT / d) for d in ("src", "tests", "benchmarks", "harness")]
+    dirs = [str(ROOT / d) for d in ("src", "tests", "benchmarks", "harness") if (ROOT / d).is_dir()]
     out = subprocess.run([sys.executable, "-m", "pyflakes", *dirs], capture_output=True, text=True)
     assert out.stdout == "" and out.returncode == 0, out.stdout + out.stderr
 

@@ -1,22 +1,33 @@
 """The shape of kperfdiff's code, measured from its own source: stages, imports, cycles,
-function sizes. Prints the figures; tests/test_architecture.py holds the rules to them.
+function sizes, and what the command line imports to start. Prints the figures;
+tests/test_architecture.py holds the rules to them.
 
-    .venv/bin/python harness/architecture.py [REPO]
+    .venv/bin/python tests/support/architecture.py [REPO]
 
 Every import statement counts, wherever it is (module top, inside a function, under
-``if TYPE_CHECKING``): a cycle hidden in a function is still a cycle. Only the import-time
-graph (no ``TYPE_CHECKING`` imports) decides what a module pulls in at run time.
+``if TYPE_CHECKING``): a cycle hidden in a function is still a cycle. So does a module a
+loader imports by name (``importlib.import_module``) from its table (LOADERS). Only the
+import-time graph (no ``TYPE_CHECKING`` imports) decides what a module pulls in at run time.
+
+An import inside a function hides a dependency from the top of the file, so it needs a declared
+reason: a library slow to import that only some paths need (HEAVY), or a loader's table. The
+start-up check runs the real entry point and looks at what it imported (sys.modules): the
+commands that must start at once (STARTUP) may import no HEAVY library and no command module
+but their own.
 """
 from __future__ import annotations
 
 import ast
+import os
 import re
+import subprocess
 import sys
+import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PACKAGE = "kperfdiff"
 
 # A module's stage is the first folder of its path under src/kperfdiff (the package's
@@ -45,9 +56,25 @@ ALLOWED = {
 ALLOWED["schemas"] = {"core", "schemas"}
 ALLOWED["commands"] = set(ALLOWED)
 ROOT_STAGES = {"": "core", "native": "core", "__main__": "commands"}
-# Third-party modules that may be imported inside a function: an optional or slow import
-# only some commands need (scipy.stats alone takes ~0.7 s).
-LAZY_ALLOWED = ("scipy", "psycopg")   # psycopg: only a PostgreSQL store needs it
+# Libraries slow to import that only some paths need: the one reason a module may import something
+# inside a function (so the commands that need none start without it), and what the commands of
+# STARTUP must not import.
+HEAVY = {
+    "numpy": "arrays for statistics, profiles and placement: ~30 ms",
+    "scipy": "Student's t, the exact placement's MILP: scipy.special ~0.1 s, scipy.stats ~0.7 s",
+    "google.protobuf": "pprof export only",
+    "yaml": "LAVA jobs, their logs and lavacli's configuration only",
+    "psycopg": "a PostgreSQL store only (an optional dependency)",
+}
+# Modules that import modules of their own package by name, from a table: module -> the table
+# (a dict whose values name the modules, or a tuple of tuples whose last item does).
+LOADERS = {
+    f"{PACKAGE}.commands": "COMMANDS",     # the dispatcher: a command's module when it is parsed
+    f"{PACKAGE}.studies": "KINDS",         # a study's kind
+}
+# Command lines that must start at once: none of them imports a HEAVY library or a command
+# module other than the one of its own command.
+STARTUP = (("--help",), ("runs", "--help"), ("runs",), ("bench", "--list"))
 # What marks a module as reading or writing files, processes or the store.
 IO_MODULES = {"subprocess", "sqlite3", "shutil", "tempfile", "socket", "selectors", "tomllib", "mmap"}
 IO_CALLS = {"open", "read_text", "read_bytes", "write_text", "write_bytes", "iterdir", "glob", "rglob",
@@ -61,7 +88,8 @@ class Import:
     line: int
     in_function: bool
     type_only: bool      # under `if TYPE_CHECKING:`
-    external: str = ""   # a third-party top-level module, when not kperfdiff
+    external: str = ""   # a module outside kperfdiff (standard library or third party), dotted
+    by_name: bool = False    # loaded by a loader from its table (LOADERS), not by an import statement
 
 
 @dataclass
@@ -71,6 +99,7 @@ class Module:
     tree: ast.Module
     imports: list[Import] = field(default_factory=list)
     does_io: list[str] = field(default_factory=list)
+    loads_by_name: list[int] = field(default_factory=list)   # lines of importlib.import_module / __import__ calls
 
     @property
     def short(self) -> str:
@@ -101,7 +130,27 @@ def load_modules(repo: Path = REPO) -> dict[str, Module]:
         mods.setdefault(f"{PACKAGE}.native", Module(f"{PACKAGE}.native", so, ast.Module(body=[], type_ignores=[])))
     for m in mods.values():
         _scan(m, mods)
+    for loader in LOADERS:
+        if loader in mods:
+            mods[loader].imports += [Import(t, [], line, True, False, by_name=True)
+                                     for t, line in table(mods, loader).values() if t in mods]
     return mods
+
+
+def table(mods: dict[str, Module], loader: str) -> dict[str, tuple[str, int]]:
+    """A loader's table: name -> (the module it loads, the line of its entry)."""
+    pkg = loader
+    out = {}
+    for node in mods[loader].tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == LOADERS[loader]
+                                                for t in node.targets):
+            v = node.value
+            pairs = list(zip(v.keys, v.values)) if isinstance(v, ast.Dict) else \
+                [(e.elts[0], e.elts[-1]) for e in v.elts if isinstance(e, ast.Tuple)]
+            for k, val in pairs:
+                if isinstance(k, ast.Constant) and isinstance(val, ast.Constant):
+                    out[k.value] = (f"{pkg}.{val.value}", val.lineno)
+    return out
 
 
 def _resolve(m: Module, node: ast.ImportFrom | ast.Import, mods: dict[str, Module]) -> list[tuple[str, str | None]]:
@@ -135,8 +184,8 @@ def _scan(m: Module, mods: dict[str, Module]) -> None:
                         if t != m.name:
                             m.imports.append(Import(t, names, child.lineno, in_function, type_only))
                     else:
+                        m.imports.append(Import("", names, child.lineno, in_function, type_only, external=target))
                         top = target.split(".")[0]
-                        m.imports.append(Import("", names, child.lineno, in_function, type_only, external=top))
                         if top in IO_MODULES and not type_only:
                             m.does_io.append(f"imports {top}")
             elif isinstance(child, ast.Call):
@@ -144,6 +193,8 @@ def _scan(m: Module, mods: dict[str, Module]) -> None:
                 name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
                 if name in IO_CALLS:
                     m.does_io.append(f"calls {name}() at line {child.lineno}")
+                if name in ("import_module", "__import__"):
+                    m.loads_by_name.append(child.lineno)
             visit(child, fn, tc)
     visit(m.tree, False, False)
 
@@ -237,10 +288,67 @@ def closure(g: dict[str, set[str]], start: str) -> set[str]:
 
 # -- the rules ------------------------------------------------------------------------
 
-def function_level_imports(mods) -> list[str]:
-    return [f"{m.short}:{i.line} imports {i.target or i.external} inside a function"
-            for m in mods.values() for i in m.imports
-            if i.in_function and not (i.external and i.external in LAZY_ALLOWED)]
+def heavy(module: str) -> str | None:
+    """The HEAVY library a dotted module name belongs to, if any."""
+    return next((h for h in HEAVY if module == h or module.startswith(h + ".")), None)
+
+
+def hidden_imports(mods) -> list[str]:
+    """Imports a reader of a module's top does not see, without a declared reason: one inside a
+    function, of anything but a HEAVY library; a module loaded by name outside a loader (LOADERS)."""
+    out = [f"{m.short}:{i.line} imports {i.target or i.external} inside a function"
+           for m in mods.values() for i in m.imports
+           if i.in_function and not i.by_name and not (i.external and heavy(i.external))]
+    out += [f"{m.short}:{line} loads a module by name, and is no loader of tests/support/architecture.py"
+            for m in mods.values() if m.name not in LOADERS for line in m.loads_by_name]
+    return out
+
+
+def startup_modules(args, *, pythonpath: str | None = None, env: dict | None = None) -> tuple[int, set[str]]:
+    """Run the real entry point (kperfdiff.commands:main, as the `kperfdiff` script does) with
+    ``args`` in a fresh interpreter; its exit status and every module imported by the time it
+    returned. Times nothing."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "modules"
+        code = ("import sys\n"
+                "out, args = sys.argv[1], sys.argv[2:]\n"
+                "sys.argv = ['kperfdiff', *args]\n"
+                "from kperfdiff.commands import main\n"
+                "try:\n    rc = main()\nexcept SystemExit as e:\n    rc = e.code or 0\n"
+                "open(out, 'w').write('\\n'.join(sorted(sys.modules)))\n"
+                "sys.exit(rc)\n")
+        e = dict(os.environ, **(env or {}))
+        if pythonpath:
+            e["PYTHONPATH"] = pythonpath + os.pathsep + e.get("PYTHONPATH", "")
+        p = subprocess.run([sys.executable, "-c", code, str(out), *args], env=e, stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, timeout=120)
+        mods = set(out.read_text().split("\n")) if out.exists() else set()
+    return p.returncode, mods
+
+
+def startup_violations(args, imported: set[str], mods) -> list[str]:
+    """What the command line ``args`` should not have imported to start: a HEAVY library, or a
+    command module other than its own command's."""
+    commands = table(mods, f"{PACKAGE}.commands")
+    own = next((commands[a][0] for a in args if a in commands), None)
+    out = sorted({f"{' '.join(args)} imports {heavy(n)}" for n in imported if heavy(n)})
+    out += [f"{' '.join(args)} imports the command module {n}" for n in sorted(imported)
+            if n in {t for t, _ in commands.values()} and n != own]
+    return out
+
+
+def startup_check(mods, *, pythonpath: str | None = None) -> dict[tuple[str, ...], tuple[int, set[str], list[str]]]:
+    """Each command line of STARTUP run on an empty store of its own: its exit status, the modules it
+    imported, and what it should not have imported (:func:`startup_violations`)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {"KPERFDIFF_HOME": tmp, "KPERFDIFF_STATE_DIR": str(Path(tmp) / "state"), "KPERFDIFF_STORE": ""}
+        rc, _ = startup_modules(("store", "init"), pythonpath=pythonpath, env=env)
+        assert rc == 0, "kperfdiff store init failed: no empty store to start on"
+        out = {}
+        for args in STARTUP:
+            rc, imported = startup_modules(args, pythonpath=pythonpath, env=env)
+            out[args] = rc, imported, startup_violations(args, imported, mods)
+    return out
 
 
 def private_imports(mods) -> list[str]:
@@ -352,7 +460,7 @@ def main(argv: list[str]) -> int:
     print(f"  import cycles between packages: {len(cycles(package_graph(mods)))}")
     for c in cycles(package_graph(mods)):
         print("    " + " <-> ".join(x[len(PACKAGE) + 1:] for x in c))
-    for title, found in (("function-level imports", function_level_imports(mods)),
+    for title, found in (("imports inside a function or by name, undeclared", hidden_imports(mods)),
                          ("private names imported across modules", private_imports(mods)),
                          ("modules outside a stage folder", misplaced_modules(mods)),
                          ("imports against the stage order", stage_violations(mods)),
@@ -361,6 +469,10 @@ def main(argv: list[str]) -> int:
         print(f"  {title}: {len(found)}")
         for f in found[:12]:
             print(f"    {f}")
+    for args, (rc, imported, found) in startup_check(mods, pythonpath=str(repo / "src")).items():
+        ours = sum(1 for n in imported if n == PACKAGE or n.startswith(PACKAGE + "."))
+        print(f"  kperfdiff {' '.join(args)}: exit {rc}, {len(imported)} modules imported ({ours} of kperfdiff), "
+              f"{', '.join(found) if found else 'no heavy library, no other command module'}")
     print("  lines per stage: " + ", ".join(f"{k} {v}" for k, v in lines_per_stage(mods).items()))
     print("  longest Python functions: " + ", ".join(f"{n} {k}" for k, n in python_functions(mods)[:6]))
     print("  longest Rust functions: " + ", ".join(f"{n} {k}" for k, n in rust_functions(repo)[:6]))
