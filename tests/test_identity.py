@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from conftest import KPERFDIFF, ROOT, assert_one_sentence_error, run_cli
-from kperfdiff.experiments import run as ex
+from kperfdiff.experiments import file as exp_file, run as ex
 from kperfdiff.targets import machine
 from kperfdiff import store as st
 from kperfdiff.targets.base import facts_from_files
@@ -186,7 +186,7 @@ def test_a_changed_kernel_release_is_seen_by_a_real_run(tmp_path, home):
 def test_cells_of_a_schema_5_store_have_no_identity_and_are_not_resumed_onto(tmp_path):
     p = tmp_path / "e.toml"
     p.write_text(EXP.format(name="old", reps=1))
-    e = ex.parse(p)
+    e = exp_file.parse(p)
     db = tmp_path / "old.db"
     c = sqlite3.connect(db)
     for script in (st.SCHEMA, st.MIGRATIONS[1], st.MIGRATIONS[2], st.MIGRATIONS[3], st.MIGRATIONS[4]):

@@ -29,7 +29,6 @@ MAX_WINDOW_BYTES = 512 << 20
 BOOT_WINDOW = "insn-boot"          # the boot window: reset to the first user instruction
 CALL_PREFIX = "insn-call"          # <prefix>.<function address hex>.<N>: the N-th call of a watched function
 MAX_CALLS = 4                      # call= functions the plugin watches at once
-EVENTS = ("insns", "tlbi", "dsb", "isb")
 
 
 def plugin() -> Path:
