@@ -265,9 +265,8 @@ def stale_names(page: Path) -> list[str]:
 
 def first_sentence(doc: str) -> str:
     para = " ".join(doc.strip().split("\n\n", 1)[0].split())
-    m = re.match(r"(.+?[.:;])(\s|$)", para)
-    s = m.group(1) if m else para
-    s = s.rstrip(":;").replace("|", "\\|")
+    m = re.match(r"(.+?\.)(\s|$)", para)
+    s = (m.group(1) if m else para).replace("|", "\\|") or "(no docstring)"
     return s if len(s) <= 160 else s[:157].rstrip() + "..."
 
 
