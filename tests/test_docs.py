@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())   # wherever tests/ puts this file
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 ARCHITECTURE = DOCS / "architecture.md"
@@ -30,6 +30,15 @@ MAX_README_LINES = 300
 
 def pages() -> list[Path]:
     return [README, *sorted(DOCS.glob("*.md"))]
+
+
+def written(page: Path) -> str:
+    """A page's text as people wrote it: without the generated module table, whose text is the
+    modules' own docstrings (test_architecture_page_lists_every_module_and_no_other checks it)."""
+    text = page.read_text()
+    if BEGIN in text and END in text:
+        text = text.split(BEGIN, 1)[0] + text.split(END, 1)[1]
+    return text
 
 
 def _id(p: Path) -> str:
@@ -166,7 +175,7 @@ def has_flag(help: str, flag: str) -> bool:
 
 def flag_problems(page: Path) -> list[str]:
     bad = []
-    for rest in command_lines(page.read_text()):
+    for rest in command_lines(written(page)):
         toks = _tokens(rest)
         if not toks or toks[0].startswith("-") and toks[0] not in GLOBAL_FLAGS:
             continue
@@ -205,7 +214,7 @@ def known_flags() -> str:
 
 
 def quoted_flags(page: Path) -> set[str]:
-    prose, code = split_code(page.read_text())
+    prose, code = split_code(written(page))
     flags = set()
     for span in inline_code(prose) + code:
         flags |= set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]+)", span))
@@ -218,7 +227,7 @@ REPO_PATH = re.compile(r"(?<![\w./-])((?:src|tests|harness|benchmarks|validation
 def missing_paths(page: Path) -> list[str]:
     """Repository paths a page quotes (in code) that do not exist; paths with placeholders
     (``<family>``, ``*``, ``{a,b}``) are left alone."""
-    prose, code = split_code(page.read_text())
+    prose, code = split_code(written(page))
     bad = set()
     for span in inline_code(prose) + code:
         for m in REPO_PATH.finditer(span):
@@ -252,11 +261,8 @@ def resolves(dotted: str) -> bool:
 
 
 def stale_names(page: Path) -> list[str]:
-    """The ``kperfdiff.module.name`` references of a page (but in the generated module table, whose
-    text is the modules' own docstrings) that name nothing."""
-    text = page.read_text()
-    if BEGIN in text:
-        text = text.split(BEGIN, 1)[0] + text.split(END, 1)[1]
+    """The ``kperfdiff.module.name`` references of a page that name nothing."""
+    text = written(page)
     names = {m.group(0) for m in DOTTED.finditer(text) if m.group(0).split(".")[1] not in NOT_CODE}
     return sorted(n for n in names if not resolves(n))
 
