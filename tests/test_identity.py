@@ -283,7 +283,7 @@ def test_readme_ci_snippets_name_the_experiment_per_commit():
     gitlab = _snippet("ci.md", "GitLab CI:")
     assert gitlab[0] == 'kperfdiff run perf-gate.toml --name "perf-gate-$CI_COMMIT_SHA"'
     assert gitlab[1].startswith('kperfdiff compare --experiment "perf-gate-$CI_COMMIT_SHA" --fail-on-regression')
-    lab = _snippet("lab.md", "### Every patch, on the lab, gated")
+    lab = _snippet("lab.md", "## Every patch, on the lab, gated")
     assert 'export GATE="patch-$CI_COMMIT_SHORT_SHA"' in lab
     assert all('--name "$GATE"' in x for x in lab if x.startswith("kperfdiff run"))
     assert re.search(r'kperfdiff compare --experiment "\$GATE" --fail-on-regression', "\n".join(lab))
