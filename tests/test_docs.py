@@ -368,6 +368,12 @@ def test_every_docs_page_is_linked_from_the_readme():
     assert not missing, f"docs pages the README does not link: {missing}"
 
 
+def test_readme_names_every_sub_command():
+    named = {rest.split()[0] for rest in command_lines(README.read_text()) if rest.split()}
+    missing = sorted(subcommands(()) - named)
+    assert not missing, f"`kperfdiff --help` lists sub-commands the README never names: {missing}"
+
+
 @pytest.mark.parametrize("page", pages(), ids=_id)
 def test_relative_links_resolve(page):
     assert not broken_links(page)
