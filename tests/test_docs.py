@@ -248,6 +248,10 @@ def missing_paths(page: Path) -> list[str]:
                 continue
             if not (ROOT / m.group(1)).exists():
                 bad.add(m.group(1))
+    for span in inline_code(prose):         # `store/backend.py`: a module named by its path in the package
+        if re.fullmatch(r"(?:\w+/)+\w+\.(?:py|toml|rs)", span) and not REPO_PATH.match(span) \
+                and not (SRC / span).exists() and not (ROOT / span).exists():
+            bad.add(span)
     return sorted(bad)
 
 
@@ -445,6 +449,8 @@ def test_checks_catch_planted_mistakes(tmp_path):
     page.write_text("`tests/data/perfdata/README.md`, `harness/no_such.py --x`\n```\nexamples/nosuch.toml\n```\n"
                     "`src/kperfdiff/bench/families/<family>.toml`\n")
     assert missing_paths(page) == ["examples/nosuch.toml", "harness/no_such.py"]
+    page.write_text("`store/backend.py`, `store/nosuch.py`, `bench/families/fs.toml`\n")
+    assert missing_paths(page) == ["store/nosuch.py"]
     page.write_text("`kperfdiff.ingest.profile.Profile`, `kperfdiff.profile.Profile`, `kperfdiff.ingest.nosuch`, "
                     "`demo-out/kperfdiff.db`, `kperfdiff.artefacts/`\n")
     assert stale_names(page) == ["kperfdiff.ingest.nosuch", "kperfdiff.profile.Profile"]
