@@ -1,4 +1,4 @@
-//! The ELF reader of kperfdiff's Python side (`kperfdiff.targets.elf` and the
+//! The ELF reader of kperfdiff's Python side (`kperfdiff.targets.guest.elf` and the
 //! placement planner's `vmlinux` sizes), built on the `object` crate's ELF
 //! structures like the profile symboliser (elfsyms.rs).
 //!
@@ -15,7 +15,7 @@ use object::read::elf::{Dyn, FileHeader, ProgramHeader, SectionHeader, SectionTa
 use object::read::StringTable;
 use object::Endianness;
 
-/// What `kperfdiff.targets.elf` needs of an ELF file.
+/// What `kperfdiff.targets.guest.elf` needs of an ELF file.
 #[derive(Debug, Default, PartialEq)]
 pub struct Info<'d> {
     /// `i386`, `arm`, `x86_64`, `aarch64`, `riscv64`, `ppc64`, `s390`, else the number.

@@ -178,7 +178,7 @@ def check_knob_path(path: str, allowed: frozenset[str] | set[str] = frozenset())
         return None
     if path in allowed or real in {_resolved(a) for a in allowed}:
         return None
-    return ("is not one of the performance knobs kperfdiff sets by default (see the README's knob table); "
+    return ("is not one of the performance knobs kperfdiff sets by default (the table in docs/experiments.md, 'What an experiment file may do'); "
             "if you mean it, run with --allow-knob " + path)
 
 

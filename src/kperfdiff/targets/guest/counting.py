@@ -3,7 +3,7 @@
 The emulated PMU of a QEMU TCG arm64 guest counts instructions exactly, but perf cannot sample
 on it: its overflow interrupt is only taken once the CPU is back in user space, so every
 ``perf record -e instructions`` sample of a kernel path lands on the user instruction after the
-system call (README: deterministic guests). kperfdiff counts in the emulator instead: a TCG
+system call (docs/targets.md: deterministic instruction profiles). kperfdiff counts in the emulator instead: a TCG
 plugin (``insn_count.c``, built here for the host's QEMU) adds each translation block's
 instruction count every time the block runs, between the two marks a worker run with
 ``--count`` executes around its timed intervals, and writes one window file per marked run.
