@@ -72,7 +72,7 @@ demo: setup
 
 # The five studies kperfdiff comes from, one experiment file each (examples/studies/), run
 # locally and in emulated arm64/x86_64 guests; resumable (run it again after Ctrl-C or a failure);
-# writes one HTML report with a section per study. About 15 minutes here (see README).
+# writes one HTML report with a section per study. About 15 minutes here (see docs/studies.md).
 STUDIES_STORE ?= studies-out/kperfdiff.db
 studies: setup
 	@mkdir -p studies-out

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import KPERFDIFF, ROOT, assert_one_sentence_error, run_cli
-from kperfdiff.experiments import run as ex
+from kperfdiff.experiments import file as exp_file, matrix as exp_matrix
 from kperfdiff import store as st
 from kperfdiff.core.errors import InputError
 
@@ -69,24 +69,24 @@ def fast(name="t", benches='["syscall.null"]', cores="[1]", reps=2, extra="", a=
 def test_bad_files_one_sentence(tmp_path, body, words):
     p = write(tmp_path, body)
     with pytest.raises(InputError) as e:
-        ex.parse(p)
+        exp_file.parse(p)
     msg = str(e.value)
     assert words in msg and str(p) in msg and "\n" not in msg
 
 
 def test_bad_benchmark_and_param(tmp_path):
     with pytest.raises(InputError, match="matches no benchmark"):
-        ex.plan(ex.parse(write(tmp_path, fast(benches='["nosuch.bench"]'))))
+        exp_matrix.plan(exp_file.parse(write(tmp_path, fast(benches='["nosuch.bench"]'))))
     with pytest.raises(InputError, match="params key 'sys\\*:nokey' applies to no benchmark"):
-        ex.plan(ex.parse(write(tmp_path, fast(extra='params = { "sys*:nokey" = 1 }'))))
+        exp_matrix.plan(exp_file.parse(write(tmp_path, fast(extra='params = { "sys*:nokey" = 1 }'))))
 
 
 def test_matrix_interleaves_and_templates(tmp_path):
-    e = ex.parse(write(tmp_path, fast(benches='["gups.{p}", "syscall.null"]', cores="[1, 2]",
-                                      a='vars = { p = "4k" }', b='vars = { p = "huge" }')))
-    cols = ex.resolve(e)
+    e = exp_file.parse(write(tmp_path, fast(benches='["gups.{p}", "syscall.null"]', cores="[1, 2]",
+                                            a='vars = { p = "4k" }', b='vars = { p = "huge" }')))
+    cols = exp_matrix.resolve(e)
     assert [(k, b.name) for k, b in cols["B"]] == [("gups.{p}", "gups.huge"), ("syscall.null", "syscall.null")]
-    cells = ex.cells(e, cols)
+    cells = exp_matrix.cells(e, cols)
     assert len(cells) == 2 * 2 * 2 * 2 and len({c.id for c in cells}) == len(cells)
     # repetition outermost; variants back to back, order rotated from cell to cell
     assert [c.variant for c in cells[:4]] == ["A", "B", "B", "A"]
@@ -98,7 +98,7 @@ def test_examples_parse_and_plan():
     files = sorted((ROOT / "examples").glob("*.toml"))
     assert {f.name for f in files} >= {"superpages.toml", "core-scaling.toml", "cmdline.toml", "xarch.toml"}
     for f in files:
-        pl = ex.plan(ex.parse(f))
+        pl = exp_matrix.plan(exp_file.parse(f))
         assert pl["cells"] > 0
 
 
@@ -349,8 +349,8 @@ def test_guest_variants_set_up_their_own_swap_and_the_host_is_never_touched(monk
     local variants swap-ready; a guest variant's job is asked to set up its own zram swap."""
     from kperfdiff.experiments import run as ex
     from kperfdiff.bench import catalogue
-    exp = ex.parse_data({"name": "sw", "benchmarks": ["pageout.anon"], "allow_swap_setup": True, "tiny": True,
-                         "variant": [{"label": "host"}, {"label": "guest", "target": "qemu:arm64"}]})
+    exp = exp_file.parse_data({"name": "sw", "benchmarks": ["pageout.anon"], "allow_swap_setup": True, "tiny": True,
+                               "variant": [{"label": "host"}, {"label": "guest", "target": "qemu:arm64"}]})
     entered = []
 
     class Swap:
@@ -367,7 +367,7 @@ def test_guest_variants_set_up_their_own_swap_and_the_host_is_never_touched(monk
         def as_repetition(self, rep):
             return "measured"
     with contextlib.ExitStack() as stack:
-        m = ex._measure_cell(exp, exp.variant("host"), ex.Cell("host", b.name, b.name, 1, 0), b,
+        m = ex._measure_cell(exp, exp.variant("host"), exp_matrix.Cell("host", b.name, b.name, 1, 0), b,
                              {"pageout": "/nonexistent/kpd-pageout"}, {"host": {}, "guest": {}},
                              {"host": {}, "guest": None}, ready, stack, {}, None, None,
                              lambda *a: Measured(), lambda b, f, r: None if r else "no swap")
@@ -387,7 +387,7 @@ def test_guest_variants_set_up_their_own_swap_and_the_host_is_never_touched(monk
         return []
     monkeypatch.setattr(ex.targets, "open_target", lambda *a, **k: Target())
     monkeypatch.setattr(ex.targets, "run_benchmarks", fake_run)
-    list(ex._measure_remote(exp, exp.variant("guest"), [ex.Cell("guest", b.name, b.name, 1, 0)],
+    list(ex._measure_remote(exp, exp.variant("guest"), [exp_matrix.Cell("guest", b.name, b.name, 1, 0)],
                             {b.name: b}, {"guest": {}}, type("Run", (), {"artefact_dir": None})(), None,
                             lambda label, facts: None))
     assert seen["allow"] is True and entered == [1]

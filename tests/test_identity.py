@@ -1,6 +1,6 @@
 """Experiments know what they measured: each cell keeps the identity of the kernel, machine and
 kperfdiff it ran on; a resume onto cells of another identity is refused (--restart, --name), the
-dry run counts what is stored, and the README's CI snippets gate each commit's own cells."""
+dry run counts what is stored, and the manual's CI snippets (docs/ci.md, docs/lab.md) gate each commit's own cells."""
 import json
 import os
 import re
@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from conftest import KPERFDIFF, ROOT, assert_one_sentence_error, run_cli
-from kperfdiff.experiments import run as ex
+from kperfdiff.experiments import file as exp_file, run as ex
 from kperfdiff.targets import machine
 from kperfdiff import store as st
 from kperfdiff.targets.base import facts_from_files
@@ -186,7 +186,7 @@ def test_a_changed_kernel_release_is_seen_by_a_real_run(tmp_path, home):
 def test_cells_of_a_schema_5_store_have_no_identity_and_are_not_resumed_onto(tmp_path):
     p = tmp_path / "e.toml"
     p.write_text(EXP.format(name="old", reps=1))
-    e = ex.parse(p)
+    e = exp_file.parse(p)
     db = tmp_path / "old.db"
     c = sqlite3.connect(db)
     for script in (st.SCHEMA, st.MIGRATIONS[1], st.MIGRATIONS[2], st.MIGRATIONS[3], st.MIGRATIONS[4]):
@@ -231,9 +231,9 @@ def test_dry_run_counts_what_is_stored_and_what_is_left(tmp_path, home):
            "run refuses to resume it; --restart (or another --name) measures all 6 cells afresh" in r.stdout
 
 
-def _snippet(title: str) -> list[str]:
-    """The shell lines of one of the README's CI snippets (the yaml block after ``title``)."""
-    text = (ROOT / "README.md").read_text()
+def _snippet(page: str, title: str) -> list[str]:
+    """The shell lines of one of the manual's CI snippets (the yaml block after ``title`` in docs/``page``)."""
+    text = (ROOT / "docs" / page).read_text()
     block = text.split(title, 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
     lines = []
     for ln in block.splitlines():
@@ -247,7 +247,7 @@ def _snippet(title: str) -> list[str]:
 def test_readme_ci_snippet_run_twice_on_one_store_gates_each_commits_own_cells(tmp_path, home):
     """Two pipelines of the README's GitHub Actions snippet on a runner that keeps its store, the second
     on a new kernel: the second measures and gates its own cells, never the first one's."""
-    lines = _snippet("GitHub Actions:")
+    lines = _snippet("ci.md", "GitHub Actions:")
     assert len(lines) == 2 and lines[0].startswith("kperfdiff run perf-gate.toml")
     (tmp_path / "perf-gate.toml").write_text(EXP.format(name="perf-gate", reps=3))
     script = "set -e\n" + "\n".join(lines) + "\n"
@@ -280,10 +280,10 @@ def test_readme_ci_snippet_run_twice_on_one_store_gates_each_commits_own_cells(t
 
 
 def test_readme_ci_snippets_name_the_experiment_per_commit():
-    gitlab = _snippet("GitLab CI:")
+    gitlab = _snippet("ci.md", "GitLab CI:")
     assert gitlab[0] == 'kperfdiff run perf-gate.toml --name "perf-gate-$CI_COMMIT_SHA"'
     assert gitlab[1].startswith('kperfdiff compare --experiment "perf-gate-$CI_COMMIT_SHA" --fail-on-regression')
-    lab = _snippet("### Every patch, on the lab, gated")
+    lab = _snippet("lab.md", "## Every patch, on the lab, gated")
     assert 'export GATE="patch-$CI_COMMIT_SHORT_SHA"' in lab
     assert all('--name "$GATE"' in x for x in lab if x.startswith("kperfdiff run"))
     assert re.search(r'kperfdiff compare --experiment "\$GATE" --fail-on-regression', "\n".join(lab))

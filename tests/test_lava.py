@@ -302,7 +302,8 @@ def test_lava_jobs_writes_reviewable_jobs_lava_accepts(tmp_path, home, fake_kern
     for name, spec in (("job", images["ramdisk"]["overlays"]["job"]), ("ramdisk", images["ramdisk"])):
         f = out / "artefacts" / spec["url"].rsplit("/", 1)[1]
         assert hashlib.sha256(f.read_bytes()).hexdigest() == spec["sha256sum"], name
-    assert job["metadata"]["kperfdiff.variant"] == "nothp" and job["metadata"]["kperfdiff.rep"] == "2"
+    assert {k: v for k, v in job["metadata"].items() if k != "kperfdiff.version"} == {
+        "kperfdiff.experiment": "lava-fake", "kperfdiff.variant": "nothp", "kperfdiff.rep": "2"}
 
 
 def test_lava_jobs_without_a_lava_variant_or_a_token_word_in_the_spec_is_one_sentence(tmp_path, home):

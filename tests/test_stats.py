@@ -178,7 +178,7 @@ def test_statistics_of_a_comparison_do_not_import_scipy_stats():
     # scipy.stats takes ~0.7 s to import: more than every other part of `show` or `compare`.
     import subprocess
     import sys
-    code = ("import sys; from kperfdiff import stats; r = [[1.0, 1.1], [1.2], [0.9, 1.0], [1.05]]; "
+    code = ("import sys; from kperfdiff.core import stats; r = [[1.0, 1.1], [1.2], [0.9, 1.0], [1.05]]; "
             "stats.nested_change(r, r[::-1], 'lower'); stats.centre_half_width(r); stats.fdr_significant([0.1]); "
             "stats.run_level_change(r, r[::-1], 'lower', [[r, r[::-1], r]]); stats.welch_interval([1, 2], [2, 4]); "
             "print('scipy.stats' in sys.modules)")

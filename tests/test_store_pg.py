@@ -514,7 +514,7 @@ def test_two_machines_resuming_a_dead_ones_experiment_at_once_take_it_over_once(
 
 HEARTBEAT_FAST = """
 import runpy, sys
-from kperfdiff import limits
+from kperfdiff.core import limits
 limits.HEARTBEAT_S = 0.2
 sys.argv = ["kperfdiff", *sys.argv[1:]]
 runpy.run_module("kperfdiff", run_name="__main__")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kperfdiff.experiments import run as experiment
+from kperfdiff.experiments import file as exp_file, matrix as exp_matrix
 from kperfdiff import studies
 from kperfdiff.analysis.profile_diff import DiffOptions, diff_profiles
 from kperfdiff.core.errors import InputError
@@ -46,14 +46,14 @@ def test_every_study_file_is_a_checked_experiment_with_its_study_told():
         assert re.search(r"\d", st.found), f"{p.name}: the study's figures belong in found"
         kinds.add(st.kind)
         names.add(exp.name)
-        experiment.plan(exp)     # the matrix resolves (benchmarks, placeholders, parameters)
+        exp_matrix.plan(exp)     # the matrix resolves (benchmarks, placeholders, parameters)
     assert kinds == set(studies.KINDS) and len(names) == 5
 
 
 def test_the_study_table_is_not_part_of_an_experiments_identity(tmp_path):
     base = {"name": "s", "benchmarks": ["syscall.null"], "variant": [{"label": "a"}]}
-    plain = experiment.parse_data(base)
-    told = experiment.parse_data(dict(base, study={"kind": "superpages", "title": "T", "differs": ["x", "y"]}))
+    plain = exp_file.parse_data(base)
+    told = exp_file.parse_data(dict(base, study={"kind": "superpages", "title": "T", "differs": ["x", "y"]}))
     assert told.study["differs"] == ["x", "y"]
     assert told.file_hash() == plain.file_hash()     # rewording a study never re-measures it
 
@@ -68,17 +68,17 @@ def test_a_wrong_study_table_is_one_sentence(study, message):
     data = {"name": "s", "benchmarks": ["syscall.null"], "variant": [{"label": "a"}]}
     if study is not None:
         data["study"] = study
-    exp = experiment.parse_data(data, "f.toml")
+    exp = exp_file.parse_data(data, "f.toml")
     with pytest.raises(InputError, match=message):
         studies.study_of(exp)
 
 
 def test_a_study_table_of_the_wrong_shape_is_refused_by_the_parser():
     data = {"name": "s", "benchmarks": ["syscall.null"], "variant": [{"label": "a"}]}
-    with pytest.raises(experiment.ExperimentError, match="study must be a table"):
-        experiment.parse_data(dict(data, study="x"), "f.toml")
-    with pytest.raises(experiment.ExperimentError, match="must be a string or a number"):
-        experiment.parse_data(dict(data, study={"found": {"a": 1}}), "f.toml")
+    with pytest.raises(exp_file.ExperimentError, match="study must be a table"):
+        exp_file.parse_data(dict(data, study="x"), "f.toml")
+    with pytest.raises(exp_file.ExperimentError, match="must be a string or a number"):
+        exp_file.parse_data(dict(data, study={"found": {"a": 1}}), "f.toml")
 
 
 def test_the_cli_refuses_a_plain_experiment_file_and_duplicate_names(tmp_path):

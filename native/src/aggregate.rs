@@ -6,7 +6,7 @@
 use crate::abi::*;
 use crate::header::{Attr, Events};
 use crate::intern::{self, ChainMap, SliceSet};
-use crate::reader::{EventOut, Fact, Output};
+use crate::output::{EventOut, Fact, Output};
 use crate::symbolize::Symbols;
 use byteorder::ByteOrder;
 use rustc_hash::FxHashMap;

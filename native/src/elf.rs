@@ -1,4 +1,4 @@
-//! The ELF reader of kperfdiff's Python side (`kperfdiff.targets.elf` and the
+//! The ELF reader of kperfdiff's Python side (`kperfdiff.targets.guest.elf` and the
 //! placement planner's `vmlinux` sizes), built on the `object` crate's ELF
 //! structures like the profile symboliser (elfsyms.rs).
 //!
@@ -15,7 +15,7 @@ use object::read::elf::{Dyn, FileHeader, ProgramHeader, SectionHeader, SectionTa
 use object::read::StringTable;
 use object::Endianness;
 
-/// What `kperfdiff.targets.elf` needs of an ELF file.
+/// What `kperfdiff.targets.guest.elf` needs of an ELF file.
 #[derive(Debug, Default, PartialEq)]
 pub struct Info<'d> {
     /// `i386`, `arm`, `x86_64`, `aarch64`, `riscv64`, `ppc64`, `s390`, else the number.
@@ -49,9 +49,59 @@ pub struct Functions<'d> {
     pub section_names: Vec<&'d [u8]>,
 }
 
-/// Why [`functions`] found nothing to read: kept apart from damage so that
-/// Python can say "stripped" instead of "damaged".
-pub const NO_SYMTAB: &str = "no symbol table (stripped)";
+/// Why an ELF file cannot be read: each shown as a short phrase that reads well
+/// inside "... is a damaged ELF file (PHRASE)".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ElfError {
+    NotElf,
+    TruncatedHeader,
+    UnknownClass,
+    UnknownVersion,
+    /// object reads its structures in place, and they are not aligned.
+    Unaligned,
+    ProgramHeaders,
+    Interpreter,
+    Dynamic,
+    DynamicStrings,
+    NeededName,
+    /// A section asked for (by name) lies outside the file.
+    SectionOutside(String),
+    SectionHeaders,
+    SectionNames,
+    /// Why [`functions`] found nothing to read: kept apart from damage so that
+    /// Python can say "stripped" instead of "damaged".
+    NoSymtab,
+    SymbolTable,
+    SymbolName,
+    /// A string (the interpreter path, a needed library's name) is not UTF-8.
+    NotUtf8(&'static str),
+}
+
+impl std::fmt::Display for ElfError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ElfError::NotElf => "not an ELF file",
+            ElfError::TruncatedHeader => "truncated header",
+            ElfError::UnknownClass => "unknown class or byte order",
+            ElfError::UnknownVersion => "unknown ELF version",
+            ElfError::Unaligned => "header not aligned in memory",
+            ElfError::ProgramHeaders => "program headers out of range",
+            ElfError::Interpreter => "interpreter segment out of range",
+            ElfError::Dynamic => "dynamic segment out of range",
+            ElfError::DynamicStrings => "the dynamic string table lies outside the loaded segments",
+            ElfError::NeededName => "a needed library's name lies outside the dynamic string table",
+            ElfError::SectionOutside(name) => return write!(f, "section {name} lies outside the file"),
+            ElfError::SectionHeaders => "section headers out of range",
+            ElfError::SectionNames => "section name table out of range",
+            ElfError::NoSymtab => "no symbol table (stripped)",
+            ElfError::SymbolTable => "symbol table out of range",
+            ElfError::SymbolName => "a symbol name lies outside its string table",
+            ElfError::NotUtf8(what) => return write!(f, "{what} is not UTF-8 text"),
+        })
+    }
+}
+
+impl std::error::Error for ElfError {}
 
 pub fn machine_name(e_machine: u16) -> String {
     match e_machine {
@@ -67,59 +117,59 @@ pub fn machine_name(e_machine: u16) -> String {
 }
 
 /// The class (32 or 64) of an ELF file, after the checks every reader shares.
-fn class(data: &[u8]) -> Result<u32, String> {
+fn class(data: &[u8]) -> Result<u32, ElfError> {
     if data.len() < 4 || data[..4] != elf::ELFMAG {
-        return Err("not an ELF file".into());
+        return Err(ElfError::NotElf);
     }
     if data.len() < 6 {
-        return Err("truncated header".into());
+        return Err(ElfError::TruncatedHeader);
     }
     let bits = match data[4] {
         elf::ELFCLASS32 => 32,
         elf::ELFCLASS64 => 64,
-        _ => return Err("unknown class or byte order".into()),
+        _ => return Err(ElfError::UnknownClass),
     };
     if !matches!(data[5], elf::ELFDATA2LSB | elf::ELFDATA2MSB) {
-        return Err("unknown class or byte order".into());
+        return Err(ElfError::UnknownClass);
     }
     let header = if bits == 64 { std::mem::size_of::<FileHeader64<Endianness>>() } else { std::mem::size_of::<FileHeader32<Endianness>>() };
     if data.len() < header {
-        return Err("truncated header".into());
+        return Err(ElfError::TruncatedHeader);
     }
     if data[6] != elf::EV_CURRENT {
-        return Err("unknown ELF version".into());
+        return Err(ElfError::UnknownVersion);
     }
     Ok(bits)
 }
 
-fn header<H: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<(&H, Endianness), String> {
+fn header<H: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<(&H, Endianness), ElfError> {
     // `class` checked the size and the ident; what is left is the alignment of `data`.
-    let h = H::parse(data).map_err(|_| "header not aligned in memory".to_string())?;
-    let endian = h.endian().map_err(|_| "unknown class or byte order".to_string())?;
+    let h = H::parse(data).map_err(|_| ElfError::Unaligned)?;
+    let endian = h.endian().map_err(|_| ElfError::UnknownClass)?;
     Ok((h, endian))
 }
 
-fn utf8(bytes: &[u8], what: &str) -> Result<String, String> {
-    String::from_utf8(bytes.to_vec()).map_err(|_| format!("{what} is not UTF-8 text"))
+fn utf8(bytes: &[u8], what: &'static str) -> Result<String, ElfError> {
+    String::from_utf8(bytes.to_vec()).map_err(|_| ElfError::NotUtf8(what))
 }
 
 /// Machine, class, interpreter, needed libraries and the sections named in `want`.
-pub fn info<'d>(data: &'d [u8], want: &[&str]) -> Result<Info<'d>, String> {
+pub fn info<'d>(data: &'d [u8], want: &[&str]) -> Result<Info<'d>, ElfError> {
     match class(data)? {
         64 => info_of::<FileHeader64<Endianness>>(data, want, 64),
         _ => info_of::<FileHeader32<Endianness>>(data, want, 32),
     }
 }
 
-fn info_of<'d, H: FileHeader<Endian = Endianness>>(data: &'d [u8], want: &[&str], bits: u32) -> Result<Info<'d>, String> {
+fn info_of<'d, H: FileHeader<Endian = Endianness>>(data: &'d [u8], want: &[&str], bits: u32) -> Result<Info<'d>, ElfError> {
     let (h, e) = header::<H>(data)?;
     let mut out = Info { machine: machine_name(h.e_machine(e)), bits, ..Default::default() };
-    let phdrs = h.program_headers(e, data).map_err(|_| "program headers out of range".to_string())?;
+    let phdrs = h.program_headers(e, data).map_err(|_| ElfError::ProgramHeaders)?;
     let mut dynamic: Option<&[H::Dyn]> = None;
     for ph in phdrs {
-        if let Some(interp) = ph.interpreter(e, data).map_err(|_| "interpreter segment out of range".to_string())? {
+        if let Some(interp) = ph.interpreter(e, data).map_err(|_| ElfError::Interpreter)? {
             out.interp = Some(utf8(interp, "the interpreter path")?);
-        } else if let Some(d) = ph.dynamic(e, data).map_err(|_| "dynamic segment out of range".to_string())? {
+        } else if let Some(d) = ph.dynamic(e, data).map_err(|_| ElfError::Dynamic)? {
             dynamic = Some(d);
         }
     }
@@ -140,13 +190,13 @@ fn info_of<'d, H: FileHeader<Endian = Endianness>>(data: &'d [u8], want: &[&str]
         if !needed.is_empty() {
             let strings = strtab
                 .and_then(|a| mapped::<H>(phdrs, e, data, a, strsz))
-                .ok_or_else(|| "the dynamic string table lies outside the loaded segments".to_string())?;
+                .ok_or(ElfError::DynamicStrings)?;
             for off in needed {
                 let name = u32::try_from(off)
                     .ok()
                     .and_then(|o| strings.get(o as usize..))
                     .and_then(|s| s.iter().position(|&b| b == 0).map(|n| &s[..n]))
-                    .ok_or_else(|| "a needed library's name lies outside the dynamic string table".to_string())?;
+                    .ok_or(ElfError::NeededName)?;
                 out.needed.push(utf8(name, "a needed library's name")?);
             }
         }
@@ -156,7 +206,7 @@ fn info_of<'d, H: FileHeader<Endian = Endianness>>(data: &'d [u8], want: &[&str]
         for s in sections.iter() {
             let Ok(name) = sections.section_name(e, s) else { continue };
             let Some(&w) = want.iter().find(|w| w.as_bytes() == name) else { continue };
-            let bytes = s.data(e, data).map_err(|_| format!("section {w} lies outside the file"))?;
+            let bytes = s.data(e, data).map_err(|_| ElfError::SectionOutside(w.to_string()))?;
             out.sections.push((w.to_string(), bytes));
         }
     }
@@ -190,32 +240,32 @@ fn mapped<'d, H: FileHeader<Endian = Endianness>>(
     None
 }
 
-fn section_table<'d, H: FileHeader<Endian = Endianness>>(h: &H, e: Endianness, data: &'d [u8]) -> Result<SectionTable<'d, H>, String> {
-    let headers = h.section_headers(e, data).map_err(|_| "section headers out of range".to_string())?;
+fn section_table<'d, H: FileHeader<Endian = Endianness>>(h: &H, e: Endianness, data: &'d [u8]) -> Result<SectionTable<'d, H>, ElfError> {
+    let headers = h.section_headers(e, data).map_err(|_| ElfError::SectionHeaders)?;
     let strings = if headers.is_empty() {
         StringTable::default()
     } else {
-        h.section_strings(e, data, headers).map_err(|_| "section name table out of range".to_string())?
+        h.section_strings(e, data, headers).map_err(|_| ElfError::SectionNames)?
     };
     Ok(SectionTable::new(headers, strings))
 }
 
 /// Function symbols with sizes, the markers and the section names of `.symtab`.
-/// `Err(NO_SYMTAB)` when there is no symbol table.
-pub fn functions(data: &[u8]) -> Result<Functions<'_>, String> {
+/// `Err(ElfError::NoSymtab)` when there is no symbol table.
+pub fn functions(data: &[u8]) -> Result<Functions<'_>, ElfError> {
     match class(data)? {
         64 => functions_of::<FileHeader64<Endianness>>(data),
         _ => functions_of::<FileHeader32<Endianness>>(data),
     }
 }
 
-fn functions_of<H: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Functions<'_>, String> {
+fn functions_of<H: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Functions<'_>, ElfError> {
     let (h, e) = header::<H>(data)?;
     let sections = section_table(h, e, data)?;
     if !sections.iter().any(|s| s.sh_type(e) == elf::SHT_SYMTAB) {
-        return Err(NO_SYMTAB.into());
+        return Err(ElfError::NoSymtab);
     }
-    let symtab = sections.symbols(e, data, elf::SHT_SYMTAB).map_err(|_| "symbol table out of range".to_string())?;
+    let symtab = sections.symbols(e, data, elf::SHT_SYMTAB).map_err(|_| ElfError::SymbolTable)?;
     let mut out = Functions {
         section_names: sections.iter().map(|s| sections.section_name(e, s).unwrap_or(b"")).collect(),
         ..Default::default()
@@ -224,7 +274,7 @@ fn functions_of<H: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Funct
         if sym.st_name(e) == 0 {
             continue;
         }
-        let name = symtab.symbol_name(e, sym).map_err(|_| "a symbol name lies outside its string table".to_string())?;
+        let name = symtab.symbol_name(e, sym).map_err(|_| ElfError::SymbolName)?;
         let value: u64 = sym.st_value(e).into();
         out.markers.push((name, value));
         let size: u64 = sym.st_size(e).into();
@@ -262,12 +312,33 @@ pub(crate) fn with_aligned<T>(data: &[u8], f: impl FnOnce(&[u8]) -> T) -> T {
     f(copy)
 }
 
-/// `f` on `data` (aligned), a damaged file's phrase as a ValueError and a
-/// panic as an "internal error" ValueError (never a PanicException).
-pub(crate) fn guarded<T>(what: &str, data: &[u8], f: impl FnOnce(&[u8]) -> Result<T, String>) -> PyResult<T> {
+/// What a guarded reader of Python's bytes fails with: the file's damage, or
+/// (improbably) Python's own error while the result is built.
+pub(crate) enum Refusal {
+    Elf(ElfError),
+    Python(PyErr),
+}
+
+impl From<ElfError> for Refusal {
+    fn from(e: ElfError) -> Self {
+        Refusal::Elf(e)
+    }
+}
+
+impl From<PyErr> for Refusal {
+    fn from(e: PyErr) -> Self {
+        Refusal::Python(e)
+    }
+}
+
+/// `f` on `data` (aligned), a damaged file's phrase as a ValueError (so is an error of
+/// Python's while the result is built) and a panic as an "internal error" ValueError
+/// (never a PanicException).
+pub(crate) fn guarded<T>(what: &str, data: &[u8], f: impl FnOnce(&[u8]) -> Result<T, Refusal>) -> PyResult<T> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| with_aligned(data, f))) {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(msg)) => Err(PyValueError::new_err(msg)),
+        Ok(Err(Refusal::Elf(e))) => Err(PyValueError::new_err(e.to_string())),
+        Ok(Err(Refusal::Python(e))) => Err(PyValueError::new_err(e.to_string())),
         Err(_) => Err(PyValueError::new_err(format!("internal error while reading {what}; please report it with the file"))),
     }
 }
@@ -294,7 +365,7 @@ pub fn elf_info<'py>(py: Python<'py>, data: &[u8], sections: Vec<String>) -> PyR
             }
             d.set_item("sections", &secs)
         };
-        fill().map_err(|e| e.to_string())?;
+        fill()?;
         Ok(d)
     })?;
     Ok(d)
@@ -338,7 +409,7 @@ pub fn elf_functions<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, P
             d.set_item("markers", markers)?;
             Ok(d)
         };
-        build().map_err(|e| e.to_string())
+        Ok(build()?)
     })
 }
 
@@ -551,7 +622,8 @@ mod tests {
         let b = build(64, elf::EM_X86_64, &[], false);
         let v = aligned(&b.bytes);
         let data = bytes_of(&v, b.bytes.len());
-        assert_eq!(functions(data).unwrap_err(), NO_SYMTAB);
+        assert_eq!(functions(data).unwrap_err(), ElfError::NoSymtab);
+        assert_eq!(ElfError::NoSymtab.to_string(), "no symbol table (stripped)");
         // without sections asked for, a file without section headers is fine
         assert_eq!(info(data, &[]).unwrap().needed.len(), 2);
         assert!(info(data, &[".modinfo"]).unwrap().sections.is_empty());
@@ -559,9 +631,9 @@ mod tests {
 
     #[test]
     fn damage_is_an_error_never_a_panic() {
-        assert_eq!(info(b"", &[]).unwrap_err(), "not an ELF file");
-        assert_eq!(info(b"\x7fELF", &[]).unwrap_err(), "truncated header");
-        assert_eq!(info(b"\x7fELF\x03\x01\x01", &[]).unwrap_err(), "unknown class or byte order");
+        assert_eq!(info(b"", &[]).unwrap_err().to_string(), "not an ELF file");
+        assert_eq!(info(b"\x7fELF", &[]).unwrap_err().to_string(), "truncated header");
+        assert_eq!(info(b"\x7fELF\x03\x01\x01", &[]).unwrap_err().to_string(), "unknown class or byte order");
         let b = build(64, elf::EM_X86_64, SYMS, true);
         let v = aligned(&b.bytes);
         let full = bytes_of(&v, b.bytes.len());
@@ -578,8 +650,8 @@ mod tests {
         }
         let v = aligned(&bad);
         let bad = bytes_of(&v, bad.len());
-        assert_eq!(info(bad, &[]).unwrap_err(), "program headers out of range");
-        assert_eq!(functions(bad).unwrap_err(), "section headers out of range");
+        assert_eq!(info(bad, &[]).unwrap_err().to_string(), "program headers out of range");
+        assert_eq!(functions(bad).unwrap_err().to_string(), "section headers out of range");
     }
 
     #[test]
@@ -603,6 +675,6 @@ mod tests {
         bytes[dyn_off + 3 * 16 + 8..dyn_off + 3 * 16 + 16].copy_from_slice(&1000u64.to_le_bytes());
         let v = aligned(&bytes);
         let err = info(bytes_of(&v, bytes.len()), &[]).unwrap_err();
-        assert_eq!(err, "a needed library's name lies outside the dynamic string table");
+        assert_eq!(err.to_string(), "a needed library's name lies outside the dynamic string table");
     }
 }

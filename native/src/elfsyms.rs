@@ -18,15 +18,16 @@ pub struct ElfSyms {
 impl ElfSyms {
     /// Symbols of `data`; with `image`, the segments (file offset -> address)
     /// are taken from it instead (for a separate debug file, whose program
-    /// headers may not keep the original file offsets).
-    pub fn parse(data: memmap2::Mmap, image: Option<&[u8]>, want_build_id: Option<&[u8]>) -> Result<Self, String> {
+    /// headers may not keep the original file offsets). None when a file is not one object
+    /// reads, or its build id is not `want_build_id`: the caller tries the next candidate.
+    pub fn parse(data: memmap2::Mmap, image: Option<&[u8]>, want_build_id: Option<&[u8]>) -> Option<Self> {
         let (segments, starts, ends, names) = Self::read(&data, image, want_build_id)?;
         // The pages read so far go back to the page cache: a big library's symbol table
         // is read once, and only the names samples land in are read again, a page at a time.
         // SAFETY: a read-only map of a file: released pages read back from the file when
         // touched again, and nothing holds a reference into them across this call.
         let _ = unsafe { data.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
-        Ok(ElfSyms { segments, starts, ends, names, file: data })
+        Some(ElfSyms { segments, starts, ends, names, file: data })
     }
 
     /// The file's bytes (the image a separate debug file's segments come from).
@@ -36,10 +37,10 @@ impl ElfSyms {
 
     #[allow(clippy::type_complexity)]
     fn read(data: &[u8], image: Option<&[u8]>, want_build_id: Option<&[u8]>)
-            -> Result<(Vec<(u64, u64, u64)>, Vec<u64>, Vec<u64>, Vec<(u64, u32)>), String> {
-        let file = object::File::parse(data).map_err(|e| e.to_string())?;
+            -> Option<(Vec<(u64, u64, u64)>, Vec<u64>, Vec<u64>, Vec<(u64, u32)>)> {
+        let file = object::File::parse(data).ok()?;
         let image_file = match image {
-            Some(b) => Some(object::File::parse(b).map_err(|e| e.to_string())?),
+            Some(b) => Some(object::File::parse(b).ok()?),
             None => None,
         };
         let seg_file = image_file.as_ref().unwrap_or(&file);
@@ -48,7 +49,7 @@ impl ElfSyms {
                 // perf pads build ids to 20 bytes; compare the common prefix.
                 let n = have.len().min(want.len());
                 if n == 0 || have[..n] != want[..n] {
-                    return Err("build id differs from the recorded one".into());
+                    return None; // the build id differs from the recorded one
                 }
             }
         }
@@ -100,10 +101,10 @@ impl ElfSyms {
         // Names are valid UTF-8 slices of `data` (object checked them).
         let base = data.as_ptr() as usize;
         for (_, _, name) in syms {
-            let len = u32::try_from(name.len()).map_err(|_| "a symbol name exceeds 4 GiB".to_string())?;
+            let len = u32::try_from(name.len()).ok()?; // a symbol name of 4 GiB or more
             names.push(((name.as_ptr() as usize - base) as u64, len));
         }
-        Ok((segments, starts, ends, names))
+        Some((segments, starts, ends, names))
     }
 
     /// Number of symbols.

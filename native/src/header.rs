@@ -8,10 +8,11 @@
 //! named from the event description when it lists the same events, each with
 //! the ids of both.
 use crate::abi::*;
-use crate::decode::crate_sample_read_defect;
+use crate::defects::crate_sample_read_defect;
 use crate::elfsyms;
+use crate::error::Error;
 use crate::layout::{Layout, PatchedFile, RawAttr};
-use crate::reader::Fact;
+use crate::output::Fact;
 use byteorder::ByteOrder;
 use linux_perf_data::{AttributeDescription, Endianness, PerfFile, PerfFileReader, PerfRecordIter};
 use rustc_hash::FxHashMap;
@@ -70,12 +71,12 @@ pub struct Header<'a> {
     pub record_iter: PerfRecordIter<PatchedFile<'a>>,
 }
 
-pub fn read<'a>(name: &str, data: &'a [u8], layout: &Layout, endian: Endianness) -> Result<Header<'a>, String> {
+pub fn read<'a>(name: &str, data: &'a [u8], layout: &Layout, endian: Endianness) -> Result<Header<'a>, Error> {
     let PerfFileReader { perf_file, record_iter } = PerfFileReader::parse_file(layout.patched(data))
-        .map_err(|e| format!("{name} is not a readable perf.data file: {e}"))?;
+        .map_err(|source| Error::Unreadable { name: name.into(), source })?;
     let events = Events::new(&layout.attrs, perf_file.event_attributes());
     if events.attrs.is_empty() {
-        return Err(format!("{name} describes no events"));
+        return Err(Error::NoEvents { name: name.into() });
     }
     let (facts, build_ids) = facts(&perf_file, endian, layout.features_ok);
     let compressed = perf_file.features().has_feature(linux_perf_data::Feature::COMPRESSED);

@@ -7,8 +7,10 @@
 //! the second field, a fourth field starting with '[' names the module and anything
 //! after it is ignored. Like perf, the profile reader keeps only text, weak, data
 //! and bss symbols; a symbol ends where the next one starts.
+use crate::elf::ElfError;
+use std::fmt;
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub struct Kallsyms {
@@ -30,6 +32,77 @@ pub struct Kallsyms {
     pub end: Option<u64>,
     /// The GNU build id (hex) of a vmlinux read as the symbol source; None for a text file.
     pub build_id: Option<String>,
+}
+
+/// Why a kallsyms file's bytes are no symbol table (a phrase, read after "... is not a kallsyms file: ").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParseError {
+    /// Names are found by 32-bit offsets.
+    TooLarge,
+    /// Lines, none of them a symbol's.
+    NoLineParses,
+    NoSymbols,
+    /// Copied without root or with kptr_restrict set.
+    AllZero,
+    NamesNotText,
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ParseError::TooLarge => "it is larger than 4 GiB",
+            ParseError::NoLineParses => "no line has the form ADDRESS TYPE NAME",
+            ParseError::NoSymbols => "it lists no symbols",
+            ParseError::AllZero => "every address is zero (copied without root or with kptr_restrict set); copy it as root",
+            ParseError::NamesNotText => "its names are not text",
+        })
+    }
+}
+
+/// Why a vmlinux gives no kernel symbols: its ELF, or the symbols read from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VmlinuxError {
+    Elf(ElfError),
+    Symbols(ParseError),
+}
+
+impl fmt::Display for VmlinuxError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            VmlinuxError::Elf(e) => e.fmt(f),
+            VmlinuxError::Symbols(e) => e.fmt(f),
+        }
+    }
+}
+
+/// Why the kallsyms file (or vmlinux) given to the reader cannot be used.
+#[derive(Debug)]
+pub enum KallsymsError {
+    /// It cannot be read (or inflated).
+    Read { path: PathBuf, source: std::io::Error },
+    Vmlinux { path: PathBuf, reason: VmlinuxError },
+    NotKallsyms { path: PathBuf, reason: ParseError },
+}
+
+impl fmt::Display for KallsymsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KallsymsError::Read { path, source } => write!(f, "cannot read kallsyms file {}: {}", path.display(), source),
+            KallsymsError::Vmlinux { path, reason } => {
+                write!(f, "{} is a vmlinux kperfdiff cannot use: {}", path.display(), reason)
+            }
+            KallsymsError::NotKallsyms { path, reason } => write!(f, "{} is not a kallsyms file: {}", path.display(), reason),
+        }
+    }
+}
+
+impl std::error::Error for KallsymsError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            KallsymsError::Read { source, .. } => Some(source),
+            _ => None,
+        }
+    }
 }
 
 /// A kallsyms file's bytes: mapped (a plain file), or read and inflated (gzip).
@@ -301,7 +374,7 @@ pub fn symbol_map<'py>(py: pyo3::Python<'py>, data: &[u8]) -> pyo3::PyResult<pyo
             d.set_item("bad", bad)?;
             Ok(d)
         };
-        build().map_err(|e| e.to_string())
+        Ok(build()?)
     })
 }
 
@@ -324,7 +397,7 @@ const RECENT_FILES: usize = 4;
 
 impl Kallsyms {
     /// `load`, shared with the other reads of the same unchanged file.
-    pub fn load_shared(path: &Path) -> Result<Arc<Self>, String> {
+    pub fn load_shared(path: &Path) -> Result<Arc<Self>, KallsymsError> {
         let stamp = std::fs::metadata(path).ok().and_then(|m| Some((m.len(), m.modified().ok()?)));
         let Some((len, mtime)) = stamp else {
             return Self::load(path).map(Arc::new);
@@ -343,18 +416,19 @@ impl Kallsyms {
         Ok(k)
     }
 
-    pub fn load(path: &Path) -> Result<Self, String> {
-        let bytes = read_maybe_gz(path).map_err(|e| format!("cannot read kallsyms file {}: {}", path.display(), e))?;
+    pub fn load(path: &Path) -> Result<Self, KallsymsError> {
+        let path_buf = || path.to_path_buf();
+        let bytes = read_maybe_gz(path).map_err(|source| KallsymsError::Read { path: path_buf(), source })?;
         if bytes.starts_with(b"\x7fELF") {
-            return Self::from_elf(&bytes).map_err(|e| format!("{} is a vmlinux kperfdiff cannot use: {}", path.display(), e));
+            return Self::from_elf(&bytes).map_err(|reason| KallsymsError::Vmlinux { path: path_buf(), reason });
         }
-        Self::parse(&bytes).map_err(|e| format!("{} is not a kallsyms file: {}", path.display(), e))
+        Self::parse(&bytes).map_err(|reason| KallsymsError::NotKallsyms { path: path_buf(), reason })
     }
 
     /// A vmlinux's function symbols (those with a size), as `parse` reads a System.map of them; its
     /// `_text`, `_stext`, `_etext` and `_end` as landmarks only (type `A`, never a sample's symbol).
-    pub fn from_elf(data: &[u8]) -> Result<Self, String> {
-        let f = crate::elf::functions(data)?;
+    pub fn from_elf(data: &[u8]) -> Result<Self, VmlinuxError> {
+        let f = crate::elf::functions(data).map_err(VmlinuxError::Elf)?;
         let mut text = String::with_capacity(f.functions.len() * 40);
         for func in &f.functions {
             text.push_str(&format!("{:016x} T {}\n", func.value, String::from_utf8_lossy(func.name)));
@@ -364,15 +438,15 @@ impl Kallsyms {
                 text.push_str(&format!("{value:016x} A {}\n", String::from_utf8_lossy(name)));
             }
         }
-        let mut k = Self::parse(text.as_bytes())?;
+        let mut k = Self::parse(text.as_bytes()).map_err(VmlinuxError::Symbols)?;
         k.build_id = crate::elfsyms::elf_build_id(data);
         Ok(k)
     }
 
     /// The symbols of a kallsyms file's bytes (names that are not UTF-8 are read with U+FFFD).
-    pub fn parse(data: &[u8]) -> Result<Self, String> {
+    pub fn parse(data: &[u8]) -> Result<Self, ParseError> {
         if data.len() > u32::MAX as usize {
-            return Err("it is larger than 4 GiB".into());
+            return Err(ParseError::TooLarge);
         }
         let mut modules: Vec<String> = vec!["[kernel.kallsyms]".to_string()];
         let mut module_index: rustc_hash::FxHashMap<&[u8], u32> = Default::default();
@@ -415,10 +489,10 @@ impl Kallsyms {
             entries.push(Entry { addr, start, len: name.len() as u32, module, ty });
         });
         if entries.is_empty() {
-            return Err(if bad_lines > 0 { "no line has the form ADDRESS TYPE NAME".into() } else { "it lists no symbols".into() });
+            return Err(if bad_lines > 0 { ParseError::NoLineParses } else { ParseError::NoSymbols });
         }
         if !nonzero {
-            return Err("every address is zero (copied without root or with kptr_restrict set); copy it as root".into());
+            return Err(ParseError::AllZero);
         }
         // By address, in file order within an address (a stable sort, which also finds
         // the long sorted runs of a kallsyms file); of the symbols at one address, the
@@ -454,7 +528,7 @@ impl Kallsyms {
             module.push(best.module);
             i = j;
         }
-        let names_buf = String::from_utf8(names_buf).map_err(|_| "its names are not text".to_string())?;
+        let names_buf = String::from_utf8(names_buf).map_err(|_| ParseError::NamesNotText)?;
         Ok(Kallsyms { addrs, names_buf, name_ends, module, modules, text: text_addr, stext: stext_addr,
                      etext: etext_addr, end: end_addr, build_id: None })
     }

@@ -13,6 +13,7 @@
 //! The attributes, and the event ids each owns, are read here from the
 //! attribute section, so events keep their identity when the feature
 //! sections are lost.
+use crate::error::Error;
 use byteorder::ByteOrder;
 use std::io::{Read, Seek, SeekFrom};
 
@@ -132,9 +133,9 @@ fn feature_whole<T: ByteOrder>(f: u32, s: &[u8]) -> bool {
     }
 }
 
-pub fn check<T: ByteOrder>(name: &str, data: &[u8]) -> Result<Layout, String> {
+pub fn check<T: ByteOrder>(name: &str, data: &[u8]) -> Result<Layout, Error> {
     if data.len() < HEADER_SIZE {
-        return Err(format!("{name} is cut short inside the perf.data header ({} bytes)", data.len()));
+        return Err(Error::HeaderCut { name: name.into(), len: data.len() });
     }
     let file_len = data.len() as u64;
     let header_size = u64_at::<T>(data, 8);
@@ -145,10 +146,10 @@ pub fn check<T: ByteOrder>(name: &str, data: &[u8]) -> Result<Layout, String> {
     let mut data_size = u64_at::<T>(data, 48);
     let mut warnings = Vec::new();
     if data_off > file_len || !in_file(attrs_off, attrs_len, file_len) {
-        return Err(format!("{name} is cut short before its first record (the file has {file_len} bytes)"));
+        return Err(Error::CutBeforeRecords { name: name.into(), file_len });
     }
     if header_size < HEADER_SIZE as u64 || !(ATTR_MIN..=1 << 16).contains(&attr_size) || data_off < HEADER_SIZE as u64 {
-        return Err(format!("{name} has a damaged perf.data header"));
+        return Err(Error::DamagedHeader { name: name.into() });
     }
     let mut truncated_at = None;
     if data_size == 0 && file_len > data_off {
@@ -188,7 +189,7 @@ pub fn check<T: ByteOrder>(name: &str, data: &[u8]) -> Result<Layout, String> {
         });
     }
     if attrs.is_empty() {
-        return Err(format!("{name} describes no events"));
+        return Err(Error::NoEvents { name: name.into() });
     }
 
     // The feature table after the data: every section in the file, and whole where we read it.

@@ -2,7 +2,9 @@
 //!
 //! `read_perf_data(path, kallsyms=None, symfs=None, debug_dirs=None, by_process=False)` returns a
 //! dict of compact data (strings for the symbol table, `bytes` in native byte
-//! order for numeric arrays); see `reader::Output`.
+//! order for numeric arrays); see `output::Output`. The top of the crate: it declares the
+//! modules and is the one place their errors become Python exceptions (`reader::Error` a
+//! `PerfDataError` of one sentence, an ELF file's damage a `ValueError`).
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use std::path::PathBuf;
@@ -11,13 +13,17 @@ mod abi;
 mod aggregate;
 mod comms;
 mod decode;
+mod defects;
 pub mod elf;
 mod elfsyms;
+mod error;
 mod header;
 mod intern;
 pub mod kallsyms;
 mod layout;
+mod options;
 mod order;
+mod output;
 mod procmaps;
 pub mod reader;
 mod symbolize;
@@ -46,10 +52,10 @@ fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
-/// Whether linux-perf-event-reader still mis-parses group read values (see decode.rs).
+/// Whether linux-perf-event-reader still mis-parses group read values (see defects.rs).
 #[pyfunction]
 fn crate_sample_read_defect() -> bool {
-    reader::crate_sample_read_defect()
+    defects::crate_sample_read_defect()
 }
 
 /// Read a perf.data file and aggregate it per event. Raises PerfDataError
@@ -64,7 +70,7 @@ fn read_perf_data<'py>(
     debug_dirs: Option<Vec<PathBuf>>,
     by_process: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let opts = reader::Options {
+    let opts = options::Options {
         kallsyms,
         symfs: symfs.unwrap_or_default(),
         debug_dirs: debug_dirs.unwrap_or_default(),
@@ -76,7 +82,7 @@ fn read_perf_data<'py>(
     });
     let out = match result {
         Ok(Ok(out)) => out,
-        Ok(Err(msg)) => return Err(PerfDataError::new_err(msg)),
+        Ok(Err(e)) => return Err(PerfDataError::new_err(e.to_string())),
         Err(p) => {
             return Err(PerfDataError::new_err(format!(
                 "internal error while reading {display} ({}); please report it with the file",
@@ -99,16 +105,16 @@ fn give_back_freed_memory() {
     }
 }
 
-fn to_python(py: Python<'_>, out: reader::Output) -> PyResult<Bound<'_, PyDict>> {
+fn to_python(py: Python<'_>, out: output::Output) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
     let facts = PyDict::new(py);
     for (k, v) in &out.facts {
         match v {
-            reader::Fact::Str(s) => facts.set_item(k, s)?,
-            reader::Fact::Int(i) => facts.set_item(k, i)?,
-            reader::Fact::Bool(b) => facts.set_item(k, b)?,
-            reader::Fact::List(l) => facts.set_item(k, l)?,
-            reader::Fact::Pairs(p) => facts.set_item(k, p.clone())?,
+            output::Fact::Str(s) => facts.set_item(k, s)?,
+            output::Fact::Int(i) => facts.set_item(k, i)?,
+            output::Fact::Bool(b) => facts.set_item(k, b)?,
+            output::Fact::List(l) => facts.set_item(k, l)?,
+            output::Fact::Pairs(p) => facts.set_item(k, p.clone())?,
         }
     }
     d.set_item("header", facts)?;

@@ -10,10 +10,36 @@
 //! in the process's resident memory at the end. Compressed files
 //! (perf record -z) go through `linux-perf-data`'s reader, which inflates them.
 use crate::abi::{REC_COMM, REC_COMPRESSED, REC_COMPRESSED2, REC_FINISHED_ROUND, REC_FORK, REC_MMAP, REC_MMAP2, REC_SAMPLE, SAMPLE_READ};
+use crate::error::Error;
 use crate::header::{Attr, Events};
 use crate::layout::PatchedFile;
 use byteorder::ByteOrder;
 use linux_perf_data::{PerfFile, PerfFileRecord, PerfRecordIter};
+
+/// Why the records stop before the end of the data (the reason the truncation
+/// warning gives).
+#[derive(Debug)]
+pub enum Cut {
+    /// A record's header does not fit before the end (at this byte of the file).
+    RecordHeader { at: usize },
+    /// A record's size is below its header's 8 bytes.
+    ImpossibleSize { at: usize, size: usize },
+    /// A record runs past the end.
+    Record { at: usize },
+    /// The crate's reader of compressed files stopped.
+    Unreadable(linux_perf_data::Error),
+}
+
+impl std::fmt::Display for Cut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Cut::RecordHeader { at } => write!(f, "a record header is cut at byte {at}"),
+            Cut::ImpossibleSize { at, size } => write!(f, "a record at byte {at} has an impossible size {size}"),
+            Cut::Record { at } => write!(f, "a record is cut at byte {at}"),
+            Cut::Unreadable(e) => write!(f, "a record could not be read ({e})"),
+        }
+    }
+}
 
 /// Where the records go, in order.
 pub trait RecordSink {
@@ -39,7 +65,7 @@ pub fn read_compressed<T: ByteOrder, S: RecordSink>(
     perf_file: &mut PerfFile,
     record_iter: &mut PerfRecordIter<PatchedFile<'_>>,
     sink: &mut S,
-) -> Option<String> {
+) -> Option<Cut> {
     loop {
         match record_iter.next_record(perf_file) {
             Ok(Some(PerfFileRecord::EventRecord { attr_index, record })) => {
@@ -51,7 +77,7 @@ pub fn read_compressed<T: ByteOrder, S: RecordSink>(
             }
             Ok(Some(PerfFileRecord::UserRecord(r))) => sink.count(r.record_type.record_type().0),
             Ok(None) => return None,
-            Err(e) => return Some(format!("a record could not be read ({e})")),
+            Err(e) => return Some(Cut::Unreadable(e)),
         }
     }
 }
@@ -65,10 +91,10 @@ pub fn read_mapped<T: ByteOrder, S: RecordSink>(
     (off, end): (usize, usize),
     events: &Events,
     sink: &mut S,
-) -> Result<Option<String>, String> {
+) -> Result<Option<Cut>, Error> {
     let region = &data[off..end];
     if region.len() as u64 > PENDING_OFF_MASK || events.len() as u64 > PENDING_AI_MASK {
-        return Err(format!("{name} has more than 1 TiB of records or 8M events, which is not supported"));
+        return Err(Error::TooLarge { name: name.into() });
     }
     let mut window = Window { map, base: off, end, ahead: off, behind: off };
     // Samples add up the same in any order, so among themselves they need none; only
@@ -97,7 +123,7 @@ pub fn read_mapped<T: ByteOrder, S: RecordSink>(
                 window.release(rounds.oldest().unwrap_or(pos));
             }
         } else if ty == REC_COMPRESSED || ty == REC_COMPRESSED2 {
-            return Err(format!("{name} holds compressed records but its header does not say so"));
+            return Err(Error::UndeclaredCompression { name: name.into() });
         } else if ty >= 64 {
             sink.count(ty);
         } else {
@@ -113,17 +139,17 @@ pub fn read_mapped<T: ByteOrder, S: RecordSink>(
 /// The type and size of the record at `pos`, or why it cannot be read
 /// (`off`: the region's offset in the file, for the message).
 #[inline]
-fn record_at<T: ByteOrder>(region: &[u8], pos: usize, off: usize) -> Result<(u32, usize), String> {
+fn record_at<T: ByteOrder>(region: &[u8], pos: usize, off: usize) -> Result<(u32, usize), Cut> {
     if pos + 8 > region.len() {
-        return Err(format!("a record header is cut at byte {}", off + pos));
+        return Err(Cut::RecordHeader { at: off + pos });
     }
     let ty = T::read_u32(&region[pos..pos + 4]);
     let size = T::read_u16(&region[pos + 6..pos + 8]) as usize;
     if size < 8 {
-        return Err(format!("a record at byte {} has an impossible size {size}", off + pos));
+        return Err(Cut::ImpossibleSize { at: off + pos, size });
     }
     if pos + size > region.len() {
-        return Err(format!("a record is cut at byte {}", off + pos));
+        return Err(Cut::Record { at: off + pos });
     }
     Ok((ty, size))
 }

@@ -16,6 +16,9 @@
 //!    through the mappings and the files' ELF symbols;
 //! 5. `aggregate` interns the call chains into stacks, adds up each event's
 //!    weights and builds the `Output`; `warnings` says what could not be read.
+//!
+//! The driver: it runs the stages and only imports them; what they share is
+//! below them (`options`, `output`, `error`).
 use crate::aggregate::Aggregator;
 use crate::decode::{Counts, Decoder};
 use crate::header::{self, Header};
@@ -26,104 +29,52 @@ use crate::symbolize::Symbols;
 use crate::warnings;
 use byteorder::{BigEndian, ByteOrder, LittleEndian};
 use linux_perf_data::Endianness;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-pub use crate::decode::crate_sample_read_defect;
+// The crate's reading API: `read` and `read_bytes`, what they take and give back.
+pub use crate::error::Error;
+pub use crate::options::Options;
+pub use crate::output::{EventOut, Fact, Output};
 
-pub struct Options {
-    pub kallsyms: Option<PathBuf>,
-    pub symfs: Vec<PathBuf>,
-    pub debug_dirs: Vec<PathBuf>,
-    /// Also aggregate each event's stacks per process name (the sample's thread's comm,
-    /// as perf script names it): `EventOut::proc_*` and `Output::comm_names`. Off by
-    /// default: the plain profile needs none of it.
-    pub by_process: bool,
-}
-
-pub enum Fact {
-    Str(String),
-    Int(i64),
-    Bool(bool),
-    List(Vec<String>),
-    Pairs(Vec<(String, String)>),
-}
-
-pub struct EventOut {
-    pub name: String,
-    pub type_: u32,
-    pub config: u64,
-    pub sample_type: u64,
-    pub read_format: u64,
-    pub freq: bool,
-    pub period_or_freq: u64,
-    pub has_period: bool,
-    pub samples: u64,
-    pub total_weight: u64,
-    pub stack_ids: Vec<u32>,
-    pub stack_weight: Vec<f64>,
-    pub stack_count: Vec<u64>,
-    pub self_weight: Vec<f64>,
-    pub children_weight: Vec<f64>,
-    pub self_count: Vec<u64>,
-    pub children_count: Vec<u64>,
-    pub edges: Vec<u32>,
-    pub edge_weight: Vec<f64>,
-    pub edge_count: Vec<u64>,
-    /// With `Options::by_process`: (comm id, stack id) -> (weight, count), one entry per
-    /// index, sorted by comm id then stack id; empty otherwise.
-    pub proc_comm: Vec<u32>,
-    pub proc_stack: Vec<u32>,
-    pub proc_weight: Vec<f64>,
-    pub proc_count: Vec<u64>,
-}
-
-pub struct Output {
-    pub facts: Vec<(String, Fact)>,
-    pub events: Vec<EventOut>,
-    pub sym_names: Vec<String>,
-    pub sym_dso: Vec<u32>,
-    pub sym_kernel: Vec<u8>,
-    pub dso_names: Vec<String>,
-    pub dso_paths: Vec<String>,
-    pub stack_frames: Vec<u32>,
-    pub stack_offsets: Vec<u64>,
-    pub warnings: Vec<String>,
-    pub stats: Vec<(String, u64)>,
-    /// The process names `EventOut::proc_comm` refers to (empty without `Options::by_process`).
-    pub comm_names: Vec<String>,
-}
-
-
-pub fn read(path: &Path, opts: &Options) -> Result<Output, String> {
+pub fn read(path: &Path, opts: &Options) -> Result<Output, Error> {
     let name = path.display().to_string();
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot open {name}: {e}"))?;
-    let meta = file.metadata().map_err(|e| format!("cannot read {name}: {e}"))?;
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(source) => return Err(Error::Open { name, source }),
+    };
+    let meta = match file.metadata() {
+        Ok(m) => m,
+        Err(source) => return Err(Error::Metadata { name, source }),
+    };
     if meta.is_dir() {
-        return Err(format!("{name} is a directory, not a perf.data file"));
+        return Err(Error::IsDirectory { name });
     }
     if meta.len() == 0 {
-        return Err(format!("{name} is empty; perf record wrote nothing to it"));
+        return Err(Error::Empty { name });
     }
     // SAFETY: read-only private map; a file changed underneath would give
     // wrong numbers but every access is bounds-checked against the map length.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| format!("cannot map {name}: {e}"))?;
+    let map = match unsafe { memmap2::Mmap::map(&file) } {
+        Ok(m) => m,
+        Err(source) => return Err(Error::Map { name, source }),
+    };
     read_data(&name, &map, Some(&map), opts)
 }
 
 /// Reads a perf.data file already in memory (`name` is used in messages).
-pub fn read_bytes(name: &str, data: &[u8], opts: &Options) -> Result<Output, String> {
+pub fn read_bytes(name: &str, data: &[u8], opts: &Options) -> Result<Output, Error> {
     read_data(name, data, None, opts)
 }
 
-fn read_data(name: &str, data: &[u8], map: Option<&memmap2::Mmap>, opts: &Options) -> Result<Output, String> {
+fn read_data(name: &str, data: &[u8], map: Option<&memmap2::Mmap>, opts: &Options) -> Result<Output, Error> {
     if data.len() < 8 {
-        return Err(format!("{name} is not a perf.data file (too short)"));
+        return Err(Error::TooShort { name: name.into() });
     }
     match &data[..8] {
         b"PERFILE2" => read_impl::<LittleEndian>(name, data, map, opts, Endianness::LittleEndian),
         b"2ELIFREP" => read_impl::<BigEndian>(name, data, map, opts, Endianness::BigEndian),
-        b"PERFFILE" => Err(format!("{name} is a perf.data in the old version-1 format, which is not supported")),
-        _ => Err(format!("{name} is not a perf.data file (it does not start with the PERFILE2 magic)")),
+        b"PERFFILE" => Err(Error::Version1 { name: name.into() }),
+        _ => Err(Error::BadMagic { name: name.into() }),
     }
 }
 
@@ -133,7 +84,7 @@ fn read_impl<T: ByteOrder>(
     map: Option<&memmap2::Mmap>,
     opts: &Options,
     endian: Endianness,
-) -> Result<Output, String> {
+) -> Result<Output, Error> {
     let mut layout = layout::check::<T>(name, data)?;
     let Header { events, mut facts, build_ids, compressed, mut perf_file, mut record_iter } =
         header::read(name, data, &layout, endian)?;

@@ -8,7 +8,7 @@ use crate::elfsyms::{self, ElfSyms};
 use crate::header::BuildIds;
 use crate::kallsyms::Kallsyms;
 use crate::procmaps::Processes;
-use crate::reader::Options;
+use crate::options::Options;
 use rustc_hash::FxHashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -391,7 +391,7 @@ impl<'o> Symbols<'o> {
         let mut image: Option<ElfSyms> = None;
         for c in &images {
             if let Some(m) = open(c) {
-                if let Ok(s) = ElfSyms::parse(m, None, bid.as_deref()) {
+                if let Some(s) = ElfSyms::parse(m, None, bid.as_deref()) {
                     image = Some(s);
                     break;
                 }
@@ -401,7 +401,7 @@ impl<'o> Symbols<'o> {
         if let Some(img_syms) = image {
             for c in &dbgs {
                 if let Some(m) = open(c) {
-                    if let Ok(s) = ElfSyms::parse(m, Some(img_syms.bytes()), bid.as_deref()) {
+                    if let Some(s) = ElfSyms::parse(m, Some(img_syms.bytes()), bid.as_deref()) {
                         if !s.is_empty() {
                             state = SymState::Loaded(s);
                             break;

@@ -2,13 +2,14 @@
 //! was skipped as damaged, and what could not be symbolized.
 use crate::decode::Counts;
 use crate::layout::Layout;
+use crate::order::Cut;
 use crate::symbolize::Symbols;
 
 /// Appends the closing warnings to `w`, in order. `cut`: why the records
 /// stopped before the end of the data, when they did.
 pub fn closing(
     name: &str,
-    cut: Option<String>,
+    cut: Option<Cut>,
     layout: &Layout,
     counts: &Counts,
     overflowed: u64,
@@ -20,7 +21,7 @@ pub fn closing(
     unresolved(name, syms, w);
 }
 
-fn truncation(name: &str, cut: Option<String>, layout: &Layout, samples: u64, w: &mut Vec<String>) {
+fn truncation(name: &str, cut: Option<Cut>, layout: &Layout, samples: u64, w: &mut Vec<String>) {
     let truncated_at = layout.truncated_at;
     if let Some(reason) = cut {
         w.push(format!("{name} is truncated ({reason}); read {samples} samples before the cut"));

@@ -446,10 +446,13 @@ pub fn run_case(fixtures: &[Fixture], c: &Case, name: &str) -> (Class, String) {
                 .unwrap_or_else(|| "a panic".into());
             (Class::Panic, msg)
         }
-        Ok(Err(msg)) => match clean_sentence(&msg) {
-            Some(problem) => (Class::Wrong, problem),
-            None => (Class::Error, msg),
-        },
+        Ok(Err(e)) => {
+            let msg = e.to_string();
+            match clean_sentence(&msg) {
+                Some(problem) => (Class::Wrong, problem),
+                None => (Class::Error, msg),
+            }
+        }
         Ok(Ok(o)) => {
             let expect = c.same_samples.then(|| fixtures[c.fixture].samples.as_slice());
             match invariant_problem(&o, c.bytes.len(), expect) {

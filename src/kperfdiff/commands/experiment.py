@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kperfdiff.experiments import run as experiment
+from kperfdiff.experiments import file as exp_file, matrix as exp_matrix, run as exp_run
 from kperfdiff.analysis import bench_compare as cm
 from kperfdiff.render import compare as rcompare
 from kperfdiff.render import report as rreport
@@ -115,13 +115,13 @@ def _existing_store(args) -> Store | None:
 
 def run(args: argparse.Namespace) -> int:
     """`kperfdiff run FILE`: run or resume, then print the comparison (and write the report)."""
-    exp = experiment.parse(args.file, frozenset(args.allow_knob or ()), name=args.name)
+    exp = exp_file.parse(args.file, frozenset(args.allow_knob or ()), name=args.name)
     if args.dry_run:
-        sys.stdout.write(experiment.describe_plan(experiment.plan(exp)))
-        sys.stdout.write(experiment.describe_stored(_existing_store(args), exp, args.restart))
+        sys.stdout.write(exp_matrix.describe_plan(exp_matrix.plan(exp)))
+        sys.stdout.write(exp_run.describe_stored(_existing_store(args), exp, args.restart))
         return 0
     store = open_store(args)
-    outcome = experiment.run_experiment(store, exp, experiment.RunOptions(
+    outcome = exp_run.run_experiment(store, exp, exp_run.RunOptions(
         restart=args.restart, progress=not args.no_progress, command=command_line()))
     cmp = load_comparison(store, experiment=str(outcome.experiment["id"]), runs=[], profiles=bool(args.report))
     sys.stdout.write(rcompare.render(cmp, args.format))

@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kperfdiff.experiments import run as experiment
+from kperfdiff.experiments import file as exp_file, matrix as exp_matrix
 from kperfdiff.experiments.lava import validate_job_files, write_job_files
 from kperfdiff.core.errors import InputError
 from kperfdiff.targets.lava.jobs import shipped_template
@@ -44,8 +44,8 @@ def run(args: argparse.Namespace) -> int:
     if args.lava_command == "template":
         sys.stdout.write(shipped_template(args.boot))
         return 0
-    exp = experiment.parse(args.file)
-    matrix = experiment.matrix(exp)
+    exp = exp_file.parse(args.file)
+    matrix = exp_matrix.matrix(exp)
     out = Path(args.output)
     if out.exists() and not out.is_dir():
         raise InputError(f"{out} is not a folder")

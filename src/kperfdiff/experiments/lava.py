@@ -57,7 +57,7 @@ class LavaVariants:
         tcells = [targets.Cell(self.bench_by_name[c.benchmark], c.cores, self.overrides[label].get(c.benchmark))
                   for c in cells]
         job = targets.plan_benchmarks(t, tcells, batch_options(self.exp), first_rep=rep)
-        meta = {"kperfdiff.experiments.run": self.exp.name, "kperfdiff.variant": label, "kperfdiff.rep": str(rep + 1)}
+        meta = {"kperfdiff.experiment": self.exp.name, "kperfdiff.variant": label, "kperfdiff.rep": str(rep + 1)}
         return PlannedJob((label, rep, cells, job), t, job.invocations,
                           f"kperfdiff {self.exp.name}/{label} rep {rep + 1}", meta)
 
@@ -97,7 +97,7 @@ def labelled(m: Measurement, labels: dict, rep: int) -> Measurement:
 
 def write_job_files(exp, matrix, out_dir: Path, artefacts_url: str | None = None) -> list[Path]:
     """The job definition of every LAVA variant's repetition of ``exp`` (``matrix``: its
-    :class:`kperfdiff.experiments.run.Matrix`), written into ``out_dir`` (named
+    :class:`kperfdiff.experiments.matrix.Matrix`), written into ``out_dir`` (named
     ``EXPERIMENT.VARIANT.rN.yaml``) with the kernels and ramdisks in ``out_dir/artefacts`` (which the
     lab must see at ``artefacts_url``; default: that folder as a file:// URL)."""
     labels = [v.label for v in exp.variants if is_lava(v.target)]

@@ -1,58 +1,10 @@
-"""Experiments: a matrix of variants x benchmarks x core counts x repetitions.
+"""Running an experiment's matrix (:func:`run_experiment`): every cell measured and stored at once,
+resumed where it stopped, on a shared store with a heartbeat that tells other machines it is alive.
 
-An experiment file (TOML; commented examples in ``examples/``)::
+The cells and their order: :mod:`kperfdiff.experiments.matrix`; more repetitions until the changes
+are known precisely: :mod:`kperfdiff.experiments.adaptive`; variants on LAVA labs:
+:mod:`kperfdiff.experiments.lava`.
 
-    name = "superpages"                  # the experiment's name in the store
-    description = "..."                  # free text (not part of the identity)
-    baseline = "4k"                      # a variant label (default: the first variant)
-    stack = ["PK1", "PK2"]               # optional ordered patch stack: each also
-                                         # compared with the one before it
-    benchmarks = ["gups.{pages}", "proc.fork", "fault.*"]
-    cores = [1, 2]                       # copy counts (-P)
-    reps = 3                             # fresh processes per cell
-    precision = 3                        # optional: more repetitions (interleaved, all variants) until
-                                         # every change's speed ratio is known to +-3% (95% interval)
-    max_time = 300                       # optional: seconds of measuring for those (default 600)
-    intervals = 5                        # optional: timed intervals per process
-    min_batch_ms = 10                    # optional: minimum batch length
-    timeout = 120                        # optional: per-process timeout (s)
-    profile = true                       # perf record every process
-    profile_freq = 999                   # optional sampling frequency (Hz)
-    tiny = false                         # use the benchmarks' tiny parameters
-    allow_swap_setup = false             # temporary swap for benchmarks that need it (this machine:
-                                         # zram or a swap file; a guest or board: zram set up by its job)
-    params = { "gups.*:log2_words" = 22 }   # overrides for every variant
-
-    [[variant]]
-    label = "4k"
-    target = "local"                     # local, qemu:ARCH[,options], ssh://user@host[:port] or
-                                         # lava://host/device-type[,options] (jobs on a LAVA lab)
-    vars = { pages = "4k" }              # fills {pages} in benchmark names
-    knobs = { "/sys/kernel/mm/transparent_hugepage/enabled" = "madvise" }   # local only
-    cmdline = "..."                      # extra kernel command line (qemu and lava targets only)
-    env = { MALLOC_ARENA_MAX = "1" }     # environment of the benchmark processes (local only)
-    cpus = "0-1"                         # CPU list the benchmark processes run on (local only)
-    params = { "proc.fork:hello" = "/bin/true" }
-
-Running (:func:`run_experiment`):
-
-* **Cells.** A cell is one variant x benchmark x core count x repetition,
-  measured by one fresh set of worker processes and stored at once as its own
-  result row with a unique key in the experiment. A benchmark name with
-  ``{var}`` placeholders is one *column*: each variant runs the benchmark its
-  ``vars`` name (``gups.{pages}`` is gups.4k in one variant and gups.huge in
-  another), so they are compared with each other.
-* **Order.** Repetition is the outermost loop; inside it every benchmark and
-  core count is measured for every variant back to back, and the order of the
-  variants is rotated from one cell to the next (A B, B A, A B ...), so slow
-  drift of the machine (heat, memory fragmentation, background work) hits
-  every variant alike and no variant always goes first. A variant on a guest
-  or board measures all its cells of one repetition in one job (one boot of
-  the guest), still alternating with the other variants repetition by
-  repetition; its machine facts come from the target after the first job.
-  The jobs of variants on LAVA targets (one per variant and repetition) are
-  submitted together and run in parallel on the lab's devices
-  (:mod:`kperfdiff.experiments.lava`).
 * **Resume.** ``kperfdiff run FILE`` again continues an interrupted or crashed
   experiment of the same name: the cells already stored ok or skipped are
   never measured again; failed cells are measured again (the new attempt
@@ -87,503 +39,40 @@ Running (:func:`run_experiment`):
 from __future__ import annotations
 
 import contextlib
-import fnmatch
-import hashlib
 import json
-import math
 import os
-import re
 import signal
-import string
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from kperfdiff.analysis import bench_compare as compare
-from kperfdiff.measure import knobs as knobmod
-from kperfdiff.core import limits, stats
-from kperfdiff.targets import machine
-from kperfdiff.bench import noise
 from kperfdiff import targets
-from kperfdiff.bench import build, catalogue
-from kperfdiff.bench.swap import temporary_swap
-from kperfdiff.core.files import read_toml
-from kperfdiff.measure.session import (
-    BenchOptions,
-    measure,
-    parse_param_overrides,
-    store_target_profiles,
-    unmet_requirement,
-)
-from kperfdiff.core.progress import Progress
-from kperfdiff.targets.perf_record import BenchProfiler, require_perf
-from kperfdiff.targets import validate_spec
-from kperfdiff.targets.boot import ALL_BOOT_BENCHMARKS, measure_batch
-from kperfdiff.bench import rounds
+from kperfdiff.bench import build, noise
 from kperfdiff.bench.measurement import Measurement, store_measurement
+from kperfdiff.bench.swap import temporary_swap
+from kperfdiff.core import limits
 from kperfdiff.core.errors import InputError, KperfdiffError, StoreError
+from kperfdiff.core.progress import Progress
+from kperfdiff.experiments.adaptive import repeat_until_precise
+from kperfdiff.experiments.file import Experiment, Variant
 from kperfdiff.experiments.lava import LavaVariants, is_lava
-
-# Environment variables that make a program load or run other code (the benchmarks run as root).
-UNSAFE_ENV = {"PATH", "IFS", "ENV", "BASH_ENV", "SHELLOPTS", "BASHOPTS", "PS4", "GCONV_PATH", "LOCPATH",
-              "NLSPATH", "HOSTALIASES", "RESOLV_HOST_CONF", "MALLOC_TRACE", "PYTHONPATH", "PYTHONHOME",
-              "PYTHONSTARTUP", "PYTHONINSPECT", "PERL5LIB", "PERL5OPT", "PERLLIB", "RUBYLIB", "RUBYOPT",
-              "NODE_OPTIONS", "NODE_PATH"}
-UNSAFE_ENV_PREFIXES = ("LD_",)
-LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=-]*$")
-TOP_KEYS = {"name", "description", "baseline", "stack", "benchmarks", "cores", "reps", "precision", "max_time",
-            "intervals", "min_batch_ms",
-            "timeout", "profile", "profile_freq", "tiny", "allow_swap_setup", "params", "variant", "variants", "study"}
-VARIANT_KEYS = {"label", "target", "vars", "knobs", "cmdline", "env", "cpus", "params", "description"}
-
-
-class ExperimentError(InputError):
-    """An experiment file that cannot be used."""
+from kperfdiff.experiments.matrix import Cell, matrix
+from kperfdiff.measure import knobs as knobmod
+from kperfdiff.measure.session import BenchOptions, measure, store_target_profiles, unmet_requirement
+from kperfdiff.targets import machine
+from kperfdiff.targets.boot import measure_batch
+from kperfdiff.targets.perf_record import BenchProfiler, require_perf
 
 
 class StaleCells(InputError):
     """A resumed experiment's stored cells were measured on another kernel, machine or kperfdiff."""
 
 
-@dataclass
-class Variant:
-    label: str
-    target: str = "local"
-    vars: dict[str, str] = field(default_factory=dict)
-    knobs: dict[str, str] = field(default_factory=dict)
-    cmdline: str = ""
-    env: dict[str, str] = field(default_factory=dict)
-    cpus: str = ""
-    params: dict[str, str] = field(default_factory=dict)   # "BENCH:KEY" -> value
-    description: str = ""
-
-
-@dataclass
-class Experiment:
-    name: str
-    path: str
-    variants: list[Variant]
-    baseline: str
-    benchmarks: list[str]
-    cores: list[int]
-    reps: int = 3
-    stack: list[str] = field(default_factory=list)
-    precision: float | None = None
-    max_time: float | None = None
-    intervals: int | None = None
-    min_batch_ms: float | None = None
-    timeout: float | None = None
-    profile: bool = False
-    profile_freq: int | None = None
-    tiny: bool = False
-    allow_swap_setup: bool = False
-    params: dict[str, str] = field(default_factory=dict)
-    description: str = ""
-    study: dict = field(default_factory=dict)     # the [study] table (kperfdiff.studies reads it)
-
-    def spec(self) -> dict:
-        """The parsed content that defines the experiment (its identity)."""
-        d = asdict(self)
-        d.pop("path")
-        d.pop("description")
-        d.pop("study")
-        for v in d["variants"]:
-            v.pop("description")
-        return d
-
-    def file_hash(self) -> str:
-        return hashlib.sha256(json.dumps(self.spec(), sort_keys=True).encode()).hexdigest()[:16]
-
-    def variant(self, label: str) -> Variant:
-        for v in self.variants:
-            if v.label == label:
-                return v
-        raise KeyError(label)
-
-    def comparisons(self) -> list[tuple[str, str, str]]:
-        """(variant, reference, kind) pairs: every variant vs the baseline, and
-        each member of the patch stack vs the one before it."""
-        out = [(v.label, self.baseline, "baseline") for v in self.variants if v.label != self.baseline]
-        prev = None
-        for label in self.stack:
-            if prev is not None and prev != self.baseline and label != self.baseline:
-                out.append((label, prev, "previous"))
-            prev = label
-        return out
-
-
-# -- parsing ---------------------------------------------------------------------
-
-def _err(path, field_name: str, problem: str) -> ExperimentError:
-    return ExperimentError(f"{path}: {field_name} {problem}")
-
-
-def _scalar_str(path, where: str, v) -> str:
-    if isinstance(v, bool):
-        return "1" if v else "0"
-    if isinstance(v, (str, int, float)):
-        s = str(v)
-        if "\0" in s:
-            raise _err(path, where, "has a NUL character in it")
-        if len(s) > limits.MAX_VALUE_CHARS:
-            raise _err(path, where, f"is longer than {limits.MAX_VALUE_CHARS} characters")
-        return s
-    raise _err(path, where, f"must be a string or a number, not {type(v).__name__}")
-
-
-def _str_table(path, where: str, v) -> dict[str, str]:
-    if v is None:
-        return {}
-    if not isinstance(v, dict):
-        raise _err(path, where, "must be a table of names to values, as in { KEY = \"value\" }")
-    for k in v:
-        if "\0" in str(k):
-            raise _err(path, where, f"key {str(k)!r} has a NUL character in it")
-    return {str(k): _scalar_str(path, f"{where}.{k}", x) for k, x in v.items()}
-
-
-def _params_table(path, where: str, v) -> dict[str, str]:
-    out = _str_table(path, where, v)
-    for k in out:
-        bench, colon, key = k.partition(":")
-        if not colon or not bench or not key or "=" in key:
-            raise _err(path, f"{where} key {k!r}", "must be of the form \"BENCH_OR_PATTERN:KEY\"")
-    return out
-
-
-def _placeholders(text: str) -> list[str]:
-    """The ``{names}`` in a benchmark entry; a conversion or format spec (``{x!r}``, ``{x:>9}``)
-    gives "?" (malformed): placeholders only substitute a variant's vars."""
-    try:
-        return [f if not spec and not conv else "?"
-                for _, f, spec, conv in string.Formatter().parse(text) if f is not None]
-    except ValueError:
-        return ["?"]
-
-
-def parse(path: str | Path, allow_knobs=frozenset(), name: str | None = None) -> Experiment:
-    """Read and check an experiment file; every problem is one sentence naming the file and field.
-    ``name`` (``run --name``) replaces the file's ``name``."""
-    p = Path(path)
-    data = read_toml(p, "experiment file", ExperimentError)
-    if name is not None:
-        if not LABEL_RE.match(name):
-            raise ExperimentError(f"--name {name[:80]!r} must be a word of letters, digits and _.+=- (it names the "
-                                  f"experiment in the store)")
-        data = {**data, "name": name}
-    return parse_data(data, p, allow_knobs)
-
-
-def _parse_variant(p, i: int, rv, variants: list[Variant], allow_knobs) -> Variant:
-    """One [[variant]] table, checked (``variants`` are the ones before it)."""
-    where = f"variant[{i}]"
-    if not isinstance(rv, dict):
-        raise _err(p, where, "must be a table ([[variant]])")
-    bad = sorted(set(rv) - VARIANT_KEYS)
-    if bad:
-        raise _err(p, f"{where}.{bad[0]}", f"is not a variant field (known: {', '.join(sorted(VARIANT_KEYS))})")
-    label = rv.get("label")
-    if not isinstance(label, str) or not LABEL_RE.match(label):
-        raise _err(p, f"{where}.label", "must be a word of letters, digits and _.+=-")
-    where = f"variant {label!r}"
-    if any(v.label == label for v in variants):
-        raise _err(p, f"{where}.label", "is used twice; every variant needs its own label")
-    target = rv.get("target", "local")
-    if not isinstance(target, str):
-        raise _err(p, f"{where}.target", "must be a string: local, qemu:ARCH[,options] or ssh://user@host")
-    try:
-        kind = validate_spec(target)
-    except KperfdiffError as e:
-        raise _err(p, f"{where}.target", str(e)) from None
-    for fld in ("knobs", "env", "cpus"):
-        if kind != "local" and rv.get(fld):
-            raise _err(p, f"{where}.{fld}", f"applies to this machine only, not to the target {target}; "
-                                            f"for a guest give a kernel command line with cmdline")
-    knobs = _str_table(p, f"{where}.knobs", rv.get("knobs"))
-    for k in knobs:
-        why = knobmod.check_knob_path(k, allow_knobs)
-        if why:
-            raise _err(p, f"{where}.knobs key {k!r}", why)
-    cmdline = rv.get("cmdline", "")
-    if not isinstance(cmdline, str):
-        raise _err(p, f"{where}.cmdline", "must be a string (a kernel command line)")
-    if cmdline and kind not in ("qemu", "lava"):
-        raise _err(p, f"{where}.cmdline", "needs a guest target (qemu:ARCH) or a LAVA target (lava://), which "
-                                          "boot their kernel: the command line of a kernel already running "
-                                          "cannot be changed by kperfdiff; remove it or set target")
-    env = _str_table(p, f"{where}.env", rv.get("env"))
-    for k in env:
-        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
-            raise _err(p, f"{where}.env key {k!r}", "is not an environment variable name")
-        if k in UNSAFE_ENV or k.startswith(UNSAFE_ENV_PREFIXES):
-            raise _err(p, f"{where}.env key {k!r}", "is never set by kperfdiff: it makes the benchmark "
-                                                   "programs (run as root) load or run other code")
-    cpus = rv.get("cpus", "")
-    if isinstance(cpus, list):
-        cpus = ",".join(str(c) for c in cpus)
-    if not isinstance(cpus, str):
-        raise _err(p, f"{where}.cpus", f"{cpus!r} is not a CPU list like \"0\", \"0-3\" or \"0,2\"")
-    if cpus:
-        try:
-            limits.parse_cpu_list(cpus)
-        except ValueError as e:
-            raise _err(p, f"{where}.cpus", str(e)) from None
-    return Variant(label=label, target=target, vars=_str_table(p, f"{where}.vars", rv.get("vars")),
-                            knobs=knobs, cmdline=cmdline, env=env, cpus=cpus.replace(" ", ""),
-                            params=_params_table(p, f"{where}.params", rv.get("params")),
-                            description=str(rv.get("description", "")))
-
-
-def _parse_benchmarks(p, data: dict, variants: list[Variant]) -> list[str]:
-    """The benchmark names or patterns, every {placeholder} defined by every variant."""
-    benches = data.get("benchmarks")
-    if isinstance(benches, str):
-        benches = [b.strip() for b in benches.split(",") if b.strip()]
-    if not isinstance(benches, list) or not benches or not all(isinstance(b, str) and b for b in benches):
-        raise _err(p, "benchmarks", "must be a non-empty list of benchmark names or patterns")
-    for b in benches:
-        for ph in _placeholders(b):
-            if not ph.isidentifier():
-                raise _err(p, "benchmarks", f"entry {b!r} has a malformed {{placeholder}}")
-            for v in variants:
-                if ph not in v.vars:
-                    raise _err(p, f"variant {v.label!r}.vars", f"has no {ph!r}, which benchmark {b!r} needs")
-    return benches
-
-
-def _parse_cores(p, data: dict) -> list[int]:
-    cores = data.get("cores", [1])
-    if isinstance(cores, int) and not isinstance(cores, bool):
-        cores = [cores]
-    if (not isinstance(cores, list) or not cores or len(cores) > limits.MAX_CORE_COUNTS
-            or not all(limits.int_in_range(c, 1, limits.MAX_COPIES) for c in cores)):
-        raise _err(p, "cores", f"must be a list of at most {limits.MAX_CORE_COUNTS} copy counts from 1 to "
-                               f"{limits.MAX_COPIES}, like [1, 2, 4]")
-    if len(set(cores)) != len(cores):
-        raise _err(p, "cores", "lists a core count twice")
-    return cores
-
-
-def parse_data(data: dict, p: Path | str = "<experiment>", allow_knobs=frozenset()) -> Experiment:
-    """Check parsed TOML; ``allow_knobs`` are the paths given with ``--allow-knob``."""
-    unknown = sorted(set(data) - TOP_KEYS)
-    if unknown:
-        raise _err(p, unknown[0], f"is not an experiment field (known: {', '.join(sorted(TOP_KEYS))})")
-    name = data.get("name")
-    if not isinstance(name, str) or not LABEL_RE.match(name or ""):
-        raise _err(p, "name", "must be a word of letters, digits and _.+=- (it names the experiment in the store)")
-    raw_variants = data.get("variant", data.get("variants"))
-    if not isinstance(raw_variants, list) or not raw_variants:
-        raise _err(p, "variant", "is missing: declare at least one [[variant]] table with a label")
-    variants: list[Variant] = []
-    for i, rv in enumerate(raw_variants):
-        variants.append(_parse_variant(p, i, rv, variants, allow_knobs))
-    labels = [v.label for v in variants]
-    baseline = data.get("baseline", labels[0])
-    if baseline not in labels:
-        raise _err(p, "baseline", f"{baseline!r} is not a variant label ({', '.join(labels)})")
-    stack = data.get("stack", [])
-    if not isinstance(stack, list) or any(s not in labels for s in stack) or len(set(stack)) != len(stack):
-        raise _err(p, "stack", f"must be a list of distinct variant labels ({', '.join(labels)}) in patch order")
-    benches = _parse_benchmarks(p, data, variants)
-    cores = _parse_cores(p, data)
-
-    def pos_int(key, default, most):
-        v = data.get(key, default)
-        if v is None:
-            return None
-        if not limits.int_in_range(v, 1, most):
-            raise _err(p, key, f"must be a whole number from 1 to {most}")
-        return v
-
-    def pos_num(key, most):
-        v = data.get(key)
-        if v is None:
-            return None
-        if not limits.number_in_range(v, 0, most):
-            raise _err(p, key, f"must be a number above 0 and at most {most}")
-        return float(v)
-
-    def flag(key):
-        v = data.get(key, False)
-        if not isinstance(v, bool):
-            raise _err(p, key, "must be true or false")
-        return v
-
-    desc = data.get("description", "")
-    return Experiment(name=name, path=str(p), variants=variants, baseline=baseline, benchmarks=list(benches),
-                      cores=list(cores), reps=pos_int("reps", 3, limits.MAX_REPS), stack=list(stack),
-                      precision=pos_num("precision", limits.MAX_PRECISION_PCT),
-                      max_time=pos_num("max_time", limits.MAX_TIMEOUT_S),
-                      intervals=pos_int("intervals", None, limits.MAX_INTERVALS),
-                      min_batch_ms=pos_num("min_batch_ms", limits.MAX_MIN_BATCH_MS),
-                      timeout=pos_num("timeout", limits.MAX_TIMEOUT_S), profile=flag("profile"),
-                      profile_freq=pos_int("profile_freq", None, limits.MAX_PROFILE_FREQ), tiny=flag("tiny"),
-                      allow_swap_setup=flag("allow_swap_setup"),
-                      params=_params_table(p, "params", data.get("params")),
-                      description=desc if isinstance(desc, str) else "", study=_study_table(p, data.get("study")))
-
-
-def _study_table(p, v) -> dict:
-    """The [study] table: text about the study a file reproduces; names to strings, numbers, booleans or
-    lists of strings (kperfdiff.studies checks which keys it knows)."""
-    if v is None:
-        return {}
-    if not isinstance(v, dict):
-        raise _err(p, "study", "must be a table ([study])")
-    out: dict = {}
-    for k, x in v.items():
-        if isinstance(x, list):
-            if len(x) > limits.MAX_LIST_ITEMS:
-                raise _err(p, f"study.{k}", f"has more than {limits.MAX_LIST_ITEMS} items")
-            out[str(k)] = [_scalar_str(p, f"study.{k}", i) for i in x]
-        else:
-            out[str(k)] = _scalar_str(p, f"study.{k}", x)
-    return out
-
-
-# -- the matrix -------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Cell:
-    variant: str
-    key: str          # column: the benchmark entry (a name, or a template like gups.{pages})
-    benchmark: str    # the benchmark this variant runs for that column
-    cores: int
-    rep: int
-
-    @property
-    def id(self) -> str:
-        return f"{self.variant}|{self.key}|P{self.cores}|r{self.rep}"
-
-
-def resolve(exp: Experiment) -> dict[str, list[tuple[str, object]]]:
-    """variant label -> [(column key, Benchmark)], in the file's order.
-
-    A plain entry (name, pattern or family) gives one column per benchmark it
-    matches; an entry with ``{placeholders}`` is one column whose benchmark
-    each variant names through its ``vars`` (it must name exactly one).
-    """
-    out: dict[str, list[tuple[str, object]]] = {}
-    for v in exp.variants:
-        cols: list[tuple[str, object]] = []
-        for entry in exp.benchmarks:
-            templated = bool(_placeholders(entry))
-            name = entry.format(**v.vars) if templated else entry
-            try:
-                hits = catalogue.select("full", name)
-            except KperfdiffError:
-                hits = _boot_benchmarks(exp, name, v)    # boot.*: a guest's boot, at the target's mem=
-                if not hits:
-                    raise _err(exp.path, "benchmarks", f"entry {entry!r} ({name!r} for variant {v.label!r}) matches "
-                                                       f"no benchmark; see kperfdiff bench --list") from None
-            if templated:
-                if len(hits) != 1:
-                    raise _err(exp.path, "benchmarks", f"entry {entry!r} must name exactly one benchmark per "
-                                                       f"variant, but {name!r} matches {len(hits)}")
-                cols.append((entry, hits[0]))
-            else:
-                cols.extend((h.name, h) for h in hits)
-        keys = [k for k, _ in cols]
-        dup = next((k for k in keys if keys.count(k) > 1), None)
-        if dup:
-            raise _err(exp.path, "benchmarks", f"name {dup} twice (two entries match it)")
-        out[v.label] = cols
-    first = [k for k, _ in out[exp.variants[0].label]]
-    for v in exp.variants[1:]:
-        if [k for k, _ in out[v.label]] != first:
-            raise _err(exp.path, "benchmarks", f"resolve to different columns for variant {v.label!r}")
-    return out
-
-
-def _boot_benchmarks(exp: Experiment, name: str, v: Variant) -> list:
-    """The boot.* benchmarks (targets/boot.py) a name or pattern matches; they run on guest targets only,
-    one boot per memory size (the variant's target says mem=)."""
-    hits = [b for b in ALL_BOOT_BENCHMARKS if fnmatch.fnmatchcase(b.name, name) or b.family == name]
-    if hits and not v.target.startswith("qemu:"):
-        raise _err(exp.path, f"variant {v.label!r}.target",
-                   f"must be a qemu guest for the boot benchmarks ({name}), not {v.target!r}")
-    return hits
-
-
-def cells(exp: Experiment, columns: dict[str, list[tuple[str, object]]]) -> list[Cell]:
-    """Every cell in run order: repetition outermost, variants interleaved and rotated."""
-    labels = [v.label for v in exp.variants]
-    n = len(labels) * len(columns[labels[0]]) * len(exp.cores) * exp.reps
-    if n > limits.MAX_CELLS:
-        raise _err(exp.path, "reps", f"x variants x benchmarks x cores make {n} cells, more than the "
-                                     f"{limits.MAX_CELLS} one experiment may have")
-    out = []
-    slot = 0
-    for rep in range(exp.reps):
-        for i, (key, _) in enumerate(columns[labels[0]]):
-            for cores in exp.cores:
-                k = slot % len(labels)
-                for label in labels[k:] + labels[:k]:
-                    bench = dict(columns[label])[key]
-                    out.append(Cell(label, key, bench.name, cores, rep))
-                slot += 1
-    return out
-
-
-def variant_params(exp: Experiment, v: Variant, benches: list) -> dict[str, dict[str, str]]:
-    """Per-benchmark parameter overrides of one variant: the experiment's, then the variant's own.
-
-    An override that applies to none of this variant's benchmarks (it names
-    another variant's benchmark) is left out here; :func:`check_params`
-    rejects one that applies to no benchmark of the experiment at all.
-    """
-    out: dict[str, dict[str, str]] = {}
-    for table in (exp.params, v.params):
-        for k, val in table.items():
-            try:
-                ov = parse_param_overrides([f"{k}={val}"], benches)
-            except KperfdiffError:
-                continue
-            for b, kv in ov.items():
-                out.setdefault(b, {}).update(kv)
-    return out
-
-
-def benchmarks_by_name(columns) -> dict:
-    """Every benchmark of the experiment's columns (any variant), by name."""
-    return {b.name: b for cols in columns.values() for _, b in cols}
-
-
-def check_params(exp: Experiment, columns) -> dict[str, dict[str, dict[str, str]]]:
-    """variant -> benchmark -> overrides; an override that applies to no benchmark of the experiment is an error."""
-    allb = benchmarks_by_name(columns)
-    for where, table in [("params", exp.params)] + [(f"variant {v.label!r}.params", v.params)
-                                                     for v in exp.variants]:
-        for k, val in table.items():
-            try:
-                parse_param_overrides([f"{k}={val}"], list(allb.values()))
-            except KperfdiffError:
-                raise _err(exp.path, f"{where} key {k!r}", "applies to no benchmark of the experiment "
-                                                          "(or that benchmark has no such parameter)") from None
-    return {v.label: variant_params(exp, v, [b for _, b in columns[v.label]]) for v in exp.variants}
-
-
-@dataclass
-class Matrix:
-    """An experiment's matrix, resolved and checked (:func:`matrix`)."""
-
-    columns: dict[str, list[tuple[str, object]]]        # variant -> its benchmark columns (:func:`resolve`)
-    overrides: dict[str, dict[str, dict[str, str]]]     # variant -> benchmark -> parameters (:func:`check_params`)
-    cells: list[Cell]                                   # every cell (:func:`cells`)
-    bench_by_name: dict                                 # every benchmark of the columns, by name
-
-
-def matrix(exp: Experiment) -> Matrix:
-    """What running ``exp`` measures: its columns and cells, its parameter overrides checked."""
-    columns = resolve(exp)
-    overrides = check_params(exp, columns)
-    return Matrix(columns, overrides, cells(exp, columns), benchmarks_by_name(columns))
-
-
 @contextlib.contextmanager
+
+
 def _term_as_interrupt():
     """SIGTERM and SIGHUP stop the run like Ctrl-C, so the finally clauses run."""
     def handler(signum, frame):
@@ -601,9 +90,9 @@ def _term_as_interrupt():
             signal.signal(s, h)
 
 
-# -- running ---------------------------------------------------------------------
-
 @dataclass
+
+
 class RunOptions:
     restart: bool = False
     progress: bool = True
@@ -611,6 +100,8 @@ class RunOptions:
 
 
 @dataclass
+
+
 class RunOutcome:
     experiment: dict
     measured: int
@@ -747,15 +238,6 @@ def _check_cpus(exp: Experiment) -> None:
                              f"does not have or does not allow (allowed: {len(allowed)} CPUs)")
 
 
-def plan(exp: Experiment) -> dict:
-    """What ``run`` would do, without touching the machine: columns and cells."""
-    m = matrix(exp)
-    return {"name": exp.name, "hash": exp.file_hash(), "variants": [v.label for v in exp.variants],
-            "baseline": exp.baseline, "stack": exp.stack,
-            "columns": {label: [(k, b.name) for k, b in cols] for label, cols in m.columns.items()},
-            "cores": exp.cores, "reps": exp.reps, "cells": len(m.cells), "comparisons": exp.comparisons()}
-
-
 def run_experiment(store, exp: Experiment, opts: RunOptions, log=None) -> RunOutcome:
     """Run (or resume) the whole matrix of ``exp`` into ``store``."""
     return _MatrixRun(store, exp, opts, log or (lambda m: print(m, file=sys.stderr, flush=True))).run()
@@ -813,7 +295,7 @@ class _MatrixRun:
                     self.measure_cells(self.todo)
                     if exp.precision:
                         self.binaries = self.binaries or self._build()
-                        for (key, cores), text in _adaptive_rounds(store, exp, eid, self.columns, self.measure_cells,
+                        for (key, cores), text in repeat_until_precise(store, exp, eid, self.columns, self.measure_cells,
                                                                    self.progress, self.log).items():
                             store.set_cell_stop(eid, key, cores, text)
                 finally:
@@ -1054,45 +536,6 @@ class _Heartbeat:
             self._thread.join(timeout=60)
 
 
-def _adaptive_rounds(store, exp: Experiment, eid: int, columns, measure_cells, progress, log) -> dict:
-    """After the matrix: more repetitions of the (column, core count) groups whose changes are not
-    yet known to +-``exp.precision`` percent of their speed ratio (:func:`kperfdiff.core.stats.ratio_half_width`
-    of the 95% interval), one round of every such group at a time, all variants
-    interleaved and rotated (:func:`kperfdiff.bench.rounds.run_rounds`). Returns why each group stopped."""
-    labels = [v.label for v in exp.variants]
-    ended = store.cell_stops(eid)      # a run that finished (or a rerun of a complete one) measures no more
-    groups = [(key, cores) for key, _ in columns[labels[0]] for cores in exp.cores if (key, cores) not in ended]
-
-    def cells_of(g, r: int) -> list[Cell]:
-        key, cores = g
-        return [Cell(label, key, dict(columns[label])[key].name, cores, r)
-                for label in rounds.rotated(labels, r + groups.index(g))]
-
-    def measure_round(order, r):
-        states = store.cell_states(eid)
-        batch = [c for g in order for c in cells_of(g, r) if states.get(c.id) not in ("ok", "skipped")]
-        progress.adaptive_round(len(batch))
-        measure_cells(batch)
-        states = store.cell_states(eid)
-        return {g for g in order if any(states.get(c.id) != "ok" for c in cells_of(g, r))}
-
-    def half_widths(gs):
-        cmp = compare.from_experiment(store, str(eid))
-        out = {}
-        for g in gs:
-            hw = [stats.ratio_half_width(x.low, x.high) for blk in cmp.blocks for k, x in blk.cells.items() if k == g]
-            out[g] = max(hw) if hw and not any(math.isnan(h) for h in hw) else math.nan
-        return out
-
-    policy = rounds.RepetitionPolicy(reps=exp.reps, precision=exp.precision, max_time=exp.max_time)
-    progress.set_time_limit(policy.time_limit)
-    why = rounds.run_rounds(groups, measure_round, half_widths, policy, first=exp.reps) if groups else {}
-    progress.close()        # the bar's line cleared before the notes below
-    for (key, cores), text in why.items():
-        log(f"kperfdiff: {key} -P {cores}: {text}")
-    return why
-
-
 def _measure_cell(exp, v, c, b, binaries, overrides, facts, swap_ready, swap, profilers, run, bopts, measure,
                   unmet_requirement) -> Measurement:
     params = b.run_params(tiny=exp.tiny, overrides=overrides[v.label].get(b.name),
@@ -1178,15 +621,3 @@ def describe_stored(store, exp: Experiment, restart: bool = False) -> str:
         out += (f" (the stored cells of {', '.join(remote)} are checked against what their target runs at its "
                 f"first job)")
     return out + "\n"
-
-
-def describe_plan(pl: dict) -> str:
-    out = [f"experiment {pl['name']} (hash {pl['hash']}): {pl['cells']} cells = {len(pl['variants'])} variants x "
-           f"{len(next(iter(pl['columns'].values())))} benchmarks x {len(pl['cores'])} core counts x "
-           f"{pl['reps']} reps", f"baseline: {pl['baseline']}"]
-    if pl["stack"]:
-        out.append("patch stack: " + " -> ".join(pl["stack"]))
-    for label, cols in pl["columns"].items():
-        out.append(f"variant {label}: " + ", ".join(n if k == n else f"{k}={n}" for k, n in cols))
-    out.append("comparisons: " + "; ".join(f"{a} vs {b}" for a, b, _ in pl["comparisons"]))
-    return "\n".join(out) + "\n"

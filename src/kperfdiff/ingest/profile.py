@@ -33,8 +33,6 @@ import numpy as np
 
 from kperfdiff.core.errors import InputError
 
-PROFILE_VERSION = 1
-
 
 @dataclass(frozen=True)
 class Symbol:

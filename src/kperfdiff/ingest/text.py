@@ -384,7 +384,6 @@ def _load_script(path: Path, event: str | None) -> Profile:
 # -- perf report -----------------------------------------------------------------
 
 _ROW_START = re.compile(r"^\s*\d+(?:\.\d+)?%")
-_PCT = re.compile(r"^\s*(\d+(?:\.\d+)?)%\s*$")
 _SAMPLES = re.compile(r"^#\s*Samples:\s*([\d.]+)\s*([KMGT]?)\s+of events?\s+'(.*)'")
 _GROUP = re.compile(r"^(?:anon group\s*)?\{\s*(.*?)\s*\}(?::\S*)?$")
 _EVCOUNT = re.compile(r"^#\s*Event count \(approx\.\):\s*(\d+)")

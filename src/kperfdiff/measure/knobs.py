@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kperfdiff.core.errors import BenchError, InputError, KperfdiffError
+from kperfdiff.core.errors import BenchError, KperfdiffError
 from kperfdiff.bench.noise import stat_fields
 
 KNOB_ROOTS = ("/sys/", "/proc/sys/")
@@ -178,27 +178,8 @@ def check_knob_path(path: str, allowed: frozenset[str] | set[str] = frozenset())
         return None
     if path in allowed or real in {_resolved(a) for a in allowed}:
         return None
-    return ("is not one of the performance knobs kperfdiff sets by default (see the README's knob table); "
+    return ("is not one of the performance knobs kperfdiff sets by default (the table in docs/experiments.md, 'What an experiment file may do'); "
             "if you mean it, run with --allow-knob " + path)
-
-
-def check_knob_value(value: str) -> str | None:
-    if "\0" in value:
-        return "has a NUL in it"
-    if len(value) > 4096:
-        return "is longer than a sysfs file takes (4096 bytes)"
-    return None
-
-
-def check_knobs(knobs: dict[str, str], allowed=frozenset(), where: str = "knobs") -> None:
-    """Raise an InputError naming the first knob that may not be set."""
-    for path, value in knobs.items():
-        why = check_knob_path(path, allowed)
-        if why:
-            raise InputError(f"{where} key {path!r} {why}")
-        why = check_knob_value(value)
-        if why:
-            raise InputError(f"{where} value of {path!r} {why}")
 
 
 # -- reading and writing ------------------------------------------------------

@@ -111,7 +111,6 @@ crossing calls whenever the caller is placed.
 """
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -452,7 +451,3 @@ def placement_from_names(problem: Problem, names: list[str], where: str = "the p
         more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
         raise InputError(f"{where} names functions that cannot be placed: {', '.join(unknown[:3])}{more}")
     return problem.mask(names)
-
-
-def fmt_pct(x: float) -> str:
-    return "-" if x is None or math.isnan(x) else f"{x:.2f}"

@@ -453,7 +453,3 @@ def sweep(problem: Problem, capacities: list[int], methods: list[str], *, time_l
             row[meth] = solve(problem, meth, cap, time_limit=time_limit)
         out.append((cap, row))
     return out
-
-
-def default_capacities() -> list[int]:
-    return [4096, 8192, 16384, 32768, 65536]

@@ -16,17 +16,13 @@ from kperfdiff.core.records import (
     instruction_counts,
     summarise_disturbance,
 )
-from kperfdiff.render.table import Table, md_escape, number, to_csv, to_json, to_markdown, to_text
+from kperfdiff.render.table import Table, md_escape, number, percent, to_csv, to_json, to_markdown, to_text
 
 if TYPE_CHECKING:  # types only: the renderer reads no catalogue
     from kperfdiff.bench.catalogue import Benchmark
 
 JSON_VERSION = 1
 DISTURBED = "!"
-
-
-def _pct(v: float | None) -> str:
-    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v * 100:.1f}%"
 
 
 def catalogue(benches: tuple[Benchmark, ...] | list[Benchmark], fmt: str = "text") -> str:
@@ -136,9 +132,9 @@ def results_table(results: list[Result]) -> Table:
             t.rows.append([g.name, s["copies"], "-", s["unit"] or "", "-", 0, "-", "-", "-", "-",
                            f"{s['status']}: {s['reason']}{more}"])
             continue
-        hw = s["half_width_pct"]
-        t.rows.append([g.name, s["copies"], number(s["centre"]), s["unit"], "-" if math.isnan(hw) else f"{hw:.1f}%",
-                       s["reps"], _pct(s["cv"]), number(s["min"]), number(s["max"]), s["n"], _group_note(g, s)])
+        t.rows.append([g.name, s["copies"], number(s["centre"]), s["unit"], percent(s["half_width_pct"], mark=True),
+                       s["reps"], percent(s["cv"], fraction=True, mark=True), number(s["min"]), number(s["max"]),
+                       s["n"], _group_note(g, s)])
         if s["disturbed"]:
             notes.append(f"  {label}: {DISTURBED} {s['disturbed']}")
         if s["stop"] and not s["stop"].endswith("(fixed count)"):
@@ -166,7 +162,7 @@ def reps_table(results: list[Result]) -> Table:
         s = group_summary(g)
         for x in s["repetitions"]:
             t.rows.append([g.name, s["copies"], x["rep"] + 1, number(x["median"]), s["unit"], number(x["min"]),
-                           number(x["max"]), _pct(x["cv"]), x["n"], x["result"],
+                           number(x["max"]), percent(x["cv"], fraction=True, mark=True), x["n"], x["result"],
                            f"{DISTURBED} " + "; ".join(x["disturbed"]) if x["disturbed"] else ""])
         for r in g.results:
             if r.status != "ok":

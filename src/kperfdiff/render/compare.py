@@ -24,17 +24,18 @@ from kperfdiff.analysis.bench_compare import (
     method_text,
 )
 from kperfdiff.analysis.bench_compare import gate as cm_gate
-from kperfdiff.render.table import Table, md_escape, number, to_csv, to_json, to_markdown, to_text
+from kperfdiff.render.table import Table, md_escape, number, percent, to_csv, to_json, to_markdown, to_text
 
 SIG = "*"
 DISTURBED = "!"
 COMPARE_VERSION = 2   # of the JSON document
 
 
-def _pct(v: float, digits: int = 1) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    return f"{v:+.{digits}f}"
+def _interval(c: CellChange) -> str:
+    """`` [low, high]`` of a change's interval, or `` [no interval]``."""
+    if math.isnan(c.low):
+        return " [no interval]"
+    return f" [{percent(c.low, signed=True)}, {percent(c.high, signed=True)}]"
 
 
 def change_cell(c: CellChange | None) -> str:
@@ -42,8 +43,8 @@ def change_cell(c: CellChange | None) -> str:
         return "-"
     if math.isnan(c.change):
         return "n/a" if c.note else "-"
-    ci = f" [{_pct(c.low)}, {_pct(c.high)}]" if not math.isnan(c.low) else " [no interval]"
-    return (f"{_pct(c.change)}%{ci}{' ' + SIG if c.significant else ''}"
+    ci = _interval(c)
+    return (f"{percent(c.change, signed=True)}%{ci}{' ' + SIG if c.significant else ''}"
             f"{' ' + DISTURBED if c.disturbed else ''}")
 
 
@@ -112,9 +113,10 @@ def block_table(cmp: Comparison, blk: Block) -> Table:
               align=["r"] * (len(cmp.keys) + 2))
     for c in cmp.cores:
         t.rows.append([c] + [change_cell(blk.cells.get((k, c))) for k in cmp.keys]
-                      + [_pct(blk.geomean_by_cores.get(c, math.nan)) + "%"])
-    t.rows.append(["geomean"] + [_pct(blk.geomean_by_key.get(k, math.nan)) + "%" for k in cmp.keys]
-                  + [_pct(blk.geomean) + "%"])
+                      + [percent(blk.geomean_by_cores.get(c, math.nan), signed=True) + "%"])
+    t.rows.append(["geomean"]
+                  + [percent(blk.geomean_by_key.get(k, math.nan), signed=True) + "%" for k in cmp.keys]
+                  + [percent(blk.geomean, signed=True) + "%"])
     notes = sorted({f"  {k} -P {c}: {x.note}" for (k, c), x in blk.cells.items() if x.note})
     notes += sorted({f"  {k} -P {c} {DISTURBED} {r}" for (k, c), x in blk.cells.items() for r in x.disturbed})
     stops = {}
@@ -210,9 +212,9 @@ def cell_figures(c: CellChange) -> str:
     """The change of a cell with its interval, p and q: ``-12.0% [-15.1, -8.8], p = 0.0012, q = 0.0024``."""
     if math.isnan(c.change):
         return "no change computed"
-    ci = f" [{_pct(c.low)}, {_pct(c.high)}]" if not math.isnan(c.low) else " [no interval]"
+    ci = _interval(c)
     tests = f", p = {c.p:.3g}, q = {c.q:.3g}" if not math.isnan(c.p) else ""
-    return f"{_pct(c.change)}%{ci}{tests}"
+    return f"{percent(c.change, signed=True)}%{ci}{tests}"
 
 
 def gate_verdict(gate: Gate) -> str:

@@ -39,6 +39,7 @@ from __future__ import annotations
 from xml.sax.saxutils import escape, quoteattr
 
 from kperfdiff.render import flamescript
+from kperfdiff.render.table import percent
 
 FRAME_H = 16
 WIDTH = 1200
@@ -90,10 +91,6 @@ def _colour(delta: float, scale: float) -> str:
     x = min(1.0, abs(delta) / scale)
     v = int(round(250 - 200 * x))
     return f"rgb(250,{v},{v})" if delta > 0 else f"rgb({v},{v},250)"
-
-
-def _pct(x: float) -> str:
-    return f"{x * 100:.2f}%"
 
 
 class _Geometry:
@@ -164,9 +161,11 @@ def _legend(result, root: _Node, geo: _Geometry, id_prefix: str) -> list[str]:
     a_only = sum(k.a for k in _one_side_tops(root, "a"))
     b_only = sum(k.b for k in _one_side_tops(root, "b"))
     if a_only:
-        absent.append(f"{_pct(a_only / geo.ta)} of {la} is on paths absent from {lb}")
+        absent.append(f"{percent(a_only / geo.ta, 2, fraction=True, mark=True)} of {la} is on paths absent "
+                      f"from {lb}")
     if b_only:
-        absent.append(f"{_pct(b_only / geo.tb)} of {lb} is on paths absent from {la}")
+        absent.append(f"{percent(b_only / geo.tb, 2, fraction=True, mark=True)} of {lb} is on paths absent "
+                      f"from {la}")
     if absent:
         out.append(f'<text x="{PAD}" y="76" {font}>{escape("; ".join(absent))}</text>')
     return out
@@ -193,7 +192,8 @@ def _frame_open(node: _Node, root: _Node, geo: _Geometry, scale: float, labels, 
     sa, sb = geo.shares(node)
     delta = sb - sa
     name = "all" if node is root else frame_function(node.name)
-    tip = f"{name}\n{la}: {_pct(sa)}\n{lb}: {_pct(sb)}\nchange: {delta * 100:+.2f} percentage points"
+    tip = (f"{name}\n{la}: {percent(sa, 2, fraction=True, mark=True)}\n{lb}: {percent(sb, 2, fraction=True, mark=True)}"
+           f"\nchange: {percent(delta, 2, signed=True, fraction=True)} percentage points")
     if node.b == 0 or node.a == 0:
         side = "a" if node.b == 0 else "b"
         tip += f"\nonly in {la if side == 'a' else lb}"

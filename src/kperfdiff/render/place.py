@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kperfdiff.core.errors import InputError
-from kperfdiff.render.table import Table, to_json, to_markdown, to_text
+from kperfdiff.render.table import Table, percent, to_json, to_markdown, to_text
 
 
 def kb(b: int) -> str:
@@ -57,9 +57,7 @@ def render(tables: list[Table], doc: dict, fmt: str) -> str:
 
 
 def _pair(model, sim) -> str:
-    def f(v):
-        return "-" if v is None or v != v else f"{v:+.1f}"
-    return f"{f(model)} / {f(sim)}"
+    return f"{percent(model, signed=True)} / {percent(sim, signed=True)}"
 
 
 def groups_by_benchmark(gt) -> list[Table]:

@@ -42,17 +42,6 @@ def _nice_range(lo: float, hi: float) -> tuple[float, float, float]:
     return math.floor(lo / step) * step, math.ceil(hi / step) * step, step
 
 
-def _fmt(v: float) -> str:
-    a = abs(v)
-    if a == 0:
-        return "0"
-    if a >= 1e5 or a < 1e-3:
-        return f"{v:.3g}"
-    if a >= 100:
-        return f"{v:.0f}"
-    return f"{v:.4g}"
-
-
 # -- axis units ---------------------------------------------------------------------
 # A value axis shows its numbers in the unit that suits their magnitude: 2500 ns/op as
 # "2.5 µs", 0.07 GUP/s as "70 MUP/s", 3e6 instructions as "3 M".

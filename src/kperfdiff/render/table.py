@@ -76,6 +76,20 @@ def number(v: float | None) -> str:
     return f"{v:#.4g}"
 
 
+def percent(v: float | None, digits: int = 1, *, signed: bool = False, fraction: bool = False,
+            mark: bool = False) -> str:
+    """A percentage with ``digits`` after the point, None and NaN as '-'.
+
+    ``v`` is in percent, or a fraction of one (multiplied by 100) with ``fraction``; ``signed`` puts a
+    '+' before positive values (a change); ``mark`` puts a '%' after the number (never after '-').
+    """
+    if v is None or math.isnan(v):
+        return "-"
+    if fraction:
+        v = v * 100
+    return f"{v:{'+' if signed else ''}.{digits}f}{'%' if mark else ''}"
+
+
 def md_escape(s: str) -> str:
     """Text safe inside a Markdown table cell (pipes, backslashes and HTML escaped)."""
     return s.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")

@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kperfdiff.experiments import run as experiment
+from kperfdiff.experiments import file as exp_file, run as exp_run
 from kperfdiff.core import stats
 from kperfdiff.analysis.bench_compare import from_experiment
 from kperfdiff.core.errors import InputError
@@ -84,7 +84,7 @@ class Section:
     file: str = ""
 
 
-def study_of(exp: experiment.Experiment) -> Study:
+def study_of(exp: exp_file.Experiment) -> Study:
     """The checked [study] table of an experiment; one sentence when it is missing or wrong."""
     raw = exp.study
     if not raw:
@@ -105,8 +105,8 @@ def study_of(exp: experiment.Experiment) -> Study:
                  measured=raw.get("measured", ""), found=raw.get("found", ""), differs=list(differs))
 
 
-def load(path: str | Path) -> tuple[experiment.Experiment, Study]:
-    exp = experiment.parse(path)
+def load(path: str | Path) -> tuple[exp_file.Experiment, Study]:
+    exp = exp_file.parse(path)
     return exp, study_of(exp)
 
 
@@ -114,18 +114,18 @@ def _module(kind: str):
     return importlib.import_module(f"{__name__}.{KINDS[kind]}")
 
 
-def run(store, exp: experiment.Experiment, log, progress: bool = True, restart: bool = False) -> int:
+def run(store, exp: exp_file.Experiment, log, progress: bool = True, restart: bool = False) -> int:
     """Run (or resume) one study (``restart``: afresh); the exit status of its experiment run."""
     mod = _module(study_of(exp).kind)
     if hasattr(mod, "run"):
         return mod.run(store, exp, log)
-    outcome = experiment.run_experiment(store, exp, experiment.RunOptions(progress=progress, restart=restart,
-                                                                            command=f"kperfdiff studies run {exp.path}"),
-                                        log=log)
+    outcome = exp_run.run_experiment(store, exp, exp_run.RunOptions(progress=progress, restart=restart,
+                                                                      command=f"kperfdiff studies run {exp.path}"),
+                                  log=log)
     return outcome.exit_status
 
 
-def section(store, exp: experiment.Experiment) -> Section:
+def section(store, exp: exp_file.Experiment) -> Section:
     """The report section of one study, from what the store holds (an empty one when nothing ran yet)."""
     st = study_of(exp)
     if store.latest_experiment(exp.name) is None:
@@ -138,7 +138,7 @@ def section(store, exp: experiment.Experiment) -> Section:
 
 # -- helpers the kinds share --------------------------------------------------------
 
-def comparison(store, exp: experiment.Experiment):
+def comparison(store, exp: exp_file.Experiment):
     """The comparison of the study's experiment (every variant vs its baseline, and its stack)."""
     return from_experiment(store, exp.name)
 

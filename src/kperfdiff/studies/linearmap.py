@@ -18,7 +18,7 @@ import warnings
 from kperfdiff.analysis import bench_compare as cmpmod
 from kperfdiff.core import stats
 from kperfdiff.core.errors import KperfdiffError
-from kperfdiff.render.table import Table
+from kperfdiff.render.table import Table, percent
 from kperfdiff.targets.qemu import mem_mb, parse_spec
 from kperfdiff.studies import Section, Verdict, study_of
 
@@ -65,10 +65,11 @@ def _num(v: float, digits: int = 0) -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:,.{digits}f}"
 
 
-def _pct(new: float, old: float) -> str:
+def _growth(new: float, old: float) -> float:
+    """``new / old - 1``; NaN when either is NaN or ``old`` is 0."""
     if math.isnan(new) or math.isnan(old) or old == 0:
-        return "-"
-    return f"{(new / old - 1) * 100:+.0f}%"
+        return math.nan
+    return new / old - 1
 
 
 def _timed(smp) -> str:
@@ -155,9 +156,8 @@ def section(store, exp) -> Section:
         for m in mems:
             r, lo, hi = _time_ratio(smp(old, m, HOST), smp(new, m, HOST))
             ratio = "-" if math.isnan(r) else (f"{r:.2f}" + ("" if math.isnan(lo) else f" [{lo:.2f}, {hi:.2f}]"))
-            c.rows.append([m, _pct(val[(new, m, INSNS)], val[(old, m, INSNS)]),
-                           _pct(val[(new, m, TLBI)], val[(old, m, TLBI)]),
-                           _pct(val[(new, m, DSB)], val[(old, m, DSB)]), ratio])
+            c.rows.append([m] + [percent(_growth(val[(new, m, key)], val[(old, m, key)]), 0, signed=True,
+                                         fraction=True, mark=True) for key in (INSNS, TLBI, DSB)] + [ratio])
         sec.tables.append(c)
 
     # what was measured, in sentences
@@ -226,5 +226,5 @@ def section(store, exp) -> Section:
 
 def _span(fractions, digits: int) -> str:
     """``58-59`` (percent) for a range of fractions, ``97.0`` when they round alike."""
-    lo, hi = f"{min(fractions) * 100:.{digits}f}", f"{max(fractions) * 100:.{digits}f}"
+    lo, hi = percent(min(fractions), digits, fraction=True), percent(max(fractions), digits, fraction=True)
     return lo if lo == hi else f"{lo}-{hi}"

@@ -25,7 +25,7 @@ import re
 from kperfdiff.analysis import bench_compare as compare
 from kperfdiff.analysis.profile_diff import DiffOptions
 from kperfdiff.render.flamegraph import frame_function
-from kperfdiff.render.table import Table
+from kperfdiff.render.table import Table, percent
 from kperfdiff.analysis.report_data import diff_stored
 from kperfdiff.studies import Section, Verdict, centre_text, change_text, comparison, sample, study_of
 
@@ -204,8 +204,8 @@ def section(store, exp) -> Section:
             top_b = max(((shares(folded, total, (n,))[0], n) for n in BATCHED), default=(0.0, ""))
             found[label] = {"self": pself, "incl": pincl, "unbatched": unb, "batched": bat, "all": every,
                             "top_batched": top_b, "rank": _rank(res, "ptep_clear_flush")}
-            mech.rows.append([label, _pct(pself), _pct(pincl), _pct(unb), _pct(bat),
-                              f"{top_b[1]} {_pct(top_b[0])}" if top_b[0] > 0 else "-", _pct(every),
+            mech.rows.append([label, percent(pself, 2), percent(pincl, 2), percent(unb, 2), percent(bat, 2),
+                              f"{top_b[1]} {percent(top_b[0], 2)}" if top_b[0] > 0 else "-", percent(every, 2),
                               found[label]["rank"]])
         if arch == "arm64":
             pd = diff_stored(cmp, old, new, s_old.benchmark, s_new.benchmark, cores, key=LOOP,
@@ -225,10 +225,6 @@ def section(store, exp) -> Section:
     return sec
 
 
-def _pct(v: float) -> str:
-    return "-" if v is None or math.isnan(v) else f"{v:.2f}"
-
-
 def _paragraphs(sec: Section, pairs, change, found) -> None:
     for arch, old, new in pairs:
         c = change.get((new, LOOP))
@@ -237,9 +233,10 @@ def _paragraphs(sec: Section, pairs, change, found) -> None:
         if old in found and new in found:
             a, b = found[old], found[new]
             sec.paragraphs.append(
-                f"{arch}: ptep_clear_flush holds {_pct(a['incl'])}% of the kernel samples on {old} and "
-                f"{_pct(b['incl'])}% on {new} (inclusive; self {_pct(a['self'])}% and {_pct(b['self'])}%); "
-                f"the batched flush path {_pct(a['batched'])}% and {_pct(b['batched'])}%.")
+                f"{arch}: ptep_clear_flush holds {percent(a['incl'], 2)}% of the kernel samples on {old} and "
+                f"{percent(b['incl'], 2)}% on {new} (inclusive; self {percent(a['self'], 2)}% and "
+                f"{percent(b['self'], 2)}%); the batched flush path {percent(a['batched'], 2)}% and "
+                f"{percent(b['batched'], 2)}%.")
     if sec.diffs:
         sec.paragraphs.append(f"At the end of this section, the kperfdiff ranking of the arm64 pair ({LOOP}, "
                               f"older kernel = A, newer = B, self time, top {TOP}).")
@@ -279,22 +276,23 @@ def _verdicts(sec: Section, pairs, change, found) -> None:
         batched = b["batched"] > a["batched"]
         if shrinks and batched:
             where = b["top_batched"][1]
-            word, text = "yes", (f"ptep_clear_flush shrinks from {_pct(a['incl'])}% to {_pct(b['incl'])}% of the "
-                                 f"kernel samples on arm64 and the batched path grows from {_pct(a['batched'])}% to "
-                                 f"{_pct(b['batched'])}%, mostly in {where} (where arm64 still issues each page's "
-                                 f"TLBI, __flush_tlb_page_nosync inlined; only the final DSB waits for "
-                                 f"arch_tlbbatch_flush, once per batch); all TLB flushing goes from "
-                                 f"{_pct(a['all'])}% to {_pct(b['all'])}%.")
+            word, text = "yes", (f"ptep_clear_flush shrinks from {percent(a['incl'], 2)}% to "
+                                 f"{percent(b['incl'], 2)}% of the kernel samples on arm64 and the batched path "
+                                 f"grows from {percent(a['batched'], 2)}% to {percent(b['batched'], 2)}%, mostly in "
+                                 f"{where} (where arm64 still issues each page's TLBI, __flush_tlb_page_nosync "
+                                 f"inlined; only the final DSB waits for arch_tlbbatch_flush, once per batch); all "
+                                 f"TLB flushing goes from "
+                                 f"{percent(a['all'], 2)}% to {percent(b['all'], 2)}%.")
         elif shrinks:
-            word, text = "partly", (f"ptep_clear_flush shrinks from {_pct(a['incl'])}% to {_pct(b['incl'])}% on "
-                                    f"arm64, but the batched path is not seen growing ({_pct(a['batched'])}% to "
-                                    f"{_pct(b['batched'])}%).")
+            word, text = "partly", (f"ptep_clear_flush shrinks from {percent(a['incl'], 2)}% to "
+                                    f"{percent(b['incl'], 2)}% on arm64, but the batched path is not seen growing "
+                                    f"({percent(a['batched'], 2)}% to {percent(b['batched'], 2)}%).")
         elif a["incl"] <= 0:
             word, text = "unknown", "ptep_clear_flush has no samples on arm64's older kernel here."
         else:
-            word, text = "no", (f"ptep_clear_flush does not shrink on arm64: {_pct(a['incl'])}% on {arm[1]}, "
-                                f"{_pct(b['incl'])}% on {arm[2]}.")
+            word, text = "no", (f"ptep_clear_flush does not shrink on arm64: {percent(a['incl'], 2)}% on "
+                                f"{arm[1]}, {percent(b['incl'], 2)}% on {arm[2]}.")
         sec.mechanism = Verdict(word, (text + f" The study put it at 5.4% (17% on 128 cores); here it holds "
-                                       f"{_pct(a['incl'])}% on {arm[1]}. " + emu).strip())
+                                       f"{percent(a['incl'], 2)}% on {arm[1]}. " + emu).strip())
     else:
         sec.mechanism = Verdict("unknown", "No profiles of the arm64 pair yet (the experiment needs profile = true).")

@@ -85,7 +85,6 @@ LINEAR_MAP_FUNCTION = "__create_pgd_mapping"   # its calls inside paging_init, o
 MAP_TOP = 12                          # functions kept in each result's info
 INITCALL_RE = re.compile(r"initcall\s+(\S+?)(?:\+0x[0-9a-f]+/0x[0-9a-f]+)?(?:\s+\[\S+\])?\s+returned\s+-?\d+\s+"
                          r"after\s+(\d+)\s+usecs")
-TS_RE = re.compile(r"^\[\s*(\d+\.\d+)\]")
 DEFAULT_MEMS = ["1G", "4G", "16G"]
 
 
@@ -97,14 +96,6 @@ def parse_initcalls(dmesg: str) -> dict[str, float]:
         if m:
             out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(2))
     return out
-
-
-def first_timestamp(dmesg: str) -> float | None:
-    for ln in dmesg.splitlines():
-        m = TS_RE.match(ln.lstrip("<0123456789>"))
-        if m:
-            return float(m.group(1))
-    return None
 
 
 def measure_boots(target: QemuTarget, mems: list[str] | None = None, boots: int = 3,

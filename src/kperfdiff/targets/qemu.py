@@ -364,7 +364,7 @@ class BootRecord:
 # Profiles of a deterministic guest sample cpu-clock every this many virtual nanoseconds, which
 # under -icount shift=0 are instructions. A prime, so that a benchmark loop of a fixed instruction
 # count is not sampled at the same point of every pass (a stroboscope). The emulated PMU's own
-# instructions event counts exactly but cannot attribute kernel samples (README: deterministic).
+# instructions event counts exactly but cannot attribute kernel samples (docs/targets.md: deterministic instruction profiles).
 DETERMINISTIC_PERIOD = 99991
 DETERMINISTIC_CMDLINE = ["nokaslr", "norandmaps", "randomize_kstack_offset=off"]
 # QEMU's side of it: instruction counting, the same random seed and a virtual-clock RTC every boot.

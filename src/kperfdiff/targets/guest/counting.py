@@ -3,7 +3,7 @@
 The emulated PMU of a QEMU TCG arm64 guest counts instructions exactly, but perf cannot sample
 on it: its overflow interrupt is only taken once the CPU is back in user space, so every
 ``perf record -e instructions`` sample of a kernel path lands on the user instruction after the
-system call (README: deterministic guests). kperfdiff counts in the emulator instead: a TCG
+system call (docs/targets.md: deterministic instruction profiles). kperfdiff counts in the emulator instead: a TCG
 plugin (``insn_count.c``, built here for the host's QEMU) adds each translation block's
 instruction count every time the block runs, between the two marks a worker run with
 ``--count`` executes around its timed intervals, and writes one window file per marked run.
@@ -29,7 +29,6 @@ MAX_WINDOW_BYTES = 512 << 20
 BOOT_WINDOW = "insn-boot"          # the boot window: reset to the first user instruction
 CALL_PREFIX = "insn-call"          # <prefix>.<function address hex>.<N>: the N-th call of a watched function
 MAX_CALLS = 4                      # call= functions the plugin watches at once
-EVENTS = ("insns", "tlbi", "dsb", "isb")
 
 
 def plugin() -> Path:

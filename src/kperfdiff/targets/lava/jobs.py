@@ -40,7 +40,6 @@ CASES_FILE = "/kpd/cases"
 RUNNER_FILE = "/tmp/kpd-lava.sh"
 OUT_DIR = "/kpd/out"
 BIN_DIR = "/kpd/bin"
-PERF_DIR = "/kpd/perf"
 CONSOLES = {"arm64": "ttyAMA0", "x86_64": "ttyS0"}
 QEMU_CPUS = {"arm64": "neoverse-n1", "x86_64": "max"}
 LAVA_ARCH = {"arm64": "arm64", "x86_64": "amd64"}

@@ -1,0 +1,50 @@
+"""Adaptive repetition: after an experiment's matrix, more repetitions until every change's speed
+ratio is known to the file's ``precision`` (or its ``max_time`` is spent)."""
+from __future__ import annotations
+
+import math
+
+from kperfdiff.analysis import bench_compare as compare
+from kperfdiff.bench import rounds
+from kperfdiff.core import stats
+from kperfdiff.experiments.file import Experiment
+from kperfdiff.experiments.matrix import Cell
+
+
+def repeat_until_precise(store, exp: Experiment, eid: int, columns, measure_cells, progress, log) -> dict:
+    """After the matrix: more repetitions of the (column, core count) groups whose changes are not
+    yet known to +-``exp.precision`` percent of their speed ratio (:func:`kperfdiff.core.stats.ratio_half_width`
+    of the 95% interval), one round of every such group at a time, all variants
+    interleaved and rotated (:func:`kperfdiff.bench.rounds.run_rounds`). Returns why each group stopped."""
+    labels = [v.label for v in exp.variants]
+    ended = store.cell_stops(eid)      # a run that finished (or a rerun of a complete one) measures no more
+    groups = [(key, cores) for key, _ in columns[labels[0]] for cores in exp.cores if (key, cores) not in ended]
+
+    def cells_of(g, r: int) -> list[Cell]:
+        key, cores = g
+        return [Cell(label, key, dict(columns[label])[key].name, cores, r)
+                for label in rounds.rotated(labels, r + groups.index(g))]
+
+    def measure_round(order, r):
+        states = store.cell_states(eid)
+        batch = [c for g in order for c in cells_of(g, r) if states.get(c.id) not in ("ok", "skipped")]
+        progress.adaptive_round(len(batch))
+        measure_cells(batch)
+        states = store.cell_states(eid)
+        return {g for g in order if any(states.get(c.id) != "ok" for c in cells_of(g, r))}
+
+    def half_widths(gs):
+        cmp = compare.from_experiment(store, str(eid))
+        out = {}
+        for g in gs:
+            hw = [stats.ratio_half_width(x.low, x.high) for blk in cmp.blocks for k, x in blk.cells.items() if k == g]
+            out[g] = max(hw) if hw and not any(math.isnan(h) for h in hw) else math.nan
+        return out
+
+    policy = rounds.RepetitionPolicy(reps=exp.reps, precision=exp.precision, max_time=exp.max_time)
+    progress.set_time_limit(policy.time_limit)
+    why = rounds.run_rounds(groups, measure_round, half_widths, policy, first=exp.reps) if groups else {}
+    progress.close()        # the bar's line cleared before the notes below
+    for (key, cores), text in why.items():
+        log(f"kperfdiff: {key} -P {cores}: {text}")
+    return why
