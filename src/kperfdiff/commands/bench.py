@@ -1,5 +1,5 @@
-"""`kperfdiff bench`, `record` and `target`: measuring (looking at what was stored, `runs` and `show`,
-is in commands/runs.py)."""
+"""`kperfdiff bench`, `record` and `target`: measuring. (`runs` and `show`, looking at what was stored,
+are in commands/runs.py.)"""
 from __future__ import annotations
 
 import argparse

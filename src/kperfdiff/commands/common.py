@@ -1,5 +1,5 @@
 """What the sub-commands that read or write share: opening the store, the command line a run
-records, and writing an output file (the argparse flavour and argument types are in parsing)."""
+records, and writing an output file. (The argparse flavour and argument types are in parsing.)"""
 from __future__ import annotations
 
 import shlex

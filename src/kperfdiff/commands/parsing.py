@@ -1,5 +1,5 @@
-"""The argparse flavour every sub-command shares, light enough for `kperfdiff --help` to load: the
-parser that reports a usage error as one sentence, the global options, and the argument types."""
+"""The argparse flavour every sub-command shares: the parser that reports a usage error as one
+sentence, the global options, and the argument types. Light, as `kperfdiff --help` loads it."""
 from __future__ import annotations
 
 import argparse

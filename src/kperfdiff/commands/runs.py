@@ -1,4 +1,4 @@
-"""`kperfdiff runs` and `show`: looking at what was stored (measuring is in commands/bench.py)."""
+"""`kperfdiff runs` and `show`: looking at what was stored. (Measuring is in commands/bench.py.)"""
 from __future__ import annotations
 
 import argparse
