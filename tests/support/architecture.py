@@ -139,7 +139,6 @@ def load_modules(repo: Path = REPO) -> dict[str, Module]:
 
 def table(mods: dict[str, Module], loader: str) -> dict[str, tuple[str, int]]:
     """A loader's table: name -> (the module it loads, the line of its entry)."""
-    pkg = loader
     out = {}
     for node in mods[loader].tree.body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == LOADERS[loader]
@@ -149,7 +148,7 @@ def table(mods: dict[str, Module], loader: str) -> dict[str, tuple[str, int]]:
                 [(e.elts[0], e.elts[-1]) for e in v.elts if isinstance(e, ast.Tuple)]
             for k, val in pairs:
                 if isinstance(k, ast.Constant) and isinstance(val, ast.Constant):
-                    out[k.value] = (f"{pkg}.{val.value}", val.lineno)
+                    out[k.value] = (f"{loader}.{val.value}", val.lineno)
     return out
 
 
@@ -299,7 +298,7 @@ def hidden_imports(mods) -> list[str]:
     out = [f"{m.short}:{i.line} imports {i.target or i.external} inside a function"
            for m in mods.values() for i in m.imports
            if i.in_function and not i.by_name and not (i.external and heavy(i.external))]
-    out += [f"{m.short}:{line} loads a module by name, and is no loader of tests/support/architecture.py"
+    out += [f"{m.short}:{line} loads a module by name outside a declared loader (LOADERS)"
             for m in mods.values() if m.name not in LOADERS for line in m.loads_by_name]
     return out
 
