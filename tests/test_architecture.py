@@ -48,6 +48,35 @@ def test_every_command_is_defined_where_the_dispatcher_looks():
     assert defined == commands.MODULE_OF
 
 
+def test_a_command_parsed_lazily_has_its_whole_parser(capsys):
+    """main fills in only the chosen command's parser: every command's --help (and its sub-commands')
+    is the one of the complete parser, and the top-level --help lists every command."""
+    import argparse
+    from kperfdiff import commands
+
+    def paths(p, path=()):
+        yield path
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for name, sub in a.choices.items():
+                    yield from paths(sub, path + (name,))
+
+    def help_of(path):
+        with pytest.raises(SystemExit):
+            commands.main([*path, "--help"])
+        return capsys.readouterr().out
+
+    complete = commands.build_parser()
+    every = list(paths(complete))
+    assert len(every) > len(commands.COMMANDS)
+    for path in every:
+        p = complete
+        for name in path:
+            p = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
+        assert help_of(path) == p.format_help(), path
+    assert all(f"    {name}" in help_of(()) for name, _, _ in commands.COMMANDS)
+
+
 def test_the_command_line_starts_without_heavy_libraries_or_other_commands():
     """`kperfdiff --help`, `runs` and `bench --list` import no numpy, scipy, protobuf, yaml or psycopg,
     and no command module but their own (what they import is read from sys.modules; nothing is timed)."""
