@@ -388,7 +388,7 @@ def test_exclusive_lets_one_process_at_a_time_in(pg_url):
 
 def test_a_transaction_postgresql_undid_is_run_again(pg_url, monkeypatch):
     s = st.Store.open(pg_url)
-    monkeypatch.setattr(st.time, "sleep", lambda _s: None)
+    monkeypatch.setattr("kperfdiff.store.connection.time.sleep", lambda _s: None)
     tries = []
 
     def flaky():
@@ -514,7 +514,7 @@ def test_two_machines_resuming_a_dead_ones_experiment_at_once_take_it_over_once(
 
 HEARTBEAT_FAST = """
 import runpy, sys
-from kperfdiff import limits
+from kperfdiff.core import limits
 limits.HEARTBEAT_S = 0.2
 sys.argv = ["kperfdiff", *sys.argv[1:]]
 runpy.run_module("kperfdiff", run_name="__main__")
