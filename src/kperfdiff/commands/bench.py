@@ -151,7 +151,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
     store = open_store(args)
     outcome = run_bench(store, opts)
     sys.stdout.write(rb.results(outcome.run, outcome.results, args.format,
-                                machine=store.machine(outcome.run.machine_id)))
+                                machine=store.machine(outcome.run.machine_id).facts))
     return outcome.exit_status
 
 
@@ -170,7 +170,7 @@ def runs(args: argparse.Namespace) -> int:
 def show(args: argparse.Namespace) -> int:
     store = open_store(args, create=False)
     run = store.find_run(args.run)
-    sys.stdout.write(rb.show(run, store.machine(run.machine_id), store.results(run.id), args.format,
+    sys.stdout.write(rb.show(run, store.machine(run.machine_id).facts, store.results(run.id), args.format,
                              raw=args.raw, reps=args.reps))
     return 0
 
@@ -195,5 +195,5 @@ def target(args: argparse.Namespace) -> int:
     out = run_boot_timing(store, args.spec, mems, args.boots, label=args.label,
                           command=command_line(), progress=not args.no_progress,
                           mapping=args.map)
-    sys.stdout.write(rb.results(out.run, out.results, args.format, machine=store.machine(out.run.machine_id)))
+    sys.stdout.write(rb.results(out.run, out.results, args.format, machine=store.machine(out.run.machine_id).facts))
     return out.exit_status

@@ -8,6 +8,7 @@ import time
 
 from kperfdiff.core import limits
 from kperfdiff.core.errors import InputError, StoreError
+from kperfdiff.core.records import StoredExperiment
 from kperfdiff.store.backend import IntegrityError
 from kperfdiff.store.connection import sql_int
 from kperfdiff.store.hosts import boot_id, host_id, pid_alive
@@ -28,28 +29,29 @@ class Experiments(Runs, Results):
              boot_id(), host_id())).lastrowid)
 
     @staticmethod
-    def _experiment(row) -> dict:
-        d = dict(row)
-        d["spec"] = json.loads(d["spec"] or "{}")
-        return d
+    def _experiment(row) -> StoredExperiment:
+        return StoredExperiment(id=row["id"], name=row["name"], path=row["path"], file_hash=row["file_hash"],
+                                spec=json.loads(row["spec"] or "{}"), state=row["state"], cells=row["cells"],
+                                created=row["created"], updated=row["updated"], pid=row["pid"],
+                                boot_id=row["boot_id"], host=row["host"])
 
-    def get_experiment(self, exp_id: int) -> dict:
+    def get_experiment(self, exp_id: int) -> StoredExperiment:
         row = self.conn.execute("SELECT * FROM experiment WHERE id=?", (exp_id,)).fetchone() \
             if sql_int(exp_id) else None
         if not row:
             raise InputError(f"there is no experiment {exp_id} in the store {self.path}")
         return self._experiment(row)
 
-    def list_experiments(self) -> list[dict]:
+    def list_experiments(self) -> list[StoredExperiment]:
         return [self._experiment(r) for r in self.conn.execute("SELECT * FROM experiment ORDER BY id")]
 
-    def latest_experiment(self, name: str) -> dict | None:
+    def latest_experiment(self, name: str) -> StoredExperiment | None:
         """The newest experiment of that name that was not superseded by --restart, or None."""
         row = self.conn.execute("SELECT * FROM experiment WHERE name=? AND state!='superseded' "
                                 "ORDER BY id DESC LIMIT 1", (name,)).fetchone()
         return self._experiment(row) if row else None
 
-    def find_experiment(self, ref: str) -> dict:
+    def find_experiment(self, ref: str) -> StoredExperiment:
         """An experiment by id, or the newest (not superseded) one of that name."""
         ref = ref.strip()
         if ref.isdigit():
@@ -88,20 +90,20 @@ class Experiments(Runs, Results):
         row = self.conn.execute(f"SELECT {self._now} - updated FROM experiment WHERE id=?", (exp_id,)).fetchone()
         return None if row is None or row[0] is None else float(row[0])
 
-    def of_another_host(self, exp: dict) -> bool:
+    def of_another_host(self, exp: StoredExperiment) -> bool:
         """A PostgreSQL store's experiment whose process is on another machine (which only its heartbeat
         can say is alive)."""
-        return self.postgres and bool(exp.get("host")) and exp["host"] != host_id()
+        return self.postgres and bool(exp.host) and exp.host != host_id()
 
-    def experiment_owner_alive(self, exp: dict) -> bool:
+    def experiment_owner_alive(self, exp: StoredExperiment) -> bool:
         """Whether another live process is running this experiment now. In a PostgreSQL store, one of
         another host is alive while its heartbeat is younger than limits.EXPERIMENT_DEAD_S."""
-        if exp["state"] != "running":
+        if exp.state != "running":
             return False
         if self.of_another_host(exp):
-            age = self.heartbeat_age(exp["id"])
+            age = self.heartbeat_age(exp.id)
             return age is not None and age < limits.EXPERIMENT_DEAD_S
-        return exp.get("pid") != os.getpid() and exp.get("boot_id") == boot_id() and pid_alive(exp.get("pid"))
+        return exp.pid != os.getpid() and exp.boot_id == boot_id() and pid_alive(exp.pid)
 
     def take_over_experiment(self, exp_id: int) -> bool:
         """Mark interrupted an experiment another machine's process left running, and its runs, if its

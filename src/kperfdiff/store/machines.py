@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from kperfdiff.core.records import Machine
 from kperfdiff.store.connection import Connection
 
 # The machine row's identity: facts that stay the same across boots of one configuration.
@@ -37,8 +38,9 @@ class Machines(Connection):
             return self.conn.execute("SELECT id FROM machine WHERE fingerprint=?", (fp,)).fetchone()[0]
         return self._write(w)
 
-    def machine(self, machine_id: int | None) -> dict:
+    def machine(self, machine_id: int | None) -> Machine:
+        """A machine configuration by id; one of no id and no facts when the id is None or names none."""
         if machine_id is None:
-            return {}
-        row = self.conn.execute("SELECT facts FROM machine WHERE id=?", (machine_id,)).fetchone()
-        return json.loads(row[0]) if row else {}
+            return Machine()
+        row = self.conn.execute("SELECT id, fingerprint, facts FROM machine WHERE id=?", (machine_id,)).fetchone()
+        return Machine(row[0], row[1], json.loads(row[2])) if row else Machine()

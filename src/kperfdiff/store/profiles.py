@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 from kperfdiff.core.errors import InputError
+from kperfdiff.core.records import StoredProfile
 from kperfdiff.store.machines import Machines
 from kperfdiff.store.runs import Runs
 
@@ -12,10 +13,10 @@ from kperfdiff.store.runs import Runs
 COUNTED_EVENT = "instructions"   # the event of exact instruction-count profiles (deterministic guests)
 
 
-def _of_kind(profs: list[dict], event: str | None, run_id: int) -> list[dict]:
+def _of_kind(profs: list[StoredProfile], event: str | None, run_id: int) -> list[StoredProfile]:
     """The sampled profiles of a run, or its exact instruction counts (see Store.profile_refs)."""
-    counted = [p for p in profs if p["event"] == COUNTED_EVENT]
-    sampled = [p for p in profs if p["event"] != COUNTED_EVENT]
+    counted = [p for p in profs if p.event == COUNTED_EVENT]
+    sampled = [p for p in profs if p.event != COUNTED_EVENT]
     if event == COUNTED_EVENT:
         if profs and not counted:
             raise InputError(f"run {run_id} has no exact instruction counts; a deterministic guest "
@@ -48,7 +49,7 @@ class Profiles(Runs, Machines):
                  json.dumps(meta or {}))).lastrowid
         return self._write(w)
 
-    def profiles(self, run_id: int, benchmark: str | None = None) -> list[dict]:
+    def profiles(self, run_id: int, benchmark: str | None = None) -> list[StoredProfile]:
         q = "SELECT * FROM profile WHERE run_id=?"
         args: list = [run_id]
         if benchmark:
@@ -57,19 +58,21 @@ class Profiles(Runs, Machines):
         out = []
         folders: dict[str, str] = {}
         for r in self.conn.execute(q + " ORDER BY id", args):
-            d = dict(r) | {"meta": json.loads(r["meta"] or "{}")}
-            d["path"] = self._artefact_text(d["path"], folders)
-            d["kallsyms"] = self._artefact_text(d["kallsyms"], folders) if d["kallsyms"] else None
-            if d["meta"].get("symfs"):
-                d["meta"]["symfs"] = self._artefact_text(d["meta"]["symfs"], folders)
-            out.append(d)
+            meta = json.loads(r["meta"] or "{}")
+            if meta.get("symfs"):
+                meta["symfs"] = self._artefact_text(meta["symfs"], folders)
+            out.append(StoredProfile(
+                id=r["id"], result_id=r["result_id"], run_id=r["run_id"], benchmark=r["benchmark"], rep=r["rep"],
+                path=self._artefact_text(r["path"], folders),
+                kallsyms=self._artefact_text(r["kallsyms"], folders) if r["kallsyms"] else None, event=r["event"],
+                samples=r["samples"], cpu_time_ns=r["cpu_time_ns"], ops=r["ops"], meta=meta))
         return out
 
-    def primary_profiles(self, run_id: int) -> list[dict]:
+    def primary_profiles(self, run_id: int) -> list[StoredProfile]:
         """A run's profiles, one kind per benchmark: the sampled ones, else the exact counts."""
-        by_bench: dict[str, list[dict]] = {}
+        by_bench: dict[str, list[StoredProfile]] = {}
         for p in self.profiles(run_id):
-            by_bench.setdefault(p["benchmark"], []).append(p)
+            by_bench.setdefault(p.benchmark, []).append(p)
         return [p for ps in by_bench.values() for p in _of_kind(ps, None, run_id)]
 
     def profile_refs(self, spec: str, event: str | None = None) -> list[tuple[list[Path], dict]]:
@@ -94,13 +97,13 @@ class Profiles(Runs, Machines):
                 what = f"of {bench} " if bench else ""
                 raise InputError(f"run {run.id} has no profile {what}in the store; record one with "
                                  f"kperfdiff bench --profile")
-            benches = sorted({p["benchmark"] for p in profs})
+            benches = sorted({p.benchmark for p in profs})
             if len(benches) > 1:
                 raise InputError(f"run {run.id} has profiles of several benchmarks ({', '.join(benches)}); "
                                  f"name one as {run.id}:BENCHMARK")
 
             def cores_of(p):
-                return int((p.get("meta") or {}).get("copies") or 1)
+                return int(p.meta.get("copies") or 1)
             counts = sorted({cores_of(p) for p in profs})
             if at:
                 profs = [p for p in profs if cores_of(p) == int(cores_text)]
@@ -110,19 +113,19 @@ class Profiles(Runs, Machines):
             elif len(counts) > 1:
                 raise InputError(f"run {run.id} has profiles of {benches[0]} at {', '.join(map(str, counts))} "
                                  f"cores; choose one as {run.id}:{benches[0]}@N")
-            facts = self.machine(run.machine_id)
-            by_rep: dict[int, list[dict]] = {}
+            machine = self.machine(run.machine_id)
+            by_rep: dict[int, list[StoredProfile]] = {}
             for p in profs:
-                by_rep.setdefault(p["rep"], []).append(p)
+                by_rep.setdefault(p.rep, []).append(p)
             for rep, ps in sorted(by_rep.items()):
-                ops = [p["ops"] for p in ps]
-                cpu = [p["cpu_time_ns"] for p in ps]
-                out.append(([Path(p["path"]) for p in ps], {
-                    "label": run.label or f"run {run.id}", "arch": facts.get("arch"),
+                ops = [p.ops for p in ps]
+                cpu = [p.cpu_time_ns for p in ps]
+                out.append(([Path(p.path) for p in ps], {
+                    "label": run.label or f"run {run.id}", "arch": machine.arch,
                     "ops": sum(ops) if all(ops) else None, "cpu_time_ns": sum(cpu) if all(cpu) else None,
-                    "kallsyms": ps[0]["kallsyms"], "run_id": run.id, "rep": rep, "cores": cores_of(ps[0]),
-                    "benchmark": ps[0]["benchmark"], "emulated": bool(facts.get("emulated")),
-                    "symfs": (ps[0].get("meta") or {}).get("symfs"), "time_unit": facts.get("time_unit"),
-                    "counted": ps[0]["event"] == COUNTED_EVENT,
-                    "instructions": _sum_counts([(p.get("meta") or {}).get("instructions") for p in ps])}))
+                    "kallsyms": ps[0].kallsyms, "run_id": run.id, "rep": rep, "cores": cores_of(ps[0]),
+                    "benchmark": ps[0].benchmark, "emulated": machine.emulated,
+                    "symfs": ps[0].meta.get("symfs"), "time_unit": machine.facts.get("time_unit"),
+                    "counted": ps[0].event == COUNTED_EVENT,
+                    "instructions": _sum_counts([p.meta.get("instructions") for p in ps])}))
         return out
