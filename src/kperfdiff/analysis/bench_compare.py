@@ -386,7 +386,7 @@ def from_runs(store, refs: list[str], *, stack: bool = False, profiles: bool = T
                 templates.setdefault(k, {})[s.label] = smp.benchmark
     title = "runs " + ", ".join(str(r.id) for r in runs)
     if exp is not None:
-        title += f" (interleaved in experiment {exp['name']}, id {exp['id']}: its interval, no drift between runs)"
+        title += f" (interleaved in experiment {exp.name}, id {exp.id}: its interval, no drift between runs)"
     return compare(sides, pairs, title=title, experiment=exp, templates=templates)
 
 
