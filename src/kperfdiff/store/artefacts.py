@@ -10,12 +10,10 @@ from kperfdiff.store.connection import Connection
 
 
 class Artefacts(Connection):
-    """Stored artefact paths, and where they are now."""
+    """Stored artefact paths, and where they are now. Artefacts (perf.data, kallsyms, the run folders)
+    are kept relative to the store's folder, so a store copied or moved with its .artefacts folder works
+    from any directory and on any machine. Paths outside the folder stay absolute."""
 
-    # -- artefact paths ----------------------------------------------------------
-    # Artefacts (perf.data, kallsyms, the run folders) are kept relative to the
-    # store's folder, so a store copied or moved with its .artefacts folder works
-    # from any directory and on any machine. Paths outside the folder stay absolute.
     def stored_path(self, path: str | Path) -> str:
         p = Path(os.path.abspath(path))
         try:

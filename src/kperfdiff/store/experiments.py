@@ -19,7 +19,6 @@ from kperfdiff.store.runs import Runs
 class Experiments(Runs, Results):
     """The experiment table, and the cells of each in the result table."""
 
-    # -- experiments (schema 2) ----------------------------------------------
     def create_experiment(self, *, name: str, path: str, file_hash: str, spec: dict, cells: int) -> int:
         """A new experiment, owned by this process and marked running."""
         return self._write(lambda: self.conn.execute(

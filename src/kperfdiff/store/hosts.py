@@ -24,6 +24,7 @@ def host_id() -> str:
 
 
 def pid_alive(pid: int | None) -> bool:
+    """Whether a process of that id lives on this machine (now, this boot)."""
     if not pid:
         return False
     try:
@@ -36,6 +37,7 @@ def pid_alive(pid: int | None) -> bool:
 
 
 def boot_id() -> str:
+    """This boot of this machine ("" where the kernel does not say): a pid of another boot is no process."""
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:

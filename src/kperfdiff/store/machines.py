@@ -20,7 +20,6 @@ def fingerprint(f: dict) -> str:
 class Machines(Connection):
     """The machine table."""
 
-    # -- machines and runs ---------------------------------------------------
     def add_machine(self, facts: dict) -> int:
         fp = fingerprint(facts)
 

@@ -36,7 +36,6 @@ def _sum_counts(parts: list) -> dict | None:
 class Profiles(Runs, Machines):
     """The profile table."""
 
-    # -- profiles ------------------------------------------------------------
     def add_profile(self, *, run_id: int, result_id: int | None, benchmark: str, rep: int, path: str,
                     kallsyms: str | None, event: str | None, samples: int | None, cpu_time_ns: int | None,
                     ops: int | None, meta: dict | None = None) -> int:

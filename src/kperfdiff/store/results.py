@@ -22,7 +22,6 @@ def _nan_none(v):
 class Results(Connection):
     """The result and interval tables."""
 
-    # -- results -------------------------------------------------------------
     def add_result(self, run_id: int, *, benchmark: str, params: dict, copies: int, status: str,
                    reason: str | None, unit: str | None, better: str | None, summary: dict | None,
                    raw: list[tuple], overhead: float | None = None, ops: int | None = None,
