@@ -130,7 +130,7 @@ def test_store_picks_sampled_or_counted_profiles(tmp_path):
     st.add_profile(run_id=run.id, result_id=None, benchmark="proc.fork", rep=0, path=str(folded), kallsyms=None,
                    event="cpu-clock", samples=None, cpu_time_ns=10, ops=2, meta={"copies": 1})
     assert not st.profile_refs("r:proc.fork")[0][1]["counted"]          # sampled ones first
-    assert [p["event"] for p in st.primary_profiles(run.id)] == ["cpu-clock"]   # (compare, report)
+    assert [p.event for p in st.primary_profiles(run.id)] == ["cpu-clock"]   # (compare, report)
     assert st.profile_refs("r:proc.fork", COUNTED_EVENT)[0][1]["counted"]
     run2 = st.start_run(label="plain", machine_id=mid)
     st.add_profile(run_id=run2.id, result_id=None, benchmark="proc.fork", rep=0, path=str(folded), kallsyms=None,

@@ -200,8 +200,8 @@ def test_knob_restored_after_worker_failure(tmp_path, home, private_state_dir):
     assert Path(KNOB).read_text().strip() == orig
     s = st.Store.open(home / "kperfdiff.db")
     exp = s.find_experiment("fails")
-    assert exp["state"] == "failed" and not (state_dir / "pending-knobs.json").exists()
-    states = s.cell_states(exp["id"])
+    assert exp.state == "failed" and not (state_dir / "pending-knobs.json").exists()
+    states = s.cell_states(exp.id)
     assert sorted(states.values()) == ["failed", "failed", "ok", "ok"]
 
 
@@ -224,7 +224,7 @@ def test_knob_restored_after_ctrl_c(tmp_path, home, private_state_dir):
     assert "interrupted" in err and "Traceback" not in err
     assert Path(KNOB).read_text().strip() == orig
     s = st.Store.open(db)
-    assert s.find_experiment("ctrlc")["state"] == "interrupted"
+    assert s.find_experiment("ctrlc").state == "interrupted"
     assert not (private_state_dir / "pending-knobs.json").exists()
 
 
@@ -307,8 +307,8 @@ def test_changed_file_refused_unless_restart(tmp_path, home):
     r = run_cli("run", p, "--no-progress", "--restart", check=0)
     assert "4 cells to measure" in r.stderr
     s = st.Store.open(home / "kperfdiff.db")
-    assert [e["state"] for e in s.list_experiments()] == ["superseded", "complete"]
-    assert s.find_experiment("chg")["id"] == 2
+    assert [e.state for e in s.list_experiments()] == ["superseded", "complete"]
+    assert s.find_experiment("chg").id == 2
 
 
 def test_env_cpus_and_dry_run(tmp_path, home):
@@ -318,7 +318,7 @@ def test_env_cpus_and_dry_run(tmp_path, home):
     r = run_cli("run", p, "--no-progress", "--format", "csv", check=0)
     assert r.stdout.startswith("variant,reference")
     s = st.Store.open(home / "kperfdiff.db")
-    run = next(x for x in s.experiment_runs(s.find_experiment("envcpu")["id"]) if x.variant == "A")
+    run = next(x for x in s.experiment_runs(s.find_experiment("envcpu").id) if x.variant == "A")
     assert run.options["cpus"] == "0" and run.options["env"] == {"KPD_TEST": "1"}
     assert all(x.status == "ok" for x in s.results(run.id))
 

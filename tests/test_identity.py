@@ -140,8 +140,8 @@ def test_resume_onto_cells_of_another_kernel_is_refused_and_restart_measures_afr
     r = run_cli("run", p, "--no-progress", "--restart", check=0)
     assert "4 cells to measure" in r.stderr
     s = st.Store.open(db)
-    assert [(e["id"], e["state"]) for e in s.list_experiments()] == [(1, "superseded"), (2, "complete")]
-    assert s.find_experiment("idexp")["id"] == 2
+    assert [(e.id, e.state) for e in s.list_experiments()] == [(1, "superseded"), (2, "complete")]
+    assert s.find_experiment("idexp").id == 2
     old = _db_rows(db, "SELECT count(*) FROM result WHERE experiment_id=1 AND status='ok'")
     assert old == [(4,)]                                     # the old cells are kept as they were
     assert {json.loads(x)["kernel_release"] for (x,) in
@@ -308,7 +308,7 @@ def test_lava_variants_cells_keep_the_guests_identity_and_a_finished_rerun_check
         assert len(server.definitions) == 2
         s = st.Store.open(db)
         for run in s.experiment_runs(1):
-            facts = s.machine(run.machine_id)
+            facts = s.machine(run.machine_id).facts
             got = {x for (x,) in _db_rows(db, "SELECT identity FROM result WHERE run_id=?", (run.id,))}
             assert [json.loads(x) for x in got] == [machine.identity(facts)]
             assert facts["lava_device_type"] == "qemu"
@@ -355,7 +355,7 @@ def test_a_resumed_lava_variant_is_checked_at_its_first_job_before_its_cells_are
         # the runs' machine as it was then (another kernel release): the refused job does not replace it
         s = st.Store.open(db)
         for run in s.experiment_runs(1):
-            s.set_run_machine(run.id, s.add_machine(s.machine(run.machine_id) | {"kernel_release": "5.0-old"}))
+            s.set_run_machine(run.id, s.add_machine(s.machine(run.machine_id).facts | {"kernel_release": "5.0-old"}))
         machines = _db_rows(db, "SELECT id, machine_id FROM run ORDER BY id")
         s.conn.close()
         r = run_cli("run", exp, "--no-progress", env=env, timeout=900)

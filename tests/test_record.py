@@ -49,18 +49,18 @@ def test_bench_profile_stores_profiles(home):
     run_id = json.loads(p.stdout)["run"]["id"]
     s = Store.open(home / "kperfdiff.db")
     profs = s.profiles(run_id)
-    assert [(x["meta"]["copies"], x["meta"]["copy"]) for x in profs] == [(1, 0), (2, 0), (2, 1)]
+    assert [(x.meta["copies"], x.meta["copy"]) for x in profs] == [(1, 0), (2, 0), (2, 1)]
     for x in profs:
-        assert x["ops"] > 0 and x["cpu_time_ns"] > 0 and x["event"] in ("cpu-clock", "cycles")
-        assert _perf_samples(x["path"]) > 0
-        assert x["kallsyms"] and open(x["kallsyms"]).readline().split()[2]
+        assert x.ops > 0 and x.cpu_time_ns > 0 and x.event in ("cpu-clock", "cycles")
+        assert _perf_samples(x.path) > 0
+        assert x.kallsyms and open(x.kallsyms).readline().split()[2]
     # two core counts: the reference must choose one; the parallel copies of a repetition are one replicate
     with pytest.raises(InputError, match=r"at 1, 2 cores; choose one as \d+:syscall.open@N"):
         s.profile_refs(f"{run_id}:syscall.open")
     (paths1, meta1), = s.profile_refs(f"{run_id}:syscall.open@1")
     (paths2, meta2), = s.profile_refs(f"{run_id}:syscall.open@2")
     assert len(paths1) == 1 and len(paths2) == 2 and meta2["cores"] == 2
-    assert meta2["ops"] == sum(x["ops"] for x in profs if x["meta"]["copies"] == 2)
+    assert meta2["ops"] == sum(x.ops for x in profs if x.meta["copies"] == 2)
     with pytest.raises(InputError, match="no profile of syscall.open at 4 cores"):
         s.profile_refs(f"{run_id}:syscall.open@4")
 

@@ -36,7 +36,33 @@ def test_roundtrip_and_wal(store_location):
     assert r.values == [1.0, 2.0, 3.0] and r.median == 2.0 and r.monitors == {"vmstat.pgfault": 3}
     assert s2.get_run(run.id).state == "complete"
     assert s2.find_run("base").id == run.id
-    assert s2.machine(mid)["cpus"] == 2
+    assert s2.machine(mid).facts["cpus"] == 2
+
+
+def test_machines_profiles_and_experiments_come_back_typed(store_location):
+    """Like runs and results, a machine, a profile and an experiment come back as records with attributes."""
+    s = st.Store.open(store_location)
+    mid = s.add_machine({"arch": "aarch64", "cpus": 4, "emulated": True})
+    m = s.machine(mid)
+    assert isinstance(m, records.Machine)
+    assert (m.id, m.arch, m.emulated, m.facts["cpus"], m.fingerprint) == (mid, "aarch64", True, 4, st.fingerprint(m.facts))
+    assert s.machine(None) == records.Machine() and s.machine(None).facts == {}    # a run of no known machine
+    run = s.start_run(label="p", machine_id=mid)
+    rid = _result(s, run.id)
+    pid = s.add_profile(run_id=run.id, result_id=rid, benchmark="a.b", rep=0, path=f"{run.artefact_dir}/perf.data",
+                        kallsyms=None, event="cpu-clock", samples=5, cpu_time_ns=7, ops=3, meta={"copies": 1})
+    (p,) = s.profiles(run.id)
+    assert isinstance(p, records.StoredProfile) and p.path.endswith("/perf.data")
+    assert (p.id, p.result_id, p.run_id, p.benchmark, p.rep, p.event, p.samples, p.cpu_time_ns, p.ops, p.meta) == \
+        (pid, rid, run.id, "a.b", 0, "cpu-clock", 5, 7, 3, {"copies": 1})
+    assert s.primary_profiles(run.id) == [p]
+    eid = s.create_experiment(name="e", path="/x/e.toml", file_hash="h", spec={"variants": []}, cells=4)
+    e = s.find_experiment("e")
+    assert isinstance(e, records.StoredExperiment)
+    assert (e.id, e.name, e.path, e.file_hash, e.spec, e.state, e.cells, e.pid) == \
+        (eid, "e", "/x/e.toml", "h", {"variants": []}, "running", 4, os.getpid())
+    assert s.get_experiment(eid) == e and s.list_experiments() == [e] and s.latest_experiment("e") == e
+    assert not s.experiment_owner_alive(e)      # this process runs it
 
 
 def test_dead_running_run_marked_interrupted(store_location):

@@ -128,7 +128,7 @@ def test_merge_adds_a_store_to_one_that_has_runs_with_new_ids(lab, pg_url):
     a, s = st.Store.open(lab), st.Store.open(pg_url)
     n = a.count_runs()
     assert s.count_runs() == 2 * n and s.conn.execute("SELECT count(*) FROM machine").fetchone()[0] == 1
-    assert [e["id"] for e in s.list_experiments()] == [1, 2]
+    assert [e.id for e in s.list_experiments()] == [1, 2]
     for run in a.list_runs():
         moved = s.get_run(run.id + n)
         assert (moved.label, moved.state, moved.command) == (run.label, run.state, run.command)
@@ -137,8 +137,8 @@ def test_merge_adds_a_store_to_one_that_has_runs_with_new_ids(lab, pg_url):
             [(r.benchmark, r.values, r.median) for r in a.results(run.id)]
         assert s.run_experiment_id(moved.id) == (None if a.run_experiment_id(run.id) is None else 2)
         for p, q in zip(s.profiles(moved.id), a.profiles(run.id)):
-            assert f"/run-{run.id + n}/" in p["path"] and Path(p["path"]).read_bytes() == Path(q["path"]).read_bytes()
+            assert f"/run-{run.id + n}/" in p.path and Path(p.path).read_bytes() == Path(q.path).read_bytes()
     new = str([r.id for r in s.list_runs() if r.label == "new"][-1])     # the label names two runs now
     d = run_cli("--store", pg_url, "diff", f"{new}:syscall.stat", f"{new}:syscall.null", "--top", "3", check=0)
     assert "do_syscall_64" in d.stdout
-    assert len(s.cell_states(2)) == len(a.cell_states(1)) and s.find_experiment("lab")["id"] == 2
+    assert len(s.cell_states(2)) == len(a.cell_states(1)) and s.find_experiment("lab").id == 2

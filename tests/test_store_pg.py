@@ -1,6 +1,7 @@
 """The shared store: PostgreSQL with the schema, migrations and answers of SQLite; two processes
 writing one store at once; hosts; the URL and its password; store init. (store copy and compare
 across back ends: test_store_copy.py.) A throwaway PostgreSQL cluster runs as nobody (conftest)."""
+import dataclasses
 import json
 import os
 import re
@@ -159,12 +160,12 @@ def _scenario(location):
     out["cells"] = [{k: v for k, v in result_view(r).items() if k != "id"} for r in s.results(erun.id)]
     out["summaries"] = [[result_view(r) for r in s.results(rid, with_raw=False)] for rid in runs]
     out["history"] = [s.run_history(m, "a.b", {"k": 1}, 1), s.run_history(m2, "a.b", {"k": 0}, 1, min_reps=1)]
-    out["profiles"] = [[(os.path.relpath(p["path"], s.artefact_root()), p["event"], p["samples"], p["meta"])
+    out["profiles"] = [[(os.path.relpath(p.path, s.artefact_root()), p.event, p.samples, p.meta)
                         for p in s.profiles(rid)] for rid in runs]
     out["primary"] = [len(s.primary_profiles(rid)) for rid in runs]
     exp = s.find_experiment("e")
-    out["experiment"] = {k: v for k, v in exp.items() if k not in ("created", "updated", "path")}
-    out["experiments"] = [e["id"] for e in s.list_experiments()]
+    out["experiment"] = {k: v for k, v in dataclasses.asdict(exp).items() if k not in ("created", "updated", "path")}
+    out["experiments"] = [e.id for e in s.list_experiments()]
     out["cell_facts"] = [s.cell_states(eid), s.cell_stops(eid), [r.id for r in s.experiment_runs(eid)],
                     s.run_experiment_id(erun.id), s.run_experiment_id(runs[0]), s.cell_identities(eid)]
     return out
@@ -256,7 +257,7 @@ def test_two_kperfdiff_processes_write_one_postgresql_store_at_once(tmp_path, pg
     runs = {r.label: r for r in s.list_runs()}
     assert set(runs) == {"shared/A", "shared/B", "side"} and {r.state for r in runs.values()} == {"complete"}
     exp_row = s.find_experiment("shared")
-    assert exp_row["state"] == "complete" and len(s.cell_states(exp_row["id"])) == 4
+    assert exp_row.state == "complete" and len(s.cell_states(exp_row.id)) == 4
     assert sorted(r.benchmark for r in s.results(runs["side"].id)) == ["syscall.null", "syscall.stat"]
     assert all(len(r.values) == 2 * 3 for r in s.results(runs["side"].id))
     assert s.conn.execute("SELECT count(*) FROM machine").fetchone()[0] == 1
@@ -361,8 +362,8 @@ def test_one_experiment_started_twice_at_once_is_run_once(tmp_path, pg_url):
     for out, err, rc in outs:
         assert rc == 0 or "is being run now by process" in err, err
     s = st.Store.open(pg_url, create=False)
-    assert [e["name"] for e in s.list_experiments()] == ["shared"]
-    assert len(s.cell_states(s.find_experiment("shared")["id"])) == 4 and s.count_runs() == 2
+    assert [e.name for e in s.list_experiments()] == ["shared"]
+    assert len(s.cell_states(s.find_experiment("shared").id)) == 4 and s.count_runs() == 2
 
 
 def test_exclusive_lets_one_process_at_a_time_in(pg_url):
@@ -388,7 +389,7 @@ def test_exclusive_lets_one_process_at_a_time_in(pg_url):
 
 def test_a_transaction_postgresql_undid_is_run_again(pg_url, monkeypatch):
     s = st.Store.open(pg_url)
-    monkeypatch.setattr(st.time, "sleep", lambda _s: None)
+    monkeypatch.setattr("kperfdiff.store.connection.time.sleep", lambda _s: None)
     tries = []
 
     def flaky():
@@ -446,7 +447,7 @@ def test_a_heartbeat_says_an_experiment_of_another_host_is_alive_until_it_is_too
     _left_by_another_host(s, eid, limits.EXPERIMENT_DEAD_S + 60)
     assert not s.experiment_owner_alive(s.get_experiment(eid))
     assert s.take_over_experiment(eid) and not s.take_over_experiment(eid)
-    assert s.get_experiment(eid)["state"] == "interrupted"
+    assert s.get_experiment(eid).state == "interrupted"
     # claimed by this process again: judged, on its own host, by its pid (as every experiment of an SQLite store)
     s.set_experiment_state(eid, "running", claim=True)
     assert s.owns_experiment(eid) and not s.experiment_owner_alive(s.get_experiment(eid))
@@ -462,7 +463,7 @@ def test_of_machines_taking_over_one_dead_experiment_at_once_one_wins(pg_url):
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
     outs = [p.communicate("go\n", timeout=120) for p in procs]
     assert sorted(out.strip() for out, _ in outs) == ["False", "False", "False", "True"], outs
-    assert s.get_experiment(eid)["state"] == "interrupted" and s.get_run(run.id).state == "interrupted"
+    assert s.get_experiment(eid).state == "interrupted" and s.get_run(run.id).state == "interrupted"
 
 
 def _stored_shared_experiment(tmp_path, pg_url):
@@ -471,7 +472,7 @@ def _stored_shared_experiment(tmp_path, pg_url):
     exp = _shared_experiment(tmp_path / "e.toml")
     run_cli("run", str(exp), "--no-progress", env={"KPERFDIFF_STORE": pg_url}, check=0)
     s = st.Store.open(pg_url, create=False)
-    eid = s.find_experiment("shared")["id"]
+    eid = s.find_experiment("shared").id
     s.conn.execute("DELETE FROM result WHERE experiment_id=? AND cell LIKE 'B|%'", (eid,))
     return exp, s, eid
 
@@ -486,7 +487,7 @@ def test_an_experiment_of_a_dead_machine_is_taken_over_and_a_live_one_refused(tm
                      r"its heartbeat was last seen (4[2-9]|[5-9]\d) s ago \(at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\); wait for it or "
                      r"stop it there \(if that machine is dead, kperfdiff run takes the experiment over once its "
                      r"heartbeat is 10 min old\)$", p.stderr.strip()), p.stderr
-    assert s.get_experiment(eid)["host"] == DEAD_HOST and len(s.cell_states(eid)) == 2      # nothing changed
+    assert s.get_experiment(eid).host == DEAD_HOST and len(s.cell_states(eid)) == 2      # nothing changed
     _left_by_another_host(s, eid, limits.EXPERIMENT_DEAD_S + 125)
     p = run_cli("run", str(exp), "--no-progress", env=env, check=0)
     assert re.search(rf"kperfdiff: experiment shared \(id {eid}\) was left running by process 4194001 on {DEAD_HOST}, "
@@ -494,9 +495,9 @@ def test_an_experiment_of_a_dead_machine_is_taken_over_and_a_live_one_refused(tm
                      r"it comes back, stops\)\n", p.stderr), p.stderr
     assert f"resuming experiment shared (id {eid}): 2 of 4 cells already stored" in p.stderr
     e = s.get_experiment(eid)
-    assert (e["state"], e["host"], len(s.cell_states(eid))) == ("complete", st.host_id(), 4)
+    assert (e.state, e.host, len(s.cell_states(eid))) == ("complete", st.host_id(), 4)
     assert {(r.state, r.id) for r in s.experiment_runs(eid)} == {("complete", r.id) for r in s.experiment_runs(eid)}
-    assert s.count_runs() == 2 and [x["id"] for x in s.list_experiments()] == [eid]
+    assert s.count_runs() == 2 and [x.id for x in s.list_experiments()] == [eid]
 
 
 def test_two_machines_resuming_a_dead_ones_experiment_at_once_take_it_over_once(tmp_path, pg_url):
@@ -509,7 +510,7 @@ def test_two_machines_resuming_a_dead_ones_experiment_at_once_take_it_over_once(
     assert sum("taking it over" in err for _, err, _ in outs) == 1, outs
     for _, err, rc in outs:
         assert rc == 0 or "is being run now by process" in err, err
-    assert s.get_experiment(eid)["state"] == "complete" and len(s.cell_states(eid)) == 4 and s.count_runs() == 2
+    assert s.get_experiment(eid).state == "complete" and len(s.cell_states(eid)) == 4 and s.count_runs() == 2
 
 
 HEARTBEAT_FAST = """
@@ -543,7 +544,7 @@ def test_the_heartbeat_advances_while_kperfdiff_run_measures(tmp_path, pg_url):
     out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err
     assert len(beats) >= 4, beats
-    assert s.find_experiment("shared")["state"] == "complete"
+    assert s.find_experiment("shared").state == "complete"
 
 
 def test_a_process_whose_experiment_another_machine_took_over_stops(pg_url, monkeypatch):
@@ -568,4 +569,4 @@ def test_a_process_whose_experiment_another_machine_took_over_stops(pg_url, monk
             beat.check("e")
     finally:
         beat.stop()
-    assert s.get_experiment(eid)["host"] == DEAD_HOST
+    assert s.get_experiment(eid).host == DEAD_HOST

@@ -161,7 +161,7 @@ def test_a_comparison_reads_what_it_uses(busy_store):
     assert all(not side.profiles for side in table.sides)
     assert table.sides[0].samples["a.b", 1].history and table.sides[2].samples["a.b", 1].history is None
     report = compare.from_runs(s, [str(runs[1]), str(runs[2])])
-    assert report.sides[0].profiles[("a.b", 1)][0]["path"].endswith("p.perf.data")
+    assert report.sides[0].profiles[("a.b", 1)][0].path.endswith("p.perf.data")
 
 
 @contextlib.contextmanager

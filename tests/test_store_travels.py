@@ -57,7 +57,7 @@ def test_moved_store_reads_from_another_directory(recorded, tmp_path):
     s = Store.open(db)
     run = s.get_run(run_id)
     assert run.artefact_dir == str(moved / "kperfdiff.artefacts" / f"run-{run_id}")
-    assert all(p["path"].startswith(str(moved)) for p in s.profiles(run_id))
+    assert all(p.path.startswith(str(moved)) for p in s.profiles(run_id))
     r = run_cli("report", str(run_id), str(run_id), "--store", db, "--format", "markdown", "-o", "r.md",
                 cwd=elsewhere, check=0)
     assert (elsewhere / "r.md").read_text().strip()

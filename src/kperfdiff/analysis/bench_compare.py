@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 
 from kperfdiff.core import monitors, stats
 from kperfdiff.core.errors import InputError
-from kperfdiff.core.records import result_names, summarise_disturbance, unresolvable
+from kperfdiff.core.records import StoredExperiment, StoredProfile, result_names, summarise_disturbance, unresolvable
 
 MIN_REPS = stats.MIN_REPS
 
@@ -105,7 +105,7 @@ class Side:
     facts: dict
     emulated: bool = False
     samples: dict[tuple[str, int], Sample] = field(default_factory=dict)
-    profiles: dict[tuple[str, int], list[dict]] = field(default_factory=dict)   # actual benchmark, copies
+    profiles: dict[tuple[str, int], list[StoredProfile]] = field(default_factory=dict)   # actual benchmark, copies
 
 
 @dataclass
@@ -158,7 +158,7 @@ class Comparison:
     keys: list[str]
     cores: list[int]
     blocks: list[Block]
-    experiment: dict | None = None
+    experiment: StoredExperiment | None = None
     confidence: float = stats.DEFAULT_CONFIDENCE
     templates: dict[str, dict[str, str]] = field(default_factory=dict)  # key -> variant -> benchmark
     alpha: float = stats.DEFAULT_ALPHA
@@ -227,7 +227,7 @@ def control_false_discoveries(cells, alpha: float = stats.DEFAULT_ALPHA) -> int:
 
 
 def compare(sides: list[Side], pairs: list[tuple[str, str, str]], *, title: str = "",
-            experiment: dict | None = None, confidence: float = stats.DEFAULT_CONFIDENCE,
+            experiment: StoredExperiment | None = None, confidence: float = stats.DEFAULT_CONFIDENCE,
             templates: dict | None = None, alpha: float = stats.DEFAULT_ALPHA) -> Comparison:
     """Compare sides: ``pairs`` are (variant, reference, kind) labels."""
     keys: list[str] = []
@@ -289,30 +289,30 @@ def _add_result(side: Side, r, key: str) -> None:
 def _side_from_runs(store, label: str, runs, profiles: bool = True) -> Side:
     """One side from its runs: their results, and with ``profiles`` their stored profiles (a
     report diffs them; a comparison table has no use for them)."""
-    facts = store.machine(runs[0].machine_id) if runs else {}
+    facts = store.machine(runs[0].machine_id).facts if runs else {}
     side = Side(label=label, run_ids=[r.id for r in runs], facts=facts,
-                emulated=any(bool(store.machine(r.machine_id).get("emulated")) for r in runs))
+                emulated=any(store.machine(r.machine_id).emulated for r in runs))
     for run in runs:
         results = store.results(run.id)
         for name, r in zip(result_names(results), results):
             _add_result(side, r, r.bench_key or name)
         for p in store.primary_profiles(run.id) if profiles else []:
-            copies = (p.get("meta") or {}).get("copies", 1)
-            side.profiles.setdefault((p["benchmark"], copies), []).append(p)
+            copies = p.meta.get("copies", 1)
+            side.profiles.setdefault((p.benchmark, copies), []).append(p)
     return side
 
 
 def from_experiment(store, ref: str, *, profiles: bool = True) -> Comparison:
     exp = store.find_experiment(ref)
-    spec = exp["spec"]
-    runs = store.experiment_runs(exp["id"])
+    spec = exp.spec
+    runs = store.experiment_runs(exp.id)
     by_variant = {}
     for r in runs:
         by_variant.setdefault(r.variant, []).append(r)
     labels = [v["label"] for v in spec.get("variants", [])]
     if not any(by_variant.get(lab) for lab in labels):
-        raise InputError(f"experiment {exp['name']} (id {exp['id']}) has no results yet; run it with "
-                         f"kperfdiff run {exp['path'] or 'FILE'}")
+        raise InputError(f"experiment {exp.name} (id {exp.id}) has no results yet; run it with "
+                         f"kperfdiff run {exp.path or 'FILE'}")
     base = spec.get("baseline", labels[0])
     order = [base] + [lab for lab in labels if lab != base]
     sides = [_side_from_runs(store, lab, by_variant.get(lab, []), profiles) for lab in order]
@@ -328,10 +328,10 @@ def from_experiment(store, ref: str, *, profiles: bool = True) -> Comparison:
             if k != smp.benchmark:
                 templates.setdefault(k, {})[s.label] = smp.benchmark
     # keep the file's column order
-    state = exp["state"]
-    if state == "running" and not store.experiment_owner_alive(exp) and exp.get("pid") != os.getpid():
+    state = exp.state
+    if state == "running" and not store.experiment_owner_alive(exp) and exp.pid != os.getpid():
         state = "interrupted"
-    title = f"experiment {exp['name']} (id {exp['id']}, {state})"
+    title = f"experiment {exp.name} (id {exp.id}, {state})"
     cmp = compare(sides, pairs, title=title, experiment=exp, templates=templates)
     return cmp
 
@@ -386,7 +386,7 @@ def from_runs(store, refs: list[str], *, stack: bool = False, profiles: bool = T
                 templates.setdefault(k, {})[s.label] = smp.benchmark
     title = "runs " + ", ".join(str(r.id) for r in runs)
     if exp is not None:
-        title += f" (interleaved in experiment {exp['name']}, id {exp['id']}: its interval, no drift between runs)"
+        title += f" (interleaved in experiment {exp.name}, id {exp.id}: its interval, no drift between runs)"
     return compare(sides, pairs, title=title, experiment=exp, templates=templates)
 
 

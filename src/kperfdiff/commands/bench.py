@@ -121,7 +121,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
     store = open_store(args)
     outcome = run_bench(store, opts)
     sys.stdout.write(rb.results(outcome.run, outcome.results, args.format,
-                                machine=store.machine(outcome.run.machine_id)))
+                                machine=store.machine(outcome.run.machine_id).facts))
     return outcome.exit_status
 
 
@@ -145,7 +145,7 @@ def target(args: argparse.Namespace) -> int:
     out = run_boot_timing(store, args.spec, mems, args.boots, label=args.label,
                           command=command_line(), progress=not args.no_progress,
                           mapping=args.map)
-    sys.stdout.write(rb.results(out.run, out.results, args.format, machine=store.machine(out.run.machine_id)))
+    sys.stdout.write(rb.results(out.run, out.results, args.format, machine=store.machine(out.run.machine_id).facts))
     return out.exit_status
 
 

@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     store = open_store(args)
     outcome = exp_run.run_experiment(store, exp, exp_run.RunOptions(
         restart=args.restart, progress=not args.no_progress, command=command_line()))
-    cmp = load_comparison(store, experiment=str(outcome.experiment["id"]), runs=[], profiles=bool(args.report))
+    cmp = load_comparison(store, experiment=str(outcome.experiment.id), runs=[], profiles=bool(args.report))
     sys.stdout.write(rcompare.render(cmp, args.format))
     if args.report:
         sys.stdout.write("\n" + rreport.top_mover_text(top_mover_diff(cmp)))

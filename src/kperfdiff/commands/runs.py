@@ -58,7 +58,7 @@ def runs(args: argparse.Namespace) -> int:
 def show(args: argparse.Namespace) -> int:
     store = open_store(args, create=False)
     run = store.find_run(args.run)
-    sys.stdout.write(rb.show(run, store.machine(run.machine_id), store.results(run.id), args.format,
+    sys.stdout.write(rb.show(run, store.machine(run.machine_id).facts, store.results(run.id), args.format,
                              raw=args.raw, reps=args.reps))
     return 0
 

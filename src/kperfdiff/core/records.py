@@ -1,4 +1,5 @@
-"""What the store holds, as plain data: runs, results, and what they say about disturbance.
+"""What the store holds, as plain data: machines, runs, results, profiles and experiments, and
+what results say about disturbance.
 
 Everything that reads results (compare, the renderers) imports these types from here, never
 from the store, so nothing that only reads results depends on SQLite.
@@ -6,6 +7,23 @@ from the store, so nothing that only reads results depends on SQLite.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Machine:
+    """A machine configuration runs were measured on: its facts (kperfdiff.targets.machine.facts)
+    and their fingerprint. A run whose machine is not known has one of no id and no facts."""
+    id: int | None = None
+    fingerprint: str | None = None
+    facts: dict = field(default_factory=dict)
+
+    @property
+    def arch(self) -> str | None:
+        return self.facts.get("arch")
+
+    @property
+    def emulated(self) -> bool:
+        return bool(self.facts.get("emulated"))
 
 
 @dataclass
@@ -76,6 +94,43 @@ class Result:
     def disturbed(self) -> list[str]:
         """Why repetitions of this result were disturbed, one reason per repetition and cause."""
         return [f"rep {n.get('rep', 0) + 1}: {r}" for n in self.noise for r in n.get("disturbed", [])]
+
+
+@dataclass(frozen=True)
+class StoredProfile:
+    """A perf recording of one copy of one repetition of a result (or the exact instruction counts
+    of a deterministic guest, event ``instructions``). ``path``, ``kallsyms`` and ``meta["symfs"]``
+    are where those files are now."""
+    id: int
+    result_id: int | None
+    run_id: int
+    benchmark: str
+    rep: int
+    path: str
+    kallsyms: str | None
+    event: str | None
+    samples: int | None
+    cpu_time_ns: int | None
+    ops: int | None
+    meta: dict = field(default_factory=dict)   # copies, symfs, instructions...
+
+
+@dataclass(frozen=True)
+class StoredExperiment:
+    """An experiment (``kperfdiff run FILE``) as the store holds it: the file it was made from, its
+    state, and the process (pid, boot, host) that runs or last ran it, with its heartbeat (updated)."""
+    id: int
+    name: str
+    path: str
+    file_hash: str
+    spec: dict
+    state: str              # running / complete / interrupted / failed / superseded
+    cells: int
+    created: float
+    updated: float | None
+    pid: int | None
+    boot_id: str | None
+    host: str | None
 
 
 # How a result whose latency could not be told from zero says so (status failed): a subtraction

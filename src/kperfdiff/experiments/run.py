@@ -55,6 +55,7 @@ from kperfdiff.bench.swap import temporary_swap
 from kperfdiff.core import limits
 from kperfdiff.core.errors import InputError, KperfdiffError, StoreError
 from kperfdiff.core.progress import Progress
+from kperfdiff.core.records import StoredExperiment
 from kperfdiff.experiments.adaptive import repeat_until_precise
 from kperfdiff.experiments.file import Experiment, Variant
 from kperfdiff.experiments.lava import LavaVariants, is_lava
@@ -103,7 +104,7 @@ class RunOptions:
 
 
 class RunOutcome:
-    experiment: dict
+    experiment: StoredExperiment
     measured: int
     total: int
     failed: int
@@ -111,12 +112,12 @@ class RunOutcome:
 
 
 def _open_or_create(store, exp: Experiment, total: int, restart: bool, log=None,
-                    identities: dict[str, dict] | None = None) -> tuple[dict, bool]:
-    """The experiment to run (a new one, or the one to resume) and whether it is resumed. One process
-    at a time decides, per name (two machines starting one experiment on a shared store at once:
-    the second finds the first running it). ``identities``: this machine's identity for each variant
-    measured here (:func:`local_identities`), which their stored cells must have to be resumed; a
-    resumed experiment's dict says its state before in ``state_before``."""
+                    identities: dict[str, dict] | None = None) -> tuple[StoredExperiment, str | None]:
+    """The experiment to run (a new one, or the one to resume) and the state a resumed one had before
+    (None: a new one). One process at a time decides, per name (two machines starting one experiment
+    on a shared store at once: the second finds the first running it). ``identities``: this machine's
+    identity for each variant measured here (:func:`local_identities`), which their stored cells must
+    have to be resumed."""
     with store.exclusive(f"experiment {exp.name}"):
         return _open_or_create_now(store, exp, total, restart, log or (lambda m: None), identities)
 
@@ -128,23 +129,23 @@ def _ago(seconds: float) -> str:
     return f"{s // 60} min" if s < 7200 else f"{s // 3600} h {s % 3600 // 60} min"
 
 
-def _heartbeat_words(store, old: dict) -> tuple[str, float | None]:
+def _heartbeat_words(store, old: StoredExperiment) -> tuple[str, float | None]:
     """'its heartbeat was last seen 42 s ago (at 2024-06-11 14:03:12)', and that age in seconds."""
-    age = store.heartbeat_age(old["id"])
+    age = store.heartbeat_age(old.id)
     if age is None:
         return "it has no heartbeat", None
     at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(time.time() - age))
     return f"its heartbeat was last seen {_ago(age)} ago (at {at})", age
 
 
-def _busy(store, exp: Experiment, old: dict) -> InputError:
+def _busy(store, exp: Experiment, old: StoredExperiment) -> InputError:
     """The refusal to run an experiment another live process is running."""
     if not store.of_another_host(old):
-        return InputError(f"experiment {exp.name} (id {old['id']}) is being run now by process {old['pid']}; "
+        return InputError(f"experiment {exp.name} (id {old.id}) is being run now by process {old.pid}; "
                           f"wait for it or stop it first")
     seen, _ = _heartbeat_words(store, old)
-    return InputError(f"experiment {exp.name} (id {old['id']}) is being run now by process {old['pid']} on "
-                      f"{old['host']}: {seen}; wait for it or stop it there (if that machine is dead, kperfdiff run "
+    return InputError(f"experiment {exp.name} (id {old.id}) is being run now by process {old.pid} on "
+                      f"{old.host}: {seen}; wait for it or stop it there (if that machine is dead, kperfdiff run "
                       f"takes the experiment over once its heartbeat is {_ago(limits.EXPERIMENT_DEAD_S)} old)")
 
 
@@ -173,48 +174,48 @@ def stale_cells(exp: Experiment, stored: dict[str, dict[str, int]], identities: 
     return None
 
 
-def stale_refusal(exp: Experiment, old: dict, what: str) -> StaleCells:
+def stale_refusal(exp: Experiment, old: StoredExperiment, what: str) -> StaleCells:
     """The one sentence that refuses to add cells to an experiment whose stored ones differ."""
-    return StaleCells(f"experiment {exp.name} (id {old['id']}) was measured on another kernel, machine or "
+    return StaleCells(f"experiment {exp.name} (id {old.id}) was measured on another kernel, machine or "
                       f"kperfdiff than this run's ({what}); kperfdiff does not mix them: run with --restart to "
                       f"measure it afresh (the stored cells stay in the store, marked superseded) or give the "
                       f"experiment another name (--name NAME)")
 
 
 def _open_or_create_now(store, exp: Experiment, total: int, restart: bool, log,
-                        identities: dict[str, dict] | None = None) -> tuple[dict, bool]:
+                        identities: dict[str, dict] | None = None) -> tuple[StoredExperiment, str | None]:
     old = store.latest_experiment(exp.name)
     h = exp.file_hash()
     if old is not None and store.experiment_owner_alive(old):
         raise _busy(store, exp, old)
-    if old is not None and old["state"] == "running" and store.of_another_host(old):
+    if old is not None and old.state == "running" and store.of_another_host(old):
         # a shared store's experiment whose machine stopped saying it is alive: take it over, if no other
         # machine does first and its process does not speak up meanwhile
         seen, _ = _heartbeat_words(store, old)
-        if not store.take_over_experiment(old["id"]):
-            raise _busy(store, exp, store.get_experiment(old["id"]))
-        log(f"kperfdiff: experiment {exp.name} (id {old['id']}) was left running by process {old['pid']} on "
-            f"{old['host']}, and {seen}: taking it over (that process, if it comes back, stops)")
-        old = store.get_experiment(old["id"])
-    if old is not None and (restart or old["file_hash"] != h):
+        if not store.take_over_experiment(old.id):
+            raise _busy(store, exp, store.get_experiment(old.id))
+        log(f"kperfdiff: experiment {exp.name} (id {old.id}) was left running by process {old.pid} on "
+            f"{old.host}, and {seen}: taking it over (that process, if it comes back, stops)")
+        old = store.get_experiment(old.id)
+    if old is not None and (restart or old.file_hash != h):
         # nothing measured yet (it stopped before its first cell, e.g. on a knob): nothing to protect
-        if not restart and store.cell_states(old["id"]):
-            done = sum(1 for s in store.cell_states(old["id"]).values() if s in ("ok", "skipped"))
-            raise InputError(f"{exp.path} changed since experiment {exp.name} (id {old['id']}) started, "
-                             f"{done} of {old['cells']} cells done; rerun with --restart to start it again "
+        if not restart and store.cell_states(old.id):
+            done = sum(1 for s in store.cell_states(old.id).values() if s in ("ok", "skipped"))
+            raise InputError(f"{exp.path} changed since experiment {exp.name} (id {old.id}) started, "
+                             f"{done} of {old.cells} cells done; rerun with --restart to start it again "
                              f"(the old results stay in the store), or give the experiment another name")
-        store.set_experiment_state(old["id"], "superseded")
+        store.set_experiment_state(old.id, "superseded")
         old = None
     if old is None:
         eid = store.create_experiment(name=exp.name, path=str(Path(exp.path).resolve()), file_hash=h,
                                       spec=exp.spec(), cells=total)
-        return store.get_experiment(eid), False
+        return store.get_experiment(eid), None
     if identities:
-        what = stale_cells(exp, store.cell_identities(old["id"]), identities)
+        what = stale_cells(exp, store.cell_identities(old.id), identities)
         if what:
             raise stale_refusal(exp, old, what)
-    store.set_experiment_state(old["id"], "running", claim=True)
-    return store.get_experiment(old["id"]) | {"state_before": old["state"]}, True
+    store.set_experiment_state(old.id, "running", claim=True)
+    return store.get_experiment(old.id), old.state
 
 
 def _prefix_words(v: Variant) -> list[str]:
@@ -256,9 +257,10 @@ class _MatrixRun:
         knobmod.repair_pending(log, strict=True)
         if exp.profile:
             require_perf()
-        expr, self.resumed = _open_or_create(store, exp, len(self.all_cells), opts.restart, log,
-                                             local_identities(exp))
-        self.eid = expr["id"]
+        expr, self.state_before = _open_or_create(store, exp, len(self.all_cells), opts.restart, log,
+                                                  local_identities(exp))
+        self.resumed = self.state_before is not None
+        self.eid = expr.id
         self.expr = expr
         # variant -> {identity JSON: cells}: what the stored cells were measured on (a guest's are
         # compared with its first job's facts, before anything of that job is stored)
@@ -304,7 +306,7 @@ class _MatrixRun:
                 state = "failed" if remaining_failed else "complete"
         except StaleCells:
             # refused before a cell of the mismatching variant was stored: the experiment keeps its state
-            before = self.expr.get("state_before")
+            before = self.state_before
             state = before if before in ("complete", "failed") else "interrupted"
             raise
         except KeyboardInterrupt:
@@ -602,17 +604,17 @@ def describe_stored(store, exp: Experiment, restart: bool = False) -> str:
     has now) and how many would be measured. ``store`` None: there is no store yet."""
     total = len(matrix(exp).cells)
     old = store.latest_experiment(exp.name) if store is not None else None
-    states = store.cell_states(old["id"]) if old is not None else {}
+    states = store.cell_states(old.id) if old is not None else {}
     if old is None or not states:
         return f"stored: none; run would measure all {total} cells\n"
     done = sum(1 for x in states.values() if x in ("ok", "skipped"))
-    head = f"stored: {done} of {total} cells, in experiment {exp.name} (id {old['id']}, {old['state']})"
+    head = f"stored: {done} of {total} cells, in experiment {exp.name} (id {old.id}, {old.state})"
     afresh = f"--restart (or another --name) measures all {total} cells afresh"
     if restart:
         return f"{head}; with --restart run keeps them (marked superseded) and measures all {total} cells afresh\n"
-    if old["file_hash"] != exp.file_hash():
+    if old.file_hash != exp.file_hash():
         return f"{head}, made from another version of the file: run refuses to resume it; {afresh}\n"
-    what = stale_cells(exp, store.cell_identities(old["id"]), local_identities(exp))
+    what = stale_cells(exp, store.cell_identities(old.id), local_identities(exp))
     if what:
         return f"{head}, but {what}: run refuses to mix them; {afresh}\n"
     out = f"{head}, measured on this machine's kernel as it is now; run would measure {total - done}"

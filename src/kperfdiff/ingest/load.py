@@ -15,6 +15,7 @@ from pathlib import Path
 
 from kperfdiff.core.errors import InputError
 from kperfdiff.core.files import check_input_file
+from kperfdiff.core.records import StoredProfile
 from kperfdiff.ingest import perfdata, source, text
 from kperfdiff.ingest.profile import Profile, merge
 
@@ -208,30 +209,31 @@ def load_side(spec: str, lookup: Callable[[str], list[ProfileRef]], *, kallsyms:
                       kallsyms_unchecked=kallsyms_unchecked)[0]
 
 
-def load_stored(entries: list[dict], label: str) -> list[Profile]:
+def load_stored(entries: list[StoredProfile], label: str) -> list[Profile]:
     """The profiles of one comparison cell as the store lists them (path, kallsyms, run_id, rep, ops,
     cpu_time_ns): one per repetition (its parallel copies merged), every stored repetition, as
     ``kperfdiff diff RUN:BENCHMARK`` reads them; a missing file is an error naming it, never a
     silently smaller side."""
     by_rep: dict = {}
     for p in entries:
-        by_rep.setdefault((p.get("run_id") or 0, p.get("rep") or 0), []).append(p)
+        by_rep.setdefault((p.run_id or 0, p.rep or 0), []).append(p)
     reps = [by_rep[rep] for rep in sorted(by_rep)]
     for p in (p for rep in reps for p in rep):
-        if not Path(p["path"]).exists():
-            raise InputError(f"the profile {p['path']} is missing from the store's artefact folder")
-    loaded = iter(load_many([partial(load, p["path"], kallsyms=p.get("kallsyms"), label=label)
+        if not Path(p.path).exists():
+            raise InputError(f"the profile {p.path} is missing from the store's artefact folder")
+    loaded = iter(load_many([partial(load, p.path, kallsyms=p.kallsyms, label=label)
                              for rep in reps for p in rep]))
     out = []
     for rep in reps:
         copies = []
         for p in rep:
             prof = next(loaded)
-            for k in ("ops", "cpu_time_ns"):
-                if p.get(k):
-                    prof.meta[k] = p[k]
+            if p.ops:
+                prof.meta["ops"] = p.ops
+            if p.cpu_time_ns:
+                prof.meta["cpu_time_ns"] = p.cpu_time_ns
             copies.append(prof)
-        prof = merge(copies, rep[0]["path"])
+        prof = merge(copies, rep[0].path)
         prof.label = label
         out.append(prof)
     return out

@@ -185,7 +185,7 @@ def to_json_all(cmp: Comparison) -> str:
         "method": method_text(cmp.confidence, cmp.alpha),
         "alpha": cmp.alpha,
         "fdr": "benjamini-hochberg per comparison",
-        "experiment": {k: exp[k] for k in ("id", "name", "state", "file_hash", "path")} if exp else None,
+        "experiment": {k: getattr(exp, k) for k in ("id", "name", "state", "file_hash", "path")} if exp else None,
         "baseline": cmp.baseline.label,
         "variants": [{"label": s.label, "runs": s.run_ids, "emulated": s.emulated,
                       "medians": [{"column": k, "cores": c, "benchmark": smp.benchmark, "unit": smp.unit,

@@ -96,7 +96,7 @@ def _top_info(store, exp_name: str, label: str, mem: str, key: str) -> str:
         e = store.find_experiment(exp_name)
     except KperfdiffError:
         return ""
-    for r in store.experiment_runs(e["id"]):
+    for r in store.experiment_runs(e.id):
         if r.variant != label:
             continue
         for res in store.results(r.id, with_raw=False):

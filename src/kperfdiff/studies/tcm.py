@@ -62,7 +62,7 @@ def table_of(store, exp, cmp, variant: str, cores: int, events: int = 20000):
         profs = load_stored(entries, key)
         cols.append((key, merge(profs, key) if len(profs) > 1 else profs[0]))
         if sizes is None:
-            ks = next((e.get("kallsyms") for e in entries if e.get("kallsyms")), None)
+            ks = next((e.kallsyms for e in entries if e.kallsyms), None)
             if ks:
                 sizes = load_sizes(ks)
     if not cols:
