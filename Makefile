@@ -19,11 +19,12 @@ RUST_APT_PACKAGES := rustc-web cargo-web
 export PATH := $(if $(wildcard $(HOME)/.cargo/bin/cargo),$(HOME)/.cargo/bin:)$(PATH)
 PY_REQUIREMENTS := requirements-dev.txt
 NATIVE_SOURCES := $(shell find native/src -name '*.rs' 2>/dev/null) native/Cargo.toml $(wildcard native/Cargo.lock)
+PY_SOURCES := $(shell find src -name '*.py' 2>/dev/null)
 PYTEST_ARGS ?=
 
 .PHONY: setup demo studies test test-native test-python test-slow test-lab bench-harness dist clean
 
-setup: $(STAMPS)/apt $(STAMPS)/venv $(STAMPS)/native $(STAMPS)/tools
+setup: $(STAMPS)/apt $(STAMPS)/venv $(STAMPS)/native $(STAMPS)/tools $(STAMPS)/bytecode
 
 $(STAMPS)/apt: Makefile
 	@mkdir -p $(STAMPS)
@@ -47,6 +48,12 @@ $(STAMPS)/native: $(STAMPS)/venv $(NATIVE_SOURCES) pyproject.toml
 	@echo "building kperfdiff (native core, release)"
 	@VIRTUAL_ENV=$(CURDIR)/$(VENV) $(BIN)/maturin develop --release -q 2>&1 | grep -v '^\s*$$' | tail -3
 	@$(BIN)/python -c "import kperfdiff.native" || { echo "the native module did not build" >&2; exit 1; }
+	@touch $@
+
+# Bytecode compiled once, as an installed package has it: the CLI then starts without compiling
+# its modules, even where PYTHONDONTWRITEBYTECODE is set (kperfdiff --help in ~0.04 s here).
+$(STAMPS)/bytecode: $(STAMPS)/venv $(PY_SOURCES)
+	@$(BIN)/python -m compileall -q src/kperfdiff >/dev/null
 	@touch $@
 
 # Tools the tests run on kperfdiff's output: inferno's flame graph and diff-folded (from crates.io),

@@ -20,7 +20,7 @@ from kperfdiff.core import stats
 from kperfdiff.core.errors import KperfdiffError
 from kperfdiff.render.table import Table, percent
 from kperfdiff.targets.qemu import mem_mb, parse_spec
-from kperfdiff.studies import Section, Verdict, study_of
+from kperfdiff.studies.study import Section, Verdict, study_of
 
 INSNS, TLBI, DSB, HOST, KERNEL, TO_INIT = ("boot.map_insns", "boot.map_tlbi", "boot.map_dsb", "boot.map_host",
                                            "boot.kernel", "boot.to_init_insns")

@@ -27,7 +27,7 @@ from kperfdiff.analysis.profile_diff import DiffOptions
 from kperfdiff.render.flamegraph import frame_function
 from kperfdiff.render.table import Table, percent
 from kperfdiff.analysis.report_data import diff_stored
-from kperfdiff.studies import Section, Verdict, centre_text, change_text, comparison, sample, study_of
+from kperfdiff.studies.study import Section, Verdict, centre_text, change_text, comparison, sample, study_of
 
 LOOP = "pageout.anon"
 # The unbatched flush of one page (arm64: ptep_clear_flush -> flush_tlb_page, inlined; x86 has its own)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from kperfdiff.render.table import Table
-from kperfdiff.studies import Section, Verdict, centre_text, change_text, cell, comparison, sample, study_of
+from kperfdiff.studies.study import Section, Verdict, centre_text, change_text, cell, comparison, sample, study_of
 
 STUDY_SPEEDUP = 0.00553 / 0.00369        # 1.499
 COUNTERS = [("vmstat.thp_fault_alloc", "promotions at fault (thp_fault_alloc)"),

@@ -30,7 +30,7 @@ from kperfdiff.place import grouptable
 from kperfdiff.place.inputs import load_groups, load_hw, load_sizes
 from kperfdiff.render.place import groups_by_benchmark
 from kperfdiff.render.table import Table
-from kperfdiff.studies import Section, Verdict, centre_text, comparison, sample, study_of
+from kperfdiff.studies.study import Section, Verdict, centre_text, comparison, sample, study_of
 
 CAPACITY = 16384                    # the study's ITCM
 HW_FILE = Path("place") / "arm926-tcm.toml"     # under examples/, beside studies/

@@ -21,7 +21,7 @@ import re
 from kperfdiff.analysis.profile_diff import DiffOptions
 from kperfdiff.render.table import Table
 from kperfdiff.analysis.report_data import diff_stored
-from kperfdiff.studies import Section, Verdict, cell, centre_text, change_text, comparison, sample, study_of
+from kperfdiff.studies.study import Section, Verdict, cell, centre_text, change_text, comparison, sample, study_of
 
 # Words that make a kernel function (or role) part of memory management, as tokens of its name.
 MM_TOKENS = {"pte", "ptep", "ptes", "pmd", "pud", "p4d", "pgd", "tlb", "tlbi", "page", "pages", "folio", "folios",
