@@ -458,6 +458,40 @@ def test_checks_catch_planted_mistakes(tmp_path):
     assert named_modules(block) == ({"nosuch.py"}, {"nosuch.rs"})
 
 
+def import_rules(text: str) -> dict[str, set[str]]:
+    """The 'Which stage may import which' table of the architecture page: stage -> the stages its row
+    names (besides itself and core); 'every stage' and 'every stage but commands' spelled out."""
+    section = text.split("## Which stage may import which", 1)[1].split("\n## ", 1)[0]
+    rows = [r.strip().strip("|").split("|") for r in section.splitlines() if r.startswith("| ")][1:]
+    stages = [r[0].strip() for r in rows]
+    def named(said: str) -> set[str]:
+        return {s for s in stages if re.search(rf"(?<![\w/]){re.escape(s)}(?![\w/])", said)}
+    out = {}
+    for stage, said in ((r[0].strip(), r[1]) for r in rows):
+        if "every stage" in said:
+            out[stage] = set(stages) - named(said.split("every stage but", 1)[1] if "every stage but" in said else "")
+        else:
+            out[stage] = named(said)
+        out[stage] -= {stage, "core"}
+    return out
+
+
+def test_architecture_page_states_the_import_rules_the_tests_hold():
+    """The page's table of which stage may import which is the rule tests/support/architecture.py
+    enforces, stage by stage (a stage added to the rules, or a rule changed, fails here until the page says so)."""
+    from support import architecture as arch
+    rules = {s: set(allowed) - {s, "core"} for s, allowed in arch.ALLOWED.items()}
+    assert import_rules(written(ARCHITECTURE)) == rules
+
+
+def test_import_rules_are_read_as_written():
+    table = ("## Which stage may import which\n\n| stage | may import |\n|---|---|\n| core | nothing |\n"
+             "| store | |\n| render | store (its names), never core |\n| studies | every stage but render and commands |\n"
+             "| commands | every stage |\n\n## Next\n| x | y |\n")
+    assert import_rules(table) == {"core": set(), "store": set(), "render": {"store"},
+                                   "studies": {"store"}, "commands": {"store", "render", "studies"}}
+
+
 if __name__ == "__main__":
     if sys.argv[1:] != ["--write"]:
         sys.exit("usage: python tests/test_docs.py --write   (regenerates docs/architecture.md's module table)")
