@@ -239,11 +239,12 @@ def test_a_kernel_panic_is_one_clear_error():
 
 @need_arm
 def test_a_hung_guest_is_one_clear_error():
-    # busybox sh as init waits forever on a console that never speaks
-    t = QemuTarget("qemu:arm64,mem=512M,append=rdinit=/bin/sh,timeout=15")
+    # busybox sh as init waits forever on a console that never speaks. The limit is short: what is
+    # checked is that the guest is stopped at it with one clear error, wherever its boot had got to.
+    t = QemuTarget("qemu:arm64,mem=512M,append=rdinit=/bin/sh,timeout=6")
     try:
         t0 = time.monotonic()
-        with pytest.raises(BenchError, match=r"did not finish within 15 s \(stopped before reaching /init"):
+        with pytest.raises(BenchError, match=r"did not finish within 6 s \(stopped before reaching /init"):
             t.run_job([Invocation(["kpd-syscall", "syscall.null"], 1, 10)])
         assert time.monotonic() - t0 < 60
     finally:
