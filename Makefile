@@ -98,11 +98,11 @@ test-python: setup
 test-slow: setup
 	$(BIN)/python -m pytest -q -m "slow and not lab" $(PYTEST_ARGS)
 
-# A LAVA server, scheduler and dispatcher on this machine (tests/lava_lab.py) run a two-variant experiment
+# A LAVA server, scheduler and dispatcher on this machine (tests/support/lava_lab.py) run a two-variant experiment
 # end to end through LAVA's REST API on two qemu devices (about 4 minutes here; the first run installs
 # Debian's lava-server and lava-dispatcher, about a minute).
 test-lab: setup $(STAMPS)/lab-apt
-	$(BIN)/python -m pytest -q -s -m lab tests/test_lava_lab.py $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -s -m lab tests/targets/test_lava_lab.py $(PYTEST_ARGS)
 
 $(STAMPS)/lab-apt: Makefile
 	@missing=$$(for p in $(LAB_APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
@@ -115,7 +115,7 @@ $(STAMPS)/lab-apt: Makefile
 	@touch $@
 
 bench-harness: setup
-	$(BIN)/python harness/bench_stability.py
+	$(BIN)/python validation/bench_stability.py
 
 # The source distribution and a wheel built from it (as pip and pipx build one), into dist/:
 # `pip install dist/kperfdiff-*.whl` or `pipx install dist/kperfdiff-*.whl` on this machine,

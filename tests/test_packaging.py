@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, ROOT
+from support import DATA, ROOT
 
 pytestmark = pytest.mark.slow
 PACKAGE = ROOT / "src" / "kperfdiff"

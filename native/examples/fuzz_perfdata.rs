@@ -1,4 +1,4 @@
-//! The perf.data reader's fuzzer as a program, for harness/fuzz_perfdata.py,
+//! The perf.data reader's fuzzer as a program, for fuzz/fuzz_perfdata.py,
 //! which runs it in child processes so that an abort is counted, not lost:
 //!
 //!     fuzz_perfdata [--seed S] [--from I] [--count N] [--dump FILE | --dump-dir DIR]
@@ -10,7 +10,7 @@
 //! `--dump-dir`, each input is also written to DIR/INDEX.perf.data before it is
 //! run, and every line carries its mutations (`INDEX<TAB>ok<TAB><TAB>MUTATIONS`),
 //! so that the Python load path can be run on the same inputs
-//! (tests/fuzzing.py).
+//! (fuzz/fuzzing.py).
 #[path = "../tests/fuzz/mod.rs"]
 mod fuzz;
 

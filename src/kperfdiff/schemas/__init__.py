@@ -2,7 +2,7 @@
 file per kind of document, ``<kind>.schema.json`` beside this module, each field described.
 
 :data:`OUTPUTS` says which schema each command's JSON follows (commands that print the same
-document share one); tests/test_schemas.py validates real outputs against them and fails when a
+document share one); tests/schemas/test_schemas.py validates real outputs against them and fails when a
 command gains a JSON output that is not listed here.
 """
 from __future__ import annotations

@@ -1,0 +1,90 @@
+"""`make test-lab`: a real LAVA lab on this machine (tests/support/lava_lab.py: lava-server, its scheduler and a
+lava-dispatcher worker with two devices of the standard `qemu` device type, TCG) runs a two-variant
+experiment end to end through the REST API: the jobs are submitted, run two at a time on the two
+devices, and their results come back through LAVA's logs into the store, with profiles, labelled with
+the device; LAVA's own pages hold the benchmarks as test cases with their measurements; the token is
+nowhere but in the requests."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from support import run_cli
+from support.lava_lab import Lab, missing_tools
+
+pytestmark = [pytest.mark.slow, pytest.mark.lab]
+
+EXPERIMENT = """name = "lab-thp"
+description = "transparent huge pages never vs always, as LAVA jobs on the lab's qemu devices"
+benchmarks = ["fault.anon.4k", "fault.anon.huge", "syscall.null"]
+cores = [1]
+reps = 2
+tiny = true
+profile = true
+[[variant]]
+label = "thp-never"
+target = "lava://127.0.0.1:{port}/qemu,http,arch=x86_64,jobs=2"
+cmdline = "transparent_hugepage=never"
+[[variant]]
+label = "thp-always"
+target = "lava://127.0.0.1:{port}/qemu,http,arch=x86_64,jobs=2"
+cmdline = "transparent_hugepage=always"
+"""
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    miss = missing_tools()
+    assert not miss, f"missing {', '.join(miss)}: run `make test-lab`, which installs lava-server and lava-dispatcher"
+    with Lab(tmp_path_factory.mktemp("lava-lab") / "lab") as lab:
+        yield lab
+
+
+def test_a_two_variant_experiment_runs_end_to_end_through_lava(lab, tmp_path, home, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    exp = tmp_path / "lab-thp.toml"
+    exp.write_text(EXPERIMENT.format(port=lab.port))
+    t0 = time.monotonic()
+    p = run_cli("run", exp, "--no-progress", env={"KPERFDIFF_LAVA_TOKEN": lab.token}, timeout=3600)
+    took = time.monotonic() - t0
+    print(f"lab experiment: {took:.0f} s\n{p.stderr}\n{p.stdout}")
+    assert p.returncode == 0, p.stderr
+    assert "thp-never: fault.anon.huge skipped: needs transparent huge pages (mode is never)" in p.stderr
+    assert ">> change: thp-always (emulated) vs thp-never (emulated)" in p.stdout
+    # four jobs, two at a time on the two devices, all complete
+    status, body = lab.api("GET", "jobs/?ordering=id")
+    jobs = json.loads(body)["results"]
+    assert len(jobs) == 4 and {j["health"] for j in jobs} == {"Complete"}
+    assert {j["actual_device"] for j in jobs} == {"qemu-01", "qemu-02"}
+    assert all(j["failure_comment"] in (None, "") for j in jobs)
+    # LAVA's own pages: every benchmark a test case with its median as the measurement
+    status, body = lab.api("GET", f"jobs/{jobs[0]['id']}/tests/?limit=100")
+    cases = {t["name"]: t for t in json.loads(body)["results"] if t["name"].startswith(("fault.", "syscall."))}
+    assert sorted(cases) == ["fault.anon.4k.P1.r0", "fault.anon.huge.P1.r0", "syscall.null.P1.r0"]
+    assert {cases["syscall.null.P1.r0"]["result"], cases["syscall.null.P1.r0"]["unit"]} == {"pass", "ns/op"}
+    # the store: every cell, labelled with its job and device, profiles kept
+    shown = json.loads(run_cli("show", "lab-thp/thp-always", "--format", "json", check=0).stdout)
+    assert [r["status"] for r in shown["results"]] == ["ok"] * 6
+    assert {i["lava_device"] for r in shown["results"] for i in r["info"]} <= {"qemu-01", "qemu-02"}
+    assert {i["lava_job"] for r in shown["results"] for i in r["info"]} <= {j["id"] for j in jobs}
+    assert shown["machine"]["thp_enabled"] == "always" and shown["machine"]["lava_device_type"] == "qemu"
+    d = run_cli("diff", "lab-thp/thp-never:fault.anon.4k", "lab-thp/thp-always:fault.anon.4k", "--top", "3",
+                check=0)
+    assert ">> Top 3 candidates among common kernel functions" in d.stdout
+    # the token went to the server only
+    for f in home.rglob("*"):
+        if f.is_file():
+            assert lab.token.encode() not in f.read_bytes(), f
+    assert lab.token not in p.stdout + p.stderr
+    for j in jobs:
+        assert lab.token not in j["definition"]
+
+
+def test_a_wrong_token_is_refused_with_one_sentence(lab, tmp_path, home, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    p = run_cli("bench", "--target", f"lava://127.0.0.1:{lab.port}/qemu,http", "--only", "syscall.null",
+                "--no-progress", env={"KPERFDIFF_LAVA_TOKEN": "not-the-token"}, timeout=900)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "refused the token for the job submission (HTTP 403: Invalid token.)" in p.stderr
