@@ -36,7 +36,8 @@ a store with its artefacts from one back end to the other.
 The store is built by concern, one module each: :mod:`.connection` (the connection and its
 transactions), :mod:`.schema` (tables and migrations), :mod:`.artefacts`, :mod:`.machines`,
 :mod:`.runs`, :mod:`.results`, :mod:`.profiles` and :mod:`.experiments`; :class:`Store` is all of
-them, and opens the store.
+them, and opens the store. Who owns a run or an experiment (host, boot, process): :mod:`.hosts`;
+``kperfdiff store copy``: :mod:`.transfer`.
 """
 from __future__ import annotations
 
