@@ -72,8 +72,6 @@ class ExperimentError(InputError):
 
 
 @dataclass
-
-
 class Variant:
     label: str
     target: str = "local"
@@ -87,8 +85,6 @@ class Variant:
 
 
 @dataclass
-
-
 class Experiment:
     name: str
     path: str

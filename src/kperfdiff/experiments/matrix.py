@@ -33,8 +33,6 @@ from kperfdiff.targets.boot import ALL_BOOT_BENCHMARKS
 
 
 @dataclass(frozen=True)
-
-
 class Cell:
     variant: str
     key: str          # column: the benchmark entry (a name, or a template like gups.{pages})
@@ -155,8 +153,6 @@ def check_params(exp: Experiment, columns) -> dict[str, dict[str, dict[str, str]
 
 
 @dataclass
-
-
 class Matrix:
     """An experiment's matrix, resolved and checked (:func:`matrix`)."""
 

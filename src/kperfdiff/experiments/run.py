@@ -72,8 +72,6 @@ class StaleCells(InputError):
 
 
 @contextlib.contextmanager
-
-
 def _term_as_interrupt():
     """SIGTERM and SIGHUP stop the run like Ctrl-C, so the finally clauses run."""
     def handler(signum, frame):
@@ -92,8 +90,6 @@ def _term_as_interrupt():
 
 
 @dataclass
-
-
 class RunOptions:
     restart: bool = False
     progress: bool = True
@@ -101,8 +97,6 @@ class RunOptions:
 
 
 @dataclass
-
-
 class RunOutcome:
     experiment: StoredExperiment
     measured: int

@@ -35,6 +35,7 @@ def sql_int(v: int) -> bool:
     """An id SQLite can hold (a bigger number names no row)."""
     return -2 ** 63 <= v < 2 ** 63
 
+
 # How often a PostgreSQL transaction undone for another (serialisation failure, deadlock) is tried.
 RETRIES = 8
 

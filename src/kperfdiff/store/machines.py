@@ -12,6 +12,7 @@ STABLE_KEYS = ("arch", "cpu_model", "cpus", "kernel_release", "kernel_version", 
                "page_size", "mem_total_kb", "thp_enabled", "thp_defrag", "clocksource", "virtualisation",
                "emulated", "perf_events", "swap_active")   # swap on or off changes what paging measures
 
+
 def fingerprint(f: dict) -> str:
     stable = {k: f.get(k) for k in STABLE_KEYS}
     return hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest()[:16]
