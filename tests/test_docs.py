@@ -2,7 +2,7 @@
 two set-up commands and fits a few screens, every relative link leads to a file (and heading)
 that exists, every `kperfdiff` command line they show names a sub-command and flags that
 `--help` knows, every other long flag they quote exists somewhere, and the architecture page's
-module table lists exactly the modules in the tree.
+module table is exactly what the tree makes of it: every module, with its docstring's first sentence.
 
 ``python tests/test_docs.py --write`` regenerates that table (between the ``modules`` markers of
 docs/architecture.md) from the tree: each module's first docstring sentence."""
@@ -416,6 +416,16 @@ def test_architecture_page_lists_every_module_and_no_other():
     problems += [f"misses native/src/{m}" for m in sorted(tree_rs - rs)]
     assert not problems, (f"docs/architecture.md's module table {'; '.join(problems)}: "
                           "regenerate it with `python tests/test_docs.py --write`")
+
+
+def test_architecture_module_table_is_what_write_makes():
+    """The table's words are the modules' docstrings: a docstring changed, or a module moved to
+    another stage, leaves the page stale until it is regenerated."""
+    written, made = written_block(ARCHITECTURE.read_text()).strip(), module_table().strip()
+    stale = [ln for ln in made.splitlines() if ln not in written.splitlines()]
+    assert written == made, (
+        f"docs/architecture.md's module table differs from the tree's docstrings (first: {stale[:3]}): "
+        "regenerate it with `python tests/test_docs.py --write`")
 
 
 def test_architecture_page_has_a_section_per_top_level_folder():
