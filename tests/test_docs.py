@@ -407,6 +407,13 @@ def test_quoted_python_names_exist(page):
     assert not stale, f"{_id(page)} names modules or functions kperfdiff does not have: {stale}"
 
 
+@pytest.mark.parametrize("schema", sorted((SRC / "schemas").glob("*.json")), ids=_id)
+def test_json_schemas_name_real_modules(schema):
+    """The schemas shipped with the package are documentation too: their descriptions name modules."""
+    stale = stale_names(schema)
+    assert not stale, f"{_id(schema)} names modules or functions kperfdiff does not have: {stale}"
+
+
 def test_architecture_page_lists_every_module_and_no_other():
     py, rs = named_modules(written_block(ARCHITECTURE.read_text()))
     tree_py, tree_rs = set(python_modules()), set(rust_modules())
