@@ -213,14 +213,14 @@ OTHER_PROGRAMS_FLAGS = {"--stdio", "--symbol-ordering-file", "--tool", "--no-chi
 
 @functools.cache
 def known_flags() -> str:
-    """Every kperfdiff --help text, and the source of every script the pages name (harnesses, tests)."""
+    """Every kperfdiff --help text, and the source of every script the pages name (benchmarks, validation, fuzzers, tests)."""
     helps = []
     todo = [()]
     while todo:
         path = todo.pop()
         helps.append(help_text(path))
         todo += [(*path, s) for s in subcommands(path)]
-    scripts = [p.read_text() for d in ("harness", "benchmarks", "validation", "fuzz", "tests")
+    scripts = [p.read_text() for d in ("benchmarks", "validation", "fuzz", "tests")
                for p in sorted((ROOT / d).rglob("*.py"))]
     return "\n".join(helps + scripts)
 
