@@ -2,7 +2,7 @@
 two set-up commands and fits a few screens, every relative link leads to a file (and heading)
 that exists, every `kperfdiff` command line they show names a sub-command and flags that
 `--help` knows, every other long flag they quote exists somewhere, and the architecture page's
-module table lists exactly the modules in the tree.
+module table is exactly what the tree makes of it: every module, with its docstring's first sentence.
 
 ``python tests/test_docs.py --write`` regenerates that table (between the ``modules`` markers of
 docs/architecture.md) from the tree: each module's first docstring sentence."""
@@ -213,14 +213,14 @@ OTHER_PROGRAMS_FLAGS = {"--stdio", "--symbol-ordering-file", "--tool", "--no-chi
 
 @functools.cache
 def known_flags() -> str:
-    """Every kperfdiff --help text, and the source of every script the pages name (harnesses, tests)."""
+    """Every kperfdiff --help text, and the source of every script the pages name (benchmarks, validation, fuzzers, tests)."""
     helps = []
     todo = [()]
     while todo:
         path = todo.pop()
         helps.append(help_text(path))
         todo += [(*path, s) for s in subcommands(path)]
-    scripts = [p.read_text() for d in ("harness", "benchmarks", "validation", "fuzz", "tests")
+    scripts = [p.read_text() for d in ("benchmarks", "validation", "fuzz", "tests")
                for p in sorted((ROOT / d).rglob("*.py"))]
     return "\n".join(helps + scripts)
 
@@ -407,6 +407,13 @@ def test_quoted_python_names_exist(page):
     assert not stale, f"{_id(page)} names modules or functions kperfdiff does not have: {stale}"
 
 
+@pytest.mark.parametrize("schema", sorted((SRC / "schemas").glob("*.json")), ids=_id)
+def test_json_schemas_name_real_modules(schema):
+    """The schemas shipped with the package are documentation too: their descriptions name modules."""
+    stale = stale_names(schema)
+    assert not stale, f"{_id(schema)} names modules or functions kperfdiff does not have: {stale}"
+
+
 def test_architecture_page_lists_every_module_and_no_other():
     py, rs = named_modules(written_block(ARCHITECTURE.read_text()))
     tree_py, tree_rs = set(python_modules()), set(rust_modules())
@@ -416,6 +423,16 @@ def test_architecture_page_lists_every_module_and_no_other():
     problems += [f"misses native/src/{m}" for m in sorted(tree_rs - rs)]
     assert not problems, (f"docs/architecture.md's module table {'; '.join(problems)}: "
                           "regenerate it with `python tests/test_docs.py --write`")
+
+
+def test_architecture_module_table_is_what_write_makes():
+    """The table's words are the modules' docstrings: a docstring changed, or a module moved to
+    another stage, leaves the page stale until it is regenerated."""
+    written, made = written_block(ARCHITECTURE.read_text()).strip(), module_table().strip()
+    stale = [ln for ln in made.splitlines() if ln not in written.splitlines()]
+    assert written == made, (
+        f"docs/architecture.md's module table differs from the tree's docstrings (first: {stale[:3]}): "
+        "regenerate it with `python tests/test_docs.py --write`")
 
 
 def test_architecture_page_has_a_section_per_top_level_folder():

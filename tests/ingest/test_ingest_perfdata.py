@@ -202,6 +202,54 @@ def test_bad_files_one_sentence(name):
     assert name in msg and "\n" not in msg and msg.count(". ") == 0
 
 
+def _refusals(d: Path) -> dict[str, tuple[str, str | None, str]]:
+    """Files the native reader refuses (name -> (perf.data, kallsyms, its sentence with D for `d`))."""
+    def put(name, data):
+        (d / name).write_bytes(data)
+        return str(d / name)
+    plain = PLAIN.read_bytes()
+    no_attr_size = plain[:16] + bytes(8) + plain[24:]
+    (d / "adir").mkdir()
+    good = put("plain.perf.data", plain)
+    return {
+        "directory": (str(d / "adir"), None, "D/adir is a directory, not a perf.data file"),
+        "missing": (str(d / "nope.perf.data"), None, "cannot open D/nope.perf.data: No such file or directory (os error 2)"),
+        "empty": (put("empty.perf.data", b""), None, "D/empty.perf.data is empty; perf record wrote nothing to it"),
+        "short": (put("short.perf.data", b"PERF"), None, "D/short.perf.data is not a perf.data file (too short)"),
+        "version 1": (put("v1.perf.data", b"PERFFILE" + bytes(200)), None,
+                      "D/v1.perf.data is a perf.data in the old version-1 format, which is not supported"),
+        "magic": (put("magic.perf.data", b"NOTPERF!" + bytes(200)), None,
+                  "D/magic.perf.data is not a perf.data file (it does not start with the PERFILE2 magic)"),
+        "header cut": (put("cut50.perf.data", plain[:50]), None,
+                       "D/cut50.perf.data is cut short inside the perf.data header (50 bytes)"),
+        "cut before records": (put("cut200.perf.data", plain[:200]), None,
+                               "D/cut200.perf.data is cut short before its first record (the file has 200 bytes)"),
+        "damaged header": (put("attr0.perf.data", no_attr_size), None, "D/attr0.perf.data has a damaged perf.data header"),
+        "no kallsyms": (good, str(d / "nope.kallsyms"),
+                        "cannot read kallsyms file D/nope.kallsyms: No such file or directory (os error 2)"),
+        "kallsyms garbage": (good, put("k1", b"hello world\nfoo\n"),
+                             "D/k1 is not a kallsyms file: no line has the form ADDRESS TYPE NAME"),
+        "kallsyms blank": (good, put("k2", b"\n\n"), "D/k2 is not a kallsyms file: it lists no symbols"),
+        "kallsyms zeros": (good, put("k3", b"0000000000000000 T foo\n0000000000000000 T bar\n"),
+                           "D/k3 is not a kallsyms file: every address is zero (copied without root or with "
+                           "kptr_restrict set); copy it as root"),
+        "vmlinux damaged": (good, put("k4", b"\x7fELF" + bytes(60)),
+                            "D/k4 is a vmlinux kperfdiff cannot use: unknown class or byte order"),
+    }
+
+
+def test_native_refusals_are_these_sentences(tmp_path):
+    """What the reader's typed errors say at the Python boundary, word for word: the sentences it
+    gave when its errors were strings (checked against the native module of 716680c)."""
+    from kperfdiff import native
+    got, want = {}, {}
+    for case, (path, kallsyms, sentence) in _refusals(tmp_path).items():
+        with pytest.raises(native.PerfDataError) as e:
+            native.read_perf_data(path, kallsyms=kallsyms)
+        got[case], want[case] = str(e.value), sentence.replace("D/", f"{tmp_path}/")
+    assert got == want
+
+
 def test_missing_file():
     with pytest.raises(InputError):
         perfdata.load(DATA / "nope.perf.data")

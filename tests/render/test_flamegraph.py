@@ -1,6 +1,6 @@
 """Differential flame graph SVG: valid XML, names escaped, widths and colours, the union of both
 sides' stacks with one-sided frames marked, and the interactive script (driven in headless Chromium
-in tests/test_flame_interactive.py)."""
+here, through tests/support/chromium.py)."""
 from __future__ import annotations
 
 import gzip

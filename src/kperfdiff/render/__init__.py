@@ -1,1 +1,1 @@
-"""Renderers: turn results into bytes. They never do I/O (see output.py)."""
+"""Renderers: turn results into bytes. They never do I/O: commands/ writes their bytes (commands/common.py)."""

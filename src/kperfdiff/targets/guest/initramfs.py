@@ -8,7 +8,7 @@ the static workers and kpd-run; perf with its libraries and loader. They are con
 /init mounts proc, sys and devtmpfs and loads the modules. Then, in a QEMU guest
 (targets/qemu.py), it runs /kpd/job.sh, writes the results folder as a tar onto a virtio disk
 (or, with no virtio_blk, as a frame on the console: :mod:`.frame`) and powers off; on a LAVA
-device (/kpd/lava holds the shell prompt; targets/lava.py) it starts a shell on the console
+device (/kpd/lava holds the shell prompt; targets/lava/target.py) it starts a shell on the console
 for LAVA's test shell, which runs the job and sends the frame itself.
 """
 from __future__ import annotations
