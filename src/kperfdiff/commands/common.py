@@ -24,13 +24,19 @@ def command_line() -> str:
 
 def write_file(path: str | Path, data: str | bytes, *, make_folder: bool = False) -> Path:
     """Write an output file whole (through a temporary beside it); its folder is made only when
-    ``make_folder`` (a report's side folder of plots), else a missing folder is an error."""
+    ``make_folder`` (a report's side folder of plots), else a missing folder is an error. A path
+    that is there but is no regular file (/dev/stdout, /dev/null, a FIFO) is written into: replacing
+    it would put a regular file in its place (as root, in /dev)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
+    raw = data if isinstance(data, bytes) else data.encode("utf-8")
     try:
+        if path.exists() and not path.is_file():
+            path.write_bytes(raw)
+            return path
         if make_folder:
             path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
+        tmp.write_bytes(raw)
         tmp.replace(path)
     except OSError as e:
         raise InputError(f"cannot write {path}: {e.strerror}") from None

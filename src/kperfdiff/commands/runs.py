@@ -63,6 +63,5 @@ def show(args: argparse.Namespace) -> int:
     return 0
 
 
-
 # the commands this module defines: name -> (fill in its parser, run it)
 DEFINES = {"runs": (add_runs, runs), "show": (add_show, show)}
