@@ -4,6 +4,8 @@ is the driver (it runs the stages; no module imports from it). Pure parsing, no 
 import re
 from pathlib import Path
 
+from support import architecture as arch
+
 HERE = Path(__file__).resolve()
 ROOT = next(p for p in HERE.parents if (p / "native" / "Cargo.toml").is_file())
 NATIVE_SRC = ROOT / "native" / "src"
@@ -93,36 +95,10 @@ def module_graph(src=NATIVE_SRC):
 
 
 def cycles(graph):
-    """One cycle per strongly connected part of more than one module, as a path from its
-    first module (by name) back to it."""
-    index, low, stack, on, parts = {}, {}, [], set(), []
-
-    def strong(v):  # Tarjan
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on.add(v)
-        for w in sorted(graph.get(v, ())):
-            if w not in index:
-                strong(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            part = set()
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                part.add(w)
-                if w == v:
-                    break
-            if len(part) > 1:
-                parts.append(part)
-
-    for v in sorted(graph):
-        if v not in index:
-            strong(v)
+    """One cycle per strongly connected part of more than one module (the architecture test's
+    cycles()), as a path from its first module (by name) back to it."""
     found = []
-    for part in sorted(parts, key=min):
+    for part in sorted((set(c) for c in arch.cycles(graph)), key=min):
         start = min(part)
         path, seen = [start], {start}
         while True:  # inside a strongly connected part every walk can go on: go to the first
