@@ -13,6 +13,7 @@ from support import KPERFDIFF, ROOT, assert_one_sentence_error, run_cli
 from kperfdiff.experiments import file as exp_file, matrix as exp_matrix
 from kperfdiff import store as st
 from kperfdiff.core.errors import InputError
+from kperfdiff.core import hosts
 
 KNOB = "/proc/sys/vm/stat_interval"
 root_only = pytest.mark.skipif(os.geteuid() != 0 or not os.access(KNOB, os.W_OK),
@@ -268,7 +269,7 @@ def test_knob_of_a_live_run_is_left_alone(tmp_path, private_state_dir):
     holder = subprocess.Popen(["sleep", "60"])
     try:
         pr = knobs.PendingRestores(private_state_dir)
-        pr._write([knobs.Pending(KNOB, orig, holder.pid, knobs._start_time(holder.pid), knobs._boot_id(), 0.0)])
+        pr._write([knobs.Pending(KNOB, orig, holder.pid, knobs._start_time(holder.pid), hosts.boot_id(), 0.0)])
         assert pr.repair(print) == [] and len(pr.entries()) == 1
         with pytest.raises(knobs.BenchError, match=f"set by kperfdiff process {holder.pid}"):
             pr.remember(KNOB, orig)

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kperfdiff.core.errors import BenchError, KperfdiffError
+from kperfdiff.core.hosts import boot_id
 from kperfdiff.bench.noise import stat_fields
 
 KNOB_ROOTS = ("/sys/", "/proc/sys/")
@@ -234,13 +235,6 @@ def state_dir() -> Path:
     return Path(xdg) / "kperfdiff"
 
 
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
-
-
 def _start_time(pid: int) -> str:
     """A process's start time in clock ticks since boot ('' if it is gone): tells a reused pid apart."""
     try:
@@ -259,7 +253,7 @@ class Pending:
     saved_at: float
 
     def owner_alive(self) -> bool:
-        return self.boot_id == _boot_id() and self.started != "" and _start_time(self.pid) == self.started
+        return self.boot_id == boot_id() and self.started != "" and _start_time(self.pid) == self.started
 
 
 class PendingRestores:
@@ -324,7 +318,7 @@ class PendingRestores:
                         raise BenchError(f"the knob {path} is set by kperfdiff process {e.pid} now; wait for "
                                          f"it to finish")
             entries = [e for e in entries if e.path != path]
-            entries.append(Pending(path, original, me, _start_time(me), _boot_id(), time.time()))
+            entries.append(Pending(path, original, me, _start_time(me), boot_id(), time.time()))
             self._write(entries)
 
     def forget(self, path: str) -> None:
@@ -342,7 +336,7 @@ class PendingRestores:
             for e in self.entries():
                 if e.owner_alive():
                     keep.append(e)
-                elif e.boot_id != _boot_id():
+                elif e.boot_id != boot_id():
                     log(f"kperfdiff: {e.path} was changed by a kperfdiff process before the machine rebooted; "
                         f"it has its boot value now (it was {e.original!r} before)")
                 else:

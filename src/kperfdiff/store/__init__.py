@@ -36,7 +36,7 @@ a store with its artefacts from one back end to the other.
 The store is built by concern, one module each: :mod:`.connection` (the connection and its
 transactions), :mod:`.schema` (tables and migrations), :mod:`.artefacts`, :mod:`.machines`,
 :mod:`.runs`, :mod:`.results`, :mod:`.profiles` and :mod:`.experiments`; :class:`Store` is all of
-them, and opens the store. Who owns a run or an experiment (host, boot, process): :mod:`.hosts`;
+them, and opens the store. Who owns a run or an experiment (host, boot, process): :mod:`kperfdiff.core.hosts`;
 ``kperfdiff store copy``: :mod:`.transfer`.
 """
 from __future__ import annotations
@@ -50,7 +50,7 @@ from kperfdiff.store import backend
 from kperfdiff.store.backend import is_url
 from kperfdiff.store.connection import RETRIES, connect_sqlite
 from kperfdiff.store.experiments import Experiments
-from kperfdiff.store.hosts import host_id
+from kperfdiff.core.hosts import host_id
 from kperfdiff.store.machines import STABLE_KEYS, fingerprint
 from kperfdiff.store.profiles import COUNTED_EVENT, Profiles
 from kperfdiff.store.runs import RUN_STATES

@@ -11,7 +11,7 @@ from kperfdiff.core.errors import InputError, StoreError
 from kperfdiff.core.records import StoredExperiment
 from kperfdiff.store.backend import IntegrityError
 from kperfdiff.store.connection import sql_int
-from kperfdiff.store.hosts import boot_id, host_id, pid_alive
+from kperfdiff.core.hosts import boot_id, host_id, pid_alive
 from kperfdiff.store.results import Results
 from kperfdiff.store.runs import Runs
 

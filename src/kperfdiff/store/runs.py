@@ -11,7 +11,7 @@ from kperfdiff.core.records import Run
 from kperfdiff.store import backend
 from kperfdiff.store.artefacts import Artefacts
 from kperfdiff.store.connection import sql_int
-from kperfdiff.store.hosts import boot_id, host_id, pid_alive
+from kperfdiff.core.hosts import boot_id, host_id, pid_alive
 
 RUN_STATES = ("running", "complete", "interrupted", "failed")
 

@@ -1,4 +1,4 @@
-"""Who owns a run or an experiment: this host, this boot, a live process."""
+"""This host, this boot and its live processes: who owns a run, an experiment, or knobs left to put back."""
 from __future__ import annotations
 
 import functools
