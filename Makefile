@@ -18,6 +18,8 @@ LAB_APT_PACKAGES := lava-server lava-dispatcher postgresql
 RUST_APT_PACKAGES := rustc-web cargo-web
 export PATH := $(if $(wildcard $(HOME)/.cargo/bin/cargo),$(HOME)/.cargo/bin:)$(PATH)
 PY_REQUIREMENTS := requirements-dev.txt
+# installed without their declared dependencies (see the file: apache-otava for `kperfdiff changes`)
+PY_NODEPS := requirements-nodeps.txt
 NATIVE_SOURCES := $(shell find native/src -name '*.rs' 2>/dev/null) native/Cargo.toml $(wildcard native/Cargo.lock)
 PY_SOURCES := $(shell find src -name '*.py' 2>/dev/null)
 PYTEST_ARGS ?=
@@ -39,9 +41,10 @@ $(STAMPS)/apt: Makefile
 	@command -v cargo >/dev/null || { echo "cargo is still missing after installing $(RUST_APT_PACKAGES)" >&2; exit 1; }
 	@touch $@
 
-$(STAMPS)/venv: $(PY_REQUIREMENTS) $(STAMPS)/apt
+$(STAMPS)/venv: $(PY_REQUIREMENTS) $(PY_NODEPS) $(STAMPS)/apt
 	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/pip install -q --disable-pip-version-check -r $(PY_REQUIREMENTS)
+	@$(BIN)/pip install -q --disable-pip-version-check --no-deps -r $(PY_NODEPS)
 	@touch $@
 
 $(STAMPS)/native: $(STAMPS)/venv $(NATIVE_SOURCES) pyproject.toml

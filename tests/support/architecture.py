@@ -65,6 +65,7 @@ HEAVY = {
     "google.protobuf": "pprof export only",
     "yaml": "LAVA jobs, their logs and lavacli's configuration only",
     "psycopg": "a PostgreSQL store only (an optional dependency)",
+    "otava": "change points (kperfdiff changes, history --format html) only: scipy.stats with it, ~0.9 s",
 }
 # Modules that import modules of their own package by name, from a table: module -> the table
 # (a dict whose values name the modules, or a tuple of tuples whose last item does).

@@ -29,6 +29,8 @@ COMMANDS = (
     ("record", "profile any command with perf, keeping kallsyms and build ids beside it", "bench"),
     ("runs", f"list the runs in the store (the newest {RUNS_PAGE}; --all for every one)", "runs"),
     ("show", "show one run: machine facts, results, monitors", "runs"),
+    ("history", "a benchmark's stored results in time order, per machine (text, JSON, a plot)", "history"),
+    ("changes", "change points in the stored series of benchmarks, and the ranking across each", "history"),
     ("target", "check a target, or time a guest kernel's boot", "bench"),
     ("diff", "rank the kernel functions whose share of time differs between two profiles", "diff"),
     ("export", "write a profile in a format other tools load (speedscope, pprof, Firefox Profiler, folded)",

@@ -336,3 +336,64 @@ def heatmap(title: str, rows: list, cols: list[str], values: dict[tuple, tuple[f
                 f'* = significant</text>')
     body.append(f'<text x="8" y="{H - 6}" font-size="10" {FONT} class="legend">{_e(scale_text)}</text>')
     return _svg(W, H, body, title)
+
+
+def history(title: str, unit: str, points: list[tuple[str, float, float, float]], changes: list[int],
+            levels: list[tuple[int, int, float]], *, outliers: tuple[int, ...] = (),
+            caption: str = "point: centre; whiskers: low-high; dashed line: change point") -> str:
+    """A series in time order: one point per entry, ``points[i] = (label, centre, low, high)``; a
+    dashed vertical line before each index of ``changes``; a horizontal line over each ``levels``
+    entry (first index, end index, value): the level of a segment between change points; the points
+    of ``outliers`` hollow (set aside, in no level). The x axis
+    is the order of the points (runs are not evenly spaced in time); every label is in its point's
+    tooltip, a few under the axis."""
+    W, L, R, T = 760, 78, 16, 30
+    cap = _caption_lines(caption, W - 16)
+    H, B = 282 + 12 * len(cap), 52 + 12 * len(cap)
+    vals = [v for p in points for v in p[1:] if _finite(v)] + [v for *_, v in levels if _finite(v)]
+    ax = axis_unit(unit, vals)
+    if not vals:
+        vals = [0.0, 1.0 / ax.factor]
+    lo, hi, step = _nice_range(min(vals) * ax.factor, max(vals) * ax.factor)
+    lo, hi, step = lo / ax.factor, hi / ax.factor, step / ax.factor
+    ph, pw = H - T - B, W - L - R
+    n = max(len(points), 1)
+
+    def x(i: float) -> float:
+        return L + (i + 0.5) / n * pw
+
+    def y(v: float) -> float:
+        return T + (hi - v) / (hi - lo) * ph
+    body = [f'<text x="{W / 2}" y="18" text-anchor="middle" font-size="13" {FONT}>{_e(title)}</text>']
+    for t in _ticks(lo * ax.factor, hi * ax.factor, step * ax.factor):
+        v = t / ax.factor
+        body.append(f'<line x1="{L}" x2="{W - R}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#eee"/>'
+                    f'<text x="{L - 4}" y="{y(v) + 4:.1f}" text-anchor="end" font-size="10" {FONT} class="tick">'
+                    f'{_e(ax.label(v, step))}</text>')
+    body.append(f'<text x="12" y="{T + ph / 2:.1f}" font-size="11" {FONT} transform="rotate(-90 12 {T + ph / 2:.1f})" '
+                f'text-anchor="middle" class="axis">{_e(ax.title)}</text>')
+    every = max(1, math.ceil(len(points) / 8))
+    for i, p in enumerate(points):
+        if i % every == 0 or (i == len(points) - 1 and i % every >= every / 2):
+            body.append(f'<text x="{x(i):.1f}" y="{H - B + 16}" text-anchor="middle" font-size="10" {FONT}>'
+                        f'{_e(p[0].split(" (")[0])}</text>')
+    for i in changes:
+        body.append(f'<line x1="{x(i - 0.5):.1f}" x2="{x(i - 0.5):.1f}" y1="{T}" y2="{T + ph}" stroke="{PALETTE[3]}" '
+                    f'stroke-dasharray="5,3" class="change"/>')
+    for first, end, v in levels:
+        if _finite(v):
+            body.append(f'<line x1="{x(first - 0.4):.1f}" x2="{x(end - 0.6):.1f}" y1="{y(v):.1f}" y2="{y(v):.1f}" '
+                        f'stroke="{PALETTE[1]}" stroke-width="2" class="level"/>')
+    col = PALETTE[0]
+    ok = [(i, p) for i, p in enumerate(points) if _finite(p[1])]
+    if len(ok) > 1:
+        body.append(f'<polyline fill="none" stroke="{col}" stroke-opacity="0.5" points="'
+                    + " ".join(f"{x(i):.1f},{y(p[1]):.1f}" for i, p in ok) + '"/>')
+    for i, (label, m, low, high) in ok:
+        if _finite(low, high):
+            body.append(f'<line x1="{x(i):.1f}" x2="{x(i):.1f}" y1="{y(high):.1f}" y2="{y(low):.1f}" stroke="{col}"/>')
+        fill = f'fill="white" stroke="{PALETTE[3]}" stroke-width="1.5"' if i in outliers else f'fill="{col}"'
+        body.append(f'<circle cx="{x(i):.1f}" cy="{y(m):.1f}" r="3" {fill}><title>{_e(label)}: '
+                    f'{_e(ax.value(m))}{" (outlier, set aside)" if i in outliers else ""}</title></circle>')
+    body.append(_caption(cap, 8, H - 6))
+    return _svg(W, H, body, title)

@@ -19,6 +19,8 @@ OUTPUTS = {
     "target boot": "results",
     "target check": "target-check",
     "runs": "runs",
+    "history": "history",
+    "changes": "changes",
     "run": "compare",
     "compare": "compare",
     "diff": "diff",

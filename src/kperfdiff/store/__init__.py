@@ -14,7 +14,8 @@ Tables (schema version in ``meta``):
 * ``interval``: every raw interval value of a result (rep, copy, seq, value,
   ops, ns), so every statistic can be recomputed;
 * ``profile``: perf recordings of a result: artefact paths, event, samples,
-  CPU time and operations of the profiled interval.
+  CPU time and operations of the profiled interval;
+* ``change_cache``: what ``kperfdiff changes`` found in each series (a cache).
 
 Every finished result is committed at once, so a run stopped by Ctrl-C or a
 crash keeps what it measured; a run left ``running`` by a process that no
@@ -35,7 +36,8 @@ a store with its artefacts from one back end to the other.
 
 The store is built by concern, one module each: :mod:`.connection` (the connection and its
 transactions), :mod:`.schema` (tables and migrations), :mod:`.artefacts`, :mod:`.machines`,
-:mod:`.runs`, :mod:`.results`, :mod:`.profiles` and :mod:`.experiments`; :class:`Store` is all of
+:mod:`.runs`, :mod:`.results`, :mod:`.profiles`, :mod:`.experiments` and :mod:`.history` (results
+across runs, and the change-point cache); :class:`Store` is all of
 them, and opens the store. Who owns a run or an experiment (host, boot, process): :mod:`kperfdiff.core.hosts`;
 ``kperfdiff store copy``: :mod:`.transfer`.
 """
@@ -50,6 +52,7 @@ from kperfdiff.store import backend
 from kperfdiff.store.backend import is_url
 from kperfdiff.store.connection import RETRIES, connect_sqlite
 from kperfdiff.store.experiments import Experiments
+from kperfdiff.store.history import History
 from kperfdiff.core.hosts import host_id
 from kperfdiff.store.machines import STABLE_KEYS, fingerprint
 from kperfdiff.store.profiles import COUNTED_EVENT, Profiles
@@ -74,7 +77,7 @@ def default_location() -> str | Path:
     return os.environ.get("KPERFDIFF_STORE") or default_path()
 
 
-class Store(Schema, Profiles, Experiments):
+class Store(Schema, Profiles, Experiments, History):
     """A results store: every part of it (see the module's docstring) on one connection."""
 
     def reopen(self) -> "Store":

@@ -33,6 +33,17 @@ def _sum_counts(parts: list) -> dict | None:
     return {k: sum(int(c.get(k) or 0) for c in parts) for k in ("kernel", "user", "ops")}
 
 
+def split_cores(text: str, whole: str | None = None, before: str = "") -> tuple[str, int | None]:
+    """``BENCH@CORES`` -> (BENCH, CORES), ``BENCH`` -> (BENCH, None); a bad core count is refused in one
+    sentence naming ``whole`` (the argument it came from) with an example written ``before`` BENCH@2."""
+    bench, at, cores = text.partition("@")
+    if not at:
+        return bench, None
+    if not (cores.isdigit() and len(cores) < 6 and int(cores) >= 1):
+        raise InputError(f"{(whole or text)!r}: @ takes a core count, as in {before}{bench or 'BENCHMARK'}@2")
+    return bench, int(cores)
+
+
 class Profiles(Runs, Machines):
     """The profile table."""
 
@@ -87,9 +98,7 @@ class Profiles(Runs, Machines):
         out: list[tuple[list[Path], dict]] = []
         for part in spec.split(","):
             ref, _, bench = part.strip().partition(":")
-            bench, at, cores_text = bench.partition("@")
-            if at and not (cores_text.isdigit() and len(cores_text) < 6 and int(cores_text) >= 1):
-                raise InputError(f"{part.strip()!r}: @ takes a core count, as in {ref}:{bench or 'BENCHMARK'}@2")
+            bench, cores = split_cores(bench, part.strip(), f"{ref}:")
             run = self.find_run(ref)
             profs = _of_kind(self.profiles(run.id, bench or None), event, run.id)
             if not profs:
@@ -104,10 +113,10 @@ class Profiles(Runs, Machines):
             def cores_of(p):
                 return int(p.meta.get("copies") or 1)
             counts = sorted({cores_of(p) for p in profs})
-            if at:
-                profs = [p for p in profs if cores_of(p) == int(cores_text)]
+            if cores is not None:
+                profs = [p for p in profs if cores_of(p) == cores]
                 if not profs:
-                    raise InputError(f"run {run.id} has no profile of {benches[0]} at {cores_text} cores "
+                    raise InputError(f"run {run.id} has no profile of {benches[0]} at {cores} cores "
                                      f"(it has {', '.join(map(str, counts))})")
             elif len(counts) > 1:
                 raise InputError(f"run {run.id} has profiles of {benches[0]} at {', '.join(map(str, counts))} "

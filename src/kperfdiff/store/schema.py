@@ -10,7 +10,7 @@ from kperfdiff.core.errors import StoreError
 from kperfdiff.store import backend
 from kperfdiff.store.connection import Connection
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -158,6 +158,24 @@ ALTER TABLE experiment ADD COLUMN host TEXT;
     # none, and a resume refuses to add to them (kperfdiff run --restart measures afresh).
     5: """
 ALTER TABLE result ADD COLUMN identity TEXT;
+""",
+    # 6 -> 7: what `kperfdiff changes` keeps of each series it analysed (kperfdiff.store.history), so a
+    # series that gained a result is analysed again only at its tail: ``series`` is the series' key
+    # (JSON: benchmark, params, copies, host), ``settings`` the detector's settings, ``points`` how many
+    # points were analysed, ``last_result`` the newest one's result id, ``digest`` a hash of every
+    # analysed point (its result ids and centre, in order: a point deleted, replaced or slotted in before
+    # the newest makes it differ, and the series is analysed whole), ``weak`` Otava's weak change points
+    # ([index, qhat] each). A cache: deleting its rows loses nothing.
+    6: """
+CREATE TABLE IF NOT EXISTS change_cache (
+    series TEXT PRIMARY KEY,
+    settings TEXT NOT NULL,
+    points INTEGER NOT NULL,
+    last_result INTEGER NOT NULL,
+    digest TEXT NOT NULL,
+    weak TEXT NOT NULL DEFAULT '[]',
+    updated REAL NOT NULL
+);
 """,
 }
 
