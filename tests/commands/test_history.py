@@ -66,7 +66,7 @@ def test_changes_finds_the_step_with_the_ranking_and_keeps_its_analysis(stored, 
     assert "x.lat -P 1 on box: 1 change point in 24 points" in out
     assert f"outliers set aside: run {runs[5].id}" in out
     assert f"change between run {runs[15].id} (r15) and run {runs[16].id} (r16): -9." in out
-    assert "kperfdiff ranking" in out and "zap_pte_range" in out and "unmap_vmas" in out
+    assert "ranking of the profiles" in out and "zap_pte_range" in out and "unmap_vmas" in out
     assert "x.lat -P 1 on other: no change point in 6 points" in out
     assert "y.tput -P 1 on box: no change point in 1 points" in out
     doc = validate("changes", run_cli("--store", path, "changes", "x.lat", "--machine", "box", "--format", "json",

@@ -139,7 +139,7 @@ def _ranking_text(r: DiffResult | str | None) -> list[str]:
         return ["  ranking: the runs on either side do not both have profiles of this benchmark"]
     if isinstance(r, str):
         return [f"  ranking: {r}"]
-    out = ["  kperfdiff ranking, run before (A) vs run after (B):"] + [f"    {ln}" for ln in side_lines(r)]
+    out = ["  ranking of the profiles, run before (A) vs run after (B):"] + [f"    {ln}" for ln in side_lines(r)]
     for t in tables(r):
         if t.rows:
             out += [f"    {ln}" for ln in to_text(t).rstrip("\n").split("\n")]
@@ -167,7 +167,7 @@ def changes(detections: list[Detection], fmt: str = "text",
             word = "better" if ch.change > 0 else "worse"
             out.append(f"  change between run {before.name} and run {after.name}: {percent(ch.change, signed=True)}% "
                        f"({word}), 95% interval [{percent(ch.low, signed=True)}, {percent(ch.high, signed=True)}]%, "
-                       f"p = {c.pvalue:.2g}")
+                       f"p {'= ' + format(c.pvalue, '.2g') if c.pvalue > 0 else '< 1e-300'}")
             for k in (before, after):
                 if k.commit or k.kernel:
                     out.append(f"    run {k.name}: kernel {k.kernel or '-'}" + (f", commit {_commit(k)}" if k.commit else ""))
