@@ -1,5 +1,5 @@
 """A benchmark's history in the store (Store.history, in the order the runs started) and the
-change-point cache (schema 7): kept per series, replaced, and read back in both back ends' SQL."""
+change-point cache (schema 7): kept per series, replaced, and read back, in SQLite and PostgreSQL."""
 import json
 import random
 
@@ -24,14 +24,13 @@ def populate(s, values, *, bench="x.lat", copies=1, facts=None, start=1_700_000_
         s.add_result(run.id, benchmark=bench, params={}, copies=copies, status="ok", reason=None, unit="ns",
                      better="lower", summary={"n": len(raw)}, raw=raw)
         s.finish_run(run.id, "complete")
-        s.conn.execute("UPDATE run SET started_at=? WHERE id=?", (start + 3600 * i, run.id))
-        s.conn.commit()
+        s._write(lambda: s.conn.execute("UPDATE run SET started_at=? WHERE id=?", (start + 3600 * i, run.id)))
         runs.append(run)
     return runs
 
 
-def test_history_is_in_run_start_order_with_intervals(tmp_path):
-    s = st.Store.open(tmp_path / "s.db")
+def test_history_is_in_run_start_order_with_intervals(store_location):
+    s = st.Store.open(store_location)
     a = populate(s, [100, 101, 99], start=2_000_000_000.0)
     b = populate(s, [50, 51], start=1_000_000_000.0, label="early")     # stored later, ran earlier
     populate(s, [7], bench="other")
@@ -45,8 +44,8 @@ def test_history_is_in_run_start_order_with_intervals(tmp_path):
     assert [r.benchmark for r in s.history()[0]].count("other") == 1
 
 
-def test_change_cache_is_kept_and_replaced(tmp_path):
-    s = st.Store.open(tmp_path / "s.db")
+def test_change_cache_is_kept_and_replaced(store_location):
+    s = st.Store.open(store_location)
     assert s.change_cache("k") is None
     s.save_change_cache("k", settings={"window": 50}, points=10, last_result=7, digest="d1", weak=[[4, 1.5]])
     s.save_change_cache("k", settings={"window": 50}, points=11, last_result=8, digest="d2", weak=[[4, 1.5], [9, 2.0]])
