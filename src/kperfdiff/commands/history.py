@@ -19,8 +19,9 @@ LISTED = 12     # benchmark names an error lists at most
 
 def _filters(p: Parser) -> None:
     p.add_argument("--machine", metavar="M",
-                   help="only the series of one machine: a machine id or fingerprint prefix (as show and the "
-                        "history's machine column give them), a host name or a target (e.g. qemu:arm64)")
+                   help="only the series of one machine: a machine id or a fingerprint prefix of 4 digits or "
+                        "more (as the history's machine column gives them), a host name or a target (e.g. "
+                        "qemu:arm64)")
     p.add_argument("--since", metavar="DATE",
                    help="only runs started at DATE or later: 2026-11-26 or 2026-11-26T14:00 (local time)")
 
