@@ -88,8 +88,8 @@ def test_changes_finds_the_step_with_the_ranking_and_keeps_its_analysis(stored, 
     assert doc["series"][0]["points"] == 25 and [c["index"] for c in doc["series"][0]["changes"]] == [16]
     s = st.Store.open(path)
     kept = [json.loads(r[0]) for r in s.conn.execute("SELECT weak FROM change_cache")]
-    assert s.conn.execute("SELECT max(points) FROM change_cache").fetchone()[0] == 25 and [16, pytest.approx(0, abs=1e9)] in \
-        [w for ws in kept for w in ws]
+    assert s.conn.execute("SELECT max(points) FROM change_cache").fetchone()[0] == 25
+    assert 16 in [index for ws in kept for index, _qhat in ws]      # the step, a weak change point kept
     # the page: a plot with the change point marked and the outlier hollow
     page = tmp_path / "h.html"
     run_cli("--store", path, "history", "x.lat", "--machine", "box", "--format", "html", "-o", page, check=0)
