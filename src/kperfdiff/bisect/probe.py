@@ -33,6 +33,7 @@ from kperfdiff.core.records import Result, Run
 from kperfdiff.measure.session import BenchOptions, run_bench
 from kperfdiff.store import Store
 from kperfdiff.targets import parse_target_spec
+from kperfdiff.targets.qemu import parse_spec
 
 METRICS = ("time", "instructions")
 
@@ -143,8 +144,6 @@ def build_probe(plan: Plan, tree: Path, out: Path, *, timeout: float | None = No
         if kind != "qemu":
             raise UsageError(f"without --build, a probe's kernel is built for a guest (qemu:ARCH); the target "
                              f"{plan.target} needs --build CMD to say what each commit runs")
-        from kperfdiff.targets import kbuild
-        from kperfdiff.targets.qemu import parse_spec
         k = kbuild.build_kernel(tree, parse_spec(plan.target).arch,
                                 fragment=Path(plan.config) if plan.config else None, out_dir=out, progress=progress)
         b = Build(image=str(k.image), symbols=str(k.system_map) if k.system_map else None, seconds=k.seconds,
