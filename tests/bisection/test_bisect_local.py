@@ -2,7 +2,6 @@
 command of each commit sets a benchmark parameter, one commit makes the benchmark 4x slower. It
 finds, verifies and resumes after being killed; a pair with no difference is refused; bad input is
 one sentence."""
-import json
 import signal
 import sqlite3
 import subprocess
@@ -10,6 +9,7 @@ import time
 
 from support import KPERFDIFF, assert_one_sentence_error, run_cli
 from support.bisect_repo import git, make_series
+from schemas.test_schemas import validate
 
 BENCH = "select.file.100"
 FAST = ["--reps", "3", "--max-reps", "9", "--verify-reps", "3", "--no-profile", "--no-progress"]
@@ -43,7 +43,7 @@ def test_finds_verifies_and_resumes_after_a_kill(tmp_path):
     assert tagged_runs(store) >= 3
     # the same command again resumes: what is stored is not measured again
     r = run_cli(*bisect_args(store, s, "--format", "json"), check=0)
-    out = json.loads(r.stdout)
+    out = validate("bisect", r.stdout)
     assert out["culprit"]["hash"] == s.culprit
     assert out["verified"] is True
     steps = {st["role"]: st for st in out["steps"] if st["role"] in ("good", "bad")}

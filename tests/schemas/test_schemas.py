@@ -16,7 +16,8 @@ from kperfdiff.schemas import DIR, OUTPUTS, schema_path
 TINY = ["--intervals", "3", "--min-batch-ms", "1", "--no-progress"]
 # documents chosen by an option rather than by the command: (command, option)
 SELECTED_BY_OPTION = {"bench --list": ("bench", "--list")}
-VALIDATED_ELSEWHERE = {"target check", "target boot"}     # tests/targets/test_cli_target.py
+VALIDATED_ELSEWHERE = {"target check", "target boot",     # tests/targets/test_cli_target.py
+                       "bisect"}                          # tests/bisection/test_bisect_local.py
 
 
 def validate(command: str, text: str) -> dict:

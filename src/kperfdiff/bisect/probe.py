@@ -28,7 +28,7 @@ from pathlib import Path
 
 from kperfdiff.bench import catalogue
 from kperfdiff.core import stats
-from kperfdiff.core.errors import InputError, KperfdiffError, UsageError
+from kperfdiff.core.errors import BenchError, InputError, KperfdiffError, UsageError
 from kperfdiff.core.records import Result, Run
 from kperfdiff.measure.session import BenchOptions, run_bench
 from kperfdiff.store import Store
@@ -192,7 +192,10 @@ def measure(store: Store, plan: Plan, build: Build, *, commit: str, subject: str
                         profile=profile, progress=progress,
                         command=f"kperfdiff bisect {plan.bench} ({role} {commit[:12]}, bisection {plan.key})",
                         annotations={"commit": commit, "commit_subject": subject, "bisect": tag})
-    outcome = run_bench(store, opts)
+    try:
+        outcome = run_bench(store, opts)
+    except BenchError as e:      # a kernel that does not boot or panics: this commit cannot be judged
+        raise BuildFailed(f"{plan.bench} did not run on {commit[:12]}: {e}") from None
     res = _result(store, outcome.run.id, plan)
     if res is None or res.status != "ok":
         why = res.reason if res is not None else "no result"
