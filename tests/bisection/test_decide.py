@@ -50,3 +50,38 @@ def test_direction():
     up = difference(Sample((1.0,), True), Sample((2.0,), True))
     down = difference(Sample((2.0,), True), Sample((1.0,), True))
     assert same_direction(up, up) and not same_direction(up, down)
+
+
+def test_a_probes_target_carries_its_image_and_arguments():
+    from kperfdiff.bisect.probe import Build, Plan, probe_target
+    plan = Plan("r", "g", "b", "proc.fork", 1, "qemu:x86_64,kernel=6.1,append=quiet,mem=1G", "time", None, None, ())
+    assert probe_target(plan, Build(image="/k/bzImage", append="init_on_alloc=1")) == \
+        "qemu:x86_64,mem=1G,kernel=/k/bzImage,append=quiet init_on_alloc=1"
+    assert probe_target(plan, Build(append="x=1")) == "qemu:x86_64,kernel=6.1,mem=1G,append=quiet x=1"
+    local = Plan("r", "g", "b", "proc.fork", 1, "local", "time", None, None, ())
+    assert probe_target(local, Build(params=["proc.fork:intervals=5"])) == "local"
+
+
+def test_the_build_commands_output_says_what_a_probe_runs(tmp_path):
+    from kperfdiff.bisect.probe import parse_build_output
+    img = tmp_path / "bzImage"
+    img.write_bytes(b"k")
+    b = parse_build_output(f"  CC kernel/fork.o\n{img}\nappend=a=1\nappend=b\nparam=proc.fork:intervals=5\n"
+                           "symbols=System.map\nnot=a key\n")
+    assert (b.image, b.append, b.params, b.symbols) == (str(img), "a=1 b", ["proc.fork:intervals=5"], "System.map")
+
+
+def test_a_lava_probe_deploys_its_own_kernel_and_arguments(tmp_path):
+    """A LAVA device type boots each probe's image: its kernel= and append= go into the
+    specification the jobs are made from. (No job is submitted here: the fake LAVA's recorded log
+    answers for two benchmarks, and a bisection measures one.)"""
+    from kperfdiff.bisect.probe import Build, Plan, probe_target
+    from kperfdiff.targets import validate_spec
+    from kperfdiff.targets.lava.spec import parse_spec
+    img = tmp_path / "bzImage"
+    img.write_bytes(b"k")
+    plan = Plan("r", "g", "b", "proc.fork", 1, "lava://lab.example.org/qemu,arch=x86_64,jobs=2", "time", None, None, ())
+    spec = probe_target(plan, Build(image=str(img), append="init_on_alloc=1"))
+    validate_spec(spec)
+    ls = parse_spec(spec)
+    assert (ls.kernel, ls.append, ls.arch) == (str(img), "init_on_alloc=1", "x86_64")

@@ -33,7 +33,11 @@ from kperfdiff.core.records import Result, Run
 from kperfdiff.measure.session import BenchOptions, run_bench
 from kperfdiff.store import Store
 from kperfdiff.targets import parse_target_spec
+from kperfdiff.targets.lava.spec import parse_spec as parse_lava_spec
 from kperfdiff.targets.qemu import parse_spec
+
+# Targets that boot the kernel a probe gives them (its image and command line in their specification).
+BOOTING = ("qemu", "lava")
 
 METRICS = ("time", "instructions")
 
@@ -141,18 +145,19 @@ def build_probe(plan: Plan, tree: Path, out: Path, *, timeout: float | None = No
     if plan.build:
         b = run_build_command(plan.build, tree, out / "build.log", timeout)
     else:
-        if kind != "qemu":
-            raise UsageError(f"without --build, a probe's kernel is built for a guest (qemu:ARCH); the target "
-                             f"{plan.target} needs --build CMD to say what each commit runs")
-        k = kbuild.build_kernel(tree, parse_spec(plan.target).arch,
+        if kind not in BOOTING:
+            raise UsageError(f"without --build, a probe's kernel is built for a guest (qemu:ARCH) or a LAVA device "
+                             f"type (lava://); the target {plan.target} needs --build CMD to say what each commit runs")
+        arch = parse_spec(plan.target).arch if kind == "qemu" else parse_lava_spec(plan.target).arch
+        k = kbuild.build_kernel(tree, arch,
                                 fragment=Path(plan.config) if plan.config else None, out_dir=out, progress=progress)
         b = Build(image=str(k.image), symbols=str(k.system_map) if k.system_map else None, seconds=k.seconds,
                   image_bytes=k.image_bytes)
     if b.image:
-        if kind != "qemu":
+        if kind not in BOOTING:
             raise UsageError(f"the build printed a kernel image, but kperfdiff boots images only in guests "
-                             f"(qemu:ARCH), not on {plan.target}: let the build command install and boot it itself "
-                             f"and print no image= line")
+                             f"(qemu:ARCH) and LAVA labs (lava://), not on {plan.target}: let the build command "
+                             f"install and boot it itself and print no image= line")
         src = Path(b.image) if os.path.isabs(b.image) else tree / b.image
         if not src.is_file():
             raise BuildFailed(f"the build names the kernel image {b.image}, which does not exist")
@@ -172,14 +177,19 @@ def build_probe(plan: Plan, tree: Path, out: Path, *, timeout: float | None = No
 
 
 def probe_target(plan: Plan, build: Build) -> str:
-    """The target specification a probe measures on: the plan's, with the built image and arguments."""
-    spec = plan.target
-    if parse_target_spec(spec)[0] == "qemu":
-        if build.image:
-            spec += f",kernel={build.image}"
-        if build.append:
-            spec += f",append={build.append}"
-    return spec
+    """The target specification a probe measures on: the plan's, with the built image in place of
+    any kernel= it names, and the build's kernel arguments after any append= it has."""
+    if parse_target_spec(plan.target)[0] not in BOOTING or not (build.image or build.append):
+        return plan.target
+    head, *opts = plan.target.split(",")
+    append = " ".join([o.partition("=")[2] for o in opts if o.startswith("append=")] + ([build.append] if build.append
+                                                                                        else []))
+    keep = [o for o in opts if not o.startswith("append=") and not (build.image and o.startswith("kernel="))]
+    if build.image:
+        keep.append(f"kernel={build.image}")
+    if append:
+        keep.append(f"append={append}")
+    return ",".join([head, *keep])
 
 
 def measure(store: Store, plan: Plan, build: Build, *, commit: str, subject: str, role: str, reps: int,
