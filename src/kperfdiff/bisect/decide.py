@@ -103,9 +103,15 @@ class Verdict:
     midpoint: float       # the ratio half way between GOOD and BAD (in logs)
 
 
-def classify(probe: Sample, good: Sample, bad: Sample, *, confidence: float = CONFIDENCE) -> Verdict:
-    """Like GOOD, like BAD, or undecided (see the module docstring)."""
+def classify(probe: Sample, good: Sample, bad: Sample, *, confidence: float = CONFIDENCE,
+             noise: list[Sample] = ()) -> Verdict:
+    """Like GOOD, like BAD, or undecided (see the module docstring). ``noise``: more samples whose
+    spread (each around its own mean) joins the pooled standard deviation; then GOOD and BAD may be
+    a few values measured around the probe (its brackets), and the uncertainty of their midpoint
+    counts too."""
     lg, lb, lp = good.logs(), bad.logs(), probe.logs()
+    if not (lg and lb and lp):
+        return Verdict(UNDECIDED, math.nan, math.nan, math.nan, math.nan)
     mg, mb, mp = _mean(lg), _mean(lb), _mean(lp)
     mid = (mg + mb) / 2
     up = mb > mg                      # BAD's values are the larger ones
@@ -114,11 +120,13 @@ def classify(probe: Sample, good: Sample, bad: Sample, *, confidence: float = CO
     if probe.exact and good.exact and bad.exact:
         lo = hi = mp
     else:
-        df = len(lg) + len(lb) + len(lp) - 3
-        if df < 1 or len(lp) < 1:
+        extra = [x.logs() for x in noise]
+        df = len(lg) + len(lb) + len(lp) - 3 + sum(len(x) - 1 for x in extra)
+        if df < 1:
             return Verdict(UNDECIDED, ratio, math.nan, math.nan, midpoint)
-        s = math.sqrt((_ss(lg) + _ss(lb) + _ss(lp)) / df)
-        h = stats.t_quantile((1 + confidence) / 2, df) * s / math.sqrt(len(lp))
+        s = math.sqrt((_ss(lg) + _ss(lb) + _ss(lp) + sum(_ss(x) for x in extra)) / df)
+        spread = 1 / len(lp) + ((1 / len(lg) + 1 / len(lb)) / 4 if noise else 0.0)
+        h = stats.t_quantile((1 + confidence) / 2, df) * s * math.sqrt(spread)
         lo, hi = mp - h, mp + h
     if (lo > mid) if up else (hi < mid):
         v = BAD

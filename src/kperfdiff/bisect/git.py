@@ -103,9 +103,22 @@ class Repo:
 
     def bisect_mark(self, verdict: str, rev: str) -> str:
         """``git bisect good|bad|skip REV``: git's answer (the next commit checked out, or the first
-        bad commit)."""
+        bad commit). When skipped commits leave nothing to test, the answer lists the commits the
+        first bad one is among (as git says after its own skip)."""
         assert verdict in ("good", "bad", "skip")
-        return self._git("bisect", verdict, rev).stdout
+        p = self._git("bisect", verdict, rev, check=False)
+        if p.returncode == 0:
+            return p.stdout
+        if "cannot bisect more" in (p.stdout + p.stderr):
+            return "There are only 'skip'ped commits left to test.\n" + "\n".join(self.remaining()) + "\n"
+        raise KperfdiffError(f"git bisect {verdict} {rev[:12]} failed in {self.path}: "
+                             f"{(p.stderr.strip() or p.stdout.strip()).splitlines()[-1:] or ['no message']}")
+
+    def remaining(self) -> list[str]:
+        """The commits the first bad one may still be: BAD's ancestors that no good mark excludes."""
+        refs = self._git("for-each-ref", "--format=%(refname)", "refs/bisect/").stdout.split()
+        goods = [r for r in refs if r.startswith("refs/bisect/good")]
+        return self._git("rev-list", "refs/bisect/bad", "--not", *goods).stdout.split()
 
     def bisect_reset(self) -> None:
         if self.bisecting():

@@ -193,10 +193,13 @@ def probe_target(plan: Plan, build: Build) -> str:
 
 
 def measure(store: Store, plan: Plan, build: Build, *, commit: str, subject: str, role: str, reps: int,
-            profile: bool, progress: bool = True) -> Run:
+            profile: bool, progress: bool = True, bracket_for: str | None = None) -> Run:
     """Measure the benchmark ``reps`` times on the probe's target, into a new run tagged with the
-    bisection, the commit and the role (probe, verify, revert)."""
+    bisection, the commit and the role (probe, verify, revert, or bracket: GOOD or BAD measured
+    around the probe ``bracket_for``)."""
     tag = {"key": plan.key, "commit": commit, "role": role, "build": build.as_dict()}
+    if bracket_for:
+        tag["for"] = bracket_for
     opts = BenchOptions(only=plan.bench, parallel=[plan.cores], reps=reps, label=f"bisect-{commit[:12]}",
                         variant=role, params=list(plan.params) + list(build.params), target=probe_target(plan, build),
                         profile=profile, progress=progress,

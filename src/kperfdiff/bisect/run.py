@@ -43,6 +43,7 @@ class Options:
     max_reps: int = 15               # a probe's budget of repetitions
     verify_reps: int | None = None   # fresh repetitions of culprit and parent (default: reps, at least 5)
     verify_revert: bool = False
+    bracket: bool = True             # measure GOOD and BAD around each probe (time metric)
     profile: bool = True
     build_timeout: float | None = None
     progress: bool = True
@@ -72,10 +73,11 @@ class Outcome:
     verification: decide.Difference | None = None
     verified: bool = False
     revert: Step | None = None
-    parent_run: int | None = None
-    culprit_run: int | None = None
+    parent_runs: list[int] = field(default_factory=list)     # the verification's runs of each
+    culprit_runs: list[int] = field(default_factory=list)
     seconds: float = 0.0
     unit: str = ""
+    bracketed: bool = False                      # probes judged against GOOD and BAD measured around them
 
     @property
     def probes(self) -> list[Step]:
@@ -95,11 +97,14 @@ class _Measurer:
         self.pool: dict[tuple[str, str], list] = {}     # (commit, pool) -> [(run id, [values])]
         for run in stored_runs(store, plan):
             tag = run.options["bisect"]
-            pool = tag["role"] if tag["role"] in ("verify", "revert") else "probe"
+            pool = f"for:{tag['for']}" if tag.get("for") else tag["role"] if tag["role"] in ("verify", "revert") \
+                else "probe"
             vals = values(store, plan, run)
             if vals:
                 self.pool.setdefault((tag["commit"], pool), []).append((run.id, vals))
         self.exact = plan.metric == "instructions"
+        # repetitions each of GOOD and BAD measured around every round of a probe (0: none)
+        self.bracket = 0 if self.exact or not opts.bracket else max(1, math.ceil((opts.reps or 5) / 2))
 
     def have(self, commit: str, pool: str) -> tuple[list[float], list[int]]:
         got = self.pool.get((commit, pool), [])
@@ -108,9 +113,23 @@ class _Measurer:
     def sample(self, commit: str, pool: str = "probe") -> decide.Sample:
         return decide.Sample(tuple(self.have(commit, pool)[0]), exact=self.exact)
 
+    def classify(self, probe: str, good: str, bad: str, pool: str = "probe") -> decide.Verdict:
+        """The probe against GOOD and BAD: against its brackets (GOOD and BAD measured around it),
+        with the noise pooled over every value of the bisection, when bracketing; else against all
+        of GOOD's and BAD's values."""
+        p = self.sample(probe, pool)
+        if not self.bracket:
+            return decide.classify(p, self.sample(good), self.sample(bad))
+        around = f"for:{probe}"
+        others = [decide.Sample(tuple(vs)) for (_c, _pool), got in self.pool.items()
+                  for vs in [[v for _, values in got for v in values]] if len(vs) > 1]
+        return decide.classify(p, self.sample(good, around), self.sample(bad, around), noise=others)
+
     def ensure(self, commit: git.Commit, n: int, pool: str = "probe", *, checkout: str | None = None) -> int:
         """At least ``n`` values of ``commit`` in ``pool``; returns how many were measured now. The
-        tree is at ``commit`` already unless ``checkout`` says what to check out (or 'revert')."""
+        tree is at ``commit`` already unless ``checkout`` says what to check out (or 'revert').
+        Pools: "probe" (GOOD, BAD and the probes), "verify", "revert", and "for:HASH" (GOOD's and
+        BAD's values measured around the probe HASH: its brackets)."""
         have = len(self.have(commit.hash, pool)[0])
         if have >= n:
             return 0
@@ -134,10 +153,11 @@ class _Measurer:
             if b.image:
                 size = f", {b.image_bytes / 2**20:.1f} MiB image" if b.image_bytes else ""
                 self.note(f"built {commit.short} in {b.seconds:.1f} s{size}")
-        role = "verify" if pool == "verify" else "revert" if pool == "revert" else "probe"
+        role = {"verify": "verify", "revert": "revert"}.get(pool, "bracket" if pool.startswith("for:") else "probe")
         reps = n - have
         run = measure(self.store, self.plan, self.builds[build_key], commit=commit.hash, subject=commit.subject,
-                      role=role, reps=reps, profile=self.opts.profile, progress=self.opts.progress)
+                      role=role, reps=reps, profile=self.opts.profile and role != "bracket",
+                      progress=self.opts.progress, bracket_for=pool[4:] if role == "bracket" else None)
         vals = values(self.store, self.plan, run)
         self.pool.setdefault((commit.hash, pool), []).append((run.id, vals))
         return len(vals)
@@ -173,7 +193,7 @@ def bisect(store: Store, opts: Options, note=lambda text: None) -> Outcome:
         said = repo.bisect_start(good, bad)
         measured: dict[str, int] = {}
         reference = _reference(m, g, b, reps, max_reps, note, measured)
-        out = Outcome(plan=plan, commits=len(commits), reference=reference)
+        out = Outcome(plan=plan, commits=len(commits), reference=reference, bracketed=bool(m.bracket))
         out.steps += [Step(c, role, *m.have(c.hash, "probe"), measured_now=measured.get(c.hash, 0))
                       for c, role in ((g, "good"), (b, "bad"))]
         note(f"BAD is {reference.percent:+.1f}% against GOOD (p={_p(reference.p)}); "
@@ -234,9 +254,14 @@ def _walk(m: _Measurer, repo: git.Repo, out: Outcome, said: str, g: git.Commit, 
         try:
             n = reps
             while True:
+                if m.bracket:       # GOOD just before the probe's repetitions, BAD just after
+                    k = len(m.have(g.hash, f"for:{c.hash}")[0]) + m.bracket
+                    m.ensure(g, k, f"for:{c.hash}", checkout=g.hash)
                 step.measured_now += m.ensure(c, n, checkout=c.hash)
+                if m.bracket:
+                    m.ensure(b, k, f"for:{c.hash}", checkout=b.hash)
                 sample = m.sample(c.hash)
-                step.verdict = decide.classify(sample, m.sample(g.hash), m.sample(b.hash))
+                step.verdict = m.classify(c.hash, g.hash, b.hash)
                 if step.verdict.verdict != decide.UNDECIDED or sample.n >= max_reps:
                     break
                 n = min(max_reps, max(n, sample.n) + max(2, reps // 2))
@@ -275,7 +300,7 @@ def _verify(m: _Measurer, repo: git.Repo, out: Outcome, reps: int, note) -> None
     cv, cr = m.have(c.hash, "verify")
     out.steps += [Step(p, "parent", pv, pr, measured_now=now[p.hash]),
                   Step(c, "culprit", cv, cr, measured_now=now[c.hash])]
-    out.parent_run, out.culprit_run = pr[-1], cr[-1]
+    out.parent_runs, out.culprit_runs = pr, cr
     note(f"verification: {c.short} against its parent {p.short}: {out.verification.percent:+.1f}% "
          f"(p={_p(out.verification.p)}): {'verified' if out.verified else 'NOT verified'}")
 
@@ -290,7 +315,7 @@ def _verify_revert(m: _Measurer, repo: git.Repo, out: Outcome, g: git.Commit, b:
         while True:
             step.measured_now += m.ensure(c, n, "revert", checkout="revert")
             s = m.sample(c.hash, "revert")
-            step.verdict = decide.classify(s, m.sample(g.hash), m.sample(b.hash))
+            step.verdict = decide.classify(s, m.sample(g.hash), m.sample(b.hash))     # against every value
             if step.verdict.verdict != decide.UNDECIDED or s.n >= max_reps:
                 break
             n = min(max_reps, s.n + max(2, reps // 2))

@@ -55,6 +55,10 @@ def add_bisect(b: Parser) -> None:
     b.add_argument("--verify-reps", type=whole(1000), metavar="N",
                    help="fresh repetitions each of culprit and parent for the verification (default: --reps, at "
                         "least 5; 1 with --metric instructions)")
+    b.add_argument("--no-bracket", action="store_true",
+                   help="judge each probe against every value of GOOD and BAD (cheaper) instead of against GOOD and "
+                        "BAD measured again around it (default with --metric time: drift of the machine's speed "
+                        "during a long bisection then falls on both sides alike)")
     b.add_argument("--verify-revert", action="store_true",
                    help="also build BAD with the culprit reverted and check that it measures like GOOD")
     b.add_argument("--param", action="append", default=[], metavar="BENCH:KEY=VALUE",
@@ -71,11 +75,11 @@ def add_bisect(b: Parser) -> None:
 
 def explain(store, args, outcome) -> render.Explanation | None:
     """The ranking of culprit against parent (their verification runs), and the counters that moved."""
-    if outcome.culprit_run is None or outcome.parent_run is None:
+    if not (outcome.culprit_runs and outcome.parent_runs):
         return None
     plan = outcome.plan
     ref = f"@{plan.cores}" if plan.cores > 1 else ""
-    a, b = f"{outcome.parent_run}:{plan.bench}{ref}", f"{outcome.culprit_run}:{plan.bench}{ref}"
+    a, b = (",".join(f"{rid}:{plan.bench}{ref}" for rid in runs) for runs in (outcome.parent_runs, outcome.culprit_runs))
     event = "instructions" if plan.metric == "instructions" else None
     command = (f"kperfdiff diff {a} {b} --per-op" + (" --event instructions" if event else "")
                + f" --top {args.top}  (parent against culprit)")
@@ -99,16 +103,21 @@ def outcome_profiled(args, plan) -> bool:
 
 
 def _counters(store, outcome) -> list[tuple[str, float, float]]:
-    """Kernel counters (the result's monitors) per operation, parent against culprit, most moved first."""
-    def per_op(run_id):
-        for r in store.results(run_id, with_raw=False):
-            if r.benchmark == outcome.plan.bench and r.copies == outcome.plan.cores and r.ops:
-                reps = max(int(r.monitors.get("_reps", 1) or 1), 1)
-                # events counted over the run (vmstat's nr_* are levels, not events per operation)
-        return {k: v / r.ops * reps for k, v in r.monitors.items()
-                        if isinstance(v, (int, float)) and not k.startswith(("_", "vmstat.nr_"))}
-        return {}
-    pa, pb = per_op(outcome.parent_run), per_op(outcome.culprit_run)
+    """Kernel counters (the results' monitors, summed over the verification's runs) per operation,
+    parent against culprit, most moved first."""
+    def per_op(run_ids):
+        total: dict[str, float] = {}
+        ops = 0
+        for run_id in run_ids:
+            for r in store.results(run_id, with_raw=False):
+                if r.benchmark == outcome.plan.bench and r.copies == outcome.plan.cores and r.ops:
+                    ops += r.ops
+                    # events counted over the run (vmstat's nr_* are levels, not events)
+                    for k, v in r.monitors.items():
+                        if isinstance(v, (int, float)) and not k.startswith(("_", "vmstat.nr_")):
+                            total[k] = total.get(k, 0) + v
+        return {k: v / ops for k, v in total.items()} if ops else {}
+    pa, pb = per_op(outcome.parent_runs), per_op(outcome.culprit_runs)
     moved = []
     for k in sorted(set(pa) & set(pb)):
         a, b = pa[k], pb[k]
@@ -124,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
                               target=args.target, metric=args.metric, build=args.build, config=args.config,
                               params=tuple(args.param), reps=args.reps, max_reps=args.max_reps,
                               verify_reps=args.verify_reps, verify_revert=args.verify_revert,
+                              bracket=not args.no_bracket,
                               # exact counts come with their own per-function profile; sampling with
                               # perf in the guest would add its own kernel work to the count
                               profile=not args.no_profile and args.metric != "instructions",

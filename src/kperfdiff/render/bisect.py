@@ -37,7 +37,8 @@ def _pct(ratio: float) -> str:
 def _metric_words(outcome) -> str:
     if outcome.plan.metric == "instructions":
         return "kernel instructions per operation, exact (deterministic guest)"
-    return f"{outcome.unit or 'time'} per operation, median of each repetition"
+    return (f"time per operation ({outcome.unit or 'the benchmark unit'}), the median of each repetition"
+            + (", each probe against GOOD and BAD measured around it" if getattr(outcome, "bracketed", False) else ""))
 
 
 def steps_table(outcome) -> Table:
@@ -56,7 +57,8 @@ def steps_table(outcome) -> Table:
         verdict = v.verdict if v else ("skipped" if s.reason else "-")
         if s.role in ("good", "bad", "parent", "culprit"):
             verdict = s.role.upper() if s.role in ("good", "bad") else "-"
-        ratio = (_geo(s.values) / good) if (good and s.values) else math.nan
+        # a probe's ratio is the one it was judged by (against its brackets when bracketed)
+        ratio = v.ratio if v else (_geo(s.values) / good) if (good and s.values) else math.nan
         interval = (f"[{_pct(v.low)}, {_pct(v.high)}]" if v and not math.isnan(v.low) else "-")
         stored = "" if s.measured_now or not s.values else " (stored)"
         t.rows.append([name, s.commit.short, verdict + stored, _pct(ratio), interval, len(s.values),
@@ -114,7 +116,9 @@ def summary_line(outcome) -> str:
 def counters_table(ex: Explanation) -> Table | None:
     if not ex.counters:
         return None
-    t = Table(["counter (per operation)", "parent", "culprit", "change"])
+    t = Table(["counter (per operation)", "parent", "culprit", "change"],
+              notes=["kernel counters are system-wide deltas over the verification's runs: other activity on "
+                     "the machine counts too"])
     for name, a, b in ex.counters:
         t.rows.append([name, number(a), number(b), _pct(b / a) if a else "-"])
     return t
@@ -169,7 +173,7 @@ def to_json_report(outcome, ex: Explanation | None) -> str:
         "verification": _difference(outcome.verification), "verified": outcome.verified,
         "revert": None if outcome.revert is None else {"verdict": _verdict(outcome.revert.verdict),
                                                        "runs": outcome.revert.runs, "reason": outcome.revert.reason},
-        "measured_probes": outcome.measured_probes, "seconds": outcome.seconds,
+        "measured_probes": outcome.measured_probes, "seconds": outcome.seconds, "bracketed": outcome.bracketed,
         "explanation": None if ex is None else {
             "command": ex.command, "error": ex.error or None,
             "ranking": json.loads(rdiff.render(ex.diff, "json")) if ex.diff is not None else None,
