@@ -16,8 +16,9 @@ from kperfdiff.schemas import DIR, OUTPUTS, schema_path
 TINY = ["--intervals", "3", "--min-batch-ms", "1", "--no-progress"]
 # documents chosen by an option rather than by the command: (command, option)
 SELECTED_BY_OPTION = {"bench --list": ("bench", "--list")}
-# tests/targets/test_cli_target.py; tests/commands/test_history.py (a store with a history to show)
-VALIDATED_ELSEWHERE = {"target check", "target boot", "history", "changes"}
+# tests/targets/test_cli_target.py; tests/commands/test_history.py (a store with a history to show);
+# tests/bisection/test_bisect_local.py (a real bisection)
+VALIDATED_ELSEWHERE = {"target check", "target boot", "history", "changes", "bisect"}
 
 
 def validate(command: str, text: str) -> dict:

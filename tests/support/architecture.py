@@ -46,6 +46,8 @@ ALLOWED = {
     "place": {"core", "ingest", "place"},
     "analysis": {"core", "symbols", "ingest", "analysis"},
     "experiments": {"core", "store", "bench", "targets", "measure", "analysis", "experiments"},
+    # git bisect driven by measured probes: builds and targets, runs in the store, verdicts from core.stats
+    "bisect": {"core", "store", "bench", "targets", "measure", "bisect"},
     # analysis: result types, never its I/O (see render_io); bench: the catalogue's names
     "render": {"core", "bench", "analysis", "place", "render"},
     # a study runs experiments and reads their results; its sections hold tables (render.table's model)

@@ -56,6 +56,7 @@ class BenchOptions:
     command: str = ""
     precision: float | None = None   # percent: add repetitions until every interval is this tight
     max_time: float | None = None    # seconds: stop adding repetitions after this long
+    annotations: dict = field(default_factory=dict)   # more facts the run keeps (a bisection's commit)
 
     def policy(self) -> rounds.RepetitionPolicy:
         return rounds.RepetitionPolicy(reps=self.reps, precision=self.precision, max_time=self.max_time)
@@ -65,7 +66,7 @@ class BenchOptions:
         return {"suite": self.suite, "only": self.only, "parallel": self.parallel, "reps": self.reps,
                 "intervals": self.intervals, "params": self.params, "min_batch_ns": self.min_batch_ns,
                 "profile": self.profile, "target": self.target, "precision": self.precision,
-                "max_time": self.max_time}
+                "max_time": self.max_time, **self.annotations}
 
 
 

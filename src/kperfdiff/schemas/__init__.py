@@ -24,6 +24,7 @@ OUTPUTS = {
     "run": "compare",
     "compare": "compare",
     "diff": "diff",
+    "bisect": "bisect",
     "place plan": "place-plan",
     "place sweep": "place-sweep",
     "place model": "place-model",

@@ -1,0 +1,142 @@
+"""The verdicts of a bisection, from measured values alone (no I/O): do GOOD and BAD differ, is a
+probe like GOOD or like BAD or not yet decided, and does the culprit stand against its parent.
+
+A commit's sample is one value per repetition: the median of the repetition's timed intervals
+(``--metric time``), or its exact kernel instructions per operation (``--metric instructions``,
+deterministic guests, where a repetition repeats to the last digit). Statistics are on the
+logarithms, so a change is a ratio whatever the unit.
+
+A probe is decided against the midpoint between GOOD's and BAD's means (in logs): like-BAD when
+its whole confidence interval lies on BAD's side of the midpoint, like-GOOD when it lies on
+GOOD's side, undecided otherwise (more repetitions, up to the probe's budget). The noise of one
+benchmark on one target is the same for every commit, so the interval of a probe's mean uses the
+standard deviation pooled over GOOD, BAD and the probe (the degrees of freedom of all three):
+three repetitions of a probe then decide as well as the many of the end points allow, which a
+t interval of three values alone (t = 4.3) would not.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kperfdiff.core import stats
+
+GOOD, BAD, UNDECIDED = "good", "bad", "undecided"
+CONFIDENCE = stats.DEFAULT_CONFIDENCE
+ALPHA = stats.DEFAULT_ALPHA
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One commit's values (one per repetition); ``exact``: counts that repeat exactly."""
+
+    values: tuple[float, ...]
+    exact: bool = False
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    def logs(self) -> list[float]:
+        if any(not v > 0 for v in self.values):
+            raise ValueError("a value at or below zero has no logarithm")
+        return [math.log(v) for v in self.values]
+
+    def centre(self) -> float:
+        """The geometric mean of the values (the nested centre of one value per repetition)."""
+        lg = self.logs()
+        return math.exp(sum(lg) / len(lg))
+
+
+@dataclass(frozen=True)
+class Difference:
+    """BAD (or the culprit) against GOOD (or the parent): ratio of centres and its interval."""
+
+    ratio: float          # centre(new) / centre(base)
+    low: float            # interval of the ratio (equal to it for exact counts)
+    high: float
+    p: float
+    significant: bool
+    reason: str = ""      # why there is no test, when there is none
+
+    @property
+    def percent(self) -> float:
+        return (self.ratio - 1) * 100
+
+
+def _mean(xs):
+    return sum(xs) / len(xs)
+
+
+def _ss(xs):
+    m = _mean(xs)
+    return sum((x - m) ** 2 for x in xs)
+
+
+def _exactly_equal(a: Sample, b: Sample) -> bool:
+    return max(a.values + b.values) - min(a.values + b.values) <= 1e-9 * max(a.values + b.values)
+
+
+def difference(base: Sample, new: Sample, *, alpha: float = ALPHA, min_reps: int = stats.MIN_REPS) -> Difference:
+    """Is ``new`` different from ``base``? Exact counts differ when they are not equal (one value
+    each is enough); measured values by Welch's t-test on the logarithms, with at least
+    ``min_reps`` repetitions per side."""
+    ratio = new.centre() / base.centre()
+    if base.exact and new.exact:
+        same = _exactly_equal(base, new)
+        return Difference(ratio, ratio, ratio, 1.0 if same else 0.0, not same)
+    if base.n < min_reps or new.n < min_reps:
+        return Difference(ratio, math.nan, math.nan, math.nan, False,
+                          f"too few repetitions for a test ({base.n} and {new.n}; {min_reps} per side are needed)")
+    d, lo, hi, p = stats.welch_interval(base.logs(), new.logs(), confidence=1 - alpha)
+    return Difference(math.exp(d), math.exp(lo), math.exp(hi), p, p < alpha)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A probe's verdict and the interval it was judged by (ratios to GOOD's centre)."""
+
+    verdict: str          # GOOD, BAD or UNDECIDED
+    ratio: float          # the probe's centre over GOOD's
+    low: float
+    high: float
+    midpoint: float       # the ratio half way between GOOD and BAD (in logs)
+
+
+def classify(probe: Sample, good: Sample, bad: Sample, *, confidence: float = CONFIDENCE,
+             noise: list[Sample] = ()) -> Verdict:
+    """Like GOOD, like BAD, or undecided (see the module docstring). ``noise``: more samples whose
+    spread (each around its own mean) joins the pooled standard deviation; then GOOD and BAD may be
+    a few values measured around the probe (its brackets), and the uncertainty of their midpoint
+    counts too."""
+    lg, lb, lp = good.logs(), bad.logs(), probe.logs()
+    if not (lg and lb and lp):
+        return Verdict(UNDECIDED, math.nan, math.nan, math.nan, math.nan)
+    mg, mb, mp = _mean(lg), _mean(lb), _mean(lp)
+    mid = (mg + mb) / 2
+    up = mb > mg                      # BAD's values are the larger ones
+    ratio = math.exp(mp - mg)
+    midpoint = math.exp(mid - mg)
+    if probe.exact and good.exact and bad.exact:
+        lo = hi = mp
+    else:
+        extra = [x.logs() for x in noise]
+        df = len(lg) + len(lb) + len(lp) - 3 + sum(len(x) - 1 for x in extra)
+        if df < 1:
+            return Verdict(UNDECIDED, ratio, math.nan, math.nan, midpoint)
+        s = math.sqrt((_ss(lg) + _ss(lb) + _ss(lp) + sum(_ss(x) for x in extra)) / df)
+        spread = 1 / len(lp) + ((1 / len(lg) + 1 / len(lb)) / 4 if noise else 0.0)
+        h = stats.t_quantile((1 + confidence) / 2, df) * s * math.sqrt(spread)
+        lo, hi = mp - h, mp + h
+    if (lo > mid) if up else (hi < mid):
+        v = BAD
+    elif (hi < mid) if up else (lo > mid):
+        v = GOOD
+    else:
+        v = UNDECIDED
+    return Verdict(v, ratio, math.exp(lo - mg), math.exp(hi - mg), midpoint)
+
+
+def same_direction(reference: Difference, found: Difference) -> bool:
+    """Does ``found`` move the way GOOD -> BAD moved (both up or both down)?"""
+    return (reference.ratio > 1) == (found.ratio > 1)

@@ -1,0 +1,87 @@
+"""The verdicts of a bisection from values alone: differ or not, like GOOD or like BAD or
+undecided, with the pooled interval; exact counts decide with one value."""
+import math
+
+import pytest
+
+from kperfdiff.bisect.decide import BAD, GOOD, UNDECIDED, Sample, classify, difference, same_direction
+
+
+def noisy(centre, spread, n, seed):
+    import random
+    r = random.Random(seed)
+    return Sample(tuple(centre * math.exp(r.gauss(0, spread)) for _ in range(n)))
+
+
+def test_exact_counts_decide_with_one_value():
+    good, bad = Sample((1000.0,), exact=True), Sample((1100.0,), exact=True)
+    assert difference(good, bad).significant
+    assert classify(Sample((1000.0,), exact=True), good, bad).verdict == GOOD
+    assert classify(Sample((1100.0,), exact=True), good, bad).verdict == BAD
+    assert classify(Sample((1001.0,), exact=True), good, bad).verdict == GOOD     # nearer GOOD
+    assert not difference(good, Sample((1000.0,), exact=True)).significant
+
+
+def test_noisy_probes_decide_by_the_midpoint_and_wait_when_unsure():
+    good, bad = noisy(100, 0.02, 8, 1), noisy(110, 0.02, 8, 2)
+    assert difference(good, bad).significant
+    assert classify(noisy(100, 0.02, 3, 3), good, bad).verdict == GOOD
+    assert classify(noisy(110, 0.02, 3, 4), good, bad).verdict == BAD
+    # a probe at the midpoint is not forced either way
+    mid = Sample((math.sqrt(100 * 110),) * 3)
+    assert classify(mid, good, bad).verdict == UNDECIDED
+    # a regression that goes down (higher is better, or faster BAD) decides the same way
+    assert classify(noisy(90, 0.02, 3, 5), noisy(100, 0.02, 8, 6), noisy(90, 0.02, 8, 7)).verdict == BAD
+
+
+def test_no_difference_is_not_significant_and_too_few_repetitions_say_so():
+    a, b = noisy(100, 0.05, 6, 8), noisy(100, 0.05, 6, 9)
+    assert not difference(a, b).significant
+    d = difference(Sample((1.0, 2.0)), Sample((3.0, 4.0)))
+    assert not d.significant and "too few repetitions" in d.reason
+
+
+def test_values_at_or_below_zero_are_refused():
+    with pytest.raises(ValueError):
+        difference(Sample((0.0, 1.0, 2.0)), Sample((1.0, 2.0, 3.0)))
+
+
+def test_direction():
+    up = difference(Sample((1.0,), True), Sample((2.0,), True))
+    down = difference(Sample((2.0,), True), Sample((1.0,), True))
+    assert same_direction(up, up) and not same_direction(up, down)
+
+
+def test_a_probes_target_carries_its_image_and_arguments():
+    from kperfdiff.bisect.probe import Build, Plan, probe_target
+    plan = Plan("r", "g", "b", "proc.fork", 1, "qemu:x86_64,kernel=6.1,append=quiet,mem=1G", "time", None, None, ())
+    assert probe_target(plan, Build(image="/k/bzImage", append="init_on_alloc=1")) == \
+        "qemu:x86_64,mem=1G,kernel=/k/bzImage,append=quiet init_on_alloc=1"
+    assert probe_target(plan, Build(append="x=1")) == "qemu:x86_64,kernel=6.1,mem=1G,append=quiet x=1"
+    local = Plan("r", "g", "b", "proc.fork", 1, "local", "time", None, None, ())
+    assert probe_target(local, Build(params=["proc.fork:intervals=5"])) == "local"
+
+
+def test_the_build_commands_output_says_what_a_probe_runs(tmp_path):
+    from kperfdiff.bisect.probe import parse_build_output
+    img = tmp_path / "bzImage"
+    img.write_bytes(b"k")
+    b = parse_build_output(f"  CC kernel/fork.o\n{img}\nappend=a=1\nappend=b\nparam=proc.fork:intervals=5\n"
+                           "symbols=System.map\nnot=a key\n")
+    assert (b.image, b.append, b.params, b.symbols) == (str(img), "a=1 b", ["proc.fork:intervals=5"], "System.map")
+
+
+def test_a_lava_probe_deploys_its_own_kernel_and_arguments(tmp_path):
+    """A LAVA device type boots each probe's image: its kernel= and append= go into the
+    specification the jobs are made from. (No job is submitted here: the fake LAVA's recorded log
+    answers for two benchmarks, and a bisection measures one.)"""
+    from kperfdiff.bisect.probe import Build, Plan, probe_target
+    from kperfdiff.targets import validate_spec
+    from kperfdiff.targets.lava.spec import parse_spec
+    img = tmp_path / "bzImage"
+    img.write_bytes(b"k")
+    plan = Plan("r", "g", "b", "proc.fork", 1, "lava://lab.example.org/qemu,arch=x86_64,jobs=2", "time", None, None, ())
+    spec = probe_target(plan, Build(image=str(img), append="init_on_alloc=1"))
+    validate_spec(spec)
+    ls = parse_spec(spec)
+    assert (ls.kernel, ls.append, ls.arch) == (str(img), "init_on_alloc=1", "x86_64")
