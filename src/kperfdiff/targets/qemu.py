@@ -59,9 +59,10 @@ ARCHES = {
     "x86_64": {"qemu": "qemu-system-x86_64", "debian": "amd64", "gnu": "x86_64", "triplet": "x86_64-linux-gnu",
                "machine": ["-M", "q35"], "cpu": "max", "console": "ttyS0",
                "append": ["clocksource=tsc", "tsc=reliable"], "apt_qemu": "qemu-system-x86",
-               # deterministic guests: no IO-APIC timer check (check_timer), whose timing differed
-               # between two boots (the dmesg timestamps from there on did; docs/targets.md)
-               "deterministic_append": ["no_timer_check"]},
+               # deterministic guests boot with qboot (QEMU's minimal firmware, in qemu-system-data),
+               # not SeaBIOS: SeaBIOS drives the virtio disks, whose requests complete when the host
+               # decides, and two boots then differed (docs/targets.md: deterministic instruction profiles)
+               "deterministic_args": ["-bios", "qboot.rom"]},
 }
 ARCH_ALIASES = {"arm64": "arm64", "aarch64": "arm64", "x86_64": "x86_64", "amd64": "x86_64", "x86-64": "x86_64"}
 # loaded before the job when it sets up swap (zram, its allocator and the compressors the kernel
@@ -499,7 +500,7 @@ class QemuTarget(Target):
         else:
             argv += ["-accel", "tcg", "-cpu", self.cfg["cpu"]]
             if q.deterministic:
-                argv += DETERMINISTIC_ARGS
+                argv += DETERMINISTIC_ARGS + self.cfg.get("deterministic_args", [])
         return argv
 
     def cmdline(self, boot_debug: bool = False) -> list[str]:
@@ -509,7 +510,7 @@ class QemuTarget(Target):
         if self.qs.deterministic:
             # The same work on every boot: no randomised kernel or process layout, no random
             # kernel stack offset per system call.
-            a += DETERMINISTIC_CMDLINE + self.cfg.get("deterministic_append", [])
+            a += DETERMINISTIC_CMDLINE
         if self.qs.append:
             a += self.qs.append.split()
         return a
