@@ -20,7 +20,7 @@ def _of_kind(profs: list[StoredProfile], event: str | None, run_id: int) -> list
     if event == COUNTED_EVENT:
         if profs and not counted:
             raise InputError(f"run {run_id} has no exact instruction counts; a deterministic guest "
-                             f"(qemu:arm64,deterministic) counts them")
+                             f"(qemu:arm64,deterministic or qemu:x86_64,deterministic) counts them")
         return counted
     return sampled or counted
 
