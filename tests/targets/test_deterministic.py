@@ -21,7 +21,7 @@ from support import DATA, run_cli
 from kperfdiff.bench import build
 from kperfdiff.bench.worker import parse_output
 from kperfdiff.analysis.profile_diff import DiffOptions, diff_profiles
-from kperfdiff.core.errors import InputError
+from kperfdiff.core.errors import InputError, UsageError
 from kperfdiff.ingest.load import load
 from kperfdiff.render import bench as render_bench
 from kperfdiff.store import COUNTED_EVENT, Store, kernel_instructions_per_op
@@ -114,7 +114,7 @@ def test_plugin_recognises_the_arm64_and_x86_64_marks():
         assert bytes.fromhex("660f1f84007044504b") in text and bytes.fromhex("660f1f84007144504b") in text
 
 
-def test_deterministic_x86_64_spec(tmp_path):
+def test_deterministic_x86_64_spec(tmp_path, home):
     """qemu:x86_64,deterministic with a kernel image of one's own and append= (a bisection's probe)."""
     (tmp_path / "bzImage").write_bytes(b"MZ")
     t = QemuTarget(f"qemu:x86_64,deterministic,kernel={tmp_path / 'bzImage'},append=init_on_alloc=0")
@@ -126,6 +126,11 @@ def test_deterministic_x86_64_spec(tmp_path):
     assert argv[argv.index("-icount") + 1] == "shift=0,sleep=off,align=off" and "-seed" in argv
     # qboot, not SeaBIOS: SeaBIOS's disk requests complete at host-timed moments
     assert argv[argv.index("-bios") + 1] == "qboot.rom"
+    with pytest.raises(UsageError, match="one vCPU"):
+        parse_spec("qemu:x86_64,deterministic,cpus=2")
+    assert parse_spec("qemu:x86_64,deterministic,cpus=1").cpus == 1
+    p = run_cli("bench", "--target", "qemu:x86_64,deterministic,cpus=2", "--only", "proc.fork")
+    assert p.returncode != 0 and "one vCPU" in p.stderr and "Traceback" not in p.stderr
     for other in ("qemu:x86_64", "qemu:arm64,deterministic"):
         o = QemuTarget(f"{other},kernel={tmp_path / 'bzImage'}")
         assert "-bios" not in o.qemu_argv(Path("initrd"), Path("disk"), [], accel="tcg")
