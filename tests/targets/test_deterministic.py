@@ -8,7 +8,9 @@ twice in separate boots and needs the two rankings to agree."""
 from __future__ import annotations
 
 import gzip
+import ctypes
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -19,10 +21,10 @@ from support import DATA, run_cli
 from kperfdiff.bench import build
 from kperfdiff.bench.worker import parse_output
 from kperfdiff.analysis.profile_diff import DiffOptions, diff_profiles
-from kperfdiff.core.errors import InputError
+from kperfdiff.core.errors import InputError, UsageError
 from kperfdiff.ingest.load import load
 from kperfdiff.render import bench as render_bench
-from kperfdiff.store import COUNTED_EVENT, Store
+from kperfdiff.store import COUNTED_EVENT, Store, kernel_instructions_per_op
 from kperfdiff.targets.guest import counting
 from kperfdiff.targets.qemu import DETERMINISTIC_CMDLINE, DETERMINISTIC_PERIOD, QemuTarget, parse_spec
 
@@ -86,7 +88,79 @@ def test_worker_count_option_on_this_machine():
         assert "perf_event_open" in out.info["count_error"]
     else:
         assert int(out.info["instructions_kernel"]) > 0
-    assert "marked" not in out.info      # the window marks are arm64 only
+    # the window marks are NOPs on arm64 and x86_64 (kpd_mark), which say they marked
+    assert out.info.get("marked") == ("1" if os.uname().machine in ("x86_64", "aarch64") else None)
+
+
+def test_plugin_recognises_the_arm64_and_x86_64_marks():
+    """insn_count_mark: the plugin's decoding of the window marks from instruction bytes."""
+    mark = ctypes.CDLL(str(counting.plugin()), mode=os.RTLD_LAZY).insn_count_mark   # QEMU is not here
+    mark.argtypes, mark.restype = [ctypes.c_char_p, ctypes.c_size_t], ctypes.c_int
+
+    def of(data: bytes) -> int:
+        return mark(data, len(data))
+    assert of((0xd503201f | 0x70 << 5).to_bytes(4, "little")) == 1      # hint #0x70
+    assert of((0xd503201f | 0x71 << 5).to_bytes(4, "little")) == 2      # hint #0x71
+    assert of((0xd503201f).to_bytes(4, "little")) == 0                  # nop
+    assert of(bytes.fromhex("660f1f84007044504b")) == 1                 # nopw 0x4b504470(%rax,%rax,1)
+    assert of(bytes.fromhex("660f1f84007144504b")) == 2
+    assert of(bytes.fromhex("660f1f840000000000")) == 0                 # the padding NOP compilers emit
+    assert of(bytes.fromhex("660f1f84007244504b")) == 0
+    assert of(bytes.fromhex("0f1f8400000000")) == 0
+    # the worker's marks are those bytes (kpd.h), in the worker built for x86_64 guests
+    binary = build.build_family("proc")
+    if os.uname().machine == "x86_64":
+        text = binary.read_bytes()
+        assert bytes.fromhex("660f1f84007044504b") in text and bytes.fromhex("660f1f84007144504b") in text
+
+
+def test_deterministic_x86_64_spec(tmp_path, home):
+    """qemu:x86_64,deterministic with a kernel image of one's own and append= (a bisection's probe)."""
+    (tmp_path / "bzImage").write_bytes(b"MZ")
+    t = QemuTarget(f"qemu:x86_64,deterministic,kernel={tmp_path / 'bzImage'},append=init_on_alloc=0")
+    assert t.count_instructions and t.perf_period == DETERMINISTIC_PERIOD and t.qs.cpus == 1
+    line = t.cmdline()
+    assert set(DETERMINISTIC_CMDLINE) <= set(line)
+    assert line[-1] == "init_on_alloc=0"         # append= after the deterministic options
+    argv = t.qemu_argv(Path("initrd"), Path("disk"), [], accel="tcg")
+    assert argv[argv.index("-icount") + 1] == "shift=0,sleep=off,align=off" and "-seed" in argv
+    # qboot, not SeaBIOS: SeaBIOS's disk requests complete at host-timed moments
+    assert argv[argv.index("-bios") + 1] == "qboot.rom"
+    with pytest.raises(UsageError, match="one vCPU"):
+        parse_spec("qemu:x86_64,deterministic,cpus=2")
+    assert parse_spec("qemu:x86_64,deterministic,cpus=1").cpus == 1
+    p = run_cli("bench", "--target", "qemu:x86_64,deterministic,cpus=2", "--only", "proc.fork")
+    assert p.returncode != 0 and "one vCPU" in p.stderr and "Traceback" not in p.stderr
+    for other in ("qemu:x86_64", "qemu:arm64,deterministic"):
+        o = QemuTarget(f"{other},kernel={tmp_path / 'bzImage'}")
+        assert "-bios" not in o.qemu_argv(Path("initrd"), Path("disk"), [], accel="tcg")
+
+
+def test_kernel_instructions_per_op_of_a_stored_result(tmp_path):
+    folded = tmp_path / "a.insn.folded"
+    folded.write_text("clear_page_erms_[k] 6000\ncopy_page_range_[k] 2000\n[user] 500\n")
+    st = Store.open(tmp_path / "s.db")
+    mid = st.add_machine({"arch": "x86_64", "cpu_model": "x", "cpus": 1, "kernel_release": "6.1",
+                          "time_unit": "instructions (QEMU -icount shift=0)"})
+    run = st.start_run(label="r", machine_id=mid)
+    rid = st.add_result(run.id, benchmark="proc.fork", params={}, copies=1, status="ok", reason=None,
+                        unit="ns/op", better="lower", summary={"n": 1, "median": 5.0}, raw=[(0, 0, 0, 5.0, 40, 200)],
+                        info=[{"rep": 0, "copy": 0, "counted_ops": "40"}])
+    assert kernel_instructions_per_op(st, rid) is None        # no counted profile
+    st.add_profile(run_id=run.id, result_id=rid, benchmark="proc.fork", rep=0, path=str(folded), kallsyms=None,
+                   event="cpu-clock", samples=None, cpu_time_ns=10, ops=2, meta={"copies": 1})
+    assert kernel_instructions_per_op(st, rid) is None        # sampled profiles do not count
+    for _ in range(2):
+        st.add_profile(run_id=run.id, result_id=rid, benchmark="proc.fork", rep=0, path=str(folded),
+                       kallsyms=None, event=COUNTED_EVENT, samples=None, cpu_time_ns=8500, ops=40,
+                       meta={"copies": 1})
+    assert kernel_instructions_per_op(st, rid) == pytest.approx(200.0)    # (6000 + 2000) x 2 / 80; not [user]
+    st.finish_run(run.id, "complete")
+    text = run_cli("--store", str(tmp_path / "s.db"), "show", "r").stdout
+    assert "kernel instructions per operation" in text and "proc.fork -P 1: 200.0" in text
+    st.add_profile(run_id=run.id, result_id=rid, benchmark="proc.fork", rep=1, path=str(folded), kallsyms=None,
+                   event=COUNTED_EVENT, samples=None, cpu_time_ns=8500, ops=None, meta={"copies": 1})
+    assert kernel_instructions_per_op(st, rid) is None        # a window without its operations
 
 
 def test_deterministic_spec_sets_counting_sampling_and_cmdline():
@@ -177,3 +251,34 @@ def test_two_deterministic_runs_rank_alike(tmp_path, home):
     assert abs(total_a - total_b) / total_a < 1e-4, (total_a, total_b)
     text = run_cli("diff", "d1:proc.fork", "d2:proc.fork", "--per-op", check=0)
     assert "emulated instructions and cycles are not real time" in text.stderr
+
+
+need_x86 = pytest.mark.skipif(not shutil.which("qemu-system-x86_64"), reason="qemu-system-x86_64 is not installed")
+
+
+@need_x86
+def test_x86_64_deterministic_guest_counts_kernel_functions(tmp_path, home):
+    """proc.fork twice on qemu:x86_64,deterministic (about 10 s a boot here): the plugin sees the
+    x86_64 marks, the exact instruction profile is stored and ranks kernel functions per operation,
+    and the store gives kernel instructions per operation, the same in both boots."""
+    got = []
+    for label in ("x1", "x2"):
+        p = run_cli("bench", "--target", "qemu:x86_64,deterministic", "--only", "proc.fork",
+                    "--label", label, "--no-progress", timeout=600, check=0)
+        assert p.returncode == 0, p.stderr
+        text = run_cli("show", label).stdout
+        assert "kernel instructions per operation" in text, text
+        st = Store.open(home / "kperfdiff.db", create=False)
+        run = st.find_run(label)
+        (res,) = st.results(run.id)
+        profs = [q for q in st.profiles(run.id) if q.event == COUNTED_EVENT]
+        assert len(profs) == 1 and profs[0].ops == int(res.info[0]["counted_ops"]) > 0
+        frames = dict(line.rsplit(" ", 1) for line in Path(profs[0].path).read_text().splitlines())
+        assert sum(f.endswith("_[k]") for f in frames) > 100 and "copy_process_[k]" in frames
+        got.append(kernel_instructions_per_op(st, res.id))
+    doc = json.loads(run_cli("diff", "x1:proc.fork", "x2:proc.fork", "--per-op", "--top", "5", "--format", "json",
+                             check=0).stdout)
+    assert doc["unit"] == "instructions/op" and doc["sides"]["a"]["events"] == ["instructions"]
+    print(f"x86_64 deterministic proc.fork: {got[0]:,.1f} and {got[1]:,.1f} kernel instructions/op")
+    assert all(g and g > 10_000 for g in got)
+    assert got[0] == got[1], got         # measured: identical (with SeaBIOS, 0.04-0.5% apart)

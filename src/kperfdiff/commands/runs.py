@@ -58,8 +58,11 @@ def runs(args: argparse.Namespace) -> int:
 def show(args: argparse.Namespace) -> int:
     store = open_store(args, create=False)
     run = store.find_run(args.run)
-    sys.stdout.write(rb.show(run, store.machine(run.machine_id).facts, store.results(run.id), args.format,
-                             raw=args.raw, reps=args.reps))
+    results = store.results(run.id)
+    insns = {r.id: store.kernel_instructions_per_op(r.id) for r in results} if args.format == "text" else {}
+    sys.stdout.write(rb.show(run, store.machine(run.machine_id).facts, results, args.format,
+                             raw=args.raw, reps=args.reps,
+                             kernel_insns={k: v for k, v in insns.items() if v is not None}))
     return 0
 
 

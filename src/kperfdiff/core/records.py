@@ -224,11 +224,21 @@ def summarise_disturbance(entries: list[dict], reps: int | None = None) -> str |
             + "; ".join(worst["disturbed"]))
 
 
+def counted_ops(info: dict) -> int | None:
+    """The operations of a worker's counted (and marked) intervals (kpd --count), also when its own
+    instruction counters could not be opened (x86_64 guests under TCG have no PMU), or None."""
+    try:
+        ops = int(info["counted_ops"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return ops if ops > 0 else None
+
+
 def instruction_counts(info: dict) -> dict | None:
     """A worker's exact instruction counts (kpd --count): {"kernel", "user", "ops"}, or None."""
     try:
         out = {"kernel": int(info["instructions_kernel"]), "user": int(info["instructions_user"]),
-               "ops": int(info["counted_ops"])}
+               "ops": counted_ops(info)}
     except (KeyError, TypeError, ValueError):
         return None
-    return out if out["ops"] > 0 and out["kernel"] >= 0 and out["user"] >= 0 else None
+    return out if out["ops"] and out["kernel"] >= 0 and out["user"] >= 0 else None

@@ -23,7 +23,7 @@ from kperfdiff.bench import noise
 from kperfdiff import targets
 from kperfdiff.core.errors import UsageError
 from kperfdiff.core.progress import Progress
-from kperfdiff.core.records import Result, Run, instruction_counts
+from kperfdiff.core.records import Result, Run, counted_ops, instruction_counts
 from kperfdiff.targets.perf_record import BenchProfiler, finish_recording
 from kperfdiff.store import COUNTED_EVENT, Store
 from kperfdiff.targets import parse_target_spec
@@ -304,10 +304,13 @@ def store_target_profiles(store: Store, run: Run, result_id: int, b: Benchmark, 
                                 "symfs": m.symfs, **extra})
     # Exact instruction counts per function (deterministic guests): a profile of the event
     # "instructions", whose weight is instructions and whose operations are the timed ones.
+    # Their operations are the marked intervals' (counted_ops), whether or not the worker's own
+    # counters opened.
+    ops_of = {(i.get("rep"), i.get("copy")): counted_ops(i) for i in m.info}
     for rep, copy, path, total in m.counted:
-        c = counted.get((rep, copy)) or {}
         store.add_profile(run_id=run.id, result_id=result_id, benchmark=b.name, rep=rep, path=str(path),
-                          kallsyms=None, event=COUNTED_EVENT, samples=None, cpu_time_ns=total, ops=c.get("ops"),
+                          kallsyms=None, event=COUNTED_EVENT, samples=None, cpu_time_ns=total,
+                          ops=ops_of.get((rep, copy)),
                           meta={"copies": copies, "copy": copy, "time_unit": facts.get("time_unit") or "instructions",
                                 "counted_by": "QEMU TCG plugin (exact, per translation block)"})
 

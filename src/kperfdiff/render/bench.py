@@ -292,10 +292,11 @@ def raw_rows(run: Run, results: list[Result]) -> list[list]:
 
 
 def show(run: Run, facts: dict, results: list[Result], fmt: str = "text", raw: bool = False,
-         reps: bool = False) -> str:
+         reps: bool = False, kernel_insns: dict[int, float] | None = None) -> str:
     """One run: text or Markdown (facts, one row per benchmark and copy count over its repetitions,
     counters; ``reps`` adds a row per repetition, ``raw`` the intervals), JSON (all of it, the summary
-    included) or CSV (every raw interval, one row each)."""
+    included) or CSV (every raw interval, one row each). ``kernel_insns``: the exact kernel instructions
+    per operation of the results that have them (deterministic guests; result id -> value), in the text."""
     if fmt == "csv":
         return to_csv(Table(list(RAW_COLUMNS), raw_rows(run, results)))
     if fmt == "json":
@@ -326,6 +327,14 @@ def show(run: Run, facts: dict, results: list[Result], fmt: str = "text", raw: b
                 items = ", ".join(f"{k.split('.', 1)[1]}{' (' + monitors.IRQ_NAMES[k] + ')' if k in monitors.IRQ_NAMES else ''}"
                                   f" {v}" for k, v in m)
                 out.append(f"  {g.name} -P {g.results[0].copies} ({n} rep{'s' if n != 1 else ''}): {items}")
+    counted = [(g, [kernel_insns[r.id] for r in g.results if r.id in kernel_insns])
+               for g in groups] if kernel_insns else []
+    if any(v for _, v in counted):
+        out += ["", "kernel instructions per operation (exact: the QEMU counting plugin, kernel functions "
+                    "in the counted intervals):"]
+        for g, vals in counted:
+            if vals:
+                out.append(f"  {g.name} -P {g.results[0].copies}: " + ", ".join(f"{v:,.1f}" for v in vals))
     if raw:
         out += ["", "raw intervals:"]
         for g in groups:

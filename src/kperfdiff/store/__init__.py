@@ -55,13 +55,14 @@ from kperfdiff.store.experiments import Experiments
 from kperfdiff.store.history import History
 from kperfdiff.core.hosts import host_id
 from kperfdiff.store.machines import STABLE_KEYS, fingerprint
-from kperfdiff.store.profiles import COUNTED_EVENT, Profiles
+from kperfdiff.store.profiles import COUNTED_EVENT, Profiles, kernel_instructions_per_op
 from kperfdiff.store.runs import RUN_STATES
 from kperfdiff.store.schema import MIGRATIONS, SCHEMA, SCHEMA_LOCK, SCHEMA_VERSION, Schema, check_is_store
 
 # what callers take from kperfdiff.store
 __all__ = ["COUNTED_EVENT", "MIGRATIONS", "RETRIES", "RUN_STATES", "SCHEMA", "SCHEMA_LOCK", "SCHEMA_VERSION",
-           "STABLE_KEYS", "Store", "backend", "default_location", "default_path", "fingerprint", "host_id", "is_url"]
+           "STABLE_KEYS", "Store", "backend", "default_location", "default_path", "fingerprint", "host_id", "is_url",
+           "kernel_instructions_per_op"]
 
 
 def default_path() -> Path:

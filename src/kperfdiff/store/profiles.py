@@ -20,7 +20,7 @@ def _of_kind(profs: list[StoredProfile], event: str | None, run_id: int) -> list
     if event == COUNTED_EVENT:
         if profs and not counted:
             raise InputError(f"run {run_id} has no exact instruction counts; a deterministic guest "
-                             f"(qemu:arm64,deterministic) counts them")
+                             f"(qemu:arm64,deterministic or qemu:x86_64,deterministic) counts them")
         return counted
     return sampled or counted
 
@@ -42,6 +42,26 @@ def split_cores(text: str, whole: str | None = None, before: str = "") -> tuple[
     if not (cores.isdigit() and len(cores) < 6 and int(cores) >= 1):
         raise InputError(f"{(whole or text)!r}: @ takes a core count, as in {before}{bench or 'BENCHMARK'}@2")
     return bench, int(cores)
+
+
+def kernel_instructions(folded: Path) -> int:
+    """The instructions a counted profile (folded stacks, targets/guest/counting.py) gives to kernel
+    functions: the weights of stacks whose leaf frame ends in ``_[k]``."""
+    total = 0
+    with open(folded, errors="replace") as fh:
+        for line in fh:
+            stack, _, count = line.rstrip("\n").rpartition(" ")
+            if stack.rpartition(";")[2].endswith("_[k]"):
+                try:
+                    total += int(count)
+                except ValueError:
+                    raise InputError(f"{folded} is not a counted profile (its line {line[:60]!r} has no count)") from None
+    return total
+
+
+def kernel_instructions_per_op(store: "Profiles", result_id: int) -> float | None:
+    """Exact kernel instructions per operation of a stored result (see Profiles.kernel_instructions_per_op)."""
+    return store.kernel_instructions_per_op(result_id)
 
 
 class Profiles(Runs, Machines):
@@ -77,6 +97,25 @@ class Profiles(Runs, Machines):
                 kallsyms=self._artefact_text(r["kallsyms"], folders) if r["kallsyms"] else None, event=r["event"],
                 samples=r["samples"], cpu_time_ns=r["cpu_time_ns"], ops=r["ops"], meta=meta))
         return out
+
+    def kernel_instructions_per_op(self, result_id: int) -> float | None:
+        """Exact kernel instructions per operation of a stored result from a deterministic guest: the
+        instructions its counted profiles (event COUNTED_EVENT, one per repetition and copy) give to
+        kernel functions (``_[k]`` frames; not ``[user]``), over the operations of their counted
+        windows. None when the result has no counted profile or one lacks its operations or its file."""
+        folders: dict[str, str] = {}
+        kernel = ops = 0
+        rows = list(self.conn.execute("SELECT path, ops FROM profile WHERE result_id=? AND event=? ORDER BY id",
+                                      (result_id, COUNTED_EVENT)))
+        for r in rows:
+            if not r["ops"]:
+                return None
+            try:
+                kernel += kernel_instructions(Path(self._artefact_text(r["path"], folders)))
+            except OSError:
+                return None
+            ops += int(r["ops"])
+        return kernel / ops if rows else None
 
     def primary_profiles(self, run_id: int) -> list[StoredProfile]:
         """A run's profiles, one kind per benchmark: the sampled ones, else the exact counts."""

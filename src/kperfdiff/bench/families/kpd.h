@@ -37,9 +37,10 @@
  * included) and prints them as info lines: instructions_kernel,
  * instructions_user, or count_error with the reason the counters could not
  * be opened; and counted_ops, the operations of those intervals. On arm64 it
- * also marks the intervals with "hint #0x70" before and "hint #0x71" after
- * (NOPs for the CPU; kperfdiff's QEMU plugin counts instructions per block
- * between them) and prints "info marked 1".
+ * also marks the intervals with "hint #0x70" before and "hint #0x71" after,
+ * on x86_64 with two 9-byte NOPs (kpd_mark) (NOPs for the CPU; kperfdiff's
+ * QEMU plugin counts instructions per block between them) and prints
+ * "info marked 1".
  */
 #ifndef KPD_H
 #define KPD_H
@@ -353,7 +354,16 @@ static KPD_UNUSED void kpd_count_close(void)
 	kpd_info("instructions_user", "%llu", v[1]);
 }
 
-/* The window marks of --count on arm64 (see the header comment). */
+/*
+ * The window marks of --count (see the header comment). x86_64: the 9-byte
+ * NOP "nopw 0x4b504470(%rax,%rax,1)" (66 0f 1f 84 00 70 44 50 4b) and the
+ * same with 0x71: compilers and assemblers pad with this NOP only with a
+ * zero displacement, so the displacement "pDPK"/"qDPK" marks kperfdiff's.
+ * Written as bytes so that no assembler picks another encoding.
+ */
+#if defined(__aarch64__) || defined(__x86_64__)
+#define KPD_MARKS 1
+#endif
 static KPD_UNUSED void kpd_mark(int stop)
 {
 #if defined(__aarch64__)
@@ -361,6 +371,11 @@ static KPD_UNUSED void kpd_mark(int stop)
 		__asm__ volatile("hint #0x71" ::: "memory");
 	else
 		__asm__ volatile("hint #0x70" ::: "memory");
+#elif defined(__x86_64__)
+	if (stop)
+		__asm__ volatile(".byte 0x66, 0x0f, 0x1f, 0x84, 0x00, 0x71, 0x44, 0x50, 0x4b" ::: "memory");
+	else
+		__asm__ volatile(".byte 0x66, 0x0f, 0x1f, 0x84, 0x00, 0x70, 0x44, 0x50, 0x4b" ::: "memory");
 #else
 	(void)stop;
 #endif
@@ -398,7 +413,7 @@ static KPD_UNUSED double kpd_latency(kpd_body fn, void *ctx, double overhead_ns)
 	}
 	if (kpd.count) {
 		kpd_mark(1);
-#if defined(__aarch64__)
+#if defined(KPD_MARKS)
 		kpd_info("marked", "1");
 #endif
 	}

@@ -1,9 +1,10 @@
-"""Exact instruction counts per kernel function from deterministic arm64 guests.
+"""Exact instruction counts per kernel function from deterministic arm64 and x86_64 guests.
 
 The emulated PMU of a QEMU TCG arm64 guest counts instructions exactly, but perf cannot sample
 on it: its overflow interrupt is only taken once the CPU is back in user space, so every
 ``perf record -e instructions`` sample of a kernel path lands on the user instruction after the
-system call (docs/targets.md: deterministic instruction profiles). kperfdiff counts in the emulator instead: a TCG
+system call (docs/targets.md: deterministic instruction profiles); an x86_64 guest under TCG has
+no PMU at all. kperfdiff counts in the emulator instead: a TCG
 plugin (``insn_count.c``, built here for the host's QEMU) adds each translation block's
 instruction count every time the block runs, between the two marks a worker run with
 ``--count`` executes around its timed intervals, and writes one window file per marked run.

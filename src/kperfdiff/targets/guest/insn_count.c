@@ -2,13 +2,15 @@
  * insn_count.c - a QEMU TCG plugin that counts the instructions a guest
  * executes, per translation block, inside windows the guest marks.
  *
- * kperfdiff builds it on the host and loads it into deterministic arm64
- * guests (qemu:arm64,deterministic):
+ * kperfdiff builds it on the host and loads it into deterministic arm64 and
+ * x86_64 guests (qemu:arm64,deterministic, qemu:x86_64,deterministic):
  *
  *     qemu-system-aarch64 ... -plugin insn_count.so,out=/host/dir/window
  *
  * A benchmark worker run with --count executes "hint #0x70" (a NOP on every
- * arm64 CPU) right before its timed intervals and "hint #0x71" right after.
+ * arm64 CPU) right before its timed intervals and "hint #0x71" right after;
+ * on x86_64 the NOPs "nopw 0x4b504470(%rax,%rax,1)" and 0x4b504471 (see
+ * insn_count_mark, which tells the marks from instruction bytes).
  * The first clears every counter; the second writes
  * <out>.<N> (N = 0, 1, ... in order) with one line per executed block:
  *
@@ -19,7 +21,8 @@
  * is counted in full; kperfdiff maps kernel addresses to functions with the
  * guest's kallsyms.
  *
- * Two more windows need no help from the guest (boot.map_* benchmarks):
+ * Two more windows need no help from the guest (boot.map_* benchmarks,
+ * arm64 only):
  *
  *   boot=PATH       the boot window: from reset to the first block below
  *                   user=ADDR (default 0x40000000, the virt machine's RAM
@@ -262,6 +265,26 @@ static void on_stop(unsigned int vcpu, void *arg)
 	fclose(f);
 }
 
+/*
+ * The window marks: 0 no mark, 1 start, 2 stop. arm64: the words of "hint #0x70"
+ * and "hint #0x71". x86_64: the 9-byte NOPs "nopw 0x4b504470(%rax,%rax,1)" and
+ * "...71..." (66 0f 1f 84 00 70|71 44 50 4b); compilers pad with this NOP only
+ * with a zero displacement.
+ */
+static const unsigned char X86_MARK[9] = {0x66, 0x0f, 0x1f, 0x84, 0x00, 0x70, 0x44, 0x50, 0x4b};
+
+int insn_count_mark(const unsigned char *data, size_t size)
+{
+	uint32_t w;
+	if (size == 4) {
+		memcpy(&w, data, 4);
+		return w == (MARK_START) ? 1 : w == (MARK_STOP) ? 2 : 0;
+	}
+	if (size == sizeof X86_MARK && memcmp(data, X86_MARK, 5) == 0 && memcmp(data + 6, X86_MARK + 6, 3) == 0)
+		return data[5] == 0x70 ? 1 : data[5] == 0x71 ? 2 : 0;
+	return 0;
+}
+
 static uint32_t word(const struct qemu_plugin_insn *insn)
 {
 	uint32_t w = 0;
@@ -296,9 +319,10 @@ static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 			b->dsb++;
 		else if (IS_ISB(w))
 			b->isb++;
-		if (w == (MARK_START))
+		int mark = insn_count_mark(qemu_plugin_insn_data(insn), qemu_plugin_insn_size(insn));
+		if (mark == 1)
 			qemu_plugin_register_vcpu_insn_exec_cb(insn, on_start, QEMU_PLUGIN_CB_NO_REGS, NULL);
-		else if (w == (MARK_STOP))
+		else if (mark == 2)
 			qemu_plugin_register_vcpu_insn_exec_cb(insn, on_stop, QEMU_PLUGIN_CB_NO_REGS, NULL);
 		if (!ncalls)
 			continue;
