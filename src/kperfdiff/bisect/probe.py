@@ -231,36 +231,17 @@ def stored_runs(store: Store, plan: Plan) -> list[Run]:
 
 def values(store: Store, plan: Plan, run: Run) -> list[float]:
     """One value per repetition of the run's result: the median of its intervals (time), or its
-    exact kernel instructions per operation (instructions)."""
+    exact kernel instructions per operation (instructions: one value, a run of one repetition)."""
     res = _result(store, run.id, plan)
     if res is None or res.status != "ok":
         return []
     if plan.metric == "time":
         return [float(v) for v in stats.repetition_medians(list(res.repetitions.values()))]
-    out = []
-    for prof in store.profiles(run.id, plan.bench):
-        if prof.event == "instructions" and prof.result_id == res.id:
-            v = counted_kernel_per_op(store, prof)
-            if v is not None:
-                out.append(v)
-    if not out:
+    counted = store.kernel_instructions_per_op(res.id)
+    if counted is None:
         raise KperfdiffError(f"run {run.id} has no exact instruction counts: --metric instructions needs a "
                              f"deterministic guest (qemu:ARCH,deterministic)")
-    return out
-
-
-def counted_kernel_per_op(store: Store, prof) -> float | None:
-    """Kernel instructions per operation of a counted profile (every frame but ``[user]``)."""
-    path = store.artefact_path(prof.path)
-    if path is None or not prof.ops:
-        return None
-    kernel = 0
-    with open(path) as f:
-        for line in f:
-            stack, _, count = line.rstrip("\n").rpartition(" ")
-            if stack and stack.split(";")[-1] != "[user]":
-                kernel += int(count)
-    return kernel / prof.ops
+    return [counted]
 
 
 def check_metric(plan: Plan) -> None:
