@@ -224,7 +224,8 @@ def _reference(m: _Measurer, g: git.Commit, b: git.Commit, reps: int, max_reps: 
             k = m.ensure(c, n, checkout=c.hash)
             measured[c.hash] = measured.get(c.hash, 0) + k
             if k:
-                note(f"{'GOOD' if c is g else 'BAD'} {c.short}: {len(m.have(c.hash, 'probe')[0])} repetitions")
+                have = len(m.have(c.hash, "probe")[0])
+                note(f"{'GOOD' if c is g else 'BAD'} {c.short}: {have} repetition{'s' if have != 1 else ''}")
         d = decide.difference(m.sample(g.hash), m.sample(b.hash))
         if d.significant or n >= max_reps:
             break
