@@ -171,3 +171,24 @@ def test_dropped_options_are_those_the_final_config_does_not_hold():
               "CONFIG_S": "\"x\""}
     assert kbuild.dropped(cfg, wishes) == ["CONFIG_C=y (m)", "CONFIG_D=y (unset)"]
 
+
+def test_a_built_kernels_system_map_is_kept_with_its_profiles(tmp_path):
+    from kperfdiff.bench.measurement import Measurement
+    from kperfdiff.targets import _keep_profiles
+    from kperfdiff.targets.qemu import QemuTarget
+    built = tmp_path / "probe-3"
+    built.mkdir()
+    (built / "bzImage").write_bytes(b"MZ")
+    (built / "System.map").write_text("ffffffff81000000 T _text\n")
+    t = QemuTarget(f"qemu:x86_64,kernel={built / 'bzImage'}")
+    try:
+        assert t.symbol_files() == {"System.map": built / "System.map"}
+        pd = tmp_path / "proc.fork.P1.r0.c0.perf.data"
+        pd.write_bytes(b"PERFILE2")
+        m = Measurement("ok", "proc.fork", "ns/op", "lower", profiles=[(0, 0, str(pd))])
+        _keep_profiles(m, tmp_path / "run-1", {}, t.symbol_files())
+        assert (tmp_path / "run-1/System.map").read_text() == "ffffffff81000000 T _text\n"
+        (built / "System.map").unlink()
+        assert t.symbol_files() == {}
+    finally:
+        t.close()
