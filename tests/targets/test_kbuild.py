@@ -98,9 +98,11 @@ def test_fragments_merge_in_order_and_the_outputs_reach_the_callers_folder(tree,
     again = kbuild.build_kernel(tree, "x86_64", fragment=user, jobs=2)
     assert (tree / "calls").read_text().splitlines() == ["olddefconfig", "build bzImage"]
     assert again.incremental and again.image == tree / "arch/x86/boot/bzImage"
-    # another fragment: the configuration is made again, and the build is not called incremental
+    # another fragment: the configuration is made again (make rebuilds what it changes)
+    (tree / "calls").unlink()
     user.write_text("CONFIG_PREEMPT_NONE=y\n")
-    assert not kbuild.build_kernel(tree, "x86_64", fragment=user).incremental
+    assert kbuild.build_kernel(tree, "x86_64", fragment=user).incremental
+    assert (tree / "calls").read_text().splitlines()[0] == "allnoconfig"
 
 
 def test_arm64_is_cross_compiled_into_an_Image(tree, tools, tmp_path):

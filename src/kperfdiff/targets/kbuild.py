@@ -46,7 +46,7 @@ class BuiltKernel:
     release: str            # make kernelrelease
     seconds: float          # wall time of the configuration and the build
     image_bytes: int
-    incremental: bool       # the tree held a build of the same configuration before
+    incremental: bool       # the tree held a build before (make rebuilt what the commit and the configuration changed)
 
 
 def guest_fragments(arch: str) -> list[Path]:
@@ -202,7 +202,8 @@ def build_kernel(tree: Path, arch: str, *, fragment: Path | None = None, jobs: i
     cfg = KARCH[arch]
     t0 = time.monotonic()
     with open(tree / LOG, "w") as log:
-        incremental = configure(tree, arch, fragment, log, progress) and (tree / cfg["image"]).is_file()
+        incremental = (tree / cfg["image"]).is_file()
+        configure(tree, arch, fragment, log, progress)
         if progress:
             progress(f"building {arch} kernel in {tree} ({'incremental' if incremental else 'full'} build, "
                      f"{jobs} jobs)")
