@@ -122,9 +122,10 @@ def _has_libelf() -> bool:
     return r.returncode == 0
 
 
-def _make(tree: Path, arch: str, args: list[str], log, what: str) -> str:
-    """Run make in the tree for arch, its output appended to log; the output, or one sentence
-    with the log's tail when it fails."""
+def _make(tree: Path, arch: str, args: list[str], log, what: str, capture: bool = False) -> str:
+    """Run make in the tree for arch, its output appended to the open ``log`` as it comes (so a long
+    build can be followed there); with ``capture``, also returned. A failure is one sentence with
+    the compiler's errors (or the last lines) and the log's path."""
     cfg = KARCH[arch]
     argv = ["make", "-C", str(tree), f"ARCH={cfg['ARCH']}"]
     if cfg["cross"]:
@@ -132,20 +133,24 @@ def _make(tree: Path, arch: str, args: list[str], log, what: str) -> str:
     env = dict(os.environ, LC_ALL="C")
     log.write(f"$ {' '.join(argv + args)}\n")
     log.flush()
+    start = log.tell()
     try:
-        r = subprocess.run(argv + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           errors="replace", env=env)
+        r = subprocess.run(argv + args, stdout=subprocess.PIPE if capture else log, stderr=subprocess.STDOUT,
+                           text=True, errors="replace", env=env)
     except OSError as e:
         raise BenchError(f"make could not be started for {what}: {e.strerror}") from None
-    log.write(r.stdout)
-    log.flush()
+    if capture:
+        log.write(r.stdout)
+        log.flush()
     if r.returncode != 0:
-        lines = [ln.strip() for ln in r.stdout.splitlines() if ln.strip()]
+        with open(log.name, errors="replace") as fh:
+            fh.seek(start)
+            lines = [ln.strip() for ln in fh.read().splitlines() if ln.strip()]
         errors = [ln for ln in lines if re.search(r"\berror\b|\*\*\*", ln, re.I) and not ln.startswith("make")]
         tail = (errors or lines)[-LOG_TAIL_LINES:]
         raise BenchError(f"{what} failed in {tree} (make {' '.join(args)}, exit {r.returncode}): "
                          f"{' | '.join(tail) or 'no output'}; the whole log is {log.name}")
-    return r.stdout
+    return r.stdout or ""
 
 
 def configure(tree: Path, arch: str, fragment: Path | None, log, progress=None) -> bool:
@@ -206,9 +211,10 @@ def build_kernel(tree: Path, arch: str, *, fragment: Path | None = None, jobs: i
         configure(tree, arch, fragment, log, progress)
         if progress:
             progress(f"building {arch} kernel in {tree} ({'incremental' if incremental else 'full'} build, "
-                     f"{jobs} jobs)")
+                     f"{jobs} jobs; log: {tree / LOG})")
         _make(tree, arch, [f"-j{jobs}", cfg["target"]], log, f"the {arch} kernel build")
-        release = _make(tree, arch, ["-s", "kernelrelease"], log, "make kernelrelease").strip().splitlines()
+        release = _make(tree, arch, ["-s", "kernelrelease"], log, "make kernelrelease",
+                        capture=True).strip().splitlines()
     seconds = time.monotonic() - t0
     files = {"image": tree / cfg["image"], "vmlinux": tree / "vmlinux", "system_map": tree / "System.map",
              "config": tree / ".config"}
