@@ -194,3 +194,12 @@ def test_a_built_kernels_system_map_is_kept_with_its_profiles(tmp_path):
         assert t.symbol_files() == {}
     finally:
         t.close()
+
+
+def test_missing_libelf_headers_are_named_for_x86_64(tree, tools):
+    # the stand-in gcc finds no <gelf.h>: objtool, which x86_64 builds run, could not be built
+    (tools / "gcc").write_text("#!/bin/sh\ncat >/dev/null; echo 'fatal error: gelf.h: No such file' >&2; exit 1\n")
+    with pytest.raises(BenchError, match=r"^building an x86_64 kernel needs libelf's headers, for objtool "
+                                         r"\(libelf-dev\): install them"):
+        kbuild.build_kernel(tree, "x86_64")
+    assert kbuild.build_kernel(tree, "arm64").arch == "arm64", "an arm64 build runs no objtool"
