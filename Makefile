@@ -9,11 +9,17 @@ STAMPS := .build
 APT_PACKAGES := python3 python3-venv linux-perf gcc libc6-dev make gcc-aarch64-linux-gnu libc6-dev-arm64-cross \
                 iproute2 procps util-linux file chromium pipx \
                 qemu-system-arm qemu-system-x86 openssh-server openssh-client golang-go \
-                postgresql lava-common
+                postgresql lava-common bc bison flex libelf-dev
 # The LAVA lab of `make test-lab` (a server, its database and a dispatcher on this machine): large, and
 # only that target needs it. PGHOST/PGPORT point lava-server's installer away from any PostgreSQL running
 # here, so it creates no database of its own (the lab makes a private one).
 LAB_APT_PACKAGES := lava-server lava-dispatcher postgresql
+# Debian's kernel source for `make test-bisect` (a real tree to bisect: about 140 MB, only that target
+# needs it); the tools a kernel build runs (bc, bison, flex, libelf-dev) are in APT_PACKAGES.
+KBUILD_APT_PACKAGES := linux-source-6.1
+# Where make test-bisect keeps the unpacked, committed tree and its build outputs between runs (the
+# second run's builds are incremental).
+KERNEL_TREE_CACHE ?= /tmp/kperfdiff-kernel-tree
 # Rust comes from rustup when it is there, otherwise from Debian's current toolchain.
 RUST_APT_PACKAGES := rustc-web cargo-web
 export PATH := $(if $(wildcard $(HOME)/.cargo/bin/cargo),$(HOME)/.cargo/bin:)$(PATH)
@@ -24,7 +30,7 @@ NATIVE_SOURCES := $(shell find native/src -name '*.rs' 2>/dev/null) native/Cargo
 PY_SOURCES := $(shell find src -name '*.py' 2>/dev/null)
 PYTEST_ARGS ?=
 
-.PHONY: setup demo studies test test-native test-python test-slow test-lab bench-harness dist clean
+.PHONY: setup demo studies test test-native test-python test-slow test-lab test-bisect bench-harness dist clean
 
 setup: $(STAMPS)/apt $(STAMPS)/venv $(STAMPS)/native $(STAMPS)/tools $(STAMPS)/bytecode
 
@@ -99,7 +105,15 @@ test-python: setup
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 test-slow: setup
-	$(BIN)/python -m pytest -q -m "slow and not lab" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "slow and not lab and not bisect" $(PYTEST_ARGS)
+
+# Bisection over a real kernel: Debian's linux-source-6.1 as a git repository with 16 synthetic commits,
+# one of which slows fork (tests/support/kernel_tree.py), built for the x86_64 guest at each probe.
+test-bisect: setup $(STAMPS)/kbuild-apt
+	KPERFDIFF_KERNEL_TREE=$(KERNEL_TREE_CACHE) $(BIN)/python -m pytest -q -s -m bisect $(PYTEST_ARGS)
+
+$(STAMPS)/kbuild-apt: Makefile
+	$(call apt-install,$(KBUILD_APT_PACKAGES),test-bisect)
 
 # A LAVA server, scheduler and dispatcher on this machine (tests/support/lava_lab.py) run a two-variant experiment
 # end to end through LAVA's REST API on two qemu devices (about 4 minutes here; the first run installs
@@ -107,15 +121,21 @@ test-slow: setup
 test-lab: setup $(STAMPS)/lab-apt
 	$(BIN)/python -m pytest -q -s -m lab tests/targets/test_lava_lab.py $(PYTEST_ARGS)
 
-$(STAMPS)/lab-apt: Makefile
-	@missing=$$(for p in $(LAB_APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+# $(call apt-install,PACKAGES,TARGET,ENV): install those of PACKAGES that are missing with apt-get (as root),
+# for `make TARGET`, with the extra environment ENV
+define apt-install
+	@missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$(echo $$missing)" ]; then \
-	  [ "$$(id -u)" = 0 ] || { echo "make test-lab installs Debian packages ($$missing) with apt-get: run it as root" >&2; exit 1; }; \
-	  echo "installing Debian packages for the LAVA lab:" $$missing; \
-	  export DEBIAN_FRONTEND=noninteractive PGHOST=/nonexistent PGPORT=1; \
+	  [ "$$(id -u)" = 0 ] || { echo "make $(2) installs Debian packages ($$missing) with apt-get: run it as root" >&2; exit 1; }; \
+	  echo "installing Debian packages for make $(2):" $$missing; \
+	  export DEBIAN_FRONTEND=noninteractive $(3); \
 	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
-	@touch $@
+	@mkdir -p $(dir $@) && touch $@
+endef
+
+$(STAMPS)/lab-apt: Makefile
+	$(call apt-install,$(LAB_APT_PACKAGES),test-lab,PGHOST=/nonexistent PGPORT=1)
 
 bench-harness: setup
 	$(BIN)/python validation/bench_stability.py

@@ -32,7 +32,7 @@ from kperfdiff.core.errors import BenchError, InputError, KperfdiffError, UsageE
 from kperfdiff.core.records import Result, Run
 from kperfdiff.measure.session import BenchOptions, run_bench
 from kperfdiff.store import Store
-from kperfdiff.targets import parse_target_spec
+from kperfdiff.targets import kbuild, parse_target_spec
 from kperfdiff.targets.lava.spec import parse_spec as parse_lava_spec
 from kperfdiff.targets.qemu import parse_spec
 
@@ -149,8 +149,11 @@ def build_probe(plan: Plan, tree: Path, out: Path, *, timeout: float | None = No
             raise UsageError(f"without --build, a probe's kernel is built for a guest (qemu:ARCH) or a LAVA device "
                              f"type (lava://); the target {plan.target} needs --build CMD to say what each commit runs")
         arch = parse_spec(plan.target).arch if kind == "qemu" else parse_lava_spec(plan.target).arch
-        k = kbuild.build_kernel(tree, arch,
-                                fragment=Path(plan.config) if plan.config else None, out_dir=out, progress=progress)
+        try:
+            k = kbuild.build_kernel(tree, arch, fragment=Path(plan.config) if plan.config else None, out=out,
+                                    progress=progress)
+        except BenchError as e:        # the commit does not build: skipped, as git bisect run skips
+            raise BuildFailed(str(e)) from None
         b = Build(image=str(k.image), symbols=str(k.system_map) if k.system_map else None, seconds=k.seconds,
                   image_bytes=k.image_bytes)
     if b.image:

@@ -145,7 +145,7 @@ class _Measurer:
                                                                            if pool == "revert" else ""))
             try:
                 self.builds[build_key] = build_probe(self.plan, self.repo.path, out,
-                                                     timeout=self.opts.build_timeout, progress=None)
+                                                     timeout=self.opts.build_timeout, progress=self.note)
             finally:
                 if checkout == "revert":
                     self.repo.discard_changes()

@@ -225,14 +225,19 @@ def measurements(target: Target, job: BenchmarkJob, results: list[InvocationResu
         m = _measure_cell(c, per_cell.get(ci, []), job.started)
         m.facts = facts
         if artefact_dir is not None and (m.profiles or m.counted):
-            _keep_profiles(m, Path(artefact_dir), target.binaries())
+            _keep_profiles(m, Path(artefact_dir), target.binaries(), target.symbol_files())
         out.append(m)
     return out
 
 
-def _keep_profiles(m: Measurement, folder: Path, binaries: dict[str, Path]) -> None:
-    """Copy a cell's profiles, the kallsyms and the benchmark binaries (as a symfs) into folder."""
+def _keep_profiles(m: Measurement, folder: Path, binaries: dict[str, Path],
+                   symbols: dict[str, Path] | None = None) -> None:
+    """Copy a cell's profiles, the kallsyms, the benchmark binaries (as a symfs) and the kernel's own
+    symbol files (a System.map beside a kernel the user built) into folder."""
     folder.mkdir(parents=True, exist_ok=True)
+    for name, src in (symbols or {}).items():
+        if not (folder / name).exists():
+            shutil.copy2(src, folder / name)
     if binaries:
         symfs = folder / "symfs"
         for remote, local in binaries.items():

@@ -183,6 +183,11 @@ class Target:
         profiles brought back can be symbolised here (a symfs). Empty when paths are local."""
         return {}
 
+    def symbol_files(self) -> dict[str, Path]:
+        """Files naming the kernel's symbols exactly, beside a kernel the user built (System.map), by
+        the name they are kept under with the profiles. Empty when there is none."""
+        return {}
+
     def close(self) -> None:
         pass
 

@@ -698,6 +698,13 @@ class QemuTarget(Target):
             self.run_job([])
         return dict(self._facts or {})
 
+    def symbol_files(self) -> dict[str, Path]:
+        """The System.map beside a kernel=PATH image (targets/kbuild.py leaves one with each image)."""
+        if not self.kernel.source.startswith("path:"):
+            return {}
+        smap = self.kernel.image.parent / "System.map"
+        return {"System.map": smap} if smap.is_file() else {}
+
     def fetch(self, paths: list[str], dest: Path) -> list[Path]:
         return copy_from_results(self._last_out, paths, dest, where="the guest")
 
