@@ -220,12 +220,14 @@ def _reference(m: _Measurer, g: git.Commit, b: git.Commit, reps: int, max_reps: 
     NothingToBisect when they do not differ. ``measured``: repetitions measured now, per commit."""
     n = reps
     while True:
-        for c in (g, b):
-            k = m.ensure(c, n, checkout=c.hash)
-            measured[c.hash] = measured.get(c.hash, 0) + k
-            if k:
-                have = len(m.have(c.hash, "probe")[0])
-                note(f"{'GOOD' if c is g else 'BAD'} {c.short}: {have} repetition{'s' if have != 1 else ''}")
+        # one repetition of each in turn, as the verification does: a burst of load or a drift of
+        # the machine then falls on both alike, not on one side (a whole side measured in one go
+        # can come out tens of percent off, or a fraction of a percent off with a tiny spread)
+        for i in range(1, n + 1):
+            for c in (g, b):
+                measured[c.hash] = measured.get(c.hash, 0) + m.ensure(c, i, checkout=c.hash)
+        note(f"GOOD {g.short} and BAD {b.short}: {len(m.have(g.hash, 'probe')[0])} and "
+             f"{len(m.have(b.hash, 'probe')[0])} repetitions, one of each in turn")
         d = decide.difference(m.sample(g.hash), m.sample(b.hash))
         if d.significant or n >= max_reps:
             break

@@ -1,0 +1,242 @@
+"""Bisection accuracy: how often does `kperfdiff bisect` name exactly the commit that made a
+benchmark slower, how many probes does it spend, and does it refuse when nothing changed?
+
+Builds small git series (tests/support/bisect_repo.py): a base commit (GOOD) and ``--commits``
+commits after it, one of which, at a random position (``--seed``), switches the build command's
+output from ``param=select.file.100:n=100`` to ``n=N_BAD``. `select.file.100`'s time per
+operation grows linearly with n (one more descriptor to scan per select()), so N_BAD is chosen
+for each effect from a calibration measured in the same session: the benchmark at n = 100, 200
+and 300, ``--calibrate`` interleaved rounds, a least-squares line time = a + b*n, and N_BAD such
+that (a + b*N_BAD) / (a + b*100) = 1 + effect. Null series change nothing a probe runs: their
+bisection must be refused (exit status 3), and any culprit named on one is a false culprit.
+
+    .venv/bin/python validation/bisect_accuracy.py --series 10 --null 10
+    .venv/bin/python validation/bisect_accuracy.py --quick
+
+Every bisection runs the real command line (`kperfdiff bisect ... --target local --no-profile
+--format json`) into a temporary store (or ``--store``, kept for inspection); the series of all
+effects and the null series are run in turn (one of each, then the next), so that a change in
+the machine's load falls on every effect alike. It prints a line per bisection, then per effect:
+bisections, the exact-culprit rate, probes measured (mean/max, against ceil(log2 commits) + 2),
+verified, wrong culprits, refused, no culprit, the effect measured (BAD against GOOD) and wall time.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support.bisect_repo import make_series  # noqa: E402
+
+BENCH = "select.file.100"
+N_GOOD = 100
+CALIBRATION_N = (100, 200, 300)
+KPD = [str(Path(sys.executable).with_name("kperfdiff"))]
+
+
+def fail(msg: str) -> SystemExit:
+    return SystemExit(f"bisect_accuracy: {msg}")
+
+
+def kperfdiff(store: Path, *args: str, ok=(0,)) -> subprocess.CompletedProcess:
+    p = subprocess.run(KPD + ["--store", str(store), *args], capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL)
+    if p.returncode not in ok:
+        raise fail(f"kperfdiff {' '.join(args)} failed ({p.returncode}): {p.stderr.strip()[-300:]}")
+    return p
+
+
+def calibrate(store: Path, rounds: int) -> tuple[float, float, dict[int, list[float]]]:
+    """Time per operation at each n of CALIBRATION_N (interleaved rounds of 3 repetitions each, their
+    fastest timed interval), and the least-squares line a + b*n through the median of each n. The
+    fastest of a run's 33 intervals is the one other tasks disturbed least: on a busy machine the
+    centre of one run moves by tens of percent, its minimum by a few."""
+    seen: dict[int, list[float]] = {n: [] for n in CALIBRATION_N}
+    for _ in range(rounds):
+        for n in CALIBRATION_N:
+            out = kperfdiff(store, "bench", "--only", BENCH, "--reps", "3", "--param", f"{BENCH}:n={n}",
+                            "--label", f"calibrate-n{n}", "--format", "json", "--no-progress").stdout
+            res = [r for r in json.loads(out)["results"] if r["benchmark"] == BENCH and r["status"] == "ok"]
+            if not res:
+                raise fail(f"{BENCH} did not run at n={n}")
+            seen[n].append(res[0]["summary"]["min"])
+    xs = list(CALIBRATION_N)
+    ys = [statistics.median(seen[n]) for n in xs]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    a = my - b * mx
+    if not b > 0:
+        raise fail(f"{BENCH} did not get slower with more descriptors (slope {b:.3g} ns per descriptor): "
+                   f"the machine is too noisy to calibrate")
+    return a, b, seen
+
+
+def n_bad(a: float, b: float, effect: float) -> int:
+    """The descriptors for which the line gives 1 + effect times the time at N_GOOD."""
+    return max(N_GOOD + 1, round(N_GOOD + effect * (a + b * N_GOOD) / b))
+
+
+def bisect(store: Path, series, extra: list[str]) -> dict:
+    t0 = time.monotonic()
+    p = subprocess.run(KPD + ["--store", str(store), "bisect", "--repo", str(series.path), "--good",
+                              series.commits[0], "--bad", series.commits[-1], "--bench", BENCH, "--build",
+                              "./build.sh", "--target", "local", "--no-profile", "--no-progress",
+                              "--format", "json", *extra], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    row = {"exit": p.returncode, "seconds": time.monotonic() - t0, "culprit": None, "verified": False,
+           "probes": None, "ratio": None, "error": None}
+    if p.returncode == 3:
+        m = re.search(r"\(([+-]\d+(?:\.\d+)?)%", p.stderr)
+        row["ratio"] = 1 + float(m.group(1)) / 100 if m else None
+    elif p.returncode in (0, 1, 4) and p.stdout.strip():
+        out = json.loads(p.stdout)
+        row.update(culprit=(out["culprit"] or {}).get("hash"), verified=bool(out["verified"]),
+                   probes=out["measured_probes"], ratio=(out["reference"] or {}).get("ratio"))
+    else:
+        row["error"] = (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1][-200:]
+    return row
+
+
+def position(series, commit: str | None) -> str:
+    return "-" if commit is None else str(series.commits.index(commit)) if commit in series.commits else "?"
+
+
+def pct(k: int, n: int) -> str:
+    return f"{k}/{n} ({k / n:.0%})" if n else "-"
+
+
+def summary(group: str, rows: list[dict], bound: int) -> list[str]:
+    n = len(rows)
+    probes = [r["probes"] for r in rows if r["probes"] is not None]
+    ratios = [r["ratio"] for r in rows if r["ratio"] is not None]
+    named = [r for r in rows if r["culprit"]]
+    exact = sum(1 for r in named if r["culprit"] == r["truth"])
+    return [group, str(n),
+            "-" if group == "null" else pct(exact, n),
+            f"{statistics.fmean(probes):.1f} / {max(probes)}" if probes else "-", str(bound),
+            pct(sum(1 for r in rows if r["verified"]), n),
+            str(len(named) - exact) if group != "null" else pct(len(named), n),
+            pct(sum(1 for r in rows if r["exit"] == 3), n),
+            str(sum(1 for r in rows if r["exit"] == 1)),
+            str(sum(1 for r in rows if r["error"])),
+            (f"{(statistics.fmean(ratios) - 1) * 100:+.1f}% [{(min(ratios) - 1) * 100:+.1f}, "
+             f"{(max(ratios) - 1) * 100:+.1f}]") if ratios else "-",
+            f"{sum(r['seconds'] for r in rows):.0f}"]
+
+
+def table(head: list[str], rows: list[list[str]]) -> str:
+    w = [max(len(x) for x in col) for col in zip(head, *rows)]
+    line = lambda cells: "  ".join(c.ljust(k) if i == 0 else c.rjust(k) for i, (c, k) in enumerate(zip(cells, w)))
+    return "\n".join([line(head), line(["-" * k for k in w]), *map(line, rows)])
+
+
+def effects_arg(text: str) -> list[float]:
+    try:
+        out = [float(x) / 100 for x in text.split(",") if x.strip()]
+    except ValueError:
+        out = []
+    if not out or any(not 0 < e <= 5 for e in out):
+        raise argparse.ArgumentTypeError(f"{text!r}: give percentages between 0 and 500, comma-separated (5,10,50)")
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--series", type=int, default=10, help="bisections per effect (default 10)")
+    ap.add_argument("--effects", type=effects_arg, default=None, metavar="PCT,...",
+                    help="slow-downs of the culprit, in percent (default 5,10,50)")
+    ap.add_argument("--null", type=int, default=None, help="null series, nothing changes (default: --series)")
+    ap.add_argument("--commits", type=int, default=16, help="commits after GOOD in each series (default 16)")
+    ap.add_argument("--seed", type=int, default=1, help="seed of the culprits' positions (default 1)")
+    ap.add_argument("--calibrate", type=int, default=5, metavar="ROUNDS",
+                    help="interleaved calibration rounds at n = 100, 200, 300 (default 5)")
+    ap.add_argument("--reps", type=int, default=None, help="pass --reps N to bisect (default: its own, 5)")
+    ap.add_argument("--max-reps", type=int, default=None, help="pass --max-reps N to bisect (default: its own, 15)")
+    ap.add_argument("--verify-reps", type=int, default=None, help="pass --verify-reps N to bisect")
+    ap.add_argument("--store", type=Path, default=None, help="keep the runs in this store")
+    ap.add_argument("--quick", action="store_true",
+                    help="a small check of the harness: 8 commits, one 50%% series and one null series, one "
+                         "calibration round, --reps 3 --max-reps 9 --verify-reps 3 unless given")
+    ap.add_argument("--json", action="store_true", help="print every bisection as JSON at the end")
+    a = ap.parse_args()
+    if a.quick:
+        a.series, a.null, a.commits, a.calibrate = 1, 1, 8, 1
+        a.effects = a.effects or [0.5]
+        a.reps, a.max_reps, a.verify_reps = a.reps or 3, a.max_reps or 9, a.verify_reps or 3
+    a.effects = a.effects or [0.05, 0.10, 0.50]
+    a.null = a.series if a.null is None else a.null
+    if a.series < 0 or a.null < 0 or a.commits < 2 or a.calibrate < 1:
+        print("bisect_accuracy: --series and --null must be 0 or more, --commits 2 or more, --calibrate 1 or more",
+              file=sys.stderr)
+        return 2
+    extra = [x for flag, v in (("--reps", a.reps), ("--max-reps", a.max_reps), ("--verify-reps", a.verify_reps))
+             if v is not None for x in (flag, str(v))]
+    tmp = tempfile.TemporaryDirectory(prefix="kpd-bisect-acc-")
+    work = Path(tmp.name)
+    store = a.store or work / "acc.db"
+    load0 = os.getloadavg()
+    t0 = time.monotonic()
+    print(f"bisect accuracy: {BENCH} on the local target, {a.commits} commits per series, seed {a.seed}; "
+          f"bisect {' '.join(extra) or 'with its default repetitions'}; "
+          f"load average at start {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} on {os.cpu_count()} CPUs", flush=True)
+
+    ca, cb, seen = calibrate(store, a.calibrate)
+    base = ca + cb * N_GOOD
+    print(f"calibration ({a.calibrate} rounds, fastest interval of each): " + "; ".join(
+        f"n={n}: {statistics.median(v):.0f} ns/op (fit {ca + cb * n:.0f})" for n, v in seen.items())
+        + f"; time = {ca:.0f} + {cb:.2f}*n ns", flush=True)
+    groups = []                       # (name, effect or None, n_bad or None)
+    for e in a.effects:
+        nb = n_bad(ca, cb, e)
+        groups.append((f"{e * 100:g}%", e, nb, a.series))
+        print(f"  {e * 100:g}%: n = {N_GOOD} -> {nb} (expected {((ca + cb * nb) / base - 1) * 100:+.1f}%)")
+    if a.null:
+        groups.append(("null", None, None, a.null))
+
+    # one of each group in turn, positions drawn in that order
+    rng = random.Random(a.seed)
+    schedule = [(g, i, rng.randint(1, a.commits)) for i in range(max(c for *_, c in groups))
+                for g in groups if i < g[3]]
+    rows: dict[str, list[dict]] = {g[0]: [] for g in groups}
+    print(f"\n{len(schedule)} bisections", flush=True)
+    for k, ((name, effect, nb, _), i, at) in enumerate(schedule):
+        good = [f"param={BENCH}:n={N_GOOD}"]
+        series = make_series(work / f"{name.rstrip('%')}-{i}", a.commits, at if effect else None, good=good,
+                             bad=[f"param={BENCH}:n={nb}"] if effect else [])
+        row = bisect(store, series, extra)
+        row.update(group=name, series=i, truth=series.culprit, at=at if effect else None,
+                   found=position(series, row["culprit"]))
+        rows[name].append(row)
+        verdict = ("ERROR " + row["error"] if row["error"] else "refused" if row["exit"] == 3
+                   else "no culprit" if row["culprit"] is None
+                   else "exact" if row["culprit"] == series.culprit else "WRONG" if effect else "FALSE CULPRIT")
+        print(f"{k + 1:3}/{len(schedule)} {name:>5} #{i + 1}: culprit at {row['at'] or '-':>2}, found {row['found']:>2}"
+              f" ({verdict}{', verified' if row['verified'] else ''}); BAD/GOOD "
+              + (f"{(row['ratio'] - 1) * 100:+.1f}%" if row["ratio"] else "n/a")
+              + (f"; {row['probes']} probes" if row["probes"] is not None else "")
+              + f"; {row['seconds']:.0f} s", flush=True)
+
+    load1 = os.getloadavg()
+    bound = math.ceil(math.log2(a.commits)) + 2
+    head = ["effect", "bisections", "exact culprit", "probes mean/max", "bound", "verified", "wrong/false",
+            "refused", "no culprit", "errors", "measured BAD/GOOD [min, max]", "wall s"]
+    print("\n" + table(head, [summary(g[0], rows[g[0]], bound) for g in groups]))
+    print(f"\nbound: ceil(log2 {a.commits}) + 2 probes; wrong/false: a culprit other than the one that changed "
+          f"(for null series: any culprit, as a share); verified: culprit significantly slower than its parent")
+    print(f"load average at end {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}; {time.monotonic() - t0:.0f} s in all")
+    if a.json:
+        print(json.dumps([r for g in rows.values() for r in g], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
