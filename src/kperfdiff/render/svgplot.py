@@ -205,6 +205,19 @@ def _ticks(lo: float, hi: float, step: float) -> list[float]:
     return [round(lo + i * step, 12) for i in range(n + 1)]
 
 
+def _title_and_value_axis(title: str, ax, lo: float, hi: float, step: float, y, *, W, L, R, T, ph) -> list[str]:
+    """A plot's title, its horizontal grid lines with their tick labels, and the value axis's title."""
+    body = [f'<text x="{W / 2}" y="18" text-anchor="middle" font-size="13" {FONT}>{_e(title)}</text>']
+    for t in _ticks(lo * ax.factor, hi * ax.factor, step * ax.factor):
+        v = t / ax.factor
+        body.append(f'<line x1="{L}" x2="{W - R}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#eee"/>'
+                    f'<text x="{L - 4}" y="{y(v) + 4:.1f}" text-anchor="end" font-size="10" {FONT} class="tick">'
+                    f'{_e(ax.label(v, step))}</text>')
+    body.append(f'<text x="12" y="{T + ph / 2:.1f}" font-size="11" {FONT} transform="rotate(-90 12 {T + ph / 2:.1f})" '
+                f'text-anchor="middle" class="axis">{_e(ax.title)}</text>')
+    return body
+
+
 def _legend(series: list[str], x0: float, y0: float) -> list[str]:
     out = []
     x = x0
@@ -241,14 +254,7 @@ def scaling(title: str, unit: str, xs: list[int], series: dict[str, list[tuple[i
 
     def y(v):
         return T + (hi - v) / (hi - lo) * ph
-    body = [f'<text x="{W / 2}" y="18" text-anchor="middle" font-size="13" {FONT}>{_e(title)}</text>']
-    for t in _ticks(lo * ax.factor, hi * ax.factor, step * ax.factor):
-        v = t / ax.factor
-        body.append(f'<line x1="{L}" x2="{W - R}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#eee"/>'
-                    f'<text x="{L - 4}" y="{y(v) + 4:.1f}" text-anchor="end" font-size="10" {FONT} class="tick">'
-                    f'{_e(ax.label(v, step))}</text>')
-    body.append(f'<text x="12" y="{T + ph / 2:.1f}" font-size="11" {FONT} transform="rotate(-90 12 {T + ph / 2:.1f})" '
-                f'text-anchor="middle" class="axis">{_e(ax.title)}</text>')
+    body = _title_and_value_axis(title, ax, lo, hi, step, y, W=W, L=L, R=R, T=T, ph=ph)
     for c in xs:
         body.append(f'<text x="{xp(c):.1f}" y="{H - B + 16}" text-anchor="middle" font-size="11" {FONT}>'
                     f'{_e(c)} {"core" if c == 1 else "cores"}</text>')
@@ -364,14 +370,7 @@ def history(title: str, unit: str, points: list[tuple[str, float, float, float]]
 
     def y(v: float) -> float:
         return T + (hi - v) / (hi - lo) * ph
-    body = [f'<text x="{W / 2}" y="18" text-anchor="middle" font-size="13" {FONT}>{_e(title)}</text>']
-    for t in _ticks(lo * ax.factor, hi * ax.factor, step * ax.factor):
-        v = t / ax.factor
-        body.append(f'<line x1="{L}" x2="{W - R}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#eee"/>'
-                    f'<text x="{L - 4}" y="{y(v) + 4:.1f}" text-anchor="end" font-size="10" {FONT} class="tick">'
-                    f'{_e(ax.label(v, step))}</text>')
-    body.append(f'<text x="12" y="{T + ph / 2:.1f}" font-size="11" {FONT} transform="rotate(-90 12 {T + ph / 2:.1f})" '
-                f'text-anchor="middle" class="axis">{_e(ax.title)}</text>')
+    body = _title_and_value_axis(title, ax, lo, hi, step, y, W=W, L=L, R=R, T=T, ph=ph)
     every = max(1, math.ceil(len(points) / 8))
     for i, p in enumerate(points):
         if i % every == 0 or (i == len(points) - 1 and i % every >= every / 2):
