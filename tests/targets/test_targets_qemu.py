@@ -39,7 +39,7 @@ def test_parse_spec():
     assert (s.arch, s.kernel, s.mem, s.cpus, s.deterministic) == ("arm64", "6.1.0-56", "4G", 4, True)
     assert parse_spec("qemu:amd64").arch == "x86_64"
     assert parse_spec("qemu:x86_64,kernel=/boot/vmlinuz,modules=/lib/modules/x").modules == "/lib/modules/x"
-    for bad in ("qemu:mips", "qemu:arm64,mem=lots", "qemu:arm64,colour=red", "qemu:x86_64,deterministic"):
+    for bad in ("qemu:mips", "qemu:arm64,mem=lots", "qemu:arm64,colour=red", "qemu:x86_64,deterministic,cpus=2"):
         with pytest.raises(UsageError):
             parse_spec(bad)
     with pytest.raises(UsageError):
