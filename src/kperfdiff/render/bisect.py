@@ -15,7 +15,7 @@ from html import escape
 from kperfdiff.render import diff as rdiff
 from kperfdiff.render import flamegraph, flamescript
 from kperfdiff.render.report import html_page, table_html
-from kperfdiff.render.table import Table, number, to_text
+from kperfdiff.render.table import Table, json_clean, number, to_text
 
 
 @dataclass
@@ -179,17 +179,7 @@ def to_json_report(outcome, ex: Explanation | None) -> str:
             "ranking": json.loads(rdiff.render(ex.diff, "json")) if ex.diff is not None else None,
             "counters": [{"name": n, "parent": a, "culprit": b} for n, a, b in ex.counters]},
     }
-    return json.dumps(_clean(doc), indent=2) + "\n"
-
-
-def _clean(o):
-    if isinstance(o, float) and (math.isnan(o) or math.isinf(o)):
-        return None
-    if isinstance(o, dict):
-        return {k: _clean(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_clean(v) for v in o]
-    return o
+    return json.dumps(json_clean(doc), indent=2) + "\n"
 
 
 def to_html_report(outcome, ex: Explanation | None) -> str:
