@@ -139,8 +139,7 @@ class _Measurer:
                 self.repo.revert_on(self.plan.bad, commit.hash)
             elif checkout:
                 self.repo.checkout(checkout)
-            out = self.store.artefact_root() / f"bisect-{self.plan.key}" / (
-                f"revert-{commit.short}" if pool == "revert" else commit.short)
+            out = artefacts(self.store, self.plan) / (f"revert-{commit.short}" if pool == "revert" else commit.short)
             self.note(f"building {commit.short} ({commit.subject[:60]})" + (" with its revert on BAD"
                                                                            if pool == "revert" else ""))
             try:
@@ -330,4 +329,5 @@ def _verify_revert(m: _Measurer, repo: git.Repo, out: Outcome, g: git.Commit, b:
 
 
 def artefacts(store: Store, plan: Plan) -> Path:
+    """The bisection's folder of builds (one folder per commit, the images and symbols probes boot)."""
     return store.artefact_root() / f"bisect-{plan.key}"
