@@ -1,6 +1,7 @@
 //! Times the native reader on one file, without Python:
 //! `cargo run --release --example ingest_time -- FILE [KALLSYMS] [REPEAT]`
-//! (with `KPD_BY_PROCESS=1` in the environment, also aggregated per process name).
+//! (with `KPD_BY_PROCESS=1` in the environment, also aggregated per process name; with
+//! `KPD_THREADS=N`, on N threads).
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let path = std::path::PathBuf::from(args.get(1).expect("usage: ingest_time FILE [KALLSYMS] [REPEAT]"));
@@ -9,6 +10,7 @@ fn main() {
         symfs: Vec::new(),
         debug_dirs: Vec::new(),
         by_process: std::env::var_os("KPD_BY_PROCESS").is_some(),
+        threads: std::env::var("KPD_THREADS").ok().and_then(|t| t.parse().ok()).unwrap_or(1),
     };
     let repeat: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(5);
     let mut best = f64::MAX;

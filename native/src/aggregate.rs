@@ -7,7 +7,8 @@ use crate::abi::*;
 use crate::header::{Attr, Events};
 use crate::intern::{self, ChainMap, SliceSet};
 use crate::output::{EventOut, Fact, Output};
-use crate::symbolize::Symbols;
+use crate::procmaps::{map_in, Map};
+use crate::symbolize::{file_key, Symbols, TAIL_UNMAPPED};
 use byteorder::ByteOrder;
 use rustc_hash::FxHashMap;
 
@@ -28,6 +29,8 @@ struct Acc {
 /// read 9-13% faster than 8 MiB, for 1-10% more chains symbolized.
 const CHAIN_CACHE_WORDS: usize = 1 << 17;
 const HEAD_CACHE_WORDS: usize = 256 << 10;
+/// Tails by what their addresses mean (file and offset): the same size as the chains'.
+const TAIL_CACHE_WORDS: usize = 1 << 17;
 /// The most words one key takes: its prefix, and a chain as long as a record
 /// can hold (64 KiB).
 const KEY_WORDS: usize = 8 + (64 << 10) / 8;
@@ -58,6 +61,13 @@ pub struct Aggregator {
     /// first user context) -> symbolic part id, so that a chain missing from
     /// `chains` (a new process's) resolves only its user frames.
     heads: ChainMap,
+    /// A tail's words translated to what they mean (`tail_key`), with its head part
+    /// and mode -> symbolic stack id: a new process whose chains run through the same
+    /// files (the same binary and libraries, mapped at other addresses) resolves them
+    /// without looking a symbol up.
+    tails: ChainMap,
+    /// The tail key being built.
+    tail_key: Vec<u64>,
     /// Symbolic heads, leaf first.
     parts: SliceSet<u32>,
     /// The stack of each head with no tail (NO_PART until one is seen).
@@ -79,6 +89,8 @@ impl Aggregator {
             key: Vec::new(),
             chains: ChainMap::memo(CHAIN_CACHE_WORDS, KEY_WORDS),
             heads: ChainMap::memo(HEAD_CACHE_WORDS, KEY_WORDS),
+            tails: ChainMap::memo(TAIL_CACHE_WORDS, KEY_WORDS),
+            tail_key: Vec::new(),
             parts: SliceSet::new(),
             head_alone: Vec::new(),
             frames: Vec::new(),
@@ -98,6 +110,7 @@ impl Aggregator {
     pub fn forget_raw_chains(&mut self) {
         self.chains.clear();
         self.heads.clear();
+        self.tails.clear();
     }
 
     /// The symbolic stack id of a sample: `chain` is its PERF_SAMPLE_CALLCHAIN words.
@@ -170,39 +183,12 @@ impl Aggregator {
         self.symbolize_tail(syms, pid, mode, ip, head, shared_head, first_pending, tail_words)
     }
 
-    /// The frames of raw chain words, appended to `frames` (leaf first): the ip's frame
-    /// first when `with_ip`, then each address in the context the markers before it set
-    /// (the sample's mode until the first marker). With `skip_first`, the first address
-    /// is the chain's first, which repeats the ip and is skipped when it does.
+    /// The frames of raw chain words, appended to `frames` (leaf first): see `walk`.
     #[allow(clippy::too_many_arguments)]
     fn frames_of(syms: &mut Symbols, frames: &mut Vec<u32>, pid: i32, mode: u8, ip: u64, with_ip: bool,
                  skip_first: bool, words: &[u64]) {
         let space = syms.procs.space(pid);
-        if with_ip {
-            frames.push(syms.frame_sym(mode, pid, space, ip));
-        }
-        let mut ctx = mode;
-        let mut first = skip_first;
-        for &a in words {
-            if a >= CTX_MAX {
-                ctx = match a {
-                    CTX_KERNEL => MODE_KERNEL,
-                    CTX_USER => MODE_USER,
-                    CTX_HV => MODE_HV,
-                    CTX_GUEST_KERNEL | CTX_GUEST => MODE_GUEST_KERNEL,
-                    CTX_GUEST_USER => MODE_GUEST_USER,
-                    _ => ctx,
-                };
-                continue;
-            }
-            if first {
-                first = false;
-                if a == ip {
-                    continue;
-                }
-            }
-            frames.push(syms.frame_sym(ctx, pid, space, a));
-        }
+        walk(mode, ip, with_ip, skip_first, words, |ctx, a| frames.push(syms.frame_sym(ctx, pid, space, a)));
     }
 
     /// The interned symbolic part of a head's raw words (after its mode and ip).
@@ -216,17 +202,62 @@ impl Aggregator {
         id
     }
 
-    /// The stack of a head part and a tail's raw words (after its key words), interned.
+    /// The stack of a head part and a tail's raw words (after its key words), interned:
+    /// through the tails' memo when the tail's addresses translate (`tail_key`).
     #[allow(clippy::too_many_arguments)]
     fn symbolize_tail(&mut self, syms: &mut Symbols, pid: i32, mode: u8, ip: u64, head: u32, shared_head: bool,
                       first_pending: bool, words: &[u64]) -> u32 {
+        let (with_ip, skip_first) = (!shared_head, !shared_head || first_pending);
+        let mut key = std::mem::take(&mut self.tail_key);
+        key.clear();
+        let translated = match syms.procs.maps(pid) {
+            Some(maps) => tail_key(&mut key, maps, mode, ip, with_ip, skip_first, words),
+            None => tail_key(&mut key, &[], mode, ip, with_ip, skip_first, words),
+        };
+        let id = if translated {
+            let prefix = [head as u64, mode as u64];
+            let h = intern::hash_parts(&prefix, &key);
+            match self.tails.get(&prefix, &key, h) {
+                Some(id) => id,
+                None => {
+                    let id = self.stack_of_tail_key(syms, head, mode, &key);
+                    self.tails.insert_new(&prefix, &key, h, id);
+                    id
+                }
+            }
+        } else {
+            self.symbolized += 1;
+            let mut frames = std::mem::take(&mut self.frames);
+            frames.clear();
+            if head != NO_PART {
+                frames.extend_from_slice(self.parts.get(head));
+            }
+            Self::frames_of(syms, &mut frames, pid, mode, ip, with_ip, skip_first, words);
+            frames.reverse();
+            let id = self.stacks.intern(&frames);
+            self.frames = frames;
+            id
+        };
+        self.tail_key = key;
+        id
+    }
+
+    /// The stack of a head part and a tail key (`tail_key`), interned.
+    fn stack_of_tail_key(&mut self, syms: &mut Symbols, head: u32, mode: u8, key: &[u64]) -> u32 {
         self.symbolized += 1;
         let mut frames = std::mem::take(&mut self.frames);
         frames.clear();
         if head != NO_PART {
             frames.extend_from_slice(self.parts.get(head));
         }
-        Self::frames_of(syms, &mut frames, pid, mode, ip, !shared_head, !shared_head || first_pending, words);
+        let mut ctx = mode;
+        for &w in key {
+            match w {
+                CTX_KERNEL => ctx = MODE_KERNEL,
+                CTX_USER => ctx = MODE_USER,
+                _ => frames.push(syms.tail_key_sym(ctx, w)),
+            }
+        }
         frames.reverse();
         let id = self.stacks.intern(&frames);
         self.frames = frames;
@@ -249,6 +280,49 @@ impl Aggregator {
             self.frames = frames;
         }
         self.head_alone[h]
+    }
+
+    /// Takes in what a reader of a later part of the same file (`parallel`) added up:
+    /// `syms` and `comms` map its symbol and comm ids to this reader's. Its stacks new to
+    /// this one are added in the order it met them (the order one reader of the whole
+    /// file would have). False when a total would overflow (the file must be read by one
+    /// reader, which skips the samples that would).
+    pub fn absorb(&mut self, other: Aggregator, syms: &[u32], comms: &[u32]) -> bool {
+        let mut frames = Vec::new();
+        let stack_map: Vec<u32> = (0..other.stacks.len() as u32)
+            .map(|s| {
+                frames.clear();
+                frames.extend(other.stacks.get(s).iter().map(|&f| syms[f as usize]));
+                self.stacks.intern(&frames)
+            })
+            .collect();
+        self.symbolized += other.symbolized;
+        self.overflowed += other.overflowed;
+        for (mine, theirs) in self.acc.iter_mut().zip(other.acc) {
+            let Some(weight) = mine.weight.checked_add(theirs.weight) else {
+                return false;
+            };
+            mine.weight = weight;
+            mine.samples += theirs.samples;
+            for (s, (w, c)) in theirs.by_stack.into_iter().enumerate() {
+                if c == 0 {
+                    continue;
+                }
+                let t = stack_map[s] as usize;
+                if mine.by_stack.len() <= t {
+                    mine.by_stack.resize(self.stacks.len().max(t + 1), (0, 0));
+                }
+                mine.by_stack[t].0 += w;
+                mine.by_stack[t].1 += c;
+            }
+            for (k, (w, c)) in theirs.by_proc {
+                let key = (comms[(k >> 32) as usize] as u64) << 32 | stack_map[k as u32 as usize] as u64;
+                let e = mine.by_proc.entry(key).or_insert((0, 0));
+                e.0 += w;
+                e.1 += c;
+            }
+        }
+        true
     }
 
     /// Adds a sample of weight `w` on `stack` to event `ev`.
@@ -328,6 +402,86 @@ impl Aggregator {
             comm_names,
         }
     }
+}
+
+/// The addresses of raw chain words, in the context each is in, leaf first, to `f`:
+/// the ip first when `with_ip` (in the sample's mode), then each address in the
+/// context the markers before it set (the sample's mode until the first marker). With
+/// `skip_first`, the first address is the chain's first, which repeats the ip and is
+/// skipped when it does.
+#[inline(always)]
+fn walk(mode: u8, ip: u64, with_ip: bool, skip_first: bool, words: &[u64], mut f: impl FnMut(u8, u64)) {
+    if with_ip {
+        f(mode, ip);
+    }
+    let mut ctx = mode;
+    let mut first = skip_first;
+    for &a in words {
+        if a >= CTX_MAX {
+            ctx = match a {
+                CTX_KERNEL => MODE_KERNEL,
+                CTX_USER => MODE_USER,
+                CTX_HV => MODE_HV,
+                CTX_GUEST_KERNEL | CTX_GUEST => MODE_GUEST_KERNEL,
+                CTX_GUEST_USER => MODE_GUEST_USER,
+                _ => ctx,
+            };
+            continue;
+        }
+        if first {
+            first = false;
+            if a == ip {
+                continue;
+            }
+        }
+        f(ctx, a);
+    }
+}
+
+/// The key of a tail's addresses by what they mean, into `key`: the addresses `walk`
+/// gives, kernel ones as they are, user ones as their file and offset (`file_key`) in
+/// the process's `maps` (TAIL_UNMAPPED when none holds them), with a context marker
+/// before each change of context. Two tails with the same key resolve to the same
+/// frames. False (and the key unusable) when an address is in another context or its
+/// file and offset do not fit a word.
+fn tail_key(key: &mut Vec<u64>, maps: &[Map], mode: u8, ip: u64, with_ip: bool, skip_first: bool,
+            words: &[u64]) -> bool {
+    if mode != MODE_KERNEL && mode != MODE_USER {
+        return false;
+    }
+    let mut ok = true;
+    let mut ctx = mode;
+    // The mapping of the last user address: a chain's frames run through few files.
+    let mut last: Option<Map> = None;
+    walk(mode, ip, with_ip, skip_first, words, |c, a| {
+        if c != ctx {
+            match c {
+                MODE_KERNEL => key.push(CTX_KERNEL),
+                MODE_USER => key.push(CTX_USER),
+                _ => ok = false,
+            }
+            ctx = c;
+        }
+        if c == MODE_KERNEL {
+            key.push(a);
+        } else if c == MODE_USER {
+            let m = match last {
+                Some(m) if a >= m.start && a < m.end => Some(m),
+                _ => map_in(maps, a),
+            };
+            match m {
+                Some(m) => {
+                    last = Some(m);
+                    match file_key(m.dso, a - m.start + m.pgoff) {
+                        Some(k) if k >> 63 == 0 => key.push(k),
+                        _ => ok = false,
+                    }
+                }
+                None => key.push(TAIL_UNMAPPED),
+            }
+        }
+    });
+    ok
 }
 
 /// One event's profile. `stamp` (one per symbol) marks the symbols already

@@ -49,6 +49,16 @@ impl Comms {
         id
     }
 
+    /// Takes in the names of a reader of a later part of the same file (`parallel`):
+    /// its comm ids in this table (new names added in the order it met them). The
+    /// threads' names now are the later reader's.
+    pub fn absorb(&mut self, other: Comms) -> Vec<u32> {
+        let map = other.names.into_iter().map(|n| self.intern(n)).collect();
+        self.by_tid = other.by_tid;
+        self.last = None;
+        map
+    }
+
     /// A COMM record: thread `tid` is now named `raw` (the record's name bytes).
     pub fn set(&mut self, tid: i32, raw: &[u8]) {
         let id = self.intern(clean(raw));

@@ -38,6 +38,22 @@ pub struct Counts {
     pub lost_samples: u64,
 }
 
+impl Counts {
+    /// Adds another reader's counts (of another part of the same file: `parallel`).
+    pub fn absorb(&mut self, o: &Counts) {
+        for (a, b) in self.records.iter_mut().zip(o.records.iter()) {
+            *a += b;
+        }
+        self.samples += o.samples;
+        self.malformed += o.malformed;
+        self.malformed_other += o.malformed_other;
+        self.read_backwards += o.read_backwards;
+        self.unknown_ids += o.unknown_ids;
+        self.lost_events += o.lost_events;
+        self.lost_samples += o.lost_samples;
+    }
+}
+
 /// The decoding state; the sink of `order`.
 pub struct Decoder<'a> {
     events: &'a Events,
@@ -50,6 +66,9 @@ pub struct Decoder<'a> {
     read_resync: FxHashSet<u64>,
     /// The threads' names, when samples are also aggregated per process.
     pub comms: Option<Comms>,
+    /// Whether the kernel's symbols moved after samples were resolved (a part of a file
+    /// read on several threads could not be merged: `parallel`).
+    pub relocated_after_samples: bool,
 }
 
 /// Where a SAMPLE's fields are.
@@ -87,6 +106,7 @@ impl<'a> Decoder<'a> {
             read_storage: FxHashMap::default(),
             read_resync: Default::default(),
             comms: by_process.then(Comms::new),
+            relocated_after_samples: false,
         }
     }
 
@@ -154,10 +174,10 @@ impl<'a> Decoder<'a> {
         }
     }
 
-    fn mmap2<T: ByteOrder>(&mut self, misc: u16, body: &[u8]) {
+    fn mmap2<T: ByteOrder>(&mut self, misc: u16, body: &[u8], counted: bool) {
         // linux-perf-event-reader asserts (panics) on a build id longer than 20 bytes
         if misc & MISC_MMAP_BUILD_ID != 0 && body.get(32).is_some_and(|&n| n > 20) {
-            self.counts.malformed_other += 1;
+            self.counts.malformed_other += counted as u64;
             return;
         }
         if let Ok(r) = Mmap2Record::parse::<T>(RawData::Single(body), misc) {
@@ -168,28 +188,28 @@ impl<'a> Decoder<'a> {
             };
             let exec = r.protection & 4 != 0; // PROT_EXEC
             if self.syms.mmap(r.pid, r.address, r.length, r.page_offset, &path, exec, bid) {
-                self.agg.forget_raw_chains();
+                self.relocated();
             }
         }
     }
 }
 
-impl RecordSink for Decoder<'_> {
+impl Decoder<'_> {
+    /// A record that changes the reader's state (a mapping, a thread's name or exec, a
+    /// fork). `counted`: whether it is this reader's to count (not a replay).
     #[inline]
-    fn record<T: ByteOrder>(&mut self, ty: u32, misc: u16, body: &[u8], ai: usize) {
-        self.counts.records[(ty as usize).min(127)] += 1;
+    fn state<T: ByteOrder>(&mut self, ty: u32, misc: u16, body: &[u8], counted: bool) {
         let raw = RawData::Single(body);
         match ty {
-            REC_SAMPLE => self.sample::<T>(misc, body, ai),
             REC_MMAP => {
                 if let Ok(r) = MmapRecord::parse::<T>(raw, misc) {
                     let path = r.path.as_slice();
                     if self.syms.mmap(r.pid, r.address, r.length, r.page_offset, &path, r.is_executable, None) {
-                        self.agg.forget_raw_chains();
+                        self.relocated();
                     }
                 }
             }
-            REC_MMAP2 => self.mmap2::<T>(misc, body),
+            REC_MMAP2 => self.mmap2::<T>(misc, body, counted),
             REC_COMM => {
                 if let Ok(r) = CommOrExecRecord::parse::<T>(raw, misc) {
                     if r.is_execve && r.pid == r.tid {
@@ -210,6 +230,26 @@ impl RecordSink for Decoder<'_> {
                     }
                 }
             }
+            _ => {}
+        }
+    }
+
+    /// The kernel's symbols moved: the stacks already symbolized are stale.
+    fn relocated(&mut self) {
+        self.agg.forget_raw_chains();
+        if self.counts.samples > 0 {
+            self.relocated_after_samples = true;
+        }
+    }
+}
+
+impl RecordSink for Decoder<'_> {
+    #[inline]
+    fn record<T: ByteOrder>(&mut self, ty: u32, misc: u16, body: &[u8], ai: usize) {
+        self.counts.records[(ty as usize).min(127)] += 1;
+        match ty {
+            REC_SAMPLE => self.sample::<T>(misc, body, ai),
+            REC_MMAP | REC_MMAP2 | REC_COMM | REC_FORK => self.state::<T>(ty, misc, body, true),
             REC_EXIT => {}
             REC_LOST => {
                 if body.len() >= 16 {
@@ -228,6 +268,10 @@ impl RecordSink for Decoder<'_> {
     #[inline]
     fn count(&mut self, ty: u32) {
         self.counts.records[(ty as usize).min(127)] += 1;
+    }
+
+    fn replay<T: ByteOrder>(&mut self, ty: u32, misc: u16, body: &[u8], _ai: usize) {
+        self.state::<T>(ty, misc, body, false);
     }
 }
 

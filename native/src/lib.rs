@@ -1,6 +1,6 @@
 //! kperfdiff's native core: reads perf.data and aggregates samples.
 //!
-//! `read_perf_data(path, kallsyms=None, symfs=None, debug_dirs=None, by_process=False)` returns a
+//! `read_perf_data(path, kallsyms=None, symfs=None, debug_dirs=None, by_process=False, threads=1)` returns a
 //! dict of compact data (strings for the symbol table, `bytes` in native byte
 //! order for numeric arrays); see `output::Output`. The top of the crate: it declares the
 //! modules and is the one place their errors become Python exceptions (`reader::Error` a
@@ -24,6 +24,7 @@ mod layout;
 mod options;
 mod order;
 mod output;
+mod parallel;
 mod procmaps;
 pub mod reader;
 mod symbolize;
@@ -58,10 +59,11 @@ fn crate_sample_read_defect() -> bool {
     defects::crate_sample_read_defect()
 }
 
-/// Read a perf.data file and aggregate it per event. Raises PerfDataError
-/// with one sentence when the file cannot be read.
+/// Read a perf.data file and aggregate it per event, on up to `threads` threads (the
+/// result is the same for every number). Raises PerfDataError with one sentence when
+/// the file cannot be read.
 #[pyfunction]
-#[pyo3(signature = (path, kallsyms=None, symfs=None, debug_dirs=None, by_process=false))]
+#[pyo3(signature = (path, kallsyms=None, symfs=None, debug_dirs=None, by_process=false, threads=1))]
 fn read_perf_data<'py>(
     py: Python<'py>,
     path: PathBuf,
@@ -69,12 +71,14 @@ fn read_perf_data<'py>(
     symfs: Option<Vec<PathBuf>>,
     debug_dirs: Option<Vec<PathBuf>>,
     by_process: bool,
+    threads: usize,
 ) -> PyResult<Bound<'py, PyDict>> {
     let opts = options::Options {
         kallsyms,
         symfs: symfs.unwrap_or_default(),
         debug_dirs: debug_dirs.unwrap_or_default(),
         by_process,
+        threads,
     };
     let display = path.display().to_string();
     let result = py.allow_threads(|| {

@@ -10,4 +10,7 @@ pub struct Options {
     /// as perf script names it): `EventOut::proc_*` and `Output::comm_names`. Off by
     /// default: the plain profile needs none of it.
     pub by_process: bool,
+    /// Threads one file may be read on (`parallel`); 0 and 1 read it on this one. The
+    /// output is the same for every number.
+    pub threads: usize,
 }

@@ -47,6 +47,25 @@ pub trait RecordSink {
     fn record<T: ByteOrder>(&mut self, ty: u32, misc: u16, body: &[u8], ai: usize);
     /// A record that is only counted (perf's own, type 64 and up).
     fn count(&mut self, ty: u32);
+    /// A record that changes the reader's state (`changes_state`), in a part of the file
+    /// another thread reads: its effect on the state, without counting it.
+    fn replay<T: ByteOrder>(&mut self, ty: u32, misc: u16, body: &[u8], ai: usize) {
+        self.record::<T>(ty, misc, body, ai)
+    }
+}
+
+/// The part of a file's records one reader hands over when several threads read it
+/// (`parallel`): the flushes after the first FINISHED_ROUND at or after region offset
+/// `from` (all from the start when None) up to the one at the first FINISHED_ROUND at or
+/// after `to` (to the end when None). Before its part, a reader only replays the records
+/// that change its state (`RecordSink::replay`), so that its part resolves as it would
+/// when one reader reads the whole file; after it, it stops. The parts of consecutive
+/// readers (one's `to` the next one's `from`) hand every record over exactly once, and
+/// count each of perf's own records once (by where they lie in the file).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Part {
+    pub from: Option<usize>,
+    pub to: Option<usize>,
 }
 
 /// Populate the window ahead, and release it behind, by this much.
@@ -90,6 +109,7 @@ pub fn read_mapped<T: ByteOrder, S: RecordSink>(
     map: Option<&memmap2::Mmap>,
     (off, end): (usize, usize),
     events: &Events,
+    part: Part,
     sink: &mut S,
 ) -> Result<Option<Cut>, Error> {
     let region = &data[off..end];
@@ -104,6 +124,8 @@ pub fn read_mapped<T: ByteOrder, S: RecordSink>(
     // record keeps its place.
     let samples_commute = events.attrs.iter().all(|a| a.sample_type & SAMPLE_READ == 0);
     let mut rounds = Rounds::new(samples_commute);
+    // Whether this reader's part has begun (records are handed over in full and counted).
+    let mut full = part.from.is_none();
     let mut pos = 0usize;
     let mut cut = None;
     while pos < region.len() {
@@ -117,23 +139,35 @@ pub fn read_mapped<T: ByteOrder, S: RecordSink>(
         };
         let body = &region[pos + 8..pos + size];
         if ty == REC_FINISHED_ROUND {
-            sink.count(REC_FINISHED_ROUND);
-            rounds.end_round::<T, S>(region, sink);
+            if full {
+                sink.count(REC_FINISHED_ROUND);
+            }
+            rounds.end_round::<T, S>(region, sink, full);
             if window.map.is_some() {
                 window.release(rounds.oldest().unwrap_or(pos));
+            }
+            // The part begins after the flush at the first round's end at or after `from`
+            // and ends with the one at or after `to` (at once, when that is the same).
+            if !full && part.from.is_some_and(|f| pos >= f) {
+                full = true;
+            }
+            if full && part.to.is_some_and(|t| pos >= t) {
+                return Ok(None);
             }
         } else if ty == REC_COMPRESSED || ty == REC_COMPRESSED2 {
             return Err(Error::UndeclaredCompression { name: name.into() });
         } else if ty >= 64 {
-            sink.count(ty);
+            if full {
+                sink.count(ty);
+            }
         } else {
             let ai = events.attr_index::<T>(ty, body);
             rounds.push(time_of::<T>(&events.attrs[ai], ty, body), pos, ai, changes_state(ty));
         }
         pos += size;
     }
-    rounds.flush::<T, S>(region, sink, None);
-    Ok(cut)
+    rounds.flush::<T, S>(region, sink, None, full);
+    Ok(if full { cut } else { None })
 }
 
 /// The type and size of the record at `pos`, or why it cannot be read
@@ -249,8 +283,8 @@ impl Rounds {
     }
 
     /// At a FINISHED_ROUND: what is no later than the rounds before the last one is in order.
-    fn end_round<T: ByteOrder, S: RecordSink>(&mut self, region: &[u8], sink: &mut S) {
-        self.flush::<T, S>(region, sink, Some(self.prev_max));
+    fn end_round<T: ByteOrder, S: RecordSink>(&mut self, region: &[u8], sink: &mut S, full: bool) {
+        self.flush::<T, S>(region, sink, Some(self.prev_max), full);
         self.prev_max = self.cur_max;
     }
 
@@ -262,15 +296,19 @@ impl Rounds {
     /// Hands the pending records up to time `limit` (all without one) to the sink, in
     /// time order (equal times in file order). When samples commute and none of the
     /// records due changes the reader's state, they go in the order they are found,
-    /// in the same pass that keeps the rest: no sort.
-    fn flush<T: ByteOrder, S: RecordSink>(&mut self, region: &[u8], sink: &mut S, limit: Option<u64>) {
+    /// in the same pass that keeps the rest: no sort. Unless `full`, only the records
+    /// that change the reader's state are handed over (replayed), the others dropped:
+    /// what stays pending is the same either way.
+    fn flush<T: ByteOrder, S: RecordSink>(&mut self, region: &[u8], sink: &mut S, limit: Option<u64>, full: bool) {
         let due = |t: u64| limit.map_or(true, |l| t <= l);
         if self.samples_commute && !self.state_min.is_some_and(due) {
             let mut kept = 0;
             for i in 0..self.pending.len() {
                 let e = self.pending[i];
                 if due(e.0) {
-                    deliver_one::<T, S>(region, sink, e.1);
+                    if full {
+                        deliver_one::<T, S>(region, sink, e.1);
+                    }
                 } else {
                     self.pending[kept] = e;
                     kept += 1;
@@ -285,7 +323,11 @@ impl Rounds {
         let records = &mut self.pending[..n];
         records.sort_by_key(|e| (e.0, e.1 & PENDING_OFF_MASK));
         for e in records.iter() {
-            deliver_one::<T, S>(region, sink, e.1);
+            if full {
+                deliver_one::<T, S>(region, sink, e.1);
+            } else if e.1 & PENDING_STATE != 0 {
+                replay_one::<T, S>(region, sink, e.1);
+            }
         }
         self.pending.drain(..n);
         self.state_min = self.pending.iter().filter(|e| e.1 & PENDING_STATE != 0).map(|e| e.0).min();
@@ -301,6 +343,17 @@ fn deliver_one<T: ByteOrder, S: RecordSink>(region: &[u8], sink: &mut S, packed:
     let misc = T::read_u16(&region[pos + 4..pos + 6]);
     let size = T::read_u16(&region[pos + 6..pos + 8]) as usize;
     sink.record::<T>(ty, misc, &region[pos + 8..pos + size], ai);
+}
+
+/// Replays the state record at a pending entry's offset (`RecordSink::replay`).
+#[inline(never)]
+fn replay_one<T: ByteOrder, S: RecordSink>(region: &[u8], sink: &mut S, packed: u64) {
+    let pos = (packed & PENDING_OFF_MASK) as usize;
+    let ai = ((packed >> PENDING_OFF_BITS) & PENDING_AI_MASK) as usize;
+    let ty = T::read_u32(&region[pos..pos + 4]);
+    let misc = T::read_u16(&region[pos + 4..pos + 6]);
+    let size = T::read_u16(&region[pos + 6..pos + 8]) as usize;
+    sink.replay::<T>(ty, misc, &region[pos + 8..pos + size], ai);
 }
 
 /// Moves the entries for which `due` holds to the front (in no particular order) and
@@ -350,7 +403,7 @@ mod tests {
             append(&mut region, &mut rounds, ty, t);
         }
         let mut seen = Seen(Vec::new());
-        rounds.flush::<LittleEndian, Seen>(&region, &mut seen, limit);
+        rounds.flush::<LittleEndian, Seen>(&region, &mut seen, limit, true);
         (seen.0, rounds.pending.len())
     }
 
@@ -408,9 +461,9 @@ mod tests {
                 append(&mut region, &mut rounds, ty, t);
                 pushed.push((ty, t));
             }
-            rounds.end_round::<LittleEndian, Seen>(&region, &mut seen);
+            rounds.end_round::<LittleEndian, Seen>(&region, &mut seen, true);
         }
-        rounds.flush::<LittleEndian, Seen>(&region, &mut seen, None);
+        rounds.flush::<LittleEndian, Seen>(&region, &mut seen, None, true);
         let seen = seen.0;
         assert_eq!(seen.len(), pushed.len());
         assert!(seen.iter().filter(|r| r.0 == REC_MMAP2).count() > 40);

@@ -2,6 +2,7 @@
 //! shared symbol and stack tables. `header` and `aggregate` build it, `reader` returns it
 //! and lib.rs hands it to Python.
 
+#[derive(Debug, PartialEq)]
 pub enum Fact {
     Str(String),
     Int(i64),
@@ -10,6 +11,7 @@ pub enum Fact {
     Pairs(Vec<(String, String)>),
 }
 
+#[derive(Debug, PartialEq)]
 pub struct EventOut {
     pub name: String,
     pub type_: u32,
@@ -39,6 +41,7 @@ pub struct EventOut {
     pub proc_count: Vec<u64>,
 }
 
+#[derive(Debug, PartialEq)]
 pub struct Output {
     pub facts: Vec<(String, Fact)>,
     pub events: Vec<EventOut>,

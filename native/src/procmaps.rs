@@ -1,7 +1,10 @@
 //! The processes' executable mappings, as the MMAP, MMAP2, COMM (exec) and
-//! FORK records build them. Every change takes a new generation, so that a
-//! user call chain can be cached per (pid, generation).
+//! FORK records build them. Every change takes a new generation; a forked child
+//! shares its parent's mappings and generation until one of them changes, so a
+//! user call chain can be cached per generation (what its addresses mean), and a
+//! fork-heavy file's children reuse their parent's chains.
 use rustc_hash::FxHashMap;
+use std::sync::Arc;
 
 #[derive(Clone, Copy)]
 pub struct Map {
@@ -11,9 +14,10 @@ pub struct Map {
     pub dso: u32,
 }
 
-#[derive(Default)]
+/// A process's mappings, shared with the processes forked from it until one changes.
+#[derive(Default, Clone)]
 struct Proc {
-    maps: Vec<Map>,
+    maps: Arc<Vec<Map>>,
     gen: u64,
 }
 
@@ -48,20 +52,25 @@ impl Processes {
         }
     }
 
-    /// A key for what a user address of `pid` means now: its pid and maps generation,
-    /// with the top bit set (never 0, which stands for kernel addresses). Equal keys
-    /// resolve every user address to the same symbol.
+    /// A key for what a user address of `pid` means now: its maps generation, with
+    /// the top bit set (never 0, which stands for kernel addresses). Equal keys resolve
+    /// every user address to the same symbol: a generation is one set of mappings,
+    /// shared only by processes forked from one another while none of them changed.
+    /// A process never seen has generation 0 and no mappings, like every other such.
     #[inline]
     pub fn space(&mut self, pid: i32) -> u64 {
-        ((pid as u32 as u64) << 40) ^ self.generation(pid) ^ (1 << 63)
+        self.generation(pid) ^ (1 << 63)
     }
 
     /// The mapping of `addr` in process `pid`.
     pub fn map_of(&self, pid: i32, addr: u64) -> Option<Map> {
-        self.procs.get(&pid).and_then(|p| {
-            let i = p.maps.partition_point(|m| m.start <= addr);
-            (i > 0 && addr < p.maps[i - 1].end).then(|| p.maps[i - 1])
-        })
+        self.maps(pid).and_then(|maps| map_in(maps, addr))
+    }
+
+    /// The mappings of process `pid`, sorted by address (None for a process never seen).
+    #[inline]
+    pub fn maps(&self, pid: i32) -> Option<&[Map]> {
+        self.procs.get(&pid).map(|p| &p.maps[..])
     }
 
     /// A new mapping, over whatever it overlaps.
@@ -70,7 +79,7 @@ impl Processes {
         let gen = self.new_gen();
         let p = self.procs.entry(pid).or_default();
         let mut maps = Vec::with_capacity(p.maps.len() + 2);
-        for m in p.maps.drain(..) {
+        for &m in p.maps.iter() {
             if m.end <= start || m.start >= end {
                 maps.push(m);
             } else {
@@ -84,22 +93,29 @@ impl Processes {
         }
         maps.push(Map { start, end, pgoff, dso });
         maps.sort_unstable_by_key(|m| m.start);
-        p.maps = maps;
+        p.maps = Arc::new(maps);
         p.gen = gen;
     }
 
     /// The process execs: its mappings are gone.
     pub fn exec(&mut self, pid: i32) {
         let gen = self.new_gen();
-        let p = self.procs.entry(pid).or_default();
-        p.maps.clear();
-        p.gen = gen;
+        self.procs.insert(pid, Proc { maps: Arc::default(), gen });
     }
 
-    /// A new process with its parent's mappings.
+    /// A new process with its parent's mappings: it shares them, and their generation,
+    /// until it or its parent maps or execs.
     pub fn fork(&mut self, pid: i32, ppid: i32) {
-        let maps = self.procs.get(&ppid).map(|p| p.maps.clone()).unwrap_or_default();
-        let gen = self.new_gen();
-        self.procs.insert(pid, Proc { maps, gen });
+        let child = self.procs.get(&ppid).cloned().unwrap_or_default();
+        self.procs.insert(pid, child);
+        // The cached generation of `pid` may be an earlier process's with that pid.
+        self.gen_cache[pid as usize & 15].2 = u64::MAX;
     }
+}
+
+/// The mapping of `addr` among `maps` (sorted by address).
+#[inline]
+pub fn map_in(maps: &[Map], addr: u64) -> Option<Map> {
+    let i = maps.partition_point(|m| m.start <= addr);
+    (i > 0 && addr < maps[i - 1].end).then(|| maps[i - 1])
 }

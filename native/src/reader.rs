@@ -25,6 +25,7 @@ use crate::header::{self, Header};
 use crate::kallsyms::Kallsyms;
 use crate::layout::{self, Layout};
 use crate::order;
+use crate::parallel;
 use crate::symbolize::Symbols;
 use crate::warnings;
 use byteorder::{BigEndian, ByteOrder, LittleEndian};
@@ -96,12 +97,29 @@ fn read_impl<T: ByteOrder>(
         facts.push(("kallsyms".into(), Fact::Str(p.display().to_string())));
     }
 
-    let mut dec = Decoder::new(&events, Symbols::new(opts, kallsyms, build_ids), opts.by_process);
-    let cut = if compressed {
-        order::read_compressed::<T, _>(&mut perf_file, &mut record_iter, &mut dec)
+    let span = (layout.data_off as usize, (layout.data_off + layout.data_size) as usize);
+    // One file on several threads when it is large enough, its records are not compressed
+    // and its samples need no order among themselves (no PERF_SAMPLE_READ).
+    let on_threads = opts.threads > 1
+        && !compressed
+        && span.1 - span.0 >= parallel::min_bytes()
+        && events.attrs.iter().all(|a| a.sample_type & crate::abi::SAMPLE_READ == 0);
+    let parallel = if on_threads {
+        parallel::read::<T>(name, data, map, span, &events, opts, &kallsyms, &build_ids, opts.threads)?
     } else {
-        let span = (layout.data_off as usize, (layout.data_off + layout.data_size) as usize);
-        order::read_mapped::<T, _>(name, data, map, span, &events, &mut dec)?
+        None
+    };
+    let (dec, cut) = match parallel {
+        Some(done) => done,
+        None => {
+            let mut dec = Decoder::new(&events, Symbols::new(opts, kallsyms, build_ids), opts.by_process);
+            let cut = if compressed {
+                order::read_compressed::<T, _>(&mut perf_file, &mut record_iter, &mut dec)
+            } else {
+                order::read_mapped::<T, _>(name, data, map, span, &events, order::Part::default(), &mut dec)?
+            };
+            (dec, cut)
+        }
     };
 
     let Decoder { mut syms, agg, counts, comms, .. } = dec;

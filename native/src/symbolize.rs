@@ -112,10 +112,13 @@ impl AddrCache {
     }
 }
 
+/// A tail key's word for a user address no mapping holds.
+pub const TAIL_UNMAPPED: u64 = u64::MAX - 1;
+
 /// A DSO and an offset in its file as one word (none when they do not fit: such an
 /// address is resolved every time rather than cached).
 #[inline]
-fn file_key(dso: u32, off: u64) -> Option<u64> {
+pub fn file_key(dso: u32, off: u64) -> Option<u64> {
     (dso < 1 << 24 && off < 1 << 40).then(|| (dso as u64) << 40 | off)
 }
 
@@ -203,6 +206,49 @@ impl<'o> Symbols<'o> {
             dso_names: self.dsos.iter().map(|d| d.name.clone()).collect(),
             dso_paths: self.dsos.iter().map(|d| d.path.clone()).collect(),
         }
+    }
+
+    /// Takes in the symbols of a reader of a later part of the same file (`parallel`) and
+    /// returns its symbol ids in this table. DSOs and symbols new to this table are added
+    /// in the order the other reader met them, which is the order one reader of the whole
+    /// file would have. The state (mappings, the kernel's relocation, its warnings) is the
+    /// later reader's, which has seen more of the file; the kernel addresses looked up are
+    /// the union of both, counted once.
+    pub fn absorb(&mut self, other: Symbols) -> Vec<u32> {
+        let dso_map: Vec<u32> = other
+            .dsos
+            .iter()
+            .map(|d| {
+                let id = self.add_dso(&d.name, &d.path, d.kernel);
+                let mine = &mut self.dsos[id as usize];
+                if mine.build_id.is_none() {
+                    mine.build_id = d.build_id.clone();
+                }
+                if matches!(mine.syms, SymState::NotTried) && matches!(d.syms, SymState::Missing) {
+                    mine.syms = SymState::Missing;
+                }
+                id
+            })
+            .collect();
+        let sym_map: Vec<u32> = (0..other.sym_names.len())
+            .map(|i| self.intern_sym(dso_map[other.sym_dso[i] as usize], &other.sym_names[i]))
+            .collect();
+        let other_unknown = other.dsos[other.dso_kernel as usize].unknown;
+        for (&addr, &id) in &other.kaddr_cache {
+            if let std::collections::hash_map::Entry::Vacant(e) = self.kaddr_cache.entry(addr) {
+                e.insert(sym_map[id as usize]);
+                self.kernel_addrs += 1;
+                self.kernel_unresolved += (id == other_unknown) as u64;
+            }
+        }
+        self.kernel_reloc = other.kernel_reloc;
+        self.kernel_ref = other.kernel_ref;
+        self.kernel_map = other.kernel_map;
+        self.module_maps = other.module_maps;
+        self.procs = other.procs;
+        self.warnings = other.warnings;
+        self.recent.clear();
+        sym_map
     }
 
     fn intern_sym(&mut self, dso: u32, name: &str) -> u32 {
@@ -335,40 +381,56 @@ impl<'o> Symbols<'o> {
 
     #[inline(never)]
     fn user_sym_uncached(&mut self, pid: i32, addr: u64) -> u32 {
-        let Some(m) = self.procs.map_of(pid, addr) else {
-            return self.unknown_of(self.dso_unknown);
-        };
-        let off = addr - m.start + m.pgoff;
-        let key = file_key(m.dso, off);
+        match self.procs.map_of(pid, addr) {
+            Some(m) => self.file_sym(m.dso, addr - m.start + m.pgoff),
+            None => self.unknown_of(self.dso_unknown),
+        }
+    }
+
+    /// The symbol at offset `off` of DSO `dso`'s file.
+    pub fn file_sym(&mut self, dso: u32, off: u64) -> u32 {
+        let key = file_key(dso, off);
         if let Some(&id) = key.and_then(|k| self.uaddr_cache.get(&k)) {
             return id;
         }
-        self.load_dso_syms(m.dso);
-        let found = match &self.dsos[m.dso as usize].syms {
+        self.load_dso_syms(dso);
+        let found = match &self.dsos[dso as usize].syms {
             SymState::Loaded(s) => s.offset_to_vaddr(off).and_then(|v| s.lookup(v)),
             _ => None,
         };
         let id = match found {
             Some(i) => {
-                let have = self.dsos[m.dso as usize].sym_ids[i];
+                let have = self.dsos[dso as usize].sym_ids[i];
                 if have != NONE {
                     have
                 } else {
-                    let name = match &self.dsos[m.dso as usize].syms {
+                    let name = match &self.dsos[dso as usize].syms {
                         SymState::Loaded(s) => s.name(i).to_string(),
                         _ => unreachable!(),
                     };
-                    let id = self.intern_sym(m.dso, &name);
-                    self.dsos[m.dso as usize].sym_ids[i] = id;
+                    let id = self.intern_sym(dso, &name);
+                    self.dsos[dso as usize].sym_ids[i] = id;
                     id
                 }
             }
-            None => self.unknown_of(m.dso),
+            None => self.unknown_of(dso),
         };
         if let Some(k) = key {
             self.uaddr_cache.insert(k, id);
         }
         id
+    }
+
+    /// The symbol of a word of a tail key (`tail_key`) in context `ctx`.
+    #[inline]
+    pub fn tail_key_sym(&mut self, ctx: u8, word: u64) -> u32 {
+        if ctx == MODE_KERNEL {
+            self.kernel_sym(word)
+        } else if word == TAIL_UNMAPPED {
+            self.unknown_of(self.dso_unknown)
+        } else {
+            self.file_sym((word >> 40) as u32, word & ((1 << 40) - 1))
+        }
     }
 
     fn load_dso_syms(&mut self, d: u32) {
@@ -423,7 +485,10 @@ impl<'o> Symbols<'o> {
     /// An MMAP or MMAP2 record. Returns whether the kernel's symbols moved
     /// (relocated to another boot), so that stacks already symbolized are stale.
     pub fn mmap(&mut self, pid: i32, start: u64, len: u64, pgoff: u64, path: &[u8], exec: bool, build_id: Option<Vec<u8>>) -> bool {
-        let path = String::from_utf8_lossy(path).into_owned();
+        if pid != -1 && !exec {
+            return false;
+        }
+        let path = String::from_utf8_lossy(path);
         if pid == -1 {
             // Kernel image: "[kernel.kallsyms]_text" with pgoff = address of _text.
             if let Some(rest) = path.strip_prefix("[kernel.kallsyms]") {
@@ -438,9 +503,6 @@ impl<'o> Symbols<'o> {
                     self.module_maps.push((m, start, len));
                 }
             }
-            return false;
-        }
-        if !exec {
             return false;
         }
         let d = self.add_dso(basename(&path), &path, false);

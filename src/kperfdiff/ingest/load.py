@@ -4,7 +4,8 @@ repetition, its parallel copies merged.
 
 Many files (both sides of a diff, every repetition of a side) are read at once, one per core:
 the native perf.data reader releases the GIL, so threads scale. The profiles come back in the
-order asked for and are the same as read one after another (``workers=1``)."""
+order asked for and are the same as read one after another (``workers=1``). Fewer files than
+cores share the rest: each file is read on its share of them (``perfdata.threads_per_file``)."""
 from __future__ import annotations
 
 import os
@@ -120,12 +121,18 @@ def load_many(jobs: list[Callable[[], Profile]], workers: int | None = None) -> 
     """Run profile loads, up to ``workers`` at once (default: one per CPU), and return their
     profiles in order. When loads fail, the first failing one in order raises, as it would have
     read one after another."""
-    workers = min(len(jobs), workers or default_jobs())
-    if workers <= 1:
-        return [job() for job in jobs]
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(job) for job in jobs]
-        return [f.result() for f in futures]
+    cores = default_jobs()
+    workers = min(len(jobs), workers or cores)
+    before = perfdata.threads_per_file
+    perfdata.threads_per_file = max(1, cores // max(1, workers))
+    try:
+        if workers <= 1:
+            return [job() for job in jobs]
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = [pool.submit(job) for job in jobs]
+            return [f.result() for f in futures]
+    finally:
+        perfdata.threads_per_file = before
 
 
 # -- sides of a diff: files or store references -----------------------------------

@@ -21,6 +21,11 @@ Symbol sources, per input:
 * ``symfs``: folders prepended to recorded user paths, as ``perf report
   --symfs``; user files are otherwise found by build id in ``~/.debug`` (and
   ``$PERF_BUILDID_DIR``) or at their recorded path.
+
+A large file is read on several threads (split at its FINISHED_ROUND records and merged
+into exactly what one thread gives): on every core when it is read alone, on its share of
+them when :func:`kperfdiff.ingest.load.load_many` reads several at once
+(``threads_per_file``).
 """
 from __future__ import annotations
 
@@ -38,6 +43,18 @@ from kperfdiff.ingest import symcheck
 from kperfdiff.ingest.profile import Profile, Symbol
 
 _NS_EVENTS = {"cpu-clock", "task-clock"}
+
+# Threads the native reader may read one file on; None: one per CPU (a file read alone).
+# load.load_many sets it to each file's share of the CPUs while it reads several at once.
+threads_per_file: int | None = None
+
+
+def reader_threads() -> int:
+    """How many threads the native reader may read one file on now."""
+    if threads_per_file is not None:
+        return threads_per_file
+    from kperfdiff.ingest.load import default_jobs
+    return default_jobs()
 
 
 def read_meta(perf_data: Path) -> dict:
@@ -94,7 +111,8 @@ def _read(path: Path, kallsyms, symfs, by_process: bool = False, kallsyms_unchec
         symfs = [symfs]
     try:
         raw = n.read_perf_data(str(path), kallsyms=str(ks) if ks is not None else None,
-                               symfs=[str(s) for s in symfs or []], debug_dirs=_debug_dirs(), by_process=by_process)
+                               symfs=[str(s) for s in symfs or []], debug_dirs=_debug_dirs(), by_process=by_process,
+                               threads=reader_threads())
     except n.PerfDataError as e:
         msg = str(e)
         if str(path) not in msg:
@@ -108,7 +126,7 @@ def _read(path: Path, kallsyms, symfs, by_process: bool = False, kallsyms_unchec
         if cached is not None and any("no kallsyms" in w for w in raw["warnings"]):
             try:
                 raw = n.read_perf_data(str(path), kallsyms=str(cached), symfs=[str(s) for s in symfs or []],
-                                       debug_dirs=_debug_dirs(), by_process=by_process)
+                                       debug_dirs=_debug_dirs(), by_process=by_process, threads=reader_threads())
                 ks, found = cached, "perf's build-id cache"
             except n.PerfDataError:
                 pass
