@@ -20,7 +20,7 @@ With ``--file PERF.DATA --kallsyms FILE`` it times one file in detail instead: n
 and diff --folded read), ``perf report --stdio --sort sym -g none --no-children``, ``perf script``,
 ``cat``, the one-file-on-all-cores figure, and two copies of the file read one after the other and
 at once (``ingest.load.load_many`` with one worker and one per CPU); with samples per second,
-ratios against kperfdiff and peak memory (max RSS of each child process). ``--full`` adds
+the time as a multiple of the native ingest's and peak memory (max RSS of each child process). ``--full`` adds
 ``perf report`` with the call graph (slow: 16 s and 5 GB for a million samples).
 
 The Rust reader alone, without Python (for profiling with ``perf record``):
@@ -243,22 +243,22 @@ def single_file(data: Path, ks: Path, args, threads: int | None) -> None:
     _, rss_native = timed(child(data, ks, "native"))
     info_load = kperfdiff_run(data, ks, "load")
     _, rss_load = timed(child(data, ks, "load"))
-    rows.append(("kperfdiff native ingest", t_native, rss_native))
-    rows.append(("kperfdiff ingest.perfdata.load", info_load["seconds"], rss_load))
+    rows.append(("native ingest (native.read_perf_data)", t_native, rss_native))
+    rows.append(("ingest.perfdata.load (native + Profile)", info_load["seconds"], rss_load))
     # per process name (export and diff --folded ask for it): what it costs over the default
     by_proc = best(data, ks, "native-by-process", args.repeat)
-    rows.append(("kperfdiff native ingest, by_process=True", by_proc["seconds"],
+    rows.append(("native ingest, by_process=True", by_proc["seconds"],
                  timed(child(data, ks, "native-by-process"))[1]))
     info_proc = kperfdiff_run(data, ks, "load-by-process")
-    rows.append(("kperfdiff ingest.perfdata.load(by_process=True)", info_proc["seconds"],
+    rows.append(("ingest.perfdata.load(by_process=True)", info_proc["seconds"],
                  timed(child(data, ks, "load-by-process"))[1]))
     if args.before:
         old = best(data, ks, "native", args.repeat, args.before)
-        rows.append(("before: kperfdiff native ingest", old["seconds"], timed(child(data, ks, "native", args.before))[1]))
+        rows.append(("before: native ingest", old["seconds"], timed(child(data, ks, "native", args.before))[1]))
     fig = None
     if threads:
         fig = threads_figure(data, ks, threads, args.repeat)
-        rows.append((f"kperfdiff native ingest, threads={threads}", fig["seconds"],
+        rows.append((f"native ingest, threads={threads}", fig["seconds"],
                      timed(child(data, ks, f"threads{threads}"))[1]))
     if args.full:
         perf_g, rss_g = timed(["perf", "report", "-i", str(data), "--kallsyms", str(ks), "--stdio", "--sort", "sym"])
@@ -278,8 +278,8 @@ def single_file(data: Path, ks: Path, args, threads: int | None) -> None:
           f"{one['symbols']} symbols)")
     print(f"load average (1/5/15 min) before {'/'.join(f'{x:.2f}' for x in load_before)}, "
           f"after {'/'.join(f'{x:.2f}' for x in load_after)} on {ncpu} CPUs; "
-          f"kperfdiff native best of {args.repeat}")
-    print(f"{'what':55s} {'seconds':>9s} {'Msamples/s':>11s} {'x kperfdiff':>12s} {'max RSS MiB':>12s}")
+          f"native ingest best of {args.repeat}")
+    print(f"{'what':55s} {'seconds':>9s} {'Msamples/s':>11s} {'x native':>12s} {'max RSS MiB':>12s}")
     for name, sec, rss in rows:
         print(f"{name:55s} {sec:9.3f} {msps(samples, sec):11.2f} {sec / t_native:12.1f} {rss:12.1f}")
     print(f"target: >= {TARGET_MSPS:g} Msamples/s with call chains on one core; native ingest reads "

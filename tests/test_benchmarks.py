@@ -116,7 +116,8 @@ def test_bench_ingest_file(shape_dir):
     out = harness(ROOT / "benchmarks" / "bench_ingest.py", "--file", shape_dir / "fork-a.perf.data",
                   "--kallsyms", shape_dir / "kallsyms", "--repeat", 1).stdout
     assert f"{SAMPLES} samples" in out.splitlines()[0]
-    for row in ("kperfdiff native ingest", "kperfdiff ingest.perfdata.load", "kperfdiff native ingest, by_process=True",
+    for row in ("native ingest (native.read_perf_data)", "ingest.perfdata.load (native + Profile)",
+                "native ingest, by_process=True", "ingest.perfdata.load(by_process=True)",
                 "perf report --stdio --sort sym -g none --no-children", "perf script > /dev/null",
                 "cat perf.data > /dev/null (page cache)"):
         assert re.search(rf"^{re.escape(row)} +{NUM} +{NUM} +{NUM} +{NUM}$", out, re.M), (row, out)
