@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
-"""Time `kperfdiff diff A B --children` against `perf diff A B` on two large
-perf.data files (about 1.4M samples each, with call chains), and `kperfdiff diff`
-with 10 profiles a side (the same two files named ten times each) against one.
+"""Time `kperfdiff diff A B --children` against `perf diff A B` on the recording shapes of
+``benchmarks/shapes.py`` (fork, shell, threads, kernel; ``--shapes`` picks some): per shape, two
+files of that shape (sides a and b, about 1.2M samples each with call chains) recorded once
+into ``--dir`` and reused, with the kallsyms beside them passed explicitly to both tools.
 
-The files are recorded once (perf record -e cpu-clock -F 20000 -g -a around a
-busy two-CPU workload for about 35 s each) and cached in /tmp/kperfdiff-bench/
-with a kallsyms snapshot beside each. Each command runs --repeat times (default
-3) in a fresh wrapper process so its peak RSS (getrusage of children) is its
-own; the harness prints the median and best wall time, the ratio, and peak
-memory, each against its target (kperfdiff at most 0.4x perf diff's time, under
-150 MB; ten profiles a side take at most ten times one). Not a pass/fail test.
+Each command runs end to end (``kperfdiff`` is the entry point beside this interpreter, start-up
+included) --repeat times, each in a fresh wrapper process so its peak RSS (getrusage of
+children) is its own; the harness prints per shape the median and best wall time of each, the
+ratio (medians) and peak memory against the targets (kperfdiff at most 0.4x perf diff's time,
+under 150 MB), with the 1-minute load average before and after the shape. For one shape
+(``--detail``, default fork) it also times `kperfdiff diff --children -j 1` and 10 profiles a
+side (the same two files named ten times each; they should take at most ten times one).
+Not a pass/fail test.
 
-    .venv/bin/python benchmarks/bench_diff.py [--repeat N] [--seconds S] [--rerecord] [--replicates 10]
+    .venv/bin/python benchmarks/bench_diff.py [--shapes fork,shell,threads,kernel] [--dir /tmp/kpd-shapes]
+        [--rerecord] [--seconds 30] [--repeat 5] [--detail fork|none] [--replicates 10]
         [--before DIR]   (also time another checkout of kperfdiff, built with make setup, in the same run)
 """
 from __future__ import annotations
@@ -25,17 +28,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-KPERFDIFF = Path(sys.executable).with_name("kperfdiff")
-CACHE = Path("/tmp/kperfdiff-bench")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import shapes  # noqa: E402  (benchmarks/ is not a package)
 
-# Two different busy workloads, one copy per CPU, so the profiles differ.
-WORKLOADS = {
-    "a": "while :; do dd if=/dev/zero of=/dev/null bs=64k count=20000 2>/dev/null; "
-         "for i in 1 2 3 4 5 6 7 8; do /bin/true; done; done",
-    "b": "while :; do head -c 4000000 /dev/urandom > /dev/null; "
-         "for i in 1 2 3 4 5 6 7 8 9 10 11 12; do /bin/true; done; done",
-}
+KPERFDIFF = Path(sys.executable).with_name("kperfdiff")
+TARGET_RATIO = 0.4      # kperfdiff diff --children against perf diff (medians)
+TARGET_MB = 150         # kperfdiff's peak RSS
 
 WRAPPER = r"""
 import resource, subprocess, sys, time
@@ -49,21 +47,6 @@ print(dt, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 """
 
 
-def record(name: str, seconds: int, rerecord: bool) -> Path:
-    out = CACHE / f"{name}.perf.data"
-    if out.exists() and not rerecord:
-        return out
-    CACHE.mkdir(parents=True, exist_ok=True)
-    ncpu = os.cpu_count() or 2
-    loops = " & ".join([f"( {WORKLOADS[name]} )"] * ncpu)
-    cmd = ["perf", "record", "-q", "-e", "cpu-clock", "-F", "20000", "-g", "-a", "-o", str(out), "--",
-           "timeout", str(seconds), "sh", "-c", f"{loops} & wait"]
-    print(f"recording {out} ({seconds} s, {ncpu} CPUs)...", file=sys.stderr)
-    subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL)
-    shutil.copyfile("/proc/kallsyms", CACHE / f"{name}.kallsyms")
-    return out
-
-
 def samples(path: Path) -> int:
     p = subprocess.run(["perf", "report", "-i", str(path), "--stats"], capture_output=True, text=True)
     for line in p.stdout.splitlines():
@@ -73,6 +56,7 @@ def samples(path: Path) -> int:
 
 
 def measure(cmd: list[str], repeat: int) -> tuple[list[float], int]:
+    """Wall seconds of each run and the largest peak RSS (KiB) of ``cmd``."""
     times, rss = [], 0
     for _ in range(repeat):
         p = subprocess.run([sys.executable, "-c", WRAPPER, *cmd], capture_output=True, text=True)
@@ -84,58 +68,103 @@ def measure(cmd: list[str], repeat: int) -> tuple[list[float], int]:
     return times, rss
 
 
+def warm(*files: Path) -> None:
+    """Read the files once, so every timing reads them from the page cache."""
+    for f in files:
+        with open(f, "rb") as fh:
+            while fh.read(1 << 24):
+                pass
+
+
+def time_shape(shape: str, a: Path, b: Path, ks: Path, args, detail: bool) -> dict:
+    """Every run of one shape, with the load average around them."""
+    warm(a, b)
+    kd = [str(KPERFDIFF), "diff", str(a), str(b), "--children", "--kallsyms", str(ks)]
+    pd = ["perf", "diff", "--kallsyms", str(ks), str(a), str(b)]
+    load_before = os.getloadavg()[0]
+    runs = {"kperfdiff diff --children": measure(kd, args.repeat), "perf diff": measure(pd, args.repeat)}
+    if args.before:
+        before = str(args.before / ".venv" / "bin" / "kperfdiff")
+        runs["before: kperfdiff diff --children"] = measure([before, *kd[1:]], args.repeat)
+    if detail:
+        many = [str(KPERFDIFF), "diff", ",".join([str(a)] * args.replicates),
+                ",".join([str(b)] * args.replicates), "--children", "--kallsyms", str(ks)]
+        runs["kperfdiff diff --children -j 1"] = measure(kd + ["-j", "1"], args.repeat)
+        runs[f"kperfdiff diff --children, {args.replicates} a side"] = measure(many, max(1, args.repeat // 2))
+        if args.before:
+            runs[f"before: {args.replicates} a side"] = measure([before, *many[1:]], max(1, args.repeat // 2))
+    return {"shape": shape, "samples": [samples(a), samples(b)], "mb": [a.stat().st_size / 1e6, b.stat().st_size / 1e6],
+            "load_before": load_before, "load_after": os.getloadavg()[0],
+            "runs": {name: {"seconds": t, "rss_kb": r} for name, (t, r) in runs.items()}}
+
+
+def verdict(met: bool) -> str:
+    return "met" if met else "NOT met"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--seconds", type=int, default=35)
-    ap.add_argument("--rerecord", action="store_true")
+    ap.add_argument("--shapes", default=",".join(shapes.SHAPES),
+                    help=f"comma-separated recording shapes to time (default: all of {','.join(shapes.SHAPES)})")
+    ap.add_argument("--dir", type=Path, default=Path("/tmp/kpd-shapes"),
+                    help="where the shapes' recordings and kallsyms are kept (default: /tmp/kpd-shapes)")
+    ap.add_argument("--rerecord", action="store_true", help="record the shapes again")
+    ap.add_argument("--seconds", type=int, default=30, help="length of a recording")
+    ap.add_argument("--freq", type=int, default=20000, help="sampling frequency of a recording")
+    ap.add_argument("--repeat", type=int, default=5, help="runs of each command (best and median are reported)")
+    ap.add_argument("--detail", default="fork", metavar="SHAPE",
+                    help="the shape that also gets -j 1 and the many-profiles row (default: fork; none: no shape)")
     ap.add_argument("--replicates", type=int, default=10, help="profiles a side in the many-profiles row")
     ap.add_argument("--before", type=Path, metavar="DIR",
                     help="another kperfdiff checkout (built with make setup) to time beside this one")
     args = ap.parse_args()
     if shutil.which("perf") is None:
         raise SystemExit("perf is not installed")
-    a = record("a", args.seconds, args.rerecord)
-    b = record("b", args.seconds, args.rerecord)
-    na, nb = samples(a), samples(b)
-    print(f"A: {a} {na} samples ({a.stat().st_size / 1e6:.0f} MB); B: {b} {nb} samples "
-          f"({b.stat().st_size / 1e6:.0f} MB)")
-    # warm the page cache
-    for f in (a, b):
-        with open(f, "rb") as fh:
-            while fh.read(1 << 24):
-                pass
-    kd = [str(KPERFDIFF), "diff", str(a), str(b), "--children"]
-    pd = ["perf", "diff", str(a), str(b)]
-    many = [str(KPERFDIFF), "diff", ",".join([str(a)] * args.replicates), ",".join([str(b)] * args.replicates),
-            "--children"]
-    load_before = os.getloadavg()
-    runs = {
-        "kperfdiff diff --children": measure(kd, args.repeat),
-        "kperfdiff diff --children -j 1": measure(kd + ["-j", "1"], args.repeat),
-        "perf diff": measure(pd, args.repeat),
-        f"kperfdiff diff --children, {args.replicates} a side": measure(many, max(1, args.repeat // 2)),
-    }
-    if args.before:
-        before = str(args.before / ".venv" / "bin" / "kperfdiff")
-        runs["before: kperfdiff diff --children"] = measure([before, *kd[1:]], args.repeat)
-        runs[f"before: {args.replicates} a side"] = measure([before, *many[1:]], max(1, args.repeat // 2))
-    load_after = os.getloadavg()
-    print(f"load average (1 min) {load_before[0]:.2f} before, {load_after[0]:.2f} after, on {os.cpu_count()} CPUs")
-    print(f"{'command':42} {'median s':>9} {'best s':>8} {'x perf diff':>12} {'peak RSS MB':>12}")
-    pm = statistics.median(runs["perf diff"][0])
-    for name, (times, rss) in runs.items():
-        med = statistics.median(times)
-        print(f"{name:42} {med:9.2f} {min(times):8.2f} {med / pm:12.2f} {rss / 1024:12.1f}")
-    k_times, k_rss = runs["kperfdiff diff --children"]
-    km = statistics.median(k_times)
-    mm = statistics.median(runs[f"kperfdiff diff --children, {args.replicates} a side"][0])
-    print(f"target: kperfdiff diff --children at most 0.4x perf diff: {km / pm:.2f}x (median); "
-          f"peak memory under 150 MB: {k_rss / 1024:.0f} MB (with -j 1: {runs['kperfdiff diff --children -j 1'][1] / 1024:.0f} MB)")
-    print(f"target: {args.replicates} profiles a side scale linearly: {mm / km:.1f}x the time of one a side "
-          f"({mm / (2 * args.replicates):.2f} s a profile against {km / 2:.2f} s a profile with one a side)")
-    print(f"samples/s end to end: {(na + nb) / km / 1e6:.2f} M")
-    print(json.dumps({"samples": [na, nb], **{name: {"seconds": t, "rss_kb": r} for name, (t, r) in runs.items()}}))
+    if not KPERFDIFF.exists():
+        raise SystemExit(f"{KPERFDIFF}: no kperfdiff entry point beside this interpreter (run with .venv/bin/python)")
+    if args.repeat < 1 or args.replicates < 1:
+        raise SystemExit("--repeat and --replicates must be at least 1")
+    if args.before and not (args.before / ".venv" / "bin" / "kperfdiff").exists():
+        raise SystemExit(f"--before {args.before}: no .venv/bin/kperfdiff there (run make setup in it)")
+    picked = [s for s in args.shapes.split(",") if s]
+    unknown = [s for s in picked if s not in shapes.SHAPES]
+    if unknown or not picked:
+        raise SystemExit(f"--shapes {args.shapes}: the shapes are {', '.join(shapes.SHAPES)}")
+    if args.detail not in (*shapes.SHAPES, "none"):
+        raise SystemExit(f"--detail {args.detail}: a shape ({', '.join(shapes.SHAPES)}) or none")
+    files = shapes.recordings(args.dir, picked, sides=("a", "b"), seconds=args.seconds, freq=args.freq,
+                              rerecord=args.rerecord)
+    ks = args.dir / "kallsyms"
+    results = [time_shape(s, files[(s, "a")], files[(s, "b")], ks, args, s == args.detail) for s in picked]
+
+    print(f"end to end, each run a fresh process; median and best of {args.repeat} "
+          f"(many-profiles rows: of {max(1, args.repeat // 2)}); {len(os.sched_getaffinity(0))} CPUs; "
+          f"kallsyms {ks}")
+    print(f"{'shape':8} {'command':42} {'median s':>9} {'best s':>8} {'x perf diff':>12} {'peak RSS MB':>12}")
+    for r in results:
+        na, nb = r["samples"]
+        print(f"{r['shape']}: A {na} samples ({r['mb'][0]:.0f} MB), B {nb} samples ({r['mb'][1]:.0f} MB); "
+              f"load average (1 min) {r['load_before']:.2f} before, {r['load_after']:.2f} after")
+        pm = statistics.median(r["runs"]["perf diff"]["seconds"])
+        for name, run in r["runs"].items():
+            med = statistics.median(run["seconds"])
+            print(f"{r['shape']:8} {name:42} {med:9.2f} {min(run['seconds']):8.2f} {med / pm:12.2f} "
+                  f"{run['rss_kb'] / 1024:12.1f}")
+    for r in results:
+        runs = r["runs"]
+        km = statistics.median(runs["kperfdiff diff --children"]["seconds"])
+        pm = statistics.median(runs["perf diff"]["seconds"])
+        mb = runs["kperfdiff diff --children"]["rss_kb"] / 1024
+        print(f"target {r['shape']}: kperfdiff diff --children at most {TARGET_RATIO}x perf diff: {km / pm:.2f}x "
+              f"(median), {verdict(km / pm <= TARGET_RATIO)}; under {TARGET_MB} MB: {mb:.0f} MB, "
+              f"{verdict(mb < TARGET_MB)}; {sum(r['samples']) / km / 1e6:.2f}M samples/s end to end")
+        many = runs.get(f"kperfdiff diff --children, {args.replicates} a side")
+        if many:
+            mm = statistics.median(many["seconds"])
+            print(f"target {r['shape']}: {args.replicates} profiles a side scale linearly: {mm / km:.1f}x the time "
+                  f"of one a side ({mm / (2 * args.replicates):.2f} s a profile against {km / 2:.2f} s a profile "
+                  f"with one a side); -j 1: {runs['kperfdiff diff --children -j 1']['rss_kb'] / 1024:.0f} MB")
+    print(json.dumps({"shapes": results}))
     return 0
 
 

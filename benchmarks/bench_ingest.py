@@ -1,26 +1,27 @@
-"""Harness (not a test): how fast kperfdiff reads a large perf.data, against perf.
+"""Harness (not a test): how fast kperfdiff reads the perf.data files users record, against ``cat`` and perf.
 
-Records once (cached in a temp folder) a system-wide profile with call chains
-and at least ~1M samples, then times in one run:
+By default it times every recording shape of ``benchmarks/shapes.py`` (fork, shell, threads,
+kernel; ``--shapes`` picks some), each recorded once into ``--dir`` and reused. Per shape, in
+one run: the file at page-cache speed (``cat > /dev/null``, the floor), kperfdiff's native
+ingest on one core (``native.read_perf_data`` in a fresh child process, timed by the child
+itself, best of ``--repeat``), Msamples/s and the ratio to ``cat``, with the 1-minute load
+average just before and after the shape's timings. When the native module takes ``threads``,
+the same file is also read with ``threads=<CPUs>``: best time, speed-up over one thread, and
+whether the returned dict is identical to the one-thread dict (every key; ``MISMATCH`` if not).
+``--before DIR`` times another checkout's native ingest on the same files in the same run.
+It ends with one line per shape against the targets (at least 10M samples/s on one core; one
+file on 2 cores at least 1.7x one core).
 
-* kperfdiff's native ingest (``native.read_perf_data``) and the full
-  ``ingest.perfdata.load`` (native + building the Profile), each also with
-  ``by_process=True`` (stacks per process name, as export and diff --folded read);
-* ``perf report --stdio --sort sym`` with the call graph and with ``-g none
-  --no-children``;
-* ``perf script > /dev/null``;
-* reading the file at page-cache speed (``cat > /dev/null``), the floor;
-* two copies of the file read one after the other and at once (``ingest.load.load_many``
-  with one worker and with one per CPU): how reading scales with cores.
+    python benchmarks/bench_ingest.py [--shapes fork,shell,threads,kernel] [--dir /tmp/kpd-shapes] [--rerecord]
+        [--seconds 30] [--freq 20000] [--repeat 9] [--threads N] [--before DIR]
 
-Prints samples per second, ratios against kperfdiff and peak memory (max RSS
-of each child process; kperfdiff runs in a child too, so the numbers compare),
-with the load average before and after: on a shared machine, quote the load
-with the figures (the best of --repeat runs is the least disturbed one).
-
-    python benchmarks/bench_ingest.py [--seconds 30] [--freq 20000] [--dir DIR] [--rerecord] [--repeat 5]
-        [--file PERF.DATA --kallsyms FILE]   (time a file of your own instead of recording one)
-        [--before DIR]   (also time another checkout of kperfdiff, built with make setup, in the same run)
+With ``--file PERF.DATA --kallsyms FILE`` it times one file in detail instead: native ingest and
+``ingest.perfdata.load`` (each also with ``by_process=True``, stacks per process name, as export
+and diff --folded read), ``perf report --stdio --sort sym -g none --no-children``, ``perf script``,
+``cat``, the one-file-on-all-cores figure, and two copies of the file read one after the other and
+at once (``ingest.load.load_many`` with one worker and one per CPU); with samples per second,
+the time as a multiple of the native ingest's and peak memory (max RSS of each child process). ``--full`` adds
+``perf report`` with the call graph (slow: 16 s and 5 GB for a million samples).
 
 The Rust reader alone, without Python (for profiling with ``perf record``):
 
@@ -34,25 +35,15 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import shapes  # noqa: E402  (benchmarks/ is not a package)
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def record(folder: Path, seconds: int, freq: int) -> Path:
-    data = folder / "big.perf.data"
-    if data.exists():
-        return data
-    ncpu = os.cpu_count() or 2
-    # One busy syscall loop per CPU: enters the kernel, deep-ish call chains.
-    work = " & ".join([f"timeout {seconds} dd if=/dev/zero of=/dev/null bs=4k"] * ncpu) + " & wait"
-    print(f"recording {seconds}s system-wide at {freq} Hz on {ncpu} CPUs into {data} ...", file=sys.stderr)
-    subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-F", str(freq), "-g", "-a", "-o", str(data),
-                    "--", "sh", "-c", work], check=True, stdout=subprocess.DEVNULL)
-    shutil.copy("/proc/kallsyms", folder / "kallsyms")
-    return data
+TARGET_MSPS = 10.0      # Msamples/s with call chains on one core
+TARGET_SPEEDUP = 1.7    # one file read on 2 cores against one
 
 
 def timed(argv: list[str], stdout=subprocess.DEVNULL) -> tuple[float, float]:
@@ -73,11 +64,44 @@ from functools import partial
 from kperfdiff import native
 from kperfdiff.ingest import perfdata
 path, ks, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+
+
+def first_difference(a, b, where="dict"):
+    if type(a) is not type(b):
+        return f"{where}: {type(a).__name__} against {type(b).__name__}"
+    if isinstance(a, dict):
+        if list(a) != list(b):
+            return f"{where}: keys {sorted(set(a) ^ set(b)) or 'in another order'}"
+        for k in a:
+            d = first_difference(a[k], b[k], f"{where}[{k!r}]")
+            if d:
+                return d
+        return None
+    if isinstance(a, list):
+        if len(a) != len(b):
+            return f"{where}: {len(a)} items against {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            d = first_difference(x, y, f"{where}[{i}]")
+            if d:
+                return d
+        return None
+    return None if a == b else f"{where}: differs"
+
+
 t = time.perf_counter()
 if mode == "native":
     d = native.read_perf_data(path, kallsyms=ks)
     n = sum(e["samples"] for e in d["events"])
     extra = {"stacks": len(d["stack_offsets"]) // 8 - 1, "symbols": len(d["sym_names"])}
+elif mode.startswith("threads"):
+    d = native.read_perf_data(path, kallsyms=ks, threads=int(mode[7:]))
+    n = sum(e["samples"] for e in d["events"])
+    extra = {}
+elif mode.startswith("compare"):
+    one = native.read_perf_data(path, kallsyms=ks, threads=1)
+    many = native.read_perf_data(path, kallsyms=ks, threads=int(mode[7:]))
+    n = sum(e["samples"] for e in one["events"])
+    extra = {"difference": first_difference(one, many)}
 elif mode == "native-by-process":
     d = native.read_perf_data(path, kallsyms=ks, by_process=True)
     n = sum(e["samples"] for e in d["events"])
@@ -101,72 +125,144 @@ print(json.dumps({"seconds": time.perf_counter() - t, "samples": n, **extra}))
 
 
 def child(data: Path, ks: Path, mode: str, root: Path = ROOT) -> list[str]:
-    """The command that reads ``data`` with the kperfdiff checkout at ``root`` (its own venv)."""
-    return [str(root / ".venv" / "bin" / "python"), "-c", CHILD, str(data), str(ks), mode, str(root / "src")]
+    """The command that reads ``data`` with the kperfdiff checkout at ``root``: this one with this
+    interpreter, another with its own venv (``make setup``)."""
+    python = sys.executable if root == ROOT else str(root / ".venv" / "bin" / "python")
+    return [python, "-c", CHILD, str(data), str(ks), mode, str(root / "src")]
 
 
 def kperfdiff_run(data: Path, ks: Path, mode: str, root: Path = ROOT) -> dict:
     """Time kperfdiff's ingest inside a fresh child (its own timer, without interpreter start-up)."""
     p = subprocess.run(child(data, ks, mode, root), capture_output=True, text=True)
     if p.returncode != 0:
-        raise SystemExit(f"kperfdiff ingest failed: {p.stderr}")
+        raise SystemExit(f"kperfdiff ingest failed ({mode}, {root}): {p.stderr.strip()[-2000:]}")
     return json.loads(p.stdout)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seconds", type=int, default=30)
-    ap.add_argument("--freq", type=int, default=20000)
-    ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "kperfdiff-bench-ingest")
-    ap.add_argument("--rerecord", action="store_true")
-    ap.add_argument("--repeat", type=int, default=5, help="runs of kperfdiff ingest (best is reported)")
-    ap.add_argument("--file", type=Path, help="a perf.data to time instead of recording one")
-    ap.add_argument("--kallsyms", type=Path, help="the kallsyms of --file")
-    ap.add_argument("--before", type=Path, metavar="DIR",
-                    help="another kperfdiff checkout (built with make setup) to time beside this one")
-    args = ap.parse_args()
-    if shutil.which("perf") is None:
-        raise SystemExit("perf is not installed")
-    if args.file:
-        if not args.kallsyms:
-            raise SystemExit("--file needs --kallsyms")
-        data, ks = args.file, args.kallsyms
-    else:
-        args.dir.mkdir(parents=True, exist_ok=True)
-        if args.rerecord:
-            (args.dir / "big.perf.data").unlink(missing_ok=True)
-        data = record(args.dir, args.seconds, args.freq)
-        ks = args.dir / "kallsyms"
-    size_mb = data.stat().st_size / 1e6
+def best(data: Path, ks: Path, mode: str, repeat: int, root: Path = ROOT) -> dict:
+    return min((kperfdiff_run(data, ks, mode, root) for _ in range(repeat)), key=lambda i: i["seconds"])
 
+
+def has_threads(root: Path = ROOT) -> bool:
+    """Whether the checkout's native reader takes ``threads`` (reads one file on several threads)."""
+    probe = "from kperfdiff import native; print('threads' in (native.read_perf_data.__text_signature__ or ''))"
+    python = sys.executable if root == ROOT else str(root / ".venv" / "bin" / "python")
+    p = subprocess.run([python, "-c", f"import sys; sys.path.insert(0, {str(root / 'src')!r}); {probe}"],
+                       capture_output=True, text=True)
+    return p.stdout.strip() == "True"
+
+
+def cat_seconds(data: Path, repeat: int) -> float:
+    timed(["cat", str(data)])  # warms the page cache
+    return min(timed(["cat", str(data)])[0] for _ in range(repeat))
+
+
+def threads_figure(data: Path, ks: Path, n: int, repeat: int) -> dict:
+    """One file read with ``threads=n``: best seconds, and the first difference from ``threads=1`` (None)."""
+    fig = best(data, ks, f"threads{n}", repeat)
+    fig["difference"] = kperfdiff_run(data, ks, f"compare{n}")["difference"]
+    return fig
+
+
+def load1() -> float:
+    return os.getloadavg()[0]
+
+
+def time_shape(shape: str, data: Path, ks: Path, args, threads: int | None) -> dict:
+    """Every figure of one shape, with the load average around them."""
+    r = {"shape": shape, "file": str(data), "mb": data.stat().st_size / 1e6, "load_before": load1()}
+    r["cat"] = cat_seconds(data, args.repeat)
+    one = best(data, ks, "native", args.repeat)
+    r.update(samples=one["samples"], stacks=one["stacks"], native=one["seconds"])
+    if args.before:
+        r["before"] = best(data, ks, "native", args.repeat, args.before)["seconds"]
+    if threads:
+        fig = threads_figure(data, ks, threads, args.repeat)
+        r.update(threads=threads, threaded=fig["seconds"], difference=fig["difference"])
+    r["load_after"] = load1()
+    return r
+
+
+def msps(samples: int, seconds: float) -> float:
+    return samples / seconds / 1e6
+
+
+def print_shapes(rows: list[dict], args, threads: int | None) -> None:
+    ncpu = len(os.sched_getaffinity(0))
+    print(f"native ingest, one core: best of {args.repeat} in a fresh process (its own timer); "
+          f"cat: best of {args.repeat} from the page cache; {ncpu} CPUs")
+    head = f"{'shape':8} {'samples':>9} {'MB':>6} {'stacks':>8} {'cat s':>7} {'native s':>9} {'Msamples/s':>11} {'x cat':>6}"
+    if args.before:
+        head += f" {'before s':>9} {'before Ms/s':>11} {'speed-up':>9}"
+    print(head + f"  {'load 1m before/after':>20}")
+    for r in rows:
+        line = (f"{r['shape']:8} {r['samples']:9d} {r['mb']:6.1f} {r['stacks']:8d} {r['cat']:7.3f} {r['native']:9.3f} "
+                f"{msps(r['samples'], r['native']):11.2f} {r['native'] / r['cat']:6.1f}")
+        if args.before:
+            line += f" {r['before']:9.3f} {msps(r['samples'], r['before']):11.2f} {r['before'] / r['native']:8.2f}x"
+        print(line + f"  {r['load_before']:9.2f}/{r['load_after']:.2f}")
+    if threads:
+        print(f"one file on {threads} threads (native.read_perf_data(threads={threads}), best of {args.repeat}):")
+        print(f"{'shape':8} {'threads':>7} {'best s':>8} {'Msamples/s':>11} {'speed-up':>9}  dict vs threads=1")
+        for r in rows:
+            same = "identical" if r["difference"] is None else f"MISMATCH: {r['difference']}"
+            print(f"{r['shape']:8} {threads:7d} {r['threaded']:8.3f} {msps(r['samples'], r['threaded']):11.2f} "
+                  f"{r['native'] / r['threaded']:8.2f}x  {same}")
+    else:
+        print("one file on several threads: not measured (this checkout's native.read_perf_data takes no `threads`)")
+    for r in rows:
+        got = msps(r["samples"], r["native"])
+        print(f"target >= {TARGET_MSPS:g} Msamples/s on one core: {r['shape']} {got:.2f} Msamples/s, "
+              f"{'met' if got >= TARGET_MSPS else 'NOT met'} ({got / TARGET_MSPS:.2f} of target)")
+    if threads:
+        ups = ", ".join(f"{r['shape']} {r['native'] / r['threaded']:.2f}x" for r in rows)
+        met = all(r["native"] / r["threaded"] >= TARGET_SPEEDUP for r in rows)
+        print(f"target one file on 2 cores >= {TARGET_SPEEDUP}x one core: {ups} on {threads} threads: "
+              f"{'met' if met else 'NOT met'}")
+    else:
+        print(f"target one file on 2 cores >= {TARGET_SPEEDUP}x one core: not measured (no `threads`)")
+    mismatches = [r["shape"] for r in rows if threads and r["difference"] is not None]
+    if mismatches:
+        print(f"MISMATCH: threads={threads} returned a different dict from threads=1 for {', '.join(mismatches)}")
+    print(json.dumps({"shapes": rows}))
+    if mismatches:
+        raise SystemExit(1)
+
+
+def single_file(data: Path, ks: Path, args, threads: int | None) -> None:
+    """The detailed rows of one file (--file)."""
+    size_mb = data.stat().st_size / 1e6
     load_before = os.getloadavg()
-    cat_s, _ = timed(["cat", str(data)])  # warms the page cache too
-    cat_s = min(timed(["cat", str(data)])[0] for _ in range(args.repeat))
+    cat_s = cat_seconds(data, args.repeat)
 
     rows = []
-    best = min((kperfdiff_run(data, ks, "native") for _ in range(args.repeat)), key=lambda i: i["seconds"])
-    samples = best["samples"]
-    t_native = best["seconds"]
+    one = best(data, ks, "native", args.repeat)
+    samples = one["samples"]
+    t_native = one["seconds"]
     # Peak memory of the whole child (interpreter + numpy + ingest), from wait4.
     _, rss_native = timed(child(data, ks, "native"))
     info_load = kperfdiff_run(data, ks, "load")
     _, rss_load = timed(child(data, ks, "load"))
-    rows.append(("kperfdiff native ingest", t_native, rss_native))
-    rows.append(("kperfdiff ingest.perfdata.load", info_load["seconds"], rss_load))
+    rows.append(("native ingest (native.read_perf_data)", t_native, rss_native))
+    rows.append(("ingest.perfdata.load (native + Profile)", info_load["seconds"], rss_load))
     # per process name (export and diff --folded ask for it): what it costs over the default
-    by_proc = min((kperfdiff_run(data, ks, "native-by-process") for _ in range(args.repeat)),
-                  key=lambda i: i["seconds"])
-    rows.append(("kperfdiff native ingest, by_process=True", by_proc["seconds"],
+    by_proc = best(data, ks, "native-by-process", args.repeat)
+    rows.append(("native ingest, by_process=True", by_proc["seconds"],
                  timed(child(data, ks, "native-by-process"))[1]))
     info_proc = kperfdiff_run(data, ks, "load-by-process")
-    rows.append(("kperfdiff ingest.perfdata.load(by_process=True)", info_proc["seconds"],
+    rows.append(("ingest.perfdata.load(by_process=True)", info_proc["seconds"],
                  timed(child(data, ks, "load-by-process"))[1]))
     if args.before:
-        old = min((kperfdiff_run(data, ks, "native", args.before) for _ in range(args.repeat)),
-                  key=lambda i: i["seconds"])
-        rows.append(("before: kperfdiff native ingest", old["seconds"], timed(child(data, ks, "native", args.before))[1]))
-    perf_g, rss_g = timed(["perf", "report", "-i", str(data), "--kallsyms", str(ks), "--stdio", "--sort", "sym"])
-    rows.append(("perf report --stdio --sort sym (call graph)", perf_g, rss_g))
+        old = best(data, ks, "native", args.repeat, args.before)
+        rows.append(("before: native ingest", old["seconds"], timed(child(data, ks, "native", args.before))[1]))
+    fig = None
+    if threads:
+        fig = threads_figure(data, ks, threads, args.repeat)
+        rows.append((f"native ingest, threads={threads}", fig["seconds"],
+                     timed(child(data, ks, f"threads{threads}"))[1]))
+    if args.full:
+        perf_g, rss_g = timed(["perf", "report", "-i", str(data), "--kallsyms", str(ks), "--stdio", "--sort", "sym"])
+        rows.append(("perf report --stdio --sort sym (call graph)", perf_g, rss_g))
     perf_ng, rss_ng = timed(["perf", "report", "-i", str(data), "--kallsyms", str(ks), "--stdio", "--sort", "sym",
                              "-g", "none", "--no-children"])
     rows.append(("perf report --stdio --sort sym -g none --no-children", perf_ng, rss_ng))
@@ -178,19 +274,70 @@ def main() -> None:
             for w in (1, ncpu)}
 
     load_after = os.getloadavg()
-    print(f"file: {data} ({size_mb:.1f} MB, {samples} samples, {best['stacks']} unique stacks, "
-          f"{best['symbols']} symbols)")
+    print(f"file: {data} ({size_mb:.1f} MB, {samples} samples, {one['stacks']} unique stacks, "
+          f"{one['symbols']} symbols)")
     print(f"load average (1/5/15 min) before {'/'.join(f'{x:.2f}' for x in load_before)}, "
-          f"after {'/'.join(f'{x:.2f}' for x in load_after)} on {os.cpu_count()} CPUs; "
-          f"kperfdiff native best of {args.repeat}")
-    print(f"{'what':55s} {'seconds':>9s} {'Msamples/s':>11s} {'x kperfdiff':>12s} {'max RSS MiB':>12s}")
+          f"after {'/'.join(f'{x:.2f}' for x in load_after)} on {ncpu} CPUs; "
+          f"native ingest best of {args.repeat}")
+    print(f"{'what':55s} {'seconds':>9s} {'Msamples/s':>11s} {'x native':>12s} {'max RSS MiB':>12s}")
     for name, sec, rss in rows:
-        print(f"{name:55s} {sec:9.3f} {samples / sec / 1e6:11.2f} {sec / t_native:12.1f} {rss:12.1f}")
-    print(f"target: >= 10 Msamples/s with call chains on one core; native ingest reads "
-          f"{samples / t_native / 1e6:.2f} Msamples/s, {size_mb / t_native:.0f} MB/s vs page cache "
+        print(f"{name:55s} {sec:9.3f} {msps(samples, sec):11.2f} {sec / t_native:12.1f} {rss:12.1f}")
+    print(f"target: >= {TARGET_MSPS:g} Msamples/s with call chains on one core; native ingest reads "
+          f"{msps(samples, t_native):.2f} Msamples/s, {size_mb / t_native:.0f} MB/s vs page cache "
           f"{size_mb / cat_s:.0f} MB/s ({t_native / cat_s:.1f}x the time of cat)")
+    if fig:
+        same = "identical" if fig["difference"] is None else f"MISMATCH: {fig['difference']}"
+        print(f"target: one file on 2 cores >= {TARGET_SPEEDUP}x one core: threads={threads} "
+              f"{t_native / fig['seconds']:.2f}x; dict against threads=1: {same}")
+    else:
+        print(f"target: one file on 2 cores >= {TARGET_SPEEDUP}x one core: not measured "
+              f"(this checkout's native.read_perf_data takes no `threads`)")
     print(f"two copies of the file, ingest.perfdata.load: {pair[1]:.3f} s one after the other, {pair[ncpu]:.3f} s "
           f"with {ncpu} at once ({pair[1] / pair[ncpu]:.2f}x; {2 * samples / pair[ncpu] / 1e6:.2f} Msamples/s)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", default=",".join(shapes.SHAPES),
+                    help=f"comma-separated recording shapes to time (default: all of {','.join(shapes.SHAPES)})")
+    ap.add_argument("--dir", type=Path, default=Path("/tmp/kpd-shapes"),
+                    help="where the shapes' recordings and kallsyms are kept (default: /tmp/kpd-shapes)")
+    ap.add_argument("--rerecord", action="store_true", help="record the shapes again")
+    ap.add_argument("--seconds", type=int, default=30, help="length of a recording")
+    ap.add_argument("--freq", type=int, default=20000, help="sampling frequency of a recording")
+    ap.add_argument("--repeat", type=int, default=9, help="runs of each timing (best is reported)")
+    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
+                    help="threads of the one-file-on-all-cores figure (default: the CPUs)")
+    ap.add_argument("--file", type=Path, help="time this perf.data in detail instead of the shapes")
+    ap.add_argument("--kallsyms", type=Path, help="the kallsyms of --file")
+    ap.add_argument("--full", action="store_true", help="with --file: add perf report with the call graph (slow)")
+    ap.add_argument("--before", type=Path, metavar="DIR",
+                    help="another kperfdiff checkout (built with make setup) to time beside this one")
+    args = ap.parse_args()
+    if shutil.which("perf") is None:
+        raise SystemExit("perf is not installed")
+    if args.repeat < 1 or args.threads < 1:
+        raise SystemExit("--repeat and --threads must be at least 1")
+    if args.before and not (args.before / ".venv" / "bin" / "python").exists():
+        raise SystemExit(f"--before {args.before}: no .venv/bin/python there (run make setup in it)")
+    threads = args.threads if has_threads() else None
+    if args.file:
+        if not args.kallsyms:
+            raise SystemExit("--file needs --kallsyms")
+        for f in (args.file, args.kallsyms):
+            if not f.is_file():
+                raise SystemExit(f"{f}: no such file")
+        single_file(args.file, args.kallsyms, args, threads)
+        return
+    picked = [s for s in args.shapes.split(",") if s]
+    unknown = [s for s in picked if s not in shapes.SHAPES]
+    if unknown or not picked:
+        raise SystemExit(f"--shapes {args.shapes}: the shapes are {', '.join(shapes.SHAPES)}")
+    files = shapes.recordings(args.dir, picked, sides=("a",), seconds=args.seconds, freq=args.freq,
+                              rerecord=args.rerecord)
+    ks = args.dir / "kallsyms"
+    rows = [time_shape(s, files[(s, "a")], ks, args, threads) for s in picked]
+    print_shapes(rows, args, threads)
 
 
 if __name__ == "__main__":

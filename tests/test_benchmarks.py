@@ -1,0 +1,150 @@
+"""The speed harnesses (benchmarks/bench_ingest.py, bench_diff.py) keep running: each is run once,
+--repeat 1, on a small perf.data with call chains from tests/data standing in for a recording shape
+(and, for bench_ingest, on --file), and its rows and JSON are checked. A copy of this checkout whose
+native reader takes `threads` (a wrapper around the real one) exercises the one-file-on-all-cores
+figure and its MISMATCH check. A few seconds in all."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support import DATA, KPERFDIFF, ROOT
+
+pytestmark = pytest.mark.skipif(shutil.which("perf") is None, reason="perf is not installed")
+
+PLAIN = DATA / "perfdata" / "plain.perf.data"      # 3652 samples with call chains
+SAMPLES = 3652
+NUM = r"\d+\.\d+"
+
+
+@pytest.fixture
+def shape_dir(tmp_path) -> Path:
+    """A shapes folder (shapes.recordings reuses what it finds): fork-a and fork-b are plain.perf.data,
+    with the kallsyms of its boot."""
+    d = tmp_path / "shapes"
+    d.mkdir()
+    for side in "ab":
+        shutil.copy(PLAIN, d / f"fork-{side}.perf.data")
+    (d / "kallsyms").write_bytes(gzip.decompress((DATA / "perfdata" / "kallsyms.gz").read_bytes()))
+    return d
+
+
+def harness(script: Path, *args, check: int = 0, env: dict | None = None) -> subprocess.CompletedProcess:
+    p = subprocess.run([sys.executable, str(script), *map(str, args)], capture_output=True, text=True,
+                       timeout=120, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+    assert p.returncode == check, f"exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    return p
+
+
+def before_checkout(tmp_path: Path) -> Path:
+    """Another checkout for --before: this one's sources behind a .venv of this interpreter."""
+    d = tmp_path / "before"
+    (d / ".venv" / "bin").mkdir(parents=True)
+    python = d / ".venv" / "bin" / "python"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    (d / ".venv" / "bin" / "kperfdiff").symlink_to(KPERFDIFF)
+    (d / "src").symlink_to(ROOT / "src")
+    return d
+
+
+def threaded_checkout(tmp_path: Path) -> Path:
+    """A copy of this checkout whose `native.read_perf_data` takes `threads` (and ignores it, unless
+    FAKE_MISMATCH is set: then threads > 1 counts one sample more)."""
+    d = tmp_path / "threaded"
+    shutil.copytree(ROOT / "benchmarks", d / "benchmarks", ignore=shutil.ignore_patterns("__pycache__"))
+    pkg = d / "src" / "kperfdiff"
+    shutil.copytree(ROOT / "src" / "kperfdiff", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    so = next(pkg.glob("native*.so"))
+    (pkg / "_real").mkdir()
+    so.rename(pkg / "_real" / so.name)
+    (pkg / "native.py").write_text('''
+import os
+from kperfdiff._real import native as _real
+from kperfdiff._real.native import *  # noqa: F401,F403
+
+
+def read_perf_data(path, kallsyms=None, symfs=None, debug_dirs=None, by_process=False, threads=1):
+    d = _real.read_perf_data(path, kallsyms=kallsyms, symfs=symfs, debug_dirs=debug_dirs, by_process=by_process)
+    if threads > 1 and os.environ.get("FAKE_MISMATCH"):
+        d["events"][0]["samples"] += 1
+    return d
+
+
+read_perf_data.__text_signature__ = "(path, kallsyms=None, symfs=None, debug_dirs=None, by_process=False, threads=1)"
+''')
+    return d
+
+
+def test_bench_ingest_shapes(shape_dir, tmp_path):
+    p = harness(ROOT / "benchmarks" / "bench_ingest.py", "--shapes", "fork", "--dir", shape_dir, "--repeat", 1,
+                "--before", before_checkout(tmp_path))
+    out = p.stdout
+    assert re.search(rf"^fork +{SAMPLES} +{NUM} +\d+ +{NUM} +{NUM} +{NUM} +{NUM} +{NUM} +{NUM} +{NUM}x +{NUM}/{NUM}$",
+                     out, re.M), out
+    assert re.search(rf"^target >= 10 Msamples/s on one core: fork {NUM} Msamples/s, (met|NOT met)", out, re.M), out
+    assert "target one file on 2 cores >= 1.7x one core: " in out
+    row = json.loads(out.splitlines()[-1])["shapes"][0]
+    assert (row["shape"], row["samples"]) == ("fork", SAMPLES)
+    assert row["native"] > 0 and row["before"] > 0 and row["cat"] > 0
+    assert row["load_before"] >= 0 and row["load_after"] >= 0
+
+
+def test_bench_ingest_threads(shape_dir, tmp_path):
+    """With a reader that takes `threads`: the second figure per shape, identical dicts, and MISMATCH
+    (exit 1) when threads > 1 returns another dict."""
+    script = threaded_checkout(tmp_path) / "benchmarks" / "bench_ingest.py"
+    args = ("--shapes", "fork", "--dir", shape_dir, "--repeat", 1, "--threads", 2)
+    out = harness(script, *args).stdout
+    assert re.search(rf"^fork +2 +{NUM} +{NUM} +{NUM}x  identical$", out, re.M), out
+    assert re.search(rf"^target one file on 2 cores >= 1.7x one core: fork {NUM}x on 2 threads: (met|NOT met)$",
+                     out, re.M), out
+    assert json.loads(out.splitlines()[-1])["shapes"][0]["difference"] is None
+    bad = harness(script, *args, check=1, env={"FAKE_MISMATCH": "1"}).stdout
+    assert re.search(r"^fork .*MISMATCH: dict\['events'\]\[0\]\['samples'\]: differs$", bad, re.M), bad
+    assert "MISMATCH: threads=2 returned a different dict from threads=1 for fork" in bad
+
+
+def test_bench_ingest_file(shape_dir):
+    out = harness(ROOT / "benchmarks" / "bench_ingest.py", "--file", shape_dir / "fork-a.perf.data",
+                  "--kallsyms", shape_dir / "kallsyms", "--repeat", 1).stdout
+    assert f"{SAMPLES} samples" in out.splitlines()[0]
+    for row in ("native ingest (native.read_perf_data)", "ingest.perfdata.load (native + Profile)",
+                "native ingest, by_process=True", "ingest.perfdata.load(by_process=True)",
+                "perf report --stdio --sort sym -g none --no-children", "perf script > /dev/null",
+                "cat perf.data > /dev/null (page cache)"):
+        assert re.search(rf"^{re.escape(row)} +{NUM} +{NUM} +{NUM} +{NUM}$", out, re.M), (row, out)
+    assert "(call graph)" not in out                   # only with --full
+    assert re.search(rf"^two copies of the file, ingest.perfdata.load: {NUM} s one after the other", out, re.M), out
+
+
+def test_bench_diff_shapes(shape_dir, tmp_path):
+    p = harness(ROOT / "benchmarks" / "bench_diff.py", "--shapes", "fork", "--dir", shape_dir, "--repeat", 1,
+                "--replicates", 2, "--before", before_checkout(tmp_path))
+    out = p.stdout
+    for name in ("kperfdiff diff --children", "perf diff", "before: kperfdiff diff --children",
+                 "kperfdiff diff --children -j 1", "kperfdiff diff --children, 2 a side", "before: 2 a side"):
+        assert re.search(rf"^fork +{re.escape(name)} +{NUM} +{NUM} +{NUM} +{NUM}$", out, re.M), (name, out)
+    assert re.search(rf"^target fork: kperfdiff diff --children at most 0.4x perf diff: {NUM}x \(median\), "
+                     rf"(met|NOT met); under 150 MB: \d+ MB, (met|NOT met); ", out, re.M), out
+    shape = json.loads(out.splitlines()[-1])["shapes"][0]
+    assert shape["samples"] == [SAMPLES, SAMPLES]
+    assert all(run["rss_kb"] > 0 and len(run["seconds"]) == 1 for run in shape["runs"].values())
+
+
+@pytest.mark.parametrize("script,args", [
+    ("bench_ingest.py", ["--shapes", "fork,nope"]),
+    ("bench_diff.py", ["--shapes", "nope"]),
+    ("bench_diff.py", ["--detail", "nope"]),
+    ("bench_ingest.py", ["--file", "missing.perf.data", "--kallsyms", "missing"]),
+])
+def test_bad_arguments(script, args, tmp_path):
+    p = harness(ROOT / "benchmarks" / script, *args, "--dir", tmp_path, check=1)
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
