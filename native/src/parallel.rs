@@ -32,9 +32,9 @@ pub fn min_bytes() -> usize {
 }
 
 /// What replaying a stretch of the file costs, against reading it in full (measured on
-/// the four recording shapes of `benchmarks/shapes.py`: 0.15-0.3). The parts are sized so
+/// the four recording shapes of `benchmarks/shapes.py`: 0.22-0.28). The parts are sized so
 /// that every thread has the same work: the later ones replay more before their part.
-const REPLAY_COST: f64 = 0.2;
+const REPLAY_COST: f64 = 0.25;
 
 /// The region offsets where each part after the first begins (`threads - 1` of them),
 /// so that each thread's replay and part take the same time.

@@ -21,8 +21,57 @@ struct Proc {
     gen: u64,
 }
 
+/// Processes by pid: pids are small and handed out in order, so a table of pages of 4096
+/// pids (allocated as pids are met) beats a hash map on a file of many short-lived
+/// processes; pids outside it (negative, or past 2^22: pid_max's limit) go to a map.
+#[derive(Default)]
+struct PidTable {
+    pages: Vec<Option<Box<[Option<Proc>]>>>,
+    others: FxHashMap<i32, Proc>,
+}
+
+const PAGE_BITS: u32 = 12;
+const MAX_PAGED_PID: i32 = 1 << 22;
+
+impl PidTable {
+    #[inline]
+    fn get(&self, pid: i32) -> Option<&Proc> {
+        if (0..MAX_PAGED_PID).contains(&pid) {
+            let page = self.pages.get((pid >> PAGE_BITS) as usize)?.as_ref()?;
+            page[(pid & ((1 << PAGE_BITS) - 1)) as usize].as_ref()
+        } else {
+            self.others.get(&pid)
+        }
+    }
+
+    #[inline]
+    fn slot(&mut self, pid: i32) -> &mut Option<Proc> {
+        let (page, i) = ((pid >> PAGE_BITS) as usize, (pid & ((1 << PAGE_BITS) - 1)) as usize);
+        if self.pages.len() <= page {
+            self.pages.resize_with(page + 1, || None);
+        }
+        &mut self.pages[page].get_or_insert_with(|| (0..1 << PAGE_BITS).map(|_| None).collect())[i]
+    }
+
+    fn insert(&mut self, pid: i32, p: Proc) {
+        if (0..MAX_PAGED_PID).contains(&pid) {
+            *self.slot(pid) = Some(p);
+        } else {
+            self.others.insert(pid, p);
+        }
+    }
+
+    fn get_or_default(&mut self, pid: i32) -> &mut Proc {
+        if (0..MAX_PAGED_PID).contains(&pid) {
+            self.slot(pid).get_or_insert_with(Proc::default)
+        } else {
+            self.others.entry(pid).or_default()
+        }
+    }
+}
+
 pub struct Processes {
-    procs: FxHashMap<i32, Proc>,
+    procs: PidTable,
     next_gen: u64,
     /// (pid, maps generation, next_gen when cached), by pid % 16: valid while
     /// no process changed (every change takes a new generation).
@@ -31,7 +80,7 @@ pub struct Processes {
 
 impl Processes {
     pub fn new() -> Self {
-        Processes { procs: FxHashMap::default(), next_gen: 0, gen_cache: [(0, 0, u64::MAX); 16] }
+        Processes { procs: PidTable::default(), next_gen: 0, gen_cache: [(0, 0, u64::MAX); 16] }
     }
 
     fn new_gen(&mut self) -> u64 {
@@ -46,7 +95,7 @@ impl Processes {
         if slot.0 == pid && slot.2 == self.next_gen {
             slot.1
         } else {
-            let gen = self.procs.get(&pid).map(|p| p.gen).unwrap_or(0);
+            let gen = self.procs.get(pid).map(|p| p.gen).unwrap_or(0);
             self.gen_cache[pid as usize & 15] = (pid, gen, self.next_gen);
             gen
         }
@@ -70,14 +119,14 @@ impl Processes {
     /// The mappings of process `pid`, sorted by address (None for a process never seen).
     #[inline]
     pub fn maps(&self, pid: i32) -> Option<&[Map]> {
-        self.procs.get(&pid).map(|p| &p.maps[..])
+        self.procs.get(pid).map(|p| &p.maps[..])
     }
 
     /// A new mapping, over whatever it overlaps.
     pub fn add_map(&mut self, pid: i32, start: u64, len: u64, pgoff: u64, dso: u32) {
         let end = start.saturating_add(len);
         let gen = self.new_gen();
-        let p = self.procs.entry(pid).or_default();
+        let p = self.procs.get_or_default(pid);
         let mut maps = Vec::with_capacity(p.maps.len() + 2);
         for &m in p.maps.iter() {
             if m.end <= start || m.start >= end {
@@ -106,7 +155,7 @@ impl Processes {
     /// A new process with its parent's mappings: it shares them, and their generation,
     /// until it or its parent maps or execs.
     pub fn fork(&mut self, pid: i32, ppid: i32) {
-        let child = self.procs.get(&ppid).cloned().unwrap_or_default();
+        let child = self.procs.get(ppid).cloned().unwrap_or_default();
         self.procs.insert(pid, child);
         // The cached generation of `pid` may be an earlier process's with that pid.
         self.gen_cache[pid as usize & 15].2 = u64::MAX;
