@@ -108,7 +108,7 @@ def test_bench_ingest_threads(shape_dir, tmp_path):
                      out, re.M), out
     assert json.loads(out.splitlines()[-1])["shapes"][0]["difference"] is None
     bad = harness(script, *args, check=1, env={"FAKE_MISMATCH": "1"}).stdout
-    assert re.search(r"^fork .*MISMATCH: dict\['events'\]\[0\]\['samples'\]: differs$", bad, re.M), bad
+    assert re.search(r"^fork .*MISMATCH: by_process=False\['events'\]\[0\]\['samples'\]: differs$", bad, re.M), bad
     assert "MISMATCH: threads=2 returned a different dict from threads=1 for fork" in bad
 
 

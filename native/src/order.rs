@@ -321,11 +321,16 @@ impl Rounds {
         // sort merges those runs. Offsets are unique and in file order, so equal times keep it.
         let n = partition(&mut self.pending, |e| due(e.0));
         let records = &mut self.pending[..n];
-        records.sort_by_key(|e| (e.0, e.1 & PENDING_OFF_MASK));
-        for e in records.iter() {
-            if full {
+        if full {
+            records.sort_by_key(|e| (e.0, e.1 & PENDING_OFF_MASK));
+            for e in records.iter() {
                 deliver_one::<T, S>(region, sink, e.1);
-            } else if e.1 & PENDING_STATE != 0 {
+            }
+        } else {
+            // Only the state records are replayed: they alone need sorting.
+            let mut states: Vec<(u64, u64)> = records.iter().copied().filter(|e| e.1 & PENDING_STATE != 0).collect();
+            states.sort_unstable_by_key(|e| (e.0, e.1 & PENDING_OFF_MASK));
+            for e in &states {
                 replay_one::<T, S>(region, sink, e.1);
             }
         }
