@@ -28,6 +28,10 @@ pub enum Cut {
     Record { at: usize },
     /// The crate's reader of compressed files stopped.
     Unreadable(linux_perf_data::Error),
+    /// A reader of a later part (`Part`) replayed the round before its part without the
+    /// records it needs (a round longer than `REPLAY_WINDOW`): the file must be read on
+    /// one thread. Never a result of a whole file's read.
+    RoundTooLong,
 }
 
 impl std::fmt::Display for Cut {
@@ -37,6 +41,7 @@ impl std::fmt::Display for Cut {
             Cut::ImpossibleSize { at, size } => write!(f, "a record at byte {at} has an impossible size {size}"),
             Cut::Record { at } => write!(f, "a record is cut at byte {at}"),
             Cut::Unreadable(e) => write!(f, "a record could not be read ({e})"),
+            Cut::RoundTooLong => write!(f, "a round is too long to be read in parts"),
         }
     }
 }
@@ -66,6 +71,22 @@ pub trait RecordSink {
 pub struct Part {
     pub from: Option<usize>,
     pub to: Option<usize>,
+}
+
+/// Before its part, a reader keeps the records that do not change its state only from this
+/// far before the part's start: only the records of the round that ends the part before
+/// (the round its part's first flush is at) can still be pending when its part begins, and
+/// they only while every record of that round is kept, in order. Every record of an earlier
+/// round is due at the next round's end at the latest (its time is at most the limit then),
+/// so it is gone before any of them could be reordered by it. A round longer than this
+/// (rounds are perf's buffers drained once: about 100 KB here) makes the part unreadable
+/// (`Cut::RoundTooLong`).
+const REPLAY_WINDOW: usize = 32 << 20;
+
+/// `REPLAY_WINDOW`, or the environment's `KPERFDIFF_REPLAY_WINDOW` (tests make it small, so
+/// that small files keep only part of what comes before a part, or too little).
+fn replay_window() -> usize {
+    std::env::var("KPERFDIFF_REPLAY_WINDOW").ok().and_then(|v| v.parse().ok()).unwrap_or(REPLAY_WINDOW)
 }
 
 /// Populate the window ahead, and release it behind, by this much.
@@ -126,6 +147,10 @@ pub fn read_mapped<T: ByteOrder, S: RecordSink>(
     let mut rounds = Rounds::new(samples_commute);
     // Whether this reader's part has begun (records are handed over in full and counted).
     let mut full = part.from.is_none();
+    // Before its part, the records that do not change the state are kept from here on
+    // (REPLAY_WINDOW); and where the last round ended.
+    let keep_from = part.from.map_or(0, |f| f.saturating_sub(replay_window()));
+    let mut round_start = 0usize;
     let mut pos = 0usize;
     let mut cut = None;
     while pos < region.len() {
@@ -149,8 +174,12 @@ pub fn read_mapped<T: ByteOrder, S: RecordSink>(
             // The part begins after the flush at the first round's end at or after `from`
             // and ends with the one at or after `to` (at once, when that is the same).
             if !full && part.from.is_some_and(|f| pos >= f) {
+                if round_start < keep_from {
+                    return Ok(Some(Cut::RoundTooLong));
+                }
                 full = true;
             }
+            round_start = pos;
             if full && part.to.is_some_and(|t| pos >= t) {
                 return Ok(None);
             }
@@ -162,7 +191,14 @@ pub fn read_mapped<T: ByteOrder, S: RecordSink>(
             }
         } else {
             let ai = events.attr_index::<T>(ty, body);
-            rounds.push(time_of::<T>(&events.attrs[ai], ty, body), pos, ai, changes_state(ty));
+            let t = time_of::<T>(&events.attrs[ai], ty, body);
+            let state = changes_state(ty);
+            if full || state || pos >= keep_from {
+                rounds.push(t, pos, ai, state);
+            } else {
+                // a record this reader drops, long before its part: only its time counts
+                rounds.cur_max = rounds.cur_max.max(t);
+            }
         }
         pos += size;
     }

@@ -87,6 +87,9 @@ pub fn read<'o, T: ByteOrder>(
     let mut merged: Option<(Decoder<'o>, Option<Cut>)> = None;
     for (i, r) in results.into_iter().enumerate() {
         let (dec, cut) = r?;
+        if matches!(cut, Some(Cut::RoundTooLong)) {
+            return Ok(None);
+        }
         if trace {
             // What each thread read (tests check that every part did work): stderr only.
             eprintln!("kperfdiff reader part {} of {threads}: {} samples", i + 1, dec.counts.samples);
