@@ -111,10 +111,7 @@ def load_events(path: str | Path, *, kallsyms: str | Path | None = None, symfs: 
 
 def default_jobs() -> int:
     """How many files are read at once: one per CPU this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    return perfdata.usable_cpus()
 
 
 def load_many(jobs: list[Callable[[], Profile]], workers: int | None = None) -> list[Profile]:

@@ -49,12 +49,17 @@ _NS_EVENTS = {"cpu-clock", "task-clock"}
 threads_per_file: int | None = None
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def reader_threads() -> int:
     """How many threads the native reader may read one file on now."""
-    if threads_per_file is not None:
-        return threads_per_file
-    from kperfdiff.ingest.load import default_jobs
-    return default_jobs()
+    return threads_per_file if threads_per_file is not None else usable_cpus()
 
 
 def read_meta(perf_data: Path) -> dict:
