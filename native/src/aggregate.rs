@@ -22,15 +22,17 @@ struct Acc {
     by_proc: FxHashMap<u64, (u64, u64)>,
 }
 
-/// The raw-chain caches are bounded memos (`ChainMap`): 1 MiB of whole chains,
-/// 2 MiB of kernel heads. A memo of whole chains that fits the core's cache reads
-/// faster than a larger one that empties less often: on three files recorded here
-/// (1.2M, 1.4M and 0.6M samples, 25-75% of them on chains not seen before) 1 MiB
-/// read 9-13% faster than 8 MiB, for 1-10% more chains symbolized.
-const CHAIN_CACHE_WORDS: usize = 1 << 17;
-const HEAD_CACHE_WORDS: usize = 256 << 10;
-/// Tails by what their addresses mean (file and offset): the same size as the chains'.
-const TAIL_CACHE_WORDS: usize = 1 << 17;
+/// The raw-chain caches are bounded memos (`ChainMap`): 512 KiB of whole chains,
+/// 1 MiB of kernel heads, 512 KiB of tails by file and offset. A memo that fits the
+/// core's cache reads faster than a larger one that empties less often: on three files
+/// recorded here (1.2M, 1.4M and 0.6M samples, 25-75% of them on chains not seen before)
+/// 1 MiB of chains read 9-13% faster than 8 MiB, for 1-10% more chains symbolized; with
+/// the tails' memo beside it, on the four shapes of `benchmarks/shapes.py`, half of those
+/// sizes read 3-9% faster than the sizes before (1 MiB, 2 MiB, 1 MiB), and a quarter of
+/// them 0-5% faster again (the machine shared; the middle kept).
+const CHAIN_CACHE_WORDS: usize = 1 << 16;
+const HEAD_CACHE_WORDS: usize = 1 << 17;
+const TAIL_CACHE_WORDS: usize = 1 << 16;
 /// The most words one key takes: its prefix, and a chain as long as a record
 /// can hold (64 KiB).
 const KEY_WORDS: usize = 8 + (64 << 10) / 8;
