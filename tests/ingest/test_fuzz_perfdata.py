@@ -91,8 +91,11 @@ def test_fuzz_load_path(tmp_path, monkeypatch):
     """Inputs of the native fuzzer through load, load_events, diff and export (every 50th by the
     real CLI too); executions and seed from KPD_FUZZ_PERFDATA_EXECS / KPD_FUZZ_SEED (CI: 300, seed
     1). Before: the IndexError of an event without samples (load_events, diff, export), and
-    exports of no samples written as empty files with exit status 0."""
+    exports of no samples written as empty files with exit status 0. Every input is read on
+    several threads, as a large file is (the parts and their merge: native/src/parallel.rs)."""
     monkeypatch.setenv("HOME", str(tmp_path))   # no perf build-id cache: only what lies beside the input
+    monkeypatch.setenv("KPERFDIFF_PARALLEL_MIN_BYTES", "0")
+    monkeypatch.setenv("KPERFDIFF_REPLAY_WINDOW", "4096")
     n = int(os.environ.get("KPD_FUZZ_PERFDATA_EXECS", "300"))
     seed = int(os.environ.get("KPD_FUZZ_SEED", "1"))
     counts, examples = fuzz_perfdata(tmp_path, executions=n, seed=seed)
