@@ -84,6 +84,19 @@ def test_the_command_line_starts_without_heavy_libraries_or_other_commands():
     assert "kperfdiff.commands.bench" in found[("bench", "--list")][1]
 
 
+def test_a_diff_of_two_files_opens_no_store_and_writes_no_flame_graph():
+    """`kperfdiff diff A B` of two profile files imports neither the store (SQLite, hashlib, socket)
+    nor the flame graph writer (xml.sax pulls in urllib, http.client and ssl): they are DEFERRED to
+    the paths that need them (a stored run, --flamegraph or --folded)."""
+    data = ROOT / "tests" / "data" / "diff"
+    rc, imported = arch.startup_modules(("diff", str(data / "x86_64.folded"), str(data / "arm64.folded")))
+    assert rc == 0
+    assert not {"kperfdiff.store", "sqlite3", "kperfdiff.render.flamegraph", "xml.sax", "ssl"} & imported
+    rc, imported = arch.startup_modules(("diff", str(data / "x86_64.folded"), str(data / "arm64.folded"),
+                                         "--flamegraph", "/dev/null"))
+    assert rc == 0 and "kperfdiff.render.flamegraph" in imported
+
+
 def test_the_start_up_check_catches_a_planted_heavy_import(tmp_path):
     """A heavy library imported at the top of a module on the path of `runs`, and a command module
     imported by another, are caught."""
@@ -194,10 +207,9 @@ def test_each_detector_catches_a_planted_violation(planted):
     # the dispatcher's load by name counts: commands <-> commands.go
     assert arch.cycles(arch.graph(mods)) == [["kperfdiff.analysis.diff", "kperfdiff.store"],
                                              ["kperfdiff.commands", "kperfdiff.commands.go"]]
-    # inside a function: a kperfdiff module or json is hidden, numpy and scipy are declared (HEAVY);
-    # by name: only in a loader
+    # inside a function: a kperfdiff module or json is hidden, numpy and scipy (HEAVY) and the store
+    # (DEFERRED) are declared; by name: only in a loader
     assert sorted(arch.hidden_imports(mods)) == [
-        "analysis.diff:2 imports kperfdiff.store inside a function",
         "analysis.diff:3 imports kperfdiff.core.stats inside a function",
         "core.stats:5 imports json inside a function",
         "core.stats:6 imports importlib inside a function",

@@ -10,7 +10,8 @@ loader imports by name (``importlib.import_module``) from its table (LOADERS). O
 import-time graph (no ``TYPE_CHECKING`` imports) decides what a module pulls in at run time.
 
 An import inside a function hides a dependency from the top of the file, so it needs a declared
-reason: a library slow to import that only some paths need (HEAVY), or a loader's table. The
+reason: a library slow to import that only some paths need (HEAVY), one of kperfdiff's own
+modules likewise (DEFERRED), or a loader's table. The
 start-up check runs the real entry point and looks at what it imported (sys.modules): the
 commands that must start at once (STARTUP) may import no HEAVY library and no command module
 but their own.
@@ -68,6 +69,14 @@ HEAVY = {
     "yaml": "LAVA jobs, their logs and lavacli's configuration only",
     "psycopg": "a PostgreSQL store only (an optional dependency)",
     "otava": "change points (kperfdiff changes, history --format html) only: scipy.stats with it, ~0.9 s",
+}
+# kperfdiff's own modules slow to import (with what they pull in) that only some paths of a command
+# need: a function of such a path may import them, so that the others start without them.
+DEFERRED = {
+    f"{PACKAGE}.store": "the results store (sqlite3, hashlib, socket: ~10 ms): a diff, export or placement "
+                        "of profile files never opens it, only one naming a stored run does",
+    f"{PACKAGE}.render.flamegraph": "flame graphs and folded files (xml.sax.saxutils pulls in urllib, "
+                                    "http.client and ssl: ~14 ms): a diff writes them only when asked to",
 }
 # Modules that import modules of their own package by name, from a table: module -> the table
 # (a dict whose values name the modules, or a tuple of tuples whose last item does).
@@ -297,10 +306,12 @@ def heavy(module: str) -> str | None:
 
 def hidden_imports(mods) -> list[str]:
     """Imports a reader of a module's top does not see, without a declared reason: one inside a
-    function, of anything but a HEAVY library; a module loaded by name outside a loader (LOADERS)."""
+    function, of anything but a HEAVY library or a DEFERRED module; a module loaded by name outside a
+    loader (LOADERS)."""
     out = [f"{m.short}:{i.line} imports {i.target or i.external} inside a function"
            for m in mods.values() for i in m.imports
-           if i.in_function and not i.by_name and not (i.external and heavy(i.external))]
+           if i.in_function and not i.by_name and not (i.external and heavy(i.external))
+           and not any(i.target == d or (i.target or "").startswith(d + ".") for d in DEFERRED)]
     out += [f"{m.short}:{line} loads a module by name outside a declared loader (LOADERS)"
             for m in mods.values() if m.name not in LOADERS for line in m.loads_by_name]
     return out

@@ -6,19 +6,24 @@ import shlex
 import sys
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from kperfdiff.core.errors import InputError
-from kperfdiff.store import Store
-from kperfdiff.store.backend import mask
+
+if TYPE_CHECKING:
+    from kperfdiff.store import Store
 
 
 def open_store(args, create: bool = True) -> Store:
     """The store of --store (or $KPERFDIFF_STORE, or the default file); commands that only read pass
     create=False. Each command opens it once, here."""
+    from kperfdiff.store import Store   # here: a command that needs no store (diff of files) starts without it
     return Store.open(getattr(args, "store", None), create=create)
 
 
 def command_line() -> str:
     """This command line as a run records it, with any PostgreSQL password masked."""
+    from kperfdiff.store.backend import mask
     return mask(shlex.join(["kperfdiff", *sys.argv[1:]]))
 
 

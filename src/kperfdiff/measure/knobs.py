@@ -32,6 +32,7 @@ import re
 import signal
 import time
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from kperfdiff.core.errors import BenchError, KperfdiffError
@@ -144,8 +145,12 @@ def _pattern_re(pattern: str) -> re.Pattern:
     return re.compile("".join(out) + r"\Z")
 
 
-_ALLOWED = [(_pattern_re(p), p) for p, _ in PERFORMANCE_KNOBS]
-_DANGEROUS = [(_pattern_re(p), why) for p, why in DANGEROUS_KNOBS]
+@cache
+def _patterns() -> tuple[list, list]:
+    """The allowed and the dangerous patterns, compiled when a knob is first checked (not when a
+    command that sets no knob starts)."""
+    return ([(_pattern_re(p), p) for p, _ in PERFORMANCE_KNOBS],
+            [(_pattern_re(p), why) for p, why in DANGEROUS_KNOBS])
 
 
 def _resolved(path: str) -> str:
@@ -156,7 +161,7 @@ def _resolved(path: str) -> str:
 
 
 def _dangerous(path: str) -> str | None:
-    for rx, why in _DANGEROUS:
+    for rx, why in _patterns()[1]:
         if rx.match(path):
             return why
     return None
@@ -175,7 +180,7 @@ def check_knob_path(path: str, allowed: frozenset[str] | set[str] = frozenset())
         why = _dangerous(p)
         if why:
             return f"is never set by kperfdiff: {why}"
-    if any(rx.match(p) for rx, _ in _ALLOWED for p in (path, real)):
+    if any(rx.match(p) for rx, _ in _patterns()[0] for p in (path, real)):
         return None
     if path in allowed or real in {_resolved(a) for a in allowed}:
         return None
