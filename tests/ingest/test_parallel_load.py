@@ -81,3 +81,24 @@ def test_the_first_failure_in_order_is_the_one_reported():
     with pytest.raises(InputError, match="file 1 is broken"):
         load_many([ok, bad(1), ok, bad(2)], workers=4)
     assert load_many([ok, ok], workers=2) == ["fine", "fine"]
+
+
+def test_meanwhile_runs_on_the_calling_thread_while_the_files_are_read():
+    """load_many's ``meanwhile`` (what `diff` does while its files are read: load numpy) runs once,
+    on the calling thread, while the loads are in flight: a load that waits for it finishes; with
+    one worker it runs before the loads."""
+    import threading
+    done = threading.Event()
+    calls = []
+
+    def meanwhile():
+        calls.append(threading.current_thread() is threading.main_thread())
+        done.set()
+
+    def job(i):
+        return lambda: (done.wait(10) and i, threading.current_thread() is threading.main_thread())
+    assert load_many([job(1), job(2)], workers=2, meanwhile=meanwhile) == [(1, False), (2, False)]
+    assert calls == [True]
+    done.clear()
+    assert load_many([job(1), job(2)], workers=1, meanwhile=meanwhile) == [(1, True), (2, True)]
+    assert calls == [True, True]

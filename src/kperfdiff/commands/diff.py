@@ -3,6 +3,7 @@ any flame graph or folded files."""
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import sys
 from pathlib import Path
@@ -11,8 +12,6 @@ from kperfdiff.analysis.profile_diff import DiffOptions, add_folded, diff_profil
 from kperfdiff.core.errors import InputError, KperfdiffError
 from kperfdiff.ingest.load import ProfileRef, load_sides
 from kperfdiff.render import diff as render
-from kperfdiff.render import flamegraph
-from kperfdiff.store import Store, default_location, is_url
 from kperfdiff.symbols.equivalence import load_roles
 from kperfdiff.commands.common import write_file
 from kperfdiff.commands.parsing import FORMATS, Parser, whole
@@ -158,10 +157,11 @@ def options(args: argparse.Namespace) -> DiffOptions:
 def store_lookup(store_path: str | None, event: str | None = None):
     """RUN[:benchmark[@CORES]] -> one (paths, meta) per repetition, from the store (opened once,
     and only when a side names something that is not a file)."""
-    location = store_path or default_location()
-    opened: list[Store] = []
+    opened: list = []
 
     def refs(ref: str) -> list[ProfileRef]:
+        from kperfdiff.store import Store, default_location, is_url   # only for a store reference
+        location = store_path or default_location()
         if not is_url(location) and not Path(location).exists():
             raise InputError(f"{ref}: no such file, and there is no results store at {location} to look it up in")
         try:
@@ -176,7 +176,27 @@ def store_lookup(store_path: str | None, event: str | None = None):
     return refs
 
 
+def _while_reading() -> None:
+    """What the command does while its files are read (the native reader runs without the GIL): load
+    numpy, which turning the reader's arrays into profiles needs next."""
+    import numpy
+    del numpy
+
+
 def run(args: argparse.Namespace) -> int:
+    """The command, with the cyclic garbage collector off: reading two profiles makes hundreds of
+    thousands of tuples, lists and dicts and no reference cycle, so collecting every few hundred
+    allocations would only cost time (about 5% of a diff). It is on again after."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        return _run(args)
+    finally:
+        if was:
+            gc.enable()
+
+
+def _run(args: argparse.Namespace) -> int:
     opts = options(args)
     if opts.maps:
         load_roles(opts.maps)   # report a bad map before reading profiles
@@ -186,10 +206,12 @@ def run(args: argparse.Namespace) -> int:
                                 symfs=[args.symfs_a or args.symfs, args.symfs_b or args.symfs], event=args.event,
                                 folded_kernel=args.folded_kernel, workers=args.jobs,
                                 by_process=bool(args.folded),  # --folded puts each stack under its process
-                                kallsyms_unchecked=args.kallsyms_unchecked)
+                                kallsyms_unchecked=args.kallsyms_unchecked, meanwhile=_while_reading)
     result = diff_profiles(side_a, side_b, opts)
     for w in result.warnings:
         print(f"kperfdiff: warning: {w}", file=sys.stderr)
+    if args.flamegraph or args.folded:
+        from kperfdiff.render import flamegraph
     if args.flamegraph:
         add_folded(result, side_a, side_b)
         write_file(args.flamegraph, flamegraph.differential_svg(result))

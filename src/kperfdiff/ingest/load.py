@@ -13,12 +13,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kperfdiff.core.errors import InputError
 from kperfdiff.core.files import check_input_file
-from kperfdiff.core.records import StoredProfile
 from kperfdiff.ingest import perfdata, source, text
 from kperfdiff.ingest.profile import Profile, merge
+
+if TYPE_CHECKING:
+    from kperfdiff.core.records import StoredProfile
 
 HEAD_BYTES = 65536            # what sniffing reads, extended to the end of a longer first line
 MAX_FIRST_LINE = 16 << 20     # ... up to this
@@ -114,19 +117,25 @@ def default_jobs() -> int:
     return perfdata.usable_cpus()
 
 
-def load_many(jobs: list[Callable[[], Profile]], workers: int | None = None) -> list[Profile]:
+def load_many(jobs: list[Callable[[], Profile]], workers: int | None = None,
+              meanwhile: Callable[[], object] | None = None) -> list[Profile]:
     """Run profile loads, up to ``workers`` at once (default: one per CPU), and return their
     profiles in order. When loads fail, the first failing one in order raises, as it would have
-    read one after another."""
+    read one after another. ``meanwhile`` is run once by the calling thread while the files are
+    read (work that needs no profile, such as imports; before the loads when there is one worker)."""
     cores = default_jobs()
     workers = min(len(jobs), workers or cores)
     before = perfdata.threads_per_file
     perfdata.threads_per_file = max(1, cores // max(1, workers))
     try:
         if workers <= 1:
+            if meanwhile is not None:
+                meanwhile()
             return [job() for job in jobs]
         with ThreadPoolExecutor(max_workers=workers) as pool:
             futures = [pool.submit(job) for job in jobs]
+            if meanwhile is not None:
+                meanwhile()
             return [f.result() for f in futures]
     finally:
         perfdata.threads_per_file = before
@@ -182,10 +191,11 @@ def _replicate(paths: list[Path], meta: dict, copies: list[Profile]) -> Profile:
 def load_sides(specs: list[str], lookup: Callable[[str], list[ProfileRef]], *, kallsyms: list[str | None],
                symfs: list[str | None], event: str | None = None, folded_kernel: str = "auto",
                workers: int | None = None, by_process: bool = False,
-               kallsyms_unchecked: bool = False) -> list[list[Profile]]:
+               kallsyms_unchecked: bool = False, meanwhile: Callable[[], object] | None = None) -> list[list[Profile]]:
     """One profile per replicate of each side (``specs[i]``, read with ``kallsyms[i]`` and
     ``symfs[i]``; each replicate's parallel copies merged), every file of every side read at once
-    (``by_process``, ``kallsyms_unchecked``: as for :func:`load`)."""
+    (``by_process``, ``kallsyms_unchecked``: as for :func:`load`; ``meanwhile``: as for
+    :func:`load_many`)."""
     sides = [resolve_side(spec, lookup) for spec in specs]
     if sum(str(p) == source.STDIN for refs in sides for paths, _ in refs for p in paths) > 1:
         raise InputError("standard input (-) can be read only once; give at most one profile as -")
@@ -200,7 +210,7 @@ def load_sides(specs: list[str], lookup: Callable[[str], list[ProfileRef]], *, k
                                     symfs=[copy_fs] if copy_fs else None,
                                     event=None if meta.get("counted") else event, folded_kernel=folded_kernel,
                                     by_process=by_process, kallsyms_unchecked=kallsyms_unchecked))
-    loaded = iter(load_many(jobs, workers))
+    loaded = iter(load_many(jobs, workers, meanwhile))
     return [[_replicate(paths, meta, [next(loaded) for _ in paths]) for paths, meta in refs] for refs in sides]
 
 

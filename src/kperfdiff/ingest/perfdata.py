@@ -33,8 +33,6 @@ import json
 import os
 from pathlib import Path
 
-import numpy as np
-
 from kperfdiff.core.arch import normalise_arch
 from kperfdiff.core.errors import InputError
 from kperfdiff.core.files import check_input_file
@@ -176,6 +174,7 @@ def _meta(raw: dict, path: Path, ks: Path | None) -> dict:
 
 
 def _profiles(raw: dict, path: Path, meta: dict, wanted: list[int]) -> list[Profile]:
+    import numpy as np   # here, not at import: the native read runs while numpy loads
     names = raw["sym_names"]
     sym_dso = np.frombuffer(raw["sym_dso"], dtype=np.uint32)
     sym_kernel = np.frombuffer(raw["sym_kernel"], dtype=np.uint8)
@@ -192,12 +191,11 @@ def _profiles(raw: dict, path: Path, meta: dict, wanted: list[int]) -> list[Prof
         used = np.nonzero(child_c > 0)[0]
         remap = np.full(len(names), -1, dtype=np.int64)
         remap[used] = np.arange(len(used))
-        symbols = [Symbol(names[j], dso_names[sym_dso[j]], bool(sym_kernel[j])) for j in used.tolist()]
+        symbols = [Symbol(names[j], dso_names[d], bool(k))
+                   for j, d, k in zip(used.tolist(), sym_dso[used].tolist(), sym_kernel[used].tolist())]
         stack_ids = np.frombuffer(ev["stack_ids"], dtype=np.uint32)
         stack_w = np.frombuffer(ev["stack_weight"], dtype=np.float64)
         stack_c = np.frombuffer(ev["stack_count"], dtype=np.uint64)
-        stacks: dict[tuple[int, ...], float] = {}
-        counts: dict[tuple[int, ...], int] = {}
         # One vectorised remap of every frame, then plain list slices per stack. The frames
         # refer to one int object per symbol (not one per frame): a file's millions of frames
         # would otherwise each hold an int of their own. The frames of other events' stacks may
@@ -208,10 +206,17 @@ def _profiles(raw: dict, path: Path, meta: dict, wanted: list[int]) -> list[Prof
         shared[:-1] = range(len(used))
         rframes = shared[remap[frames]].tolist()
         offs = offsets.tolist()
-        for s, w, c in zip(stack_ids.tolist(), stack_w.tolist(), stack_c.tolist()):
-            key = tuple(rframes[offs[s]:offs[s + 1]])
-            stacks[key] = stacks.get(key, 0.0) + w
-            counts[key] = counts.get(key, 0) + c
+        ids = stack_ids.astype(np.int64)
+        keys = [tuple(rframes[a:b]) for a, b in zip(offsets[ids].tolist(), offsets[ids + 1].tolist())]
+        weights, sample_counts = stack_w.tolist(), stack_c.tolist()
+        # An event's stacks are distinct (the reader keeps each once): one dict each, built whole.
+        stacks: dict[tuple[int, ...], float] = dict(zip(keys, weights))
+        counts: dict[tuple[int, ...], int] = dict(zip(keys, sample_counts))
+        if len(stacks) < len(keys):   # were two the same, add them up, in order
+            stacks, counts = {}, {}
+            for key, w, c in zip(keys, weights, sample_counts):
+                stacks[key] = stacks.get(key, 0.0) + w
+                counts[key] = counts.get(key, 0) + c
         processes: dict[tuple[str, tuple[int, ...]], tuple[float, int]] = {}
         if raw.get("comm_names"):
             comms = raw["comm_names"]
@@ -224,8 +229,7 @@ def _profiles(raw: dict, path: Path, meta: dict, wanted: list[int]) -> list[Prof
                 processes[key] = (w0 + w, n0 + n)
         e = np.frombuffer(ev["edges"], dtype=np.uint32).reshape(-1, 2)
         ew = np.frombuffer(ev["edge_weight"], dtype=np.float64)
-        er = shared[remap[e]]
-        edges = {(a, b): w for (a, b), w in zip(er.tolist(), ew.tolist())}
+        edges = dict(zip(map(tuple, shared[remap[e]].tolist()), ew.tolist()))
         name = ev["name"]
         if ev["has_period"]:
             unit = "ns" if name.split(":")[0] in _NS_EVENTS else "period"

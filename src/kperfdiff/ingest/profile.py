@@ -28,10 +28,12 @@ that could not be symbolised. Inputs: perf.data (native reader, in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from kperfdiff.core.errors import InputError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class Profile:
     process_stacks: dict[tuple[str, tuple[int, ...]], tuple[float, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        import numpy as np   # here, not at import: a diff starts reading its files before numpy loads
         self.self_weight = np.asarray(self.self_weight, dtype=np.float64)
         self.children_weight = np.asarray(self.children_weight, dtype=np.float64)
         n = len(self.symbols)
@@ -76,6 +79,7 @@ class Profile:
     @property
     def kernel_weight(self) -> float:
         """The self weight of the profile's kernel symbols."""
+        import numpy as np
         kernel = np.fromiter((s.kernel for s in self.symbols), dtype=bool, count=len(self.symbols))
         return float(self.self_weight[kernel].sum())
 
@@ -111,6 +115,7 @@ def merge(profiles: list[Profile], source: str) -> Profile:
     """One profile of several recorded side by side (the parallel copies of one repetition): weights,
     samples, stacks and edges add up; operations and CPU time add up where every part has them.
     Repetitions stay separate profiles: they, not copies, are a diff's replicates."""
+    import numpy as np
     if len(profiles) == 1:
         return profiles[0]
     if not profiles:

@@ -24,8 +24,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import numpy as np
-
 from kperfdiff.core.errors import InputError
 
 MIN_KERNEL_SAMPLES = 20     # fewer kernel samples than this: their share in a symbol tells too little
@@ -63,6 +61,7 @@ def source_build_id(ks: Path) -> str | None:
 
 def kernel_samples(raw: dict) -> tuple[int, int]:
     """(kernel samples, those of them whose address landed in a symbol), over the file's events."""
+    import numpy as np
     names = raw["sym_names"]
     kernel = np.frombuffer(raw["sym_kernel"], dtype=np.uint8).astype(bool)
     dsos = np.frombuffer(raw["sym_dso"], dtype=np.uint32)

@@ -47,8 +47,6 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
-
 from kperfdiff.core.errors import InputError
 from kperfdiff.symbols.normalise import normalise
 from kperfdiff.ingest.profile import Profile, Symbol
@@ -222,6 +220,7 @@ class _Builder:
 
     def build(self, source: str, event: str, weight_unit: str, meta: dict) -> Profile:
         n = len(self.symbols)
+        import numpy as np
         self_w = np.zeros(n)
         child_w = np.zeros(n)
         edges: dict[tuple[int, int], float] = defaultdict(float)
@@ -497,6 +496,7 @@ def _load_report(path: Path, event: str | None) -> Profile:
     if self_sum > 100 + ROUNDING_PCT * len(syms):
         raise InputError(f"{path}: the self percentages of {ev} add up to {self_sum:.2f}%, more than 100%; it "
                          f"is not one perf report --stdio (are two pasted together?)")
+    import numpy as np
     selfw = np.array([sec.rows[s][col] for s in syms]) / 100.0 * total
     childw = np.array([sec.rows[s][nm + col] for s in syms]) / 100.0 * total
     return Profile(source=str(path), event=ev, symbols=syms, self_weight=selfw, children_weight=childw,
