@@ -190,18 +190,20 @@ class _Measured:
         self.key_of: dict[int, tuple[bool, str]] = {}
         members: dict[tuple[bool, str], list[int]] = {}
         scope = opts.scope
-        w = prof.children_weight if opts.children else prof.self_weight
+        # plain floats (the same doubles as the arrays', read faster one by one)
+        w = (prof.children_weight if opts.children else prof.self_weight).tolist()
         # key -> {original name: weight}: which names a key merged, heaviest first when shown
         self.origins: dict[tuple[bool, str], dict[str, float]] = {}
+        canonical = table.canonical if table else None
         for i, s in enumerate(prof.symbols):
             if scope == "kernel" and not s.kernel or scope == "user" and s.kernel:
                 continue
             orig = original_name(s.name, opts)
-            k = (bool(s.kernel), table.canonical(orig) if table else orig)
+            k = (bool(s.kernel), canonical(orig) if canonical else orig)
             self.key_of[i] = k
             members.setdefault(k, []).append(i)
             o = self.origins.setdefault(k, {})
-            o[orig] = o.get(orig, 0.0) + float(w[i])
+            o[orig] = o.get(orig, 0.0) + w[i]
         self.members = members
         self.table = table
         self.weight: dict[tuple[bool, str], float] = {}
@@ -218,7 +220,7 @@ class _Measured:
                 self.weight[k] = v
         # Keys on the profile's stacks at all (children weight), with or without weight of their own:
         # a function the other side runs too is common even when its self time there is nil.
-        cw = prof.children_weight
+        cw = prof.children_weight.tolist()
         self.present = set(self.weight) | {k for k, ix in members.items() if any(cw[i] > 0 for i in ix)}
         self.total = float(prof.total_weight)
 
@@ -607,6 +609,11 @@ def _rows(ma, mb, fa, fb, keys: set, present: tuple[set, set], roles: _RoleMatch
                    shares_a=list(values_a_sh), shares_b=list(values_b_sh), **kw)
 
     def renamed(k) -> dict:
+        # the first test below on the names alone (most rows: one name, unrenamed), before ranking them
+        in_a = {n for m in ma for n in m.origins.get(k, ())}
+        in_b = {n for m in mb for n in m.origins.get(k, ())}
+        if in_a | in_b == {k[1]} or len(in_a | in_b) == 1 and not (in_a and in_b):
+            return {"symbol": _display((k[0], next(iter(in_a | in_b))), opts.scope)}
         na, nb = _origin_names([k], ma), _origin_names([k], mb)
         if set(na) | set(nb) == {k[1]} or len(set(na) | set(nb)) == 1 and not (na and nb):
             return {"symbol": _display((k[0], (na or nb or [k[1]])[0]), opts.scope)}

@@ -36,12 +36,14 @@ class Rule:
 
     def apply(self, fn: str) -> str | None:
         """The renamed ``fn``, or None when the rule does not apply to it."""
-        for p in self.prefixes:
-            if fn.startswith(p) and len(fn) > len(p):
-                return self._result(self.becomes + fn[len(p):])
-        for s in self.suffixes:
-            if fn.endswith(s) and len(fn) > len(s):
-                return self._result(self.becomes + fn[:-len(s)])
+        if fn.startswith(self.prefixes):      # (one test of all of them first: most names have none)
+            for p in self.prefixes:
+                if fn.startswith(p) and len(fn) > len(p):
+                    return self._result(self.becomes + fn[len(p):])
+        if fn.endswith(self.suffixes):
+            for s in self.suffixes:
+                if fn.endswith(s) and len(fn) > len(s):
+                    return self._result(self.becomes + fn[:-len(s)])
         return None
 
     def _result(self, out: str) -> str | None:
