@@ -159,6 +159,37 @@ def test_stacks_edges_consistent():
     assert any(k.endswith("read_zero") for k in folded)
 
 
+def test_stack_dicts_are_made_when_read_and_groups_weighed_without_them(monkeypatch):
+    """A perf.data profile keeps its stacks as the reader's arrays (stack_table): the dicts of
+    stacks, counts and edges are made when first read, and the weight of the samples holding any of
+    a group of symbols (what diff --children needs when names merge) comes from the arrays, to the
+    last bit the same as over the dicts, without making them."""
+    from kperfdiff.analysis import profile_diff
+    from kperfdiff.ingest.profile import StackTable
+    made = []
+    dicts = StackTable.dicts
+    monkeypatch.setattr(StackTable, "dicts", lambda self: made.append(1) or dicts(self))
+    for name in ("plain.perf.data", "arm64/proc.fork.perf.data", "group.perf.data"):
+        made.clear()
+        p = perfdata.load(DATA / name)
+        assert p.stack_table is not None and p.has_stacks
+        kernel = {i for i, s in enumerate(p.symbols) if s.kernel}
+        groups = {"kernel": kernel, "first": {0}, "last two": {len(p.symbols) - 2, len(p.symbols) - 1},
+                  "none": set()}
+        fast = profile_diff._union_weights(p, groups)
+        assert made == []
+        slow = {g: sum(w for st, w in p.stacks.items() if ix & set(st)) for g, ix in groups.items()}
+        assert made == [1]
+        exact = {}
+        for g, ix in groups.items():    # the order of the stacks, the one a plain loop adds them in
+            exact[g] = 0.0
+            for st, w in p.stacks.items():
+                if ix & set(st):
+                    exact[g] += w
+        assert fast == exact and fast == pytest.approx(slow)
+        assert sum(p.stack_counts.values()) == p.samples and p.edges and made == [1]
+
+
 def test_kallsyms_argument_and_missing():
     p = perfdata.load(PLAIN, kallsyms=DATA / "kallsyms.gz")
     assert any(s.name == "read_zero" for s in p.symbols)

@@ -209,7 +209,7 @@ class _Measured:
         self.weight: dict[tuple[bool, str], float] = {}
         merged = {k: set(ix) for k, ix in members.items() if len(ix) > 1}
         exact = {}
-        if opts.children and merged and prof.stacks:
+        if opts.children and merged and prof.has_stacks:
             exact = _union_weights(prof, merged)
         for k, ix in members.items():
             if k in exact:
@@ -234,6 +234,8 @@ class _Measured:
 
 def _union_weights(prof: Profile, groups: dict) -> dict:
     """Weight of the samples whose stack holds any symbol of each group (once per sample)."""
+    if prof.stack_table is not None:    # a perf.data's: from its arrays, without the stack dicts
+        return prof.stack_table.union_weights(groups)
     gof: dict[int, list] = {}
     for g, ix in groups.items():
         for i in ix:
@@ -590,7 +592,7 @@ def _group_value(m: _Measured, keys: set, opts: DiffOptions) -> float:
         return 0.0
     if len(present) == 1 or not opts.children:
         return sum(m.weight[k] for k in present) / m.total * 100.0
-    if m.prof.stacks:
+    if m.prof.has_stacks:
         idx = set()
         for k in present:
             idx.update(m.members[k])

@@ -29,6 +29,7 @@ them when :func:`kperfdiff.ingest.load.load_many` reads several at once
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -38,7 +39,7 @@ from kperfdiff.core.errors import InputError
 from kperfdiff.core.files import check_input_file
 from kperfdiff.core.nativecore import core
 from kperfdiff.ingest import symcheck
-from kperfdiff.ingest.profile import Profile, Symbol
+from kperfdiff.ingest.profile import Profile, StackTable, Symbol, shared_ints
 
 _NS_EVENTS = {"cpu-clock", "task-clock"}
 
@@ -173,6 +174,17 @@ def _meta(raw: dict, path: Path, ks: Path | None) -> dict:
     return meta
 
 
+def _deferred_stacks(table: StackTable):
+    """Functions making Profile.stacks and Profile.stack_counts from ``table`` (both at once, once)."""
+    made = functools.cache(table.dicts)
+    return (lambda: made()[0]), (lambda: made()[1])
+
+
+def _deferred_edges(pairs, weights, symbols: int):
+    """A function making Profile.edges: (caller, callee) symbol pairs (-1: another event's) -> weight."""
+    return lambda: dict(zip(map(tuple, shared_ints(symbols)[pairs].tolist()), weights.tolist()))
+
+
 def _profiles(raw: dict, path: Path, meta: dict, wanted: list[int]) -> list[Profile]:
     import numpy as np   # here, not at import: the native read runs while numpy loads
     names = raw["sym_names"]
@@ -193,33 +205,19 @@ def _profiles(raw: dict, path: Path, meta: dict, wanted: list[int]) -> list[Prof
         remap[used] = np.arange(len(used))
         symbols = [Symbol(names[j], dso_names[d], bool(k))
                    for j, d, k in zip(used.tolist(), sym_dso[used].tolist(), sym_kernel[used].tolist())]
-        stack_ids = np.frombuffer(ev["stack_ids"], dtype=np.uint32)
-        stack_w = np.frombuffer(ev["stack_weight"], dtype=np.float64)
-        stack_c = np.frombuffer(ev["stack_count"], dtype=np.uint64)
-        # One vectorised remap of every frame, then plain list slices per stack. The frames
-        # refer to one int object per symbol (not one per frame): a file's millions of frames
-        # would otherwise each hold an int of their own. The frames of other events' stacks may
-        # name symbols this event never touched (remap -1): they become None (the extra last
-        # entry), never one of this event's symbols, and an event without samples (a damaged
-        # group file's) needs no symbol at all.
-        shared = np.empty(len(used) + 1, dtype=object)
-        shared[:-1] = range(len(used))
-        rframes = shared[remap[frames]].tolist()
-        offs = offsets.tolist()
-        ids = stack_ids.astype(np.int64)
-        keys = [tuple(rframes[a:b]) for a, b in zip(offsets[ids].tolist(), offsets[ids + 1].tolist())]
-        weights, sample_counts = stack_w.tolist(), stack_c.tolist()
-        # An event's stacks are distinct (the reader keeps each once): one dict each, built whole.
-        stacks: dict[tuple[int, ...], float] = dict(zip(keys, weights))
-        counts: dict[tuple[int, ...], int] = dict(zip(keys, sample_counts))
-        if len(stacks) < len(keys):   # were two the same, add them up, in order
-            stacks, counts = {}, {}
-            for key, w, c in zip(keys, weights, sample_counts):
-                stacks[key] = stacks.get(key, 0.0) + w
-                counts[key] = counts.get(key, 0) + c
+        # The stacks stay the reader's arrays (the frames renumbered to this event's symbols; those
+        # of other events' stacks may name symbols this event never touched: -1); the dicts of
+        # stacks, counts and call edges are made when first read (Profile), most diffs never do.
+        table = StackTable(frames=remap[frames], offsets=offsets,
+                           ids=np.frombuffer(ev["stack_ids"], dtype=np.uint32).astype(np.int64),
+                           weights=np.frombuffer(ev["stack_weight"], dtype=np.float64),
+                           counts=np.frombuffer(ev["stack_count"], dtype=np.uint64), symbols=len(used))
+        stacks, counts = _deferred_stacks(table)
         processes: dict[tuple[str, tuple[int, ...]], tuple[float, int]] = {}
         if raw.get("comm_names"):
             comms = raw["comm_names"]
+            rframes = shared_ints(len(used))[table.frames].tolist()
+            offs = offsets.tolist()
             for c, s, w, n in zip(np.frombuffer(ev["proc_comm"], dtype=np.uint32).tolist(),
                                   np.frombuffer(ev["proc_stack"], dtype=np.uint32).tolist(),
                                   np.frombuffer(ev["proc_weight"], dtype=np.float64).tolist(),
@@ -227,9 +225,8 @@ def _profiles(raw: dict, path: Path, meta: dict, wanted: list[int]) -> list[Prof
                 key = (comms[c], tuple(rframes[offs[s]:offs[s + 1]]))
                 w0, n0 = processes.get(key, (0.0, 0))
                 processes[key] = (w0 + w, n0 + n)
-        e = np.frombuffer(ev["edges"], dtype=np.uint32).reshape(-1, 2)
-        ew = np.frombuffer(ev["edge_weight"], dtype=np.float64)
-        edges = dict(zip(map(tuple, shared[remap[e]].tolist()), ew.tolist()))
+        edges = _deferred_edges(remap[np.frombuffer(ev["edges"], dtype=np.uint32).reshape(-1, 2)],
+                                np.frombuffer(ev["edge_weight"], dtype=np.float64), len(used))
         name = ev["name"]
         if ev["has_period"]:
             unit = "ns" if name.split(":")[0] in _NS_EVENTS else "period"
@@ -244,7 +241,7 @@ def _profiles(raw: dict, path: Path, meta: dict, wanted: list[int]) -> list[Prof
         out.append(Profile(source=str(path), event=name, symbols=symbols, self_weight=self_w[used].copy(),
                            children_weight=child_w[used].copy(), total_weight=float(ev["total_weight"]),
                            samples=int(ev["samples"]), stacks=stacks, edges=edges, stack_counts=counts,
-                           process_stacks=processes, weight_unit=unit,
+                           process_stacks=processes, stack_table=table, weight_unit=unit,
                            arch=meta.get("arch"), meta=m))
     return out
 

@@ -17,6 +17,12 @@ A Profile is one event's samples of one recording, aggregated per symbol:
   the input names each sample's process (``perf script``'s comm column; a
   perf.data read with ``by_process=True``: its thread's comm, as perf script
   names it). Empty otherwise: the default perf.data read skips it for speed.
+* ``stack_table`` (perf.data): the same stacks as the reader's arrays
+  (:class:`StackTable`). A perf.data profile makes ``stacks``,
+  ``stack_counts`` and ``edges`` from the reader's arrays when they are first
+  read (each of these fields may be given as a function making it), and
+  weights per group of symbols come from the table without them: a diff
+  that needs neither (most) never makes the dicts.
 
 Weight is the sample period where the input carries it (for ``cpu-clock``
 that is nanoseconds, so shares equal perf report's) and the sample count
@@ -43,6 +49,82 @@ class Symbol:
     kernel: bool = False
 
 
+def shared_ints(n: int):
+    """0..n-1 as an object array with None last: indexing it with symbol indices (-1: None) gives
+    lists whose items refer to one int object per symbol, not one per frame (a file's millions of
+    frames would otherwise each hold an int of their own)."""
+    import numpy as np
+    shared = np.empty(n + 1, dtype=object)
+    shared[:-1] = range(n)
+    return shared
+
+
+class _Deferred:
+    """A dict field of Profile that may be given as a function of no argument making it: made when
+    first read, then kept (so a perf.data's stack and edge dicts cost nothing unless read)."""
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.slot = "_" + name
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return None                      # the field's default: an empty dict (see __set__)
+        value = obj.__dict__[self.slot]
+        if callable(value):
+            value = obj.__dict__[self.slot] = value()
+        return value
+
+    def __set__(self, obj, value) -> None:
+        obj.__dict__[self.slot] = {} if value is None else value
+
+
+@dataclass(frozen=True, eq=False)
+class StackTable:
+    """One event's stacks as the perf.data reader hands them over, arrays rather than dicts: stack
+    ``j`` is ``frames[offsets[ids[j]]:offsets[ids[j] + 1]]`` (symbol indices, root first; -1 for a
+    symbol only other events of the file have, which this event's stacks never hold), of
+    ``weights[j]`` and ``counts[j]`` samples. The reader keeps each stack once, in its order."""
+
+    frames: np.ndarray      # int64, every stack of the file, one after the other
+    offsets: np.ndarray     # int64, where each stack of the file starts (and, last, where they end)
+    ids: np.ndarray         # int64, this event's stacks
+    weights: np.ndarray     # float64
+    counts: np.ndarray      # uint64
+    symbols: int            # the profile's number of symbols
+
+    def dicts(self) -> tuple[dict[tuple[int, ...], float], dict[tuple[int, ...], int]]:
+        """``Profile.stacks`` and ``Profile.stack_counts`` of these stacks, in their order."""
+        # One vectorised lookup of every frame, then plain list slices per stack.
+        rframes = shared_ints(self.symbols)[self.frames].tolist()
+        keys = [tuple(rframes[a:b]) for a, b in zip(self.offsets[self.ids].tolist(),
+                                                     self.offsets[self.ids + 1].tolist())]
+        weights, counts = self.weights.tolist(), self.counts.tolist()
+        stacks = dict(zip(keys, weights))
+        samples = dict(zip(keys, counts))
+        if len(stacks) < len(keys):   # were two the same, add them up, in order
+            stacks, samples = {}, {}
+            for key, w, c in zip(keys, weights, counts):
+                stacks[key] = stacks.get(key, 0.0) + w
+                samples[key] = samples.get(key, 0) + c
+        return stacks, samples
+
+    def union_weights(self, groups: dict) -> dict:
+        """Per group (a set of symbol indices), the weight of the stacks that hold any of its
+        symbols, each stack once: the same sum, added in the same order, as over ``Profile.stacks``."""
+        import numpy as np
+        starts, ends = self.offsets[:-1], self.offsets[1:]
+        out = {}
+        for g, ix in groups.items():
+            mark = np.zeros(self.symbols + 1, dtype=bool)       # (the last: another event's symbol)
+            mark[sorted(ix)] = True
+            held = np.concatenate(([0], np.cumsum(mark[self.frames])))
+            total = 0.0
+            for w in self.weights[(held[ends] > held[starts])[self.ids]].tolist():
+                total += w
+            out[g] = total
+        return out
+
+
 @dataclass
 class Profile:
     source: str
@@ -52,8 +134,8 @@ class Profile:
     children_weight: np.ndarray
     total_weight: float
     samples: int
-    stacks: dict[tuple[int, ...], float] = field(default_factory=dict)
-    edges: dict[tuple[int, int], float] = field(default_factory=dict)
+    stacks: dict[tuple[int, ...], float] = _Deferred()
+    edges: dict[tuple[int, int], float] = _Deferred()
     weight_unit: str = "samples"
     label: str = ""
     arch: str | None = None
@@ -61,8 +143,9 @@ class Profile:
     # perf version, cpu_time_ns and ops (for per-op cost), emulated, warnings.
     meta: dict = field(default_factory=dict)
     # (after meta: fields are also given by position)
-    stack_counts: dict[tuple[int, ...], int] = field(default_factory=dict)
+    stack_counts: dict[tuple[int, ...], int] = _Deferred()
     process_stacks: dict[tuple[str, tuple[int, ...]], tuple[float, int]] = field(default_factory=dict)
+    stack_table: StackTable | None = None
 
     def __post_init__(self) -> None:
         import numpy as np   # here, not at import: a diff starts reading its files before numpy loads
@@ -71,6 +154,11 @@ class Profile:
         n = len(self.symbols)
         if self.self_weight.shape != (n,) or self.children_weight.shape != (n,):
             raise ValueError("profile arrays do not match the symbol table")
+
+    @property
+    def has_stacks(self) -> bool:
+        """Does the profile have stacks (without making a perf.data's stack dicts to tell)?"""
+        return len(self.stack_table.ids) > 0 if self.stack_table is not None else bool(self.stacks)
 
     @property
     def has_callchains(self) -> bool:
