@@ -173,20 +173,22 @@ def test_stack_dicts_are_made_when_read_and_groups_weighed_without_them(monkeypa
         made.clear()
         p = perfdata.load(DATA / name)
         assert p.stack_table is not None and p.has_stacks
+        n = len(p.symbols)
         kernel = {i for i, s in enumerate(p.symbols) if s.kernel}
-        groups = {"kernel": kernel, "first": {0}, "last two": {len(p.symbols) - 2, len(p.symbols) - 1},
-                  "none": set()}
-        fast = profile_diff._union_weights(p, groups)
+        disjoint = {"even": set(range(0, n, 2)), "odd": set(range(1, n, 2)), "none": set()}
+        overlapping = {"kernel": kernel, "first": {0}, "all": set(range(n))}
+        fast = [profile_diff._union_weights(p, groups) for groups in (disjoint, overlapping)]
         assert made == []
-        slow = {g: sum(w for st, w in p.stacks.items() if ix & set(st)) for g, ix in groups.items()}
-        assert made == [1]
-        exact = {}
-        for g, ix in groups.items():    # the order of the stacks, the one a plain loop adds them in
-            exact[g] = 0.0
-            for st, w in p.stacks.items():
-                if ix & set(st):
-                    exact[g] += w
-        assert fast == exact and fast == pytest.approx(slow)
+        for groups, got in zip((disjoint, overlapping), fast):
+            slow = {g: sum(w for st, w in p.stacks.items() if ix & set(st)) for g, ix in groups.items()}
+            exact = {}
+            for g, ix in groups.items():    # the order of the stacks, the one a plain loop adds them in
+                exact[g] = 0.0
+                for st, w in p.stacks.items():
+                    if ix & set(st):
+                        exact[g] += w
+            assert got == exact and got == pytest.approx(slow)
+        assert fast[1]["all"] == pytest.approx(p.total_weight)
         assert sum(p.stack_counts.values()) == p.samples and p.edges and made == [1]
 
 

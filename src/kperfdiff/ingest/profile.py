@@ -112,6 +112,32 @@ class StackTable:
         """Per group (a set of symbol indices), the weight of the stacks that hold any of its
         symbols, each stack once: the same sum, added in the same order, as over ``Profile.stacks``."""
         import numpy as np
+        out = {g: 0.0 for g in groups}
+        label = np.full(self.symbols + 1, -1, dtype=np.int64)     # symbol -> its group (the last: none)
+        for n, ix in enumerate(groups.values()):
+            ix = sorted(ix)
+            if (label[ix] >= 0).any():
+                return self._overlapping_union_weights(groups)
+            label[ix] = n
+        if not len(self.ids):
+            return out
+        # one pass over the frames: the (group, stack) pairs they hold, each once, sorted by group
+        # and then by the stacks' order, whose weights are then added in that order
+        group = label[self.frames]
+        at = np.flatnonzero(group >= 0)
+        where = np.full(len(self.offsets) - 1, -1, dtype=np.int64)    # a stack of the file -> this event's
+        where[self.ids] = np.arange(len(self.ids))
+        stack = where[np.searchsorted(self.offsets, at, side="right") - 1]
+        held = stack >= 0
+        pairs = np.unique(group[at][held] * len(self.ids) + stack[held])
+        names, weights = list(groups), self.weights.tolist()
+        for n, j in zip((pairs // len(self.ids)).tolist(), (pairs % len(self.ids)).tolist()):
+            out[names[n]] += weights[j]
+        return out
+
+    def _overlapping_union_weights(self, groups: dict) -> dict:
+        """:meth:`union_weights` of groups that share symbols: one pass over the frames per group."""
+        import numpy as np
         starts, ends = self.offsets[:-1], self.offsets[1:]
         out = {}
         for g, ix in groups.items():
