@@ -168,7 +168,8 @@ pub fn read_mapped<T: ByteOrder, S: RecordSink>(
                 sink.count(REC_FINISHED_ROUND);
             }
             rounds.end_round::<T, S>(region, sink, full);
-            if window.map.is_some() {
+            // Only pages of its own part are released: the part before is another reader's.
+            if window.map.is_some() && full {
                 window.release(rounds.oldest().unwrap_or(pos));
             }
             // The part begins after the flush at the first round's end at or after `from`
@@ -178,6 +179,7 @@ pub fn read_mapped<T: ByteOrder, S: RecordSink>(
                     return Ok(Some(Cut::RoundTooLong));
                 }
                 full = true;
+                window.behind = window.behind.max((window.base + pos + WINDOW_CHUNK - 1) & !(WINDOW_CHUNK - 1));
             }
             round_start = pos;
             if full && part.to.is_some_and(|t| pos >= t) {
