@@ -104,13 +104,7 @@ def verdict(met: bool) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shapes", default=",".join(shapes.SHAPES),
-                    help=f"comma-separated recording shapes to time (default: all of {','.join(shapes.SHAPES)})")
-    ap.add_argument("--dir", type=Path, default=Path("/tmp/kpd-shapes"),
-                    help="where the shapes' recordings and kallsyms are kept (default: /tmp/kpd-shapes)")
-    ap.add_argument("--rerecord", action="store_true", help="record the shapes again")
-    ap.add_argument("--seconds", type=int, default=30, help="length of a recording")
-    ap.add_argument("--freq", type=int, default=20000, help="sampling frequency of a recording")
+    shapes.add_arguments(ap)
     ap.add_argument("--repeat", type=int, default=5, help="runs of each command (best and median are reported)")
     ap.add_argument("--detail", default="fork", metavar="SHAPE",
                     help="the shape that also gets -j 1 and the many-profiles row (default: fork; none: no shape)")

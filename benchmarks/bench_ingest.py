@@ -305,13 +305,7 @@ def single_file(data: Path, ks: Path, args, threads: int | None) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shapes", default=",".join(shapes.SHAPES),
-                    help=f"comma-separated recording shapes to time (default: all of {','.join(shapes.SHAPES)})")
-    ap.add_argument("--dir", type=Path, default=Path("/tmp/kpd-shapes"),
-                    help="where the shapes' recordings and kallsyms are kept (default: /tmp/kpd-shapes)")
-    ap.add_argument("--rerecord", action="store_true", help="record the shapes again")
-    ap.add_argument("--seconds", type=int, default=30, help="length of a recording")
-    ap.add_argument("--freq", type=int, default=20000, help="sampling frequency of a recording")
+    shapes.add_arguments(ap)
     ap.add_argument("--repeat", type=int, default=9, help="runs of each timing (best is reported)")
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
                     help="threads of the one-file-on-all-cores figure (default: the CPUs)")

@@ -20,6 +20,7 @@ they exist (``--rerecord`` to start again). Not a test: the harnesses use it.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
@@ -110,3 +111,14 @@ def recordings(folder: Path, shapes=SHAPES, sides=("a",), seconds: int = 30, fre
     if rerecord or not ks.exists():
         shutil.copy("/proc/kallsyms", ks)
     return files
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options both harnesses take to choose and record the shapes."""
+    ap.add_argument("--shapes", default=",".join(SHAPES),
+                    help=f"comma-separated recording shapes to time (default: all of {','.join(SHAPES)})")
+    ap.add_argument("--dir", type=Path, default=Path("/tmp/kpd-shapes"),
+                    help="where the shapes' recordings and kallsyms are kept (default: /tmp/kpd-shapes)")
+    ap.add_argument("--rerecord", action="store_true", help="record the shapes again")
+    ap.add_argument("--seconds", type=int, default=30, help="length of a recording")
+    ap.add_argument("--freq", type=int, default=20000, help="sampling frequency of a recording")

@@ -377,26 +377,29 @@ impl Rounds {
     }
 }
 
-/// Hands the record at a pending entry's offset to the sink.
+/// The record at a pending entry's offset: its type, misc, body and event index.
 #[inline]
-fn deliver_one<T: ByteOrder, S: RecordSink>(region: &[u8], sink: &mut S, packed: u64) {
+fn pending_record<T: ByteOrder>(region: &[u8], packed: u64) -> (u32, u16, &[u8], usize) {
     let pos = (packed & PENDING_OFF_MASK) as usize;
     let ai = ((packed >> PENDING_OFF_BITS) & PENDING_AI_MASK) as usize;
     let ty = T::read_u32(&region[pos..pos + 4]);
     let misc = T::read_u16(&region[pos + 4..pos + 6]);
     let size = T::read_u16(&region[pos + 6..pos + 8]) as usize;
-    sink.record::<T>(ty, misc, &region[pos + 8..pos + size], ai);
+    (ty, misc, &region[pos + 8..pos + size], ai)
+}
+
+/// Hands the record at a pending entry's offset to the sink.
+#[inline]
+fn deliver_one<T: ByteOrder, S: RecordSink>(region: &[u8], sink: &mut S, packed: u64) {
+    let (ty, misc, body, ai) = pending_record::<T>(region, packed);
+    sink.record::<T>(ty, misc, body, ai);
 }
 
 /// Replays the state record at a pending entry's offset (`RecordSink::replay`).
 #[inline(never)]
 fn replay_one<T: ByteOrder, S: RecordSink>(region: &[u8], sink: &mut S, packed: u64) {
-    let pos = (packed & PENDING_OFF_MASK) as usize;
-    let ai = ((packed >> PENDING_OFF_BITS) & PENDING_AI_MASK) as usize;
-    let ty = T::read_u32(&region[pos..pos + 4]);
-    let misc = T::read_u16(&region[pos + 4..pos + 6]);
-    let size = T::read_u16(&region[pos + 6..pos + 8]) as usize;
-    sink.replay::<T>(ty, misc, &region[pos + 8..pos + size], ai);
+    let (ty, misc, body, ai) = pending_record::<T>(region, packed);
+    sink.replay::<T>(ty, misc, body, ai);
 }
 
 /// Moves the entries for which `due` holds to the front (in no particular order) and
