@@ -50,6 +50,10 @@ fn in_place<T: ByteOrder>(chain: &[u8]) -> Option<&[u64]> {
     }
 }
 
+/// Set in the first word of a chain's key when the ip is keyed by its symbol (a space's
+/// generation never reaches bit 56).
+const CANONICAL_KEY: u64 = 1 << 56;
+
 /// No part (a chain with no kernel head, or no user tail).
 const NO_PART: u32 = u32::MAX;
 
@@ -150,13 +154,24 @@ impl Aggregator {
         // Kernel-only chains are shared by every process; the others depend on the
         // process's mappings at that time (pid + generation).
         let space = if split == words.len() && shared_head { 0 } else { syms.procs.space(pid) };
-        let prefix = [space, mode as u64, ip];
-        let h = intern::hash_parts(&prefix, words);
-        if let Some(id) = self.chains.get(&prefix, words, h) {
+        // A chain whose first address repeats the ip (perf's layout) is keyed by the ip's
+        // symbol instead of the ip: samples at different places in one function, under the
+        // same callers, resolve to the same stack and share one entry. The ip only sets the
+        // leaf frame and whether that first address is skipped (it is, being the ip).
+        let canonical = (mode == MODE_KERNEL || mode == MODE_USER) && words.len() >= 2 && words[0] >= CTX_MAX
+            && words[1] == ip;
+        let (prefix, rest) = if canonical {
+            let leaf = syms.frame_sym(mode, pid, space, ip);
+            ([space ^ (mode as u64) << 48 ^ CANONICAL_KEY, leaf as u64, words[0]], &words[2..])
+        } else {
+            ([space, mode as u64, ip], words)
+        };
+        let h = intern::hash_parts(&prefix, rest);
+        if let Some(id) = self.chains.get(&prefix, rest, h) {
             return id;
         }
         let id = self.symbolize_chain(syms, pid, mode, ip, shared_head, words.split_at(split));
-        self.chains.insert_new(&prefix, words, h, id);
+        self.chains.insert_new(&prefix, rest, h, id);
         id
     }
 
