@@ -227,10 +227,7 @@ impl Aggregator {
         let (with_ip, skip_first) = (!shared_head, !shared_head || first_pending);
         let mut key = std::mem::take(&mut self.tail_key);
         key.clear();
-        let translated = match syms.procs.maps(pid) {
-            Some(maps) => tail_key(&mut key, maps, mode, ip, with_ip, skip_first, words),
-            None => tail_key(&mut key, &[], mode, ip, with_ip, skip_first, words),
-        };
+        let translated = tail_key(&mut key, syms.procs.maps(pid).unwrap_or(&[]), mode, ip, with_ip, skip_first, words);
         let id = if translated {
             let prefix = [head as u64, mode as u64];
             let h = intern::hash_parts(&prefix, &key);
@@ -244,16 +241,7 @@ impl Aggregator {
             }
         } else {
             self.symbolized += 1;
-            let mut frames = std::mem::take(&mut self.frames);
-            frames.clear();
-            if head != NO_PART {
-                frames.extend_from_slice(self.parts.get(head));
-            }
-            Self::frames_of(syms, &mut frames, pid, mode, ip, with_ip, skip_first, words);
-            frames.reverse();
-            let id = self.stacks.intern(&frames);
-            self.frames = frames;
-            id
+            self.stack_of(head, |frames| Self::frames_of(syms, frames, pid, mode, ip, with_ip, skip_first, words))
         };
         self.tail_key = key;
         id
@@ -262,19 +250,27 @@ impl Aggregator {
     /// The stack of a head part and a tail key (`tail_key`), interned.
     fn stack_of_tail_key(&mut self, syms: &mut Symbols, head: u32, mode: u8, key: &[u64]) -> u32 {
         self.symbolized += 1;
+        self.stack_of(head, |frames| {
+            let mut ctx = mode;
+            for &w in key {
+                match w {
+                    CTX_KERNEL => ctx = MODE_KERNEL,
+                    CTX_USER => ctx = MODE_USER,
+                    _ => frames.push(syms.tail_key_sym(ctx, w)),
+                }
+            }
+        })
+    }
+
+    /// The interned stack of a head part (none for NO_PART) and the frames `tail` appends
+    /// after it (leaf first, as the head's).
+    fn stack_of(&mut self, head: u32, tail: impl FnOnce(&mut Vec<u32>)) -> u32 {
         let mut frames = std::mem::take(&mut self.frames);
         frames.clear();
         if head != NO_PART {
             frames.extend_from_slice(self.parts.get(head));
         }
-        let mut ctx = mode;
-        for &w in key {
-            match w {
-                CTX_KERNEL => ctx = MODE_KERNEL,
-                CTX_USER => ctx = MODE_USER,
-                _ => frames.push(syms.tail_key_sym(ctx, w)),
-            }
-        }
+        tail(&mut frames);
         frames.reverse();
         let id = self.stacks.intern(&frames);
         self.frames = frames;
@@ -289,12 +285,7 @@ impl Aggregator {
             self.head_alone.resize(h + 1, NO_PART);
         }
         if self.head_alone[h] == NO_PART {
-            let mut frames = std::mem::take(&mut self.frames);
-            frames.clear();
-            frames.extend_from_slice(self.parts.get(head));
-            frames.reverse();
-            self.head_alone[h] = self.stacks.intern(&frames);
-            self.frames = frames;
+            self.head_alone[h] = self.stack_of(head, |_| {});
         }
         self.head_alone[h]
     }

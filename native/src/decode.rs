@@ -15,7 +15,7 @@ use crate::abi::*;
 use crate::aggregate::Aggregator;
 use crate::comms::Comms;
 use crate::header::{Events, FixedSample};
-use crate::order::RecordSink;
+use crate::order::{changes_state, RecordSink};
 use crate::symbolize::Symbols;
 use byteorder::ByteOrder;
 use linux_perf_event_reader::{CommOrExecRecord, ForkOrExitRecord, Mmap2FileId, Mmap2Record, MmapRecord, RawData};
@@ -249,7 +249,7 @@ impl RecordSink for Decoder<'_> {
         self.counts.records[(ty as usize).min(127)] += 1;
         match ty {
             REC_SAMPLE => self.sample::<T>(misc, body, ai),
-            REC_MMAP | REC_MMAP2 | REC_COMM | REC_FORK => self.state::<T>(ty, misc, body, true),
+            _ if changes_state(ty) => self.state::<T>(ty, misc, body, true),
             REC_EXIT => {}
             REC_LOST => {
                 if body.len() >= 16 {

@@ -152,6 +152,12 @@ impl Events {
         self.attrs.len()
     }
 
+    /// Whether samples add up the same in any order: no event reads values
+    /// (PERF_SAMPLE_READ), which are differences from the previous sample.
+    pub fn samples_commute(&self) -> bool {
+        self.attrs.iter().all(|a| a.sample_type & SAMPLE_READ == 0)
+    }
+
     /// The event a record is of (the first when its id is missing or unknown).
     #[inline]
     pub fn attr_index<T: ByteOrder>(&self, ty: u32, body: &[u8]) -> usize {

@@ -9,7 +9,7 @@
 //! pending record needs them, are released, so the file does not all count
 //! in the process's resident memory at the end. Compressed files
 //! (perf record -z) go through `linux-perf-data`'s reader, which inflates them.
-use crate::abi::{REC_COMM, REC_COMPRESSED, REC_COMPRESSED2, REC_FINISHED_ROUND, REC_FORK, REC_MMAP, REC_MMAP2, REC_SAMPLE, SAMPLE_READ};
+use crate::abi::{REC_COMM, REC_COMPRESSED, REC_COMPRESSED2, REC_FINISHED_ROUND, REC_FORK, REC_MMAP, REC_MMAP2, REC_SAMPLE};
 use crate::error::Error;
 use crate::header::{Attr, Events};
 use crate::layout::PatchedFile;
@@ -143,8 +143,7 @@ pub fn read_mapped<T: ByteOrder, S: RecordSink>(
     // their place in time, and the records only counted need none. Read values
     // (PERF_SAMPLE_READ) are differences from the previous sample, so with them every
     // record keeps its place.
-    let samples_commute = events.attrs.iter().all(|a| a.sample_type & SAMPLE_READ == 0);
-    let mut rounds = Rounds::new(samples_commute);
+    let mut rounds = Rounds::new(events.samples_commute());
     // Whether this reader's part has begun (records are handed over in full and counted).
     let mut full = part.from.is_none();
     // Before its part, the records that do not change the state are kept from here on
@@ -230,7 +229,7 @@ fn record_at<T: ByteOrder>(region: &[u8], pos: usize, off: usize) -> Result<(u32
 /// name or exec, a fork). The others (exits, lost counts, throttling...) are
 /// only counted, so their order does not matter either.
 #[inline]
-fn changes_state(ty: u32) -> bool {
+pub fn changes_state(ty: u32) -> bool {
     matches!(ty, REC_MMAP | REC_MMAP2 | REC_COMM | REC_FORK)
 }
 

@@ -25,8 +25,7 @@ use std::sync::Arc;
 const MIN_BYTES: usize = 16 << 20;
 
 /// `MIN_BYTES`, or the environment's `KPERFDIFF_PARALLEL_MIN_BYTES` (tests read small
-/// files on several threads with it, to hold every fixture to one thread's output; with
-/// `KPERFDIFF_TRACE_PARTS` set, each part's samples are written to stderr).
+/// files on several threads with it, to hold every fixture to one thread's output).
 pub fn min_bytes() -> usize {
     std::env::var("KPERFDIFF_PARALLEL_MIN_BYTES").ok().and_then(|v| v.parse().ok()).unwrap_or(MIN_BYTES)
 }
@@ -53,6 +52,7 @@ pub fn boundaries(len: usize, threads: usize) -> Vec<usize> {
 /// The result of one file read on several threads: the first part's decoder with every
 /// other part merged into it, and why the records stopped early, when they did. None
 /// when the parts cannot be merged exactly (the caller reads the file on one thread).
+/// With `KPERFDIFF_TRACE_PARTS` set, each part's samples are written to stderr.
 #[allow(clippy::too_many_arguments)]
 pub fn read<'o, T: ByteOrder>(
     name: &str,

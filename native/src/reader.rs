@@ -103,7 +103,7 @@ fn read_impl<T: ByteOrder>(
     let on_threads = opts.threads > 1
         && !compressed
         && span.1 - span.0 >= parallel::min_bytes()
-        && events.attrs.iter().all(|a| a.sample_type & crate::abi::SAMPLE_READ == 0);
+        && events.samples_commute();
     let parallel = if on_threads {
         parallel::read::<T>(name, data, map, span, &events, opts, &kallsyms, &build_ids, opts.threads)?
     } else {

@@ -122,6 +122,12 @@ pub fn file_key(dso: u32, off: u64) -> Option<u64> {
     (dso < 1 << 24 && off < 1 << 40).then(|| (dso as u64) << 40 | off)
 }
 
+/// The DSO and offset of a `file_key`.
+#[inline]
+fn file_of_key(key: u64) -> (u32, u64) {
+    ((key >> 40) as u32, key & ((1 << 40) - 1))
+}
+
 /// The module a kernel mapping (pid -1) is of, named as kallsyms names it: `[ext4]` or
 /// `/lib/modules/.../ext4.ko[.xz]` -> `ext4` (perf's `-` -> `_`); None for other kernel maps.
 fn module_name(path: &str) -> Option<String> {
@@ -429,7 +435,8 @@ impl<'o> Symbols<'o> {
         } else if word == TAIL_UNMAPPED {
             self.unknown_of(self.dso_unknown)
         } else {
-            self.file_sym((word >> 40) as u32, word & ((1 << 40) - 1))
+            let (dso, off) = file_of_key(word);
+            self.file_sym(dso, off)
         }
     }
 
