@@ -33,3 +33,13 @@ def test_percent_forms(args, kwargs, want):
 def test_percent_of_nothing_is_a_dash_without_the_mark(v):
     assert percent(v) == "-"
     assert percent(v, 2, signed=True, fraction=True, mark=True) == "-"
+
+
+def test_markdown_text_has_no_html_entities_and_still_cannot_open_a_tag():
+    from kperfdiff.render.table import md_escape
+    prose = "significant = q <= 0.05, a > b, 1<2"
+    assert md_escape(prose) == prose                       # plain text reads as written in a mail
+    assert "&" not in md_escape("<script>x</script> <!-- c --> <?php")
+    # every '<' that CommonMark would read as the start of a tag is escaped with a backslash
+    assert md_escape("<script>x</script>") == "\\<script>x\\</script>"
+    assert md_escape("a|b") == "a\\|b"

@@ -104,7 +104,8 @@ def test_markdown_with_svgs_beside(tmp_path, evil_store):
     svgs = sorted(p.name for p in (tmp_path / "post.files").iterdir())
     assert "heatmap-0.svg" in svgs and any(n.startswith("flame-") for n in svgs)
     assert "(post.files/heatmap-0.svg)" in md and "| P | x.lat | y.tput | geomean |" in md
-    assert "<script>" not in md and str(tmp_path / "post.md") in r.stdout
+    # the hostile label's tag is escaped (a backslash before its '<'), never written as an HTML entity
+    assert not re.search(r"(?<!\\)<script", md) and "&lt;" not in md and str(tmp_path / "post.md") in r.stdout
     for n in svgs:
         text = (tmp_path / "post.files" / n).read_text()
         assert EVIL not in text

@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import math
+import re
 from dataclasses import dataclass, field
 
 
@@ -90,9 +91,15 @@ def percent(v: float | None, digits: int = 1, *, signed: bool = False, fraction:
     return f"{v:{'+' if signed else ''}.{digits}f}{'%' if mark else ''}"
 
 
+_TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
+
+
 def md_escape(s: str) -> str:
-    """Text safe inside a Markdown table cell (pipes, backslashes and HTML escaped)."""
-    return s.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+    """Text safe inside a Markdown table cell and readable as plain text (a mail): pipes and
+    backslashes escaped, and a ``<`` escaped with a backslash only where CommonMark would start an HTML
+    tag with it (before a letter, ``/``, ``!`` or ``?``), so ``q <= 0.05`` and ``> 1`` stay as written
+    and no HTML entity is ever written."""
+    return _TAG_START.sub(r"\\<", s.replace("\\", "\\\\").replace("|", "\\|"))
 
 
 def to_markdown(table: Table) -> str:
