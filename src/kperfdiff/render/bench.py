@@ -28,14 +28,15 @@ DISTURBED = "!"
 def catalogue(benches: tuple[Benchmark, ...] | list[Benchmark], fmt: str = "text") -> str:
     if fmt == "json":
         return to_json({"version": JSON_VERSION, "benchmarks": [
-            {"name": b.name, "family": b.family, "exercises": b.exercises, "unit": b.unit, "better": b.better,
+            {"name": b.name, "family": b.family, "exercises": b.exercises, "unit": b.unit, "op": b.op,
+             "unit_label": b.unit_label, "better": b.better,
              "suites": list(b.suites), "params": b.params, "requires": list(b.requires), "lmbench": b.lmbench,
              "differences": b.differences} for b in benches]})
     t = Table(["benchmark", "unit", "better", "suite", "exercises"], align=["l", "l", "l", "l", "l"])
     for b in benches:
         suite = "quick" if "quick" in b.suites else "full"
         req = f" (needs {', '.join(b.requires)})" if b.requires else ""
-        t.rows.append([b.name, b.unit, b.better, suite, b.exercises + req])
+        t.rows.append([b.name, b.unit_label, b.better, suite, b.exercises + req])
     return to_text(t)
 
 
