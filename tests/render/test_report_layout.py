@@ -103,15 +103,18 @@ def test_result_first_machines_folded_after(report_html):
     o = Outline(report_html)
     assert o.h2 == ["tables", "plots", "counters", "profiles", "machines"], o.h2
     # the comparison table comes before any plot, the plots before the machine facts
-    assert report_html.index("<table>") < report_html.index("<figure") < report_html.index("<details")
-    assert len(o.details) == 1
-    d = o.details[0]
+    assert report_html.index("<table>") < report_html.index("<figure") < report_html.index('<details class="machines"')
+    # two folds: the method under the tables (compare --explain's text), the machines last
+    assert [d["summary"].split(" (")[0] for d in o.details] == [
+        "How the changes are computed", "CPU, memory, kernel, knobs and the rest of each machine"]
+    assert "interval method: two-level random-effects" in o.details[0]["text"]
+    d = o.details[1]
     assert d["h2_before"][-1] == "machines" and d["tables"] == 1
     # folded, not dropped: every fact and both values of the one that differs are inside
     assert "thp_enabled" in d["summary"] and "1 of" in d["summary"], d["summary"]
     for fact in ("arch", "cpu_model", "Test CPU", "thp_enabled", "madvise", "always", "runs"):
         assert fact in d["text"], fact
-    assert 'class="differs"' in report_html.split("<details", 1)[1]
+    assert 'class="differs"' in report_html.split('<details class="machines"', 1)[1]
 
 
 def test_axes_in_units_that_suit_the_numbers(report_html):

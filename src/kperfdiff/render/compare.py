@@ -227,7 +227,9 @@ def to_text_all(cmp: Comparison, explain: bool = False) -> str:
 
 def to_markdown_all(cmp: Comparison, explain: bool = False) -> str:
     parts = ["\n\n".join(md_escape(h) for h in header_lines(cmp)) + "\n"]
-    parts += [to_markdown(t) for t in tables(cmp)]
+    for t in tables(cmp):        # the text's padding (a centre's room for its mark) is no use in a cell
+        t.rows = [[v.strip() if isinstance(v, str) else v for v in row] for row in t.rows]
+        parts.append(to_markdown(t))
     parts.append("\n\n".join(md_escape(h) for h in legend_lines(cmp) + (explain_lines(cmp) if explain else []))
                  + "\n")
     return "\n".join(parts)

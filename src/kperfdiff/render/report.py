@@ -35,6 +35,7 @@ from kperfdiff.render.compare import (
     block_title,
     centres_table,
     column_unit,
+    explain_lines,
     header_lines,
     legend_lines,
     side_label,
@@ -74,7 +75,7 @@ td.sig{font-weight:bold}td.better{background:#e3f4e3}td.worse{background:#fbe3e3
 .note{color:#555;font-size:.85em}.plots{display:flex;flex-wrap:wrap;gap:10px}
 .flame{overflow-x:auto;border:1px solid #ddd;margin:.5em 0}
 figure{margin:0}.emulated{color:#a00;font-weight:bold}code{background:#f5f5f5;padding:0 .2em}
-details.machines>summary{cursor:pointer;color:#333}p.verdict{font-size:1.05em;margin:.3em 0}
+details.machines>summary,details.method>summary{cursor:pointer;color:#333}p.verdict{font-size:1.05em;margin:.3em 0}
 """
 
 
@@ -158,6 +159,8 @@ def comparison_html(cmp: Comparison) -> str:
     for blk in cmp.blocks:
         out.append(table_html(block_table(cmp, blk), cls_for=_change_classes(blk, cmp)))
     out += [f'<p class="note">{esc(h)}</p>' for h in legend_lines(cmp)]
+    out.append('<details class="method"><summary>How the changes are computed</summary>'
+               + "".join(f'<p class="note">{esc(h)}</p>' for h in explain_lines(cmp)) + "</details>")
     return "\n".join(out)
 
 
