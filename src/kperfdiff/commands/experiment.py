@@ -50,11 +50,13 @@ def add_run(e: Parser) -> None:
 
 def add_compare(c: Parser) -> None:
     c.description = ("For each benchmark and core count: the baseline's centre (geometric mean of "
-                     "the per-repetition medians), each variant's, the change in % (positive = "
+                     "the per-repetition medians), each variant's, with the CV; then per variant the "
+                     "change as a speed ratio (1.12x faster, 1.50x slower) and in % (positive = "
                      "better) with a two-level 95% confidence interval over the repetitions "
                      "(Kalibera & Jones; 3 repetitions per side at least), a significance mark "
                      "(Benjamini-Hochberg q <= 0.05 over the table's cells), a mark for disturbed "
-                     "measurements and the CV; one block per variant, a geometric-mean row.")
+                     "measurements, and the geometric means. Units say what one operation is (ns per "
+                     "4 KB page, ns per fork). A short legend ends it; --explain gives the method.")
     c.add_argument("runs", nargs="*", metavar="RUN", help="run ids or labels; the first is the baseline")
     c.add_argument("--experiment", metavar="ID|NAME", help="compare the variants of an experiment")
     c.add_argument("--stack", action="store_true",
@@ -83,7 +85,8 @@ def add_compare(c: Parser) -> None:
 
 
 def add_report(r: Parser) -> None:
-    r.description = ("One HTML file that works offline, the result first: comparison tables, "
+    r.description = ("One HTML file that works offline, the result first: the verdict in a few "
+                     "sentences (what changed, by how much, how sure), comparison tables, "
                      "plots (change bars with confidence intervals, scaling curves, a heat map "
                      "whose colours are clipped at outliers), the kernel counters that explain "
                      "changes, the kperfdiff table and differential flame graph of each benchmark "

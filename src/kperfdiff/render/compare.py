@@ -101,14 +101,15 @@ def header_lines(cmp: Comparison) -> list[str]:
     return out
 
 
-def legend_lines(cmp: Comparison) -> list[str]:
-    """What the columns and marks mean, short, printed once after the tables (``--explain``: the method)."""
+def legend_lines(cmp: Comparison, more: str = "--explain for the method") -> list[str]:
+    """What the columns and marks mean, short, printed once after the tables; ``more`` says where the
+    method is (``--explain``)."""
     out = [f"{cmp.name(k)}: " + ", ".join(f"{lab} runs {b}" for lab, b in per.items())
            for k, per in cmp.templates.items()]
     out.append("change: speed ratio of the centres (x faster / x slower) and in % (positive = better); "
                f"[low, high]: its {cmp.confidence:.0%} interval in %; {SIG} significant (Benjamini-Hochberg "
-               f"q <= {cmp.alpha:g} over its table); {DISTURBED} measured while the machine was disturbed; "
-               "--explain for the method")
+               f"q <= {cmp.alpha:g} over its table); {DISTURBED} measured while the machine was disturbed"
+               + (f"; {more}" if more else ""))
     if any(x.method == "runs" for b in cmp.blocks for x in b.cells.values()):
         out.append("separate runs: each interval also holds the drift between runs of the benchmark on its machine")
     return out

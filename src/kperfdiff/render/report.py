@@ -158,7 +158,7 @@ def comparison_html(cmp: Comparison) -> str:
     out.append(table_html(centres_table(cmp)))
     for blk in cmp.blocks:
         out.append(table_html(block_table(cmp, blk), cls_for=_change_classes(blk, cmp)))
-    out += [f'<p class="note">{esc(h)}</p>' for h in legend_lines(cmp)]
+    out += [f'<p class="note">{esc(h)}</p>' for h in legend_lines(cmp, "the method below")]
     out.append('<details class="method"><summary>How the changes are computed</summary>'
                + "".join(f'<p class="note">{esc(h)}</p>' for h in explain_lines(cmp)) + "</details>")
     return "\n".join(out)
