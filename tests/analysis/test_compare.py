@@ -1,6 +1,7 @@
 """kperfdiff compare: numbers checked against hand-computed medians and intervals."""
 import json
 import math
+import re
 
 import pytest
 
@@ -185,24 +186,30 @@ def test_text_layout_and_formats(tmp_path):
     s, ra, rb = make_store(tmp_path / "k.db", emulated=True)
     c = two_level(cm.from_runs(s, [str(ra.id), str(rb.id)]))
     text = rc.render(c, "text")
-    assert "POSITIVE = BETTER" in text and "interval method: two-level random-effects" in text
+    assert "POSITIVE = BETTER" not in text and "interval method" not in text     # the method: --explain
+    assert "POSITIVE = BETTER" in rc.render(c, "text", explain=True)
     assert "Benjamini-Hochberg" in text
-    assert ">> change: B (emulated) vs A (baseline), % (positive = better)" in text
-    assert "P | x.lat | y.tput | geomean" in text
+    assert "change: B (emulated) vs A (baseline)\n" in text
     lo, hi = c.blocks[0].cells[("x.lat", 1)].low, c.blocks[0].cells[("x.lat", 1)].high
     ch = ((11 / 6) ** (1 / 3) - 1) * 100
-    assert f"1 | {ch:+.1f}% [{lo:+.1f}, {hi:+.1f}] | +100.0% [no interval] |" in text
-    assert "2 | -45.5% [no interval] | - |" in text
-    assert "geomean |" in text
+    rows = {tuple(line.split()[:2]): line for line in text.splitlines() if line[:1].isalpha()}
+    assert rows[("x.lat", "1")].split()[2:] == [f"{1 + ch / 100:.2f}x", "faster", f"{ch:+.1f}%",
+                                                f"[{lo:+.1f},", f"{hi:+.1f}]"]
+    assert rows[("x.lat", "2")].split()[2:] == ["1.83x", "slower", "-45.5%", "[no", "interval]"]
+    assert rows[("y.tput", "1")].split()[2:5] == ["2.00x", "faster", "+100.0%"]
+    assert "geomean" in text
     assert "too few repetitions for an interval (1 and 1; 3 per side are needed)" in text and "EMULATED" in text
     md = rc.render(c, "markdown")
-    assert "| P | x.lat | y.tput | geomean |" in md
+    assert "| benchmark | P | change | % | interval | mark |" in md and "| x.lat | 2 | 1.83x slower | -45.5% |" in md
     rows = rc.render(c, "csv").splitlines()
-    assert rows[0].startswith("variant,reference,kind,column,cores")
+    assert rows[0].startswith("variant,reference,kind,column,cores") and ",speed_ratio,direction," in rows[0]
     assert len(rows) == 1 + 3
     j = json.loads(rc.render(c, "json"))
     cell = next(x for x in j["comparisons"][0]["cells"] if x["key"] == "x.lat" and x["cores"] == 1)
     assert cell["base"] == pytest.approx(1320 ** (1 / 3)) and cell["significant"] is bool(cell["q"] <= 0.05)
+    assert cell["speed_ratio"] == pytest.approx(1 + cell["change"] / 100) and cell["direction"] == "faster"
+    slower = next(x for x in j["comparisons"][0]["cells"] if x["key"] == "x.lat" and x["cores"] == 2)
+    assert slower["direction"] == "slower" and slower["speed_ratio"] == pytest.approx(1 / (1 + slower["change"] / 100))
     assert j["variants"][1]["emulated"] is True and j["sign"] == "positive change = better"
     assert j["version"] == 2 and j["alpha"] == 0.05
 
@@ -237,3 +244,75 @@ def test_cli_compare(tmp_path, home):
     assert_one_sentence_error(run_cli("compare", ra.id))
     assert_one_sentence_error(run_cli("compare", "--experiment", "nope"))
     assert_one_sentence_error(run_cli("compare", "99", "98"))
+
+
+@pytest.mark.parametrize("change,text", [
+    (0.0, "1.00x (same)"), (0.4, "1.00x (same)"), (-0.4, "1.00x (same)"), (0.6, "1.01x faster"),
+    (12.0, "1.12x faster"), (-100 / 3, "1.50x slower"), (-50.0, "2.00x slower"), (650.0, "7.50x faster"),
+    (900.0, "10.0x faster"), (1802.5, "19.0x faster"), (-95.0, "20.0x slower"), (math.nan, "-"),
+])
+def test_change_as_pyperf_says_it(change, text):
+    """A change in % (positive = better) read as a speed ratio: +654.5% is 7.5x faster; 1.0x is 'same'."""
+    assert rc.ratio_text(change) == text
+
+
+def test_tables_are_aligned_and_the_legend_is_said_once(tmp_path):
+    """Aligned columns with the numbers right-aligned (no ' | ' rows, no '-----' rule), the short legend
+    once at the end however many tables (a patch stack has three), the method only with --explain."""
+    s, ra, rb = make_store(tmp_path / "k.db", extra_runs=1)
+    c = two_level(cm.from_runs(s, ["A", "B", "A.1"], stack=True))
+    assert len(c.blocks) == 3
+    text = rc.render(c, "text")
+    assert " | " not in text and "-----\n" not in text and ">>" not in text
+    for block in text.split("\n\n"):
+        lines = block.splitlines()
+        rule = next((i for i, line in enumerate(lines) if set(line) <= {"-", " "} and "--" in line), None)
+        if rule is None:
+            continue
+        spans = [(m.start(), m.end()) for m in re.finditer(r"-+", lines[rule])]
+        head = lines[rule - 1]
+        names = [head[a:b].strip() for a, b in spans]
+        assert all(names), head                         # every header sits over its column
+        for row in lines[rule + 1:]:
+            if row.startswith("  "):                    # the notes under a table
+                break
+            for (a, b), name in zip(spans, names):
+                if name in ("P", "%", "cv", "reps"):    # numbers: right-aligned, ending at the rule's end
+                    assert not row[a:b].strip() or row[b - 1] != " " and row[b:b + 1] in ("", " "), (name, row)
+    assert text.count("--explain for the method") == 1 and text.rstrip().endswith("--explain for the method")
+    explained = rc.render(c, "text", explain=True)
+    assert explained.count("interval method: two-level") == 1
+    assert explained.index("--explain for the method") < explained.index("interval method")
+    md = rc.render(c, "markdown", explain=True)
+    assert md.count("interval method") == 1 and "&lt;" not in md and "&gt;" not in md and "&amp;" not in md
+    assert "q <= 0.05" in md
+
+
+def test_plain_column_names_units_per_operation_and_instructions(tmp_path):
+    """A template column prints as its plain name (the expansion said once in the legend); the unit says
+    what one operation is (the catalogue's op); a deterministic guest's virtual ns are instructions."""
+    s = st.Store.open(tmp_path / "k.db")
+    ma = s.add_machine({"arch": "arm64", "deterministic": True})
+    mb = s.add_machine({"arch": "arm64", "deterministic": True, "thp_enabled": "always"})
+    ra, rb = s.start_run(label="4k", machine_id=ma), s.start_run(label="huge", machine_id=mb)
+    for r, bench, k in ((ra, "fault.anon.4k", 1.0), (rb, "fault.anon.huge", 0.05)):
+        s.add_result(r.id, benchmark=bench, params={}, copies=1, status="ok", reason=None, unit="ns/op",
+                     better="lower", summary=None, raw=[(i, 0, 0, 1000.0 * k * (1 + i / 100), 10, 100)
+                                                         for i in range(3)], bench_key="fault.anon.{pages}")
+        s.add_result(r.id, benchmark="proc.fork", params={}, copies=1, status="ok", reason=None, unit="ns/op",
+                     better="lower", summary=None, raw=[(i, 0, 0, 9000.0 + i, 10, 100) for i in range(3)])
+        s.finish_run(r.id, "complete")
+    c = cm.from_runs(s, ["4k", "huge"])
+    c.ops = {"fault.anon.4k": "4 KB page", "fault.anon.huge": "4 KB page", "proc.fork": "fork"}
+    text = rc.render(c, "text")
+    assert "{" not in text.split("fault.anon: 4k runs")[0], text        # no template in any header or row
+    assert "fault.anon: 4k runs fault.anon.4k, huge runs fault.anon.huge" in text
+    centres = text.split("change: huge vs 4k")[0].splitlines()
+    assert any(line.startswith("fault.anon ") and "instructions per 4 KB page" in line for line in centres)
+    assert any(line.startswith("proc.fork ") and "instructions per fork" in line for line in centres)
+    assert "ns/op" not in text
+    j = json.loads(rc.render(c, "json"))
+    assert j["units"] == {"fault.anon.{pages}": "instructions per 4 KB page", "proc.fork": "instructions per fork"}
+    assert j["column_names"]["fault.anon.{pages}"] == "fault.anon"
+    c.sides[1].facts = {"arch": "arm64"}                 # one side timed for real: ns, per its operation
+    assert rc.column_unit(c, "proc.fork").title == "µs per fork"

@@ -55,3 +55,23 @@ def test_run_params_precedence():
     assert gups.run_params(tiny=True)["log2_words"] == gups.tiny_params["log2_words"]
     assert gups.run_params(tiny=True, overrides={"log2_words": "12"})["log2_words"] == "12"
     assert gups.params["log2_words"] != "12"  # the catalogue itself is not changed
+
+
+def test_every_unit_says_what_an_operation_is(tmp_path):
+    """Every benchmark's catalogue entry says what one operation of its unit is, and the unit printed
+    says it: ns per 4 KB page for the anonymous faults (huge pages too), ns per fork; a family without
+    it is refused with the benchmark named."""
+    for b in BENCHES:
+        assert b.op, b.name
+        assert b.unit_label == (f"{b.unit.split('/')[0]} per {b.op}" if b.unit.endswith("/op") else b.unit), b.name
+        assert "/op" not in b.unit_label, b.name
+    assert catalogue.get("fault.anon.huge").unit_label == "ns per 4 KB page"
+    assert catalogue.get("fault.anon.4k").unit_label == "ns per 4 KB page"
+    assert catalogue.get("proc.fork").unit_label == "ns per fork"
+    assert catalogue.get("gups.huge").unit_label == "GUP/s"
+    assert catalogue.operations()["ipc.pipe"] == "round trip"
+    (tmp_path / "x.c").write_text("")
+    (tmp_path / "x.toml").write_text('family = "x"\n[[bench]]\nname = "x.a"\nexercises = "e"\nunit = "ns/op"\n'
+                                     'better = "lower"\n')
+    with pytest.raises(ValueError, match="x.a: no op"):
+        catalogue.load_families(tmp_path)

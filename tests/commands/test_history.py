@@ -110,3 +110,21 @@ def test_bad_input_is_one_sentence(stored, argv, words):
     p = run_cli("--store", path, *argv)
     assert_one_sentence_error(p)
     assert words in p.stderr
+
+
+def test_history_table_and_plot_say_one_unit(tmp_path):
+    """A series of 600000 ns figures reads in µs in its table and on its plot's axis alike."""
+    import re
+    path = tmp_path / "u.db"
+    s = st.Store.open(path)
+    populate(s, [600_000.0, 610_000.0, 605_000.0], bench="proc.fork")
+    s.conn.close()
+    text = run_cli("--store", path, "history", "proc.fork", check=0).stdout
+    rows = [line for line in text.splitlines() if line[:1].isdigit()]
+    assert len(rows) == 3 and all(" µs " in r and " ns " not in r for r in rows), text
+    page = run_cli("--store", path, "history", "proc.fork", "--format", "html", "-o", tmp_path / "h.html",
+                   check=0)
+    html = (tmp_path / "h.html").read_text() if (tmp_path / "h.html").exists() else page.stdout
+    axis = re.findall(r'class="axis">([^<]*)<', html)
+    assert axis == ["µs"], axis
+    assert re.search(r"<td[^>]*>6\d\d\.\d</td><td[^>]*>µs</td>", html), html[html.find("<table"):][:600]

@@ -4,6 +4,7 @@ the CV; each note once; --reps lists the repetitions; text, Markdown, JSON and C
 import csv
 import io
 import math
+import re
 
 from support import run_cli, two_variant_experiment
 from kperfdiff.core import stats
@@ -12,14 +13,15 @@ from schemas.test_schemas import validate
 
 
 def rows_of(text: str, *first: str) -> list[list[str]]:
-    """The rows of the aligned table whose header starts with the words ``first``, split on spaces."""
+    """The rows of the aligned table whose header starts with the words ``first``, split where two
+    spaces part its columns (a unit such as "ns per getppid() call" is one cell)."""
     lines = text.splitlines()
     head = next(i for i, ln in enumerate(lines) if ln.split()[:len(first)] == list(first))
     out = []
     for ln in lines[head + 2:]:
         if not ln or ln.startswith(" "):
             break
-        out.append(ln.split())
+        out.append(re.split(r"  +", ln.strip()))
     return out
 
 
@@ -38,7 +40,7 @@ def test_show_of_an_experiment_run_is_one_row_per_benchmark_over_its_repetitions
     rows = rows_of(text, "benchmark")
     assert len(rows) == 1, text
     name, cores, centre, unit, hw, n_reps = rows[0][:6]
-    assert (name, cores, unit, n_reps) == ("syscall.null", "1", "ns/op", "4")
+    assert (name, cores, unit, n_reps) == ("syscall.null", "1", "ns per getppid() call", "4")
     assert float(centre) == float(f"{stats.nested_centre(reps):#.4g}")
     assert hw == f"{stats.centre_half_width(reps):.1f}%"
     assert text.count("precision reached") == 1, text
@@ -97,3 +99,19 @@ def test_failed_and_skipped_repetitions_are_counted_in_their_row(home):
     assert "1 repetition failed: broke" in text and text.count("no swap") == 1
     doc = validate("show", run_cli("show", "mix/A", "--format", "json", check=0).stdout)
     assert [(x["status"], x["reps"], len(x["unmeasured"])) for x in doc["summary"]] == [("ok", 3, 1), ("skipped", 0, 0)]
+
+
+def test_units_say_the_operation_and_a_deterministic_guest_counts_instructions(home):
+    """show prints each unit with the operation it counts (the catalogue's op), and a deterministic
+    guest's virtual ns (one per instruction) as instructions, never as ns/op."""
+    from analysis.test_compare import add
+    db = Store.open(home / "kperfdiff.db")
+    for label, facts in (("timed", {"arch": "x86_64"}), ("counted", {"arch": "arm64", "deterministic": True})):
+        run = db.start_run(label=label, machine_id=db.add_machine(facts))
+        add(db, run.id, "proc.fork", [[90_000.0, 91_000.0], [92_000.0, 90_500.0], [91_500.0, 90_000.0]])
+        add(db, run.id, "fault.anon.huge", [[200.0, 210.0], [205.0, 203.0], [201.0, 202.0]])
+        db.finish_run(run.id, "complete")
+    units = {label: {r[0]: r[3] for r in rows_of(run_cli("show", label, check=0).stdout, "benchmark")}
+             for label in ("timed", "counted")}
+    assert units["timed"] == {"proc.fork": "µs per fork", "fault.anon.huge": "ns per 4 KB page"}
+    assert units["counted"] == {"proc.fork": "instructions per fork", "fault.anon.huge": "instructions per 4 KB page"}

@@ -184,7 +184,7 @@ def test_resume_after_kill_no_duplicate_or_lost_cells(tmp_path, home):
     assert Path(KNOB).read_text().strip() == orig
     # a third run measures nothing and still prints the table
     r = run_cli("run", p, "--no-progress", check=0)
-    assert "cells to measure" not in r.stderr and ">> change: B vs A" in r.stdout
+    assert "cells to measure" not in r.stderr and "change: B vs A" in r.stdout
     assert len(_cells(db, "killme")) == total
 
 

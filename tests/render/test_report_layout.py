@@ -26,8 +26,8 @@ def shifted(reps, k):
 
 @pytest.fixture
 def report_html(tmp_path, home):
-    """Two runs on machines that differ in THP mode: fork at ~600 us/op, gups at ~0.07 GUP/s, and
-    four more benchmarks, one of which (x.outlier) gets 10x faster while the others move by
+    """Two runs on machines that differ in THP mode, each benchmark at 1 and 2 copies: fork at ~600
+    us/op, gups at ~0.07 GUP/s, and four more benchmarks, one of which (x.outlier) gets 10x faster while the others move by
     2-12% (3 repetitions each, so every cell has an interval)."""
     s = st.Store.open(home / "kperfdiff.db")
     ma = s.add_machine({"arch": "x86_64", "cpus": 2, "thp_enabled": "madvise", "cpu_model": "Test CPU"})
@@ -36,12 +36,13 @@ def report_html(tmp_path, home):
     rb = s.start_run(label="after", machine_id=mb)
     base = [[600_000, 610_000, 620_000], [605_000, 615_000, 600_000], [598_000, 612_000, 607_000]]
     changes = {"proc.fork": 1.05, "x.a": 0.98, "x.b": 1.12, "x.c": 1.08, "x.outlier": 10.0}
-    for bench, k in changes.items():
-        add(s, ra.id, bench, base)
-        add(s, rb.id, bench, shifted(base, 1 / k))
-    gups = [[0.070, 0.071, 0.072], [0.069, 0.070, 0.073], [0.071, 0.070, 0.072]]
-    add(s, ra.id, "gups.4k", gups, unit="GUP/s", better="higher")
-    add(s, rb.id, "gups.4k", shifted(gups, 1.3), unit="GUP/s", better="higher")
+    for copies in (1, 2):                   # two core counts: a scaling curve has two points
+        for bench, k in changes.items():
+            add(s, ra.id, bench, base, copies=copies)
+            add(s, rb.id, bench, shifted(base, 1 / k), copies=copies)
+        gups = [[0.070, 0.071, 0.072], [0.069, 0.070, 0.073], [0.071, 0.070, 0.072]]
+        add(s, ra.id, "gups.4k", gups, unit="GUP/s", better="higher", copies=copies)
+        add(s, rb.id, "gups.4k", shifted(gups, 1.3), unit="GUP/s", better="higher", copies=copies)
     for r in (ra, rb):
         s.finish_run(r.id, "complete")
     out = tmp_path / "r.html"
@@ -102,15 +103,18 @@ def test_result_first_machines_folded_after(report_html):
     o = Outline(report_html)
     assert o.h2 == ["tables", "plots", "counters", "profiles", "machines"], o.h2
     # the comparison table comes before any plot, the plots before the machine facts
-    assert report_html.index("<table>") < report_html.index("<figure") < report_html.index("<details")
-    assert len(o.details) == 1
-    d = o.details[0]
+    assert report_html.index("<table>") < report_html.index("<figure") < report_html.index('<details class="machines"')
+    # two folds: the method under the tables (compare --explain's text), the machines last
+    assert [d["summary"].split(" (")[0] for d in o.details] == [
+        "How the changes are computed", "CPU, memory, kernel, knobs and the rest of each machine"]
+    assert "interval method: two-level random-effects" in o.details[0]["text"]
+    d = o.details[1]
     assert d["h2_before"][-1] == "machines" and d["tables"] == 1
     # folded, not dropped: every fact and both values of the one that differs are inside
     assert "thp_enabled" in d["summary"] and "1 of" in d["summary"], d["summary"]
     for fact in ("arch", "cpu_model", "Test CPU", "thp_enabled", "madvise", "always", "runs"):
         assert fact in d["text"], fact
-    assert 'class="differs"' in report_html.split("<details", 1)[1]
+    assert 'class="differs"' in report_html.split('<details class="machines"', 1)[1]
 
 
 def test_axes_in_units_that_suit_the_numbers(report_html):
@@ -119,7 +123,7 @@ def test_axes_in_units_that_suit_the_numbers(report_html):
                      "".join(figs[k].find(f"{SVG}title").itertext()))]
     ticks = texts(fork, "tick")
     assert ticks and all(re.fullmatch(r"\d+(\.\d+)? µs", t) for t in ticks), ticks
-    assert "600 µs" in ticks and texts(fork, "axis") == ["µs/op"]
+    assert "600 µs" in ticks and texts(fork, "axis") == ["µs per fork"]     # the catalogue's op
     gups = figs[next(k for k in figs if k.startswith("scaling-") and "gups.4k" in
                      "".join(figs[k].find(f"{SVG}title").itertext()))]
     assert all(re.fullmatch(r"\d+(\.\d+)? MUP/s", t) for t in texts(gups, "tick")), texts(gups, "tick")
@@ -217,3 +221,55 @@ def test_markdown_post_has_the_ranking_of_each_changed_benchmark(tmp_path, home)
     section = md.split("### x.lat, P=2", 1)[1]
     assert "Top 5 candidates among common kernel functions" in section
     assert "zap_pte_range" in section and "Differential flame graph: [flame-0.svg]" in section
+
+
+def test_one_unit_per_quantity_in_table_and_plot(report_html):
+    """The centres table and the scaling plot of one benchmark say the same unit (the plot's axis in
+    the table's unit, the catalogue's op in both), and the table's numbers are in it."""
+    figs = figures(report_html)
+    table = report_html.split("<caption>centres", 1)[1].split("</table>", 1)[0]
+    rows = {cells_[0]: cells_ for cells_ in (re.findall(r"<td[^>]*>([^<]*)</td>", tr)
+                                             for tr in re.findall(r"<tr>(.*?)</tr>", table)) if cells_}
+    for name, unit in (("proc.fork", "µs per fork"), ("gups.4k", "MUP/s")):
+        assert rows[name][2] == unit, rows[name]
+        plot = figs[next(k for k in figs if k.startswith("scaling-") and
+                         "".join(figs[k].find(f"{SVG}title").itertext()).startswith(name + ":"))]
+        assert texts(plot, "axis") == [unit]
+    assert float(rows["gups.4k"][3].split()[0]) == pytest.approx(70.7, abs=0.5)      # MUP/s, not 0.0707
+    assert float(rows["proc.fork"][3].split()[0]) == pytest.approx(607, abs=5)       # µs, as the axis
+
+
+def test_the_report_leads_with_the_verdict(tmp_path, home):
+    """The first thing after the title says what changed, by how much and how sure: a significant
+    slowdown as "1.77x slower" with its interval, then what did not change significantly."""
+    s, ra, rb = make_store(home / "kperfdiff.db", p2_reps=3, extra_runs=2)
+    out, md = tmp_path / "r.html", tmp_path / "r.md"
+    run_cli("report", "A", "B", "-o", out, "--no-profiles")
+    body = out.read_text().split("</h1>", 1)[1]
+    first = re.match(r'\s*<p class="verdict">([^<]*)</p>\s*<p class="verdict">([^<]*)</p>', body)
+    assert first, body[:300]
+    assert re.fullmatch(r"B is 1\.\d\dx slower than A on x\.lat \(ns/op, P=2\): -\d+\.\d%, 95% interval "
+                        r"\[-\d+\.\d%, -\d+\.\d%\], significant after Benjamini-Hochberg \(q = [0-9.e-]+\)\.",
+                        first.group(1)), first.group(1)
+    assert first.group(2) == "B vs A: y.tput P=1: no significant change (+100.0%, no interval)."
+    run_cli("report", "A", "B", "-o", md, "--format", "markdown", "--no-profiles")
+    lines = [line for line in md.read_text().splitlines() if line.strip()]
+    assert lines[0].startswith("## kperfdiff report") and lines[1] == first.group(1)
+
+
+def test_no_plot_of_a_single_point(tmp_path, home):
+    """One benchmark at one core count: no centre-over-core-counts curve and no one-cell heat map,
+    and a line says why; the change bars stay."""
+    s = st.Store.open(home / "kperfdiff.db")
+    ra, rb = s.start_run(label="a", machine_id=None), s.start_run(label="b", machine_id=None)
+    base = [[100.0, 101.0, 102.0], [99.0, 100.0, 103.0], [101.0, 100.0, 100.5]]
+    add(s, ra.id, "x.one", base)
+    add(s, rb.id, "x.one", shifted(base, 0.5))
+    for r in (ra, rb):
+        s.finish_run(r.id, "complete")
+    out = tmp_path / "r.html"
+    run_cli("report", "a", "b", "-o", out, "--no-profiles")
+    html = out.read_text()
+    assert list(figures(html)) == ["bars-0"]
+    assert "No centre-over-core-counts plot: every benchmark ran at one core count (P=1)." in html
+    assert "No heat map of a comparison with a single cell" in html

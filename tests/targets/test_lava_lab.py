@@ -52,7 +52,7 @@ def test_a_two_variant_experiment_runs_end_to_end_through_lava(lab, tmp_path, ho
     print(f"lab experiment: {took:.0f} s\n{p.stderr}\n{p.stdout}")
     assert p.returncode == 0, p.stderr
     assert "thp-never: fault.anon.huge skipped: needs transparent huge pages (mode is never)" in p.stderr
-    assert ">> change: thp-always (emulated) vs thp-never (emulated)" in p.stdout
+    assert "change: thp-always (emulated) vs thp-never (emulated)" in p.stdout
     # four jobs, two at a time on the two devices, all complete
     status, body = lab.api("GET", "jobs/?ordering=id")
     jobs = json.loads(body)["results"]

@@ -44,6 +44,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 
 
@@ -52,6 +53,7 @@ from kperfdiff.core.errors import InputError
 from kperfdiff.core.records import StoredExperiment, StoredProfile, result_names, summarise_disturbance, unresolvable
 
 MIN_REPS = stats.MIN_REPS
+_PLACEHOLDER = re.compile(r"\.?\{[^}]*\}")
 
 
 @dataclass
@@ -162,10 +164,30 @@ class Comparison:
     confidence: float = stats.DEFAULT_CONFIDENCE
     templates: dict[str, dict[str, str]] = field(default_factory=dict)  # key -> variant -> benchmark
     alpha: float = stats.DEFAULT_ALPHA
+    ops: dict[str, str] = field(default_factory=dict)   # benchmark -> what one operation is (the catalogue's op)
 
     @property
     def baseline(self) -> Side:
         return self.sides[0]
+
+    def samples_of(self, key: str) -> list[tuple[Side, Sample]]:
+        return [(s, smp) for s in self.sides for c in self.cores if (smp := s.samples.get((key, c))) is not None]
+
+    def name(self, key: str) -> str:
+        """A column's plain name: a template's placeholders left out (``gups.{pages}`` -> ``gups``),
+        unless that would give two columns one name."""
+        plain = _PLACEHOLDER.sub("", key) or key
+        return key if any(k != key and (_PLACEHOLDER.sub("", k) or k) == plain for k in self.keys) else plain
+
+    def op(self, key: str) -> str:
+        """What one operation of the column's unit is ("4 KB page"), when every benchmark in it agrees."""
+        ops = {self.ops.get(smp.benchmark, "") for _, smp in self.samples_of(key)}
+        return ops.pop() if len(ops) == 1 else ""
+
+    def counted(self, key: str) -> bool:
+        """Whether the column was measured in deterministic guests only (virtual ns: one per instruction)."""
+        sides = [s for s, _ in self.samples_of(key)]
+        return bool(sides) and all(s.facts.get("deterministic") for s in sides)
 
     def side(self, label: str) -> Side:
         return next(s for s in self.sides if s.label == label)

@@ -51,16 +51,20 @@ class ReportData:
 
 
 def load_comparison(store, *, experiment: str | None, runs: list[str], stack: bool = False,
-                    profiles: bool = True) -> Comparison:
+                    profiles: bool = True, ops: dict[str, str] | None = None) -> Comparison:
     """The comparison of an experiment's variants, or of runs (the first is the baseline); with
-    ``profiles``, each side also lists its stored profiles (for the report's profile diffs)."""
+    ``profiles``, each side also lists its stored profiles (for the report's profile diffs);
+    ``ops``: what one operation of each benchmark is (the catalogue's, for the units printed)."""
     if experiment and runs:
         raise InputError("give either --experiment or RUNs, not both")
     if experiment:
-        return from_experiment(store, experiment, profiles=profiles)
-    if not runs:
+        cmp = from_experiment(store, experiment, profiles=profiles)
+    elif not runs:
         raise InputError("name the runs to compare (the first is the baseline) or --experiment ID|NAME")
-    return from_runs(store, runs, stack=stack, profiles=profiles)
+    else:
+        cmp = from_runs(store, runs, stack=stack, profiles=profiles)
+    cmp.ops = dict(ops or {})
+    return cmp
 
 
 def side_facts(store, side) -> dict:
@@ -144,6 +148,7 @@ class TopMover:
     cell: CellChange
     block: Block
     diff: ProfileDiff
+    name: str = ""                 # the column's plain name (Comparison.name)
 
 
 def top_mover_diff(cmp: Comparison) -> TopMover | None:
@@ -151,4 +156,4 @@ def top_mover_diff(cmp: Comparison) -> TopMover | None:
     if c is None:
         return None
     blk = next(b for b in cmp.blocks if b.kind == "baseline")
-    return TopMover(c, blk, profile_diff(cmp, blk, c))
+    return TopMover(c, blk, profile_diff(cmp, blk, c), cmp.name(c.key))

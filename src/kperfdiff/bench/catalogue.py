@@ -34,6 +34,13 @@ class Benchmark:
     intervals: int | None = None
     lmbench: str = ""
     differences: str = ""
+    op: str = ""                   # what one operation of a per-operation unit is: "4 KB page", "fork"
+
+    @property
+    def unit_label(self) -> str:
+        """The unit as tables and plots print it: "ns per 4 KB page" for ns/op of a 4 KB page."""
+        head, sep, tail = self.unit.partition("/")
+        return f"{head} per {self.op}" if sep and tail == "op" and self.op else self.unit
 
     @property
     def param_names(self) -> set[str]:
@@ -85,6 +92,7 @@ def load_families(directory: Path = FAMILIES_DIR) -> tuple[dict[str, Family], tu
             _check(b.get("better") in ("lower", "higher"), toml_path, f"{name}: better must be lower or higher")
             _check(bool(b.get("exercises")), toml_path, f"{name}: says nothing of what it exercises")
             _check(bool(b.get("unit")), toml_path, f"{name}: no unit")
+            _check(bool(b.get("op")), toml_path, f"{name}: no op (what one operation of its unit is)")
             req = tuple(b.get("requires", ()))
             _check(set(req) <= REQUIREMENTS, toml_path, f"{name}: unknown requirement in {req}")
             suites = tuple(b.get("suites", ("full",)))
@@ -95,11 +103,16 @@ def load_families(directory: Path = FAMILIES_DIR) -> tuple[dict[str, Family], tu
                 params={k: str(v) for k, v in b.get("params", {}).items()},
                 tiny_params={k: str(v) for k, v in b.get("tiny_params", {}).items()},
                 requires=req, intervals=b.get("intervals"), lmbench=b.get("lmbench", ""),
-                differences=b.get("differences", "")))
+                differences=b.get("differences", ""), op=b["op"]))
     return families, tuple(benches)
 
 def load_catalogue() -> tuple[Benchmark, ...]:
     return load_families()[1]
+
+def operations() -> dict[str, str]:
+    """Benchmark name -> what one operation of its unit is ("fault.anon.huge": "4 KB page"), for
+    the tables and plots that print units (:class:`kperfdiff.analysis.bench_compare.Comparison`)."""
+    return {b.name: b.op for b in load_catalogue()}
 
 def families() -> dict[str, Family]:
     return load_families()[0]

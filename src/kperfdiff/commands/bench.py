@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from kperfdiff.core import limits
-from kperfdiff.bench.catalogue import load_catalogue
+from kperfdiff.bench.catalogue import load_catalogue, operations
 from kperfdiff.measure.session import BenchOptions, run_bench, run_boot_timing
 from kperfdiff.targets.perf_record import record_command
 from kperfdiff.render import bench as rb
@@ -121,7 +121,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
     store = open_store(args)
     outcome = run_bench(store, opts)
     sys.stdout.write(rb.results(outcome.run, outcome.results, args.format,
-                                machine=store.machine(outcome.run.machine_id).facts))
+                                machine=store.machine(outcome.run.machine_id).facts, ops=operations()))
     return outcome.exit_status
 
 
@@ -145,7 +145,8 @@ def target(args: argparse.Namespace) -> int:
     out = run_boot_timing(store, args.spec, mems, args.boots, label=args.label,
                           command=command_line(), progress=not args.no_progress,
                           mapping=args.map)
-    sys.stdout.write(rb.results(out.run, out.results, args.format, machine=store.machine(out.run.machine_id).facts))
+    sys.stdout.write(rb.results(out.run, out.results, args.format, machine=store.machine(out.run.machine_id).facts,
+                                ops=operations()))
     return out.exit_status
 
 

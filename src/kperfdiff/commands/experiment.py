@@ -10,11 +10,16 @@ from kperfdiff.analysis import bench_compare as cm
 from kperfdiff.render import compare as rcompare
 from kperfdiff.render import report as rreport
 from kperfdiff.analysis.report_data import gather, load_comparison, top_mover_diff
+from kperfdiff.bench.catalogue import operations
 from kperfdiff.core.errors import UsageError
 from kperfdiff.store import Store, default_location
 from kperfdiff.store.backend import is_url
 from kperfdiff.commands.common import command_line, open_store, write_file
 from kperfdiff.commands.parsing import FORMATS, Parser, percent
+
+
+EXPLAIN_HELP = ("end the comparison with the method in full (the interval, the test, the signs); without it, "
+                "a two-line legend")
 
 
 def add_run(e: Parser) -> None:
@@ -39,16 +44,19 @@ def add_run(e: Parser) -> None:
     e.add_argument("--report", metavar="HTML", help="also write the HTML report there, print the kperfdiff "
                                                     "table of the benchmark that moved most, and its path")
     e.add_argument("--format", choices=FORMATS, default="text", help="format of the comparison table")
+    e.add_argument("--explain", action="store_true", help=EXPLAIN_HELP)
     e.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
 def add_compare(c: Parser) -> None:
     c.description = ("For each benchmark and core count: the baseline's centre (geometric mean of "
-                     "the per-repetition medians), each variant's, the change in % (positive = "
+                     "the per-repetition medians), each variant's, with the CV; then per variant the "
+                     "change as a speed ratio (1.12x faster, 1.50x slower) and in % (positive = "
                      "better) with a two-level 95% confidence interval over the repetitions "
                      "(Kalibera & Jones; 3 repetitions per side at least), a significance mark "
                      "(Benjamini-Hochberg q <= 0.05 over the table's cells), a mark for disturbed "
-                     "measurements and the CV; one block per variant, a geometric-mean row.")
+                     "measurements, and the geometric means. Units say what one operation is (ns per "
+                     "4 KB page, ns per fork). A short legend ends it; --explain gives the method.")
     c.add_argument("runs", nargs="*", metavar="RUN", help="run ids or labels; the first is the baseline")
     c.add_argument("--experiment", metavar="ID|NAME", help="compare the variants of an experiment")
     c.add_argument("--stack", action="store_true",
@@ -57,6 +65,7 @@ def add_compare(c: Parser) -> None:
                    help="text (default), json, csv, markdown, or junit (JUnit XML for CI: a testsuite per "
                         "table, a testcase per cell, a failure per cell that trips --fail-on-regression, an "
                         "error per cell it could not judge, skipped with --allow-unjudged)")
+    c.add_argument("--explain", action="store_true", help=EXPLAIN_HELP)
     c.add_argument("--fail-on-regression", type=percent, default=None, metavar="PCT",
                    help="a CI gate: exit 1 when any cell is a significant slowdown (marked * by the table's "
                         "Benjamini-Hochberg test) of more than PCT%% (change below -PCT; the change is signed "
@@ -76,7 +85,8 @@ def add_compare(c: Parser) -> None:
 
 
 def add_report(r: Parser) -> None:
-    r.description = ("One HTML file that works offline, the result first: comparison tables, "
+    r.description = ("One HTML file that works offline, the result first: the verdict in a few "
+                     "sentences (what changed, by how much, how sure), comparison tables, "
                      "plots (change bars with confidence intervals, scaling curves, a heat map "
                      "whose colours are clipped at outliers), the kernel counters that explain "
                      "changes, the kperfdiff table and differential flame graph of each benchmark "
@@ -123,8 +133,9 @@ def run(args: argparse.Namespace) -> int:
     store = open_store(args)
     outcome = exp_run.run_experiment(store, exp, exp_run.RunOptions(
         restart=args.restart, progress=not args.no_progress, command=command_line()))
-    cmp = load_comparison(store, experiment=str(outcome.experiment.id), runs=[], profiles=bool(args.report))
-    sys.stdout.write(rcompare.render(cmp, args.format))
+    cmp = load_comparison(store, experiment=str(outcome.experiment.id), runs=[], profiles=bool(args.report),
+                          ops=operations())
+    sys.stdout.write(rcompare.render(cmp, args.format, explain=args.explain))
     if args.report:
         sys.stdout.write("\n" + rreport.top_mover_text(top_mover_diff(cmp)))
         out = write_report(gather(store, cmp), args.report, "html")
@@ -142,10 +153,11 @@ def compare(args: argparse.Namespace) -> int:
         if given and args.fail_on_regression is None:
             raise UsageError(f"{flag} needs --fail-on-regression PCT", prog="kperfdiff compare")
     store = open_store(args, create=False)
-    cmp = load_comparison(store, experiment=args.experiment, runs=args.runs, stack=args.stack, profiles=False)
+    cmp = load_comparison(store, experiment=args.experiment, runs=args.runs, stack=args.stack, profiles=False,
+                          ops=operations())
     gate = cm.gate(cmp, args.fail_on_regression, skip_disturbed=args.skip_disturbed,
                    allow_unjudged=args.allow_unjudged)
-    sys.stdout.write(rcompare.render(cmp, args.format, gate))
+    sys.stdout.write(rcompare.render(cmp, args.format, gate, explain=args.explain))
     if args.fail_on_regression is None:
         return 0
     sys.stdout.flush()
@@ -156,7 +168,7 @@ def compare(args: argparse.Namespace) -> int:
 def report(args: argparse.Namespace) -> int:
     store = open_store(args, create=False)
     cmp = load_comparison(store, experiment=args.experiment, runs=args.runs, stack=args.stack,
-                          profiles=not args.no_profiles)
+                          profiles=not args.no_profiles, ops=operations())
     out = write_report(gather(store, cmp, profiles=not args.no_profiles), args.output, args.format)
     print(f"kperfdiff: report written to {out}", file=sys.stderr)
     print(str(out))

@@ -7,6 +7,7 @@ import sys
 
 from kperfdiff.analysis import history as hist
 from kperfdiff.analysis.profile_diff import DiffOptions, diff_profiles
+from kperfdiff.bench.catalogue import operations
 from kperfdiff.core.errors import InputError, KperfdiffError
 from kperfdiff.ingest.load import load_sides
 from kperfdiff.render import history as render
@@ -137,7 +138,7 @@ def history(args: argparse.Namespace) -> int:
             detections = _detect(store, series, hist.Settings(), args.since)
         except InputError as e:      # Otava missing: the plot without change points
             print(f"kperfdiff: warning: no change points marked: {e}", file=sys.stderr)
-    text = render.history(series, args.format, detections)
+    text = render.history(series, args.format, detections, ops=operations())
     if args.output:
         write_file(args.output, text)
     else:

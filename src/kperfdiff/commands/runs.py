@@ -5,6 +5,7 @@ import argparse
 import sys
 
 from kperfdiff.core import limits
+from kperfdiff.bench.catalogue import operations
 from kperfdiff.render import bench as rb
 from kperfdiff.commands.common import open_store
 from kperfdiff.commands.parsing import FORMATS, RUNS_PAGE, Parser, whole
@@ -62,7 +63,7 @@ def show(args: argparse.Namespace) -> int:
     insns = {r.id: store.kernel_instructions_per_op(r.id) for r in results} if args.format == "text" else {}
     sys.stdout.write(rb.show(run, store.machine(run.machine_id).facts, results, args.format,
                              raw=args.raw, reps=args.reps,
-                             kernel_insns={k: v for k, v in insns.items() if v is not None}))
+                             kernel_insns={k: v for k, v in insns.items() if v is not None}, ops=operations()))
     return 0
 
 

@@ -16,6 +16,7 @@ from kperfdiff.core.records import (
     instruction_counts,
     summarise_disturbance,
 )
+from kperfdiff.render.svgplot import AxisUnit, quantity_unit
 from kperfdiff.render.table import Table, md_escape, number, percent, to_csv, to_json, to_markdown, to_text
 
 if TYPE_CHECKING:  # types only: the renderer reads no catalogue
@@ -28,14 +29,15 @@ DISTURBED = "!"
 def catalogue(benches: tuple[Benchmark, ...] | list[Benchmark], fmt: str = "text") -> str:
     if fmt == "json":
         return to_json({"version": JSON_VERSION, "benchmarks": [
-            {"name": b.name, "family": b.family, "exercises": b.exercises, "unit": b.unit, "better": b.better,
+            {"name": b.name, "family": b.family, "exercises": b.exercises, "unit": b.unit, "op": b.op,
+             "unit_label": b.unit_label, "better": b.better,
              "suites": list(b.suites), "params": b.params, "requires": list(b.requires), "lmbench": b.lmbench,
              "differences": b.differences} for b in benches]})
     t = Table(["benchmark", "unit", "better", "suite", "exercises"], align=["l", "l", "l", "l", "l"])
     for b in benches:
         suite = "quick" if "quick" in b.suites else "full"
         req = f" (needs {', '.join(b.requires)})" if b.requires else ""
-        t.rows.append([b.name, b.unit, b.better, suite, b.exercises + req])
+        t.rows.append([b.name, b.unit_label, b.better, suite, b.exercises + req])
     return to_text(t)
 
 
@@ -116,24 +118,29 @@ def _group_note(g: ResultGroup, s: dict) -> str:
         lava_note(_info(g))) if x)
 
 
-def results_table(results: list[Result]) -> Table:
+def results_table(results: list[Result], ops: dict[str, str] | None = None, counted: bool = False) -> Table:
     """One row per benchmark, parameter set and copy count: the centre over its repetitions, their
     number, the 95% interval's half-width and the CV; each note (disturbance, why the repetitions
-    stopped, counted instructions, why there is no interval) once, under the table."""
+    stopped, counted instructions, why there is no interval) once, under the table. The unit says
+    what one operation is when ``ops`` (benchmark -> the catalogue's op) knows; ``counted``: a
+    deterministic guest's, whose virtual ns are instructions."""
     t = Table(["benchmark", "P", "centre", "unit", "+-95%", "reps", "CV", "min", "max", "n", "note"],
               align=["l", "r", "r", "l", "r", "r", "r", "r", "r", "r", "l"])
     notes: list[str] = []
     short: list[str] = []
     for g in group_results(results):
         s = group_summary(g)
+        ax = group_unit(s, ops, counted)
+        s["unit"] = ax.title if s["unit"] else s["unit"]
         label = f"{g.name} -P {s['copies']}"
         if s["status"] != "ok":
             more = f" (all {len(g.results)} repetitions)" if len(g.results) > 1 and not g.unresolved else ""
             t.rows.append([g.name, s["copies"], "-", s["unit"] or "", "-", 0, "-", "-", "-", "-",
                            f"{s['status']}: {s['reason']}{more}"])
             continue
-        t.rows.append([g.name, s["copies"], number(s["centre"]), s["unit"], percent(s["half_width_pct"], mark=True),
-                       s["reps"], percent(s["cv"], fraction=True, mark=True), number(s["min"]), number(s["max"]),
+        t.rows.append([g.name, s["copies"], number(s["centre"] * ax.factor), s["unit"],
+                       percent(s["half_width_pct"], mark=True), s["reps"], percent(s["cv"], fraction=True, mark=True),
+                       number(s["min"] * ax.factor), number(s["max"] * ax.factor),
                        s["n"], _group_note(g, s)])
         if s["disturbed"]:
             notes.append(f"  {label}: {DISTURBED} {s['disturbed']}")
@@ -153,16 +160,24 @@ def results_table(results: list[Result]) -> Table:
     return t
 
 
-def reps_table(results: list[Result]) -> Table:
+def group_unit(s: dict, ops: dict[str, str] | None, counted: bool) -> AxisUnit:
+    """The unit a benchmark's figures print in (a :func:`group_summary`), as compare prints them:
+    scaled to its smallest figure, saying what one operation is (:func:`kperfdiff.render.svgplot.quantity_unit`)."""
+    return quantity_unit(s["unit"], [s["centre"], s["min"]], op=(ops or {}).get(s["benchmark"], ""), counted=counted)
+
+
+def reps_table(results: list[Result], ops: dict[str, str] | None = None, counted: bool = False) -> Table:
     """Every repetition of every benchmark, one row each, numbered from 1 in the order measured
     (as the notes count them; `show --format csv` numbers the same repetitions from 0)."""
     t = Table(["benchmark", "P", "rep", "median", "unit", "min", "max", "CV", "n", "result", "note"],
               align=["l", "r", "r", "r", "l", "r", "r", "r", "r", "r", "l"])
     for g in group_results(results):
         s = group_summary(g)
+        ax = group_unit(s, ops, counted)
         for x in s["repetitions"]:
-            t.rows.append([g.name, s["copies"], x["rep"] + 1, number(x["median"]), s["unit"], number(x["min"]),
-                           number(x["max"]), percent(x["cv"], fraction=True, mark=True), x["n"], x["result"],
+            t.rows.append([g.name, s["copies"], x["rep"] + 1, number(x["median"] * ax.factor), ax.title,
+                           number(x["min"] * ax.factor), number(x["max"] * ax.factor),
+                           percent(x["cv"], fraction=True, mark=True), x["n"], x["result"],
                            f"{DISTURBED} " + "; ".join(x["disturbed"]) if x["disturbed"] else ""])
         for r in g.results:
             if r.status != "ok":
@@ -195,10 +210,12 @@ def counted_note(info: list[dict]) -> str:
     return f"instructions not counted: {sorted(errors)[0]}" if errors else ""
 
 
-def results(run: Run, results: list[Result], fmt: str = "text", machine: dict | None = None) -> str:
+def results(run: Run, results: list[Result], fmt: str = "text", machine: dict | None = None,
+            ops: dict[str, str] | None = None) -> str:
     if fmt == "json":
         return to_json(_document(run, machine or {}, results))
-    return run_heading(run, machine or {}) + "\n" + to_text(results_table(results))
+    return run_heading(run, machine or {}) + "\n" + to_text(results_table(
+        results, ops, bool((machine or {}).get("deterministic"))))
 
 
 def _document(run: Run, machine: dict, results: list[Result]) -> dict:
@@ -292,26 +309,29 @@ def raw_rows(run: Run, results: list[Result]) -> list[list]:
 
 
 def show(run: Run, facts: dict, results: list[Result], fmt: str = "text", raw: bool = False,
-         reps: bool = False, kernel_insns: dict[int, float] | None = None) -> str:
+         reps: bool = False, kernel_insns: dict[int, float] | None = None, ops: dict[str, str] | None = None) -> str:
     """One run: text or Markdown (facts, one row per benchmark and copy count over its repetitions,
     counters; ``reps`` adds a row per repetition, ``raw`` the intervals), JSON (all of it, the summary
     included) or CSV (every raw interval, one row each). ``kernel_insns``: the exact kernel instructions
-    per operation of the results that have them (deterministic guests; result id -> value), in the text."""
+    per operation of the results that have them (deterministic guests; result id -> value), in the text;
+    ``ops``: what one operation of each benchmark is, for the units (:func:`results_table`)."""
+    counted = bool(facts.get("deterministic"))
     if fmt == "csv":
         return to_csv(Table(list(RAW_COLUMNS), raw_rows(run, results)))
     if fmt == "json":
         return to_json(_document(run, facts, results))
     if fmt == "markdown":
-        out = [f"**{md_escape(run_heading(run, facts))}**", "", to_markdown(results_table(results)).rstrip("\n")]
+        out = [f"**{md_escape(run_heading(run, facts))}**", "",
+               to_markdown(results_table(results, ops, counted)).rstrip("\n")]
         if reps:
-            out += ["", to_markdown(reps_table(results)).rstrip("\n")]
+            out += ["", to_markdown(reps_table(results, ops, counted)).rstrip("\n")]
         return "\n".join(out) + "\n"
     out = [run_heading(run, facts) + f", kperfdiff {run.tool_version}", f"command: {run.command}", ""]
     out.append(machine_facts(facts).rstrip("\n") if facts else "machine: (unknown)")
     out.append("")
-    out.append(to_text(results_table(results)).rstrip("\n"))
+    out.append(to_text(results_table(results, ops, counted)).rstrip("\n"))
     if reps:
-        out += ["", "repetitions, in the order measured:", to_text(reps_table(results)).rstrip("\n")]
+        out += ["", "repetitions, in the order measured:", to_text(reps_table(results, ops, counted)).rstrip("\n")]
     groups = group_results(results)
     mon = []
     for g in groups:

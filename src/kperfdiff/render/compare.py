@@ -1,8 +1,11 @@
-"""Comparison tables as text (the study's layout), Markdown, CSV and JSON.
+"""Comparison tables as aligned text, Markdown, CSV, JSON and JUnit XML.
 
-Text: benchmarks as columns and core counts as rows, one block of medians
-per variant and one block of changes per comparison (vs the baseline, and
-vs the previous variant of a patch stack), each with a geometric-mean row.
+Text: one table of centres (a row per benchmark and core count, a column
+group per variant) and one table of changes per comparison (vs the baseline,
+and vs the previous variant of a patch stack): the speed ratio as pyperf says
+it ("1.12x faster"), the change in % with its interval and marks, then the
+geometric means; a short legend once at the end, the method with --explain.
+Each column is printed in one unit, the one its plot uses (:func:`column_unit`).
 Renderers return strings and do no I/O.
 """
 from __future__ import annotations
@@ -24,6 +27,7 @@ from kperfdiff.analysis.bench_compare import (
     method_text,
 )
 from kperfdiff.analysis.bench_compare import gate as cm_gate
+from kperfdiff.render.svgplot import AxisUnit, quantity_unit
 from kperfdiff.render.table import Table, md_escape, number, percent, to_csv, to_json, to_markdown, to_text
 
 SIG = "*"
@@ -38,14 +42,41 @@ def _interval(c: CellChange) -> str:
     return f" [{percent(c.low, signed=True)}, {percent(c.high, signed=True)}]"
 
 
+def ratio(change: float) -> tuple[float, str]:
+    """A change in % (positive = better) as pyperf says it: the speed ratio and its direction,
+    (1.12, "faster") or (1.5, "slower"); (1.0, "same") when it rounds to 1.00x; NaN: (nan, "")."""
+    if change is None or math.isnan(change):
+        return math.nan, ""
+    r = 1 + change / 100
+    if r <= 0:
+        return math.inf, "slower"
+    if round(r, 2) == 1 and round(1 / r, 2) == 1:
+        return 1.0, "same"
+    return (r, "faster") if r > 1 else (1 / r, "slower")
+
+
+def ratio_text(change: float) -> str:
+    """``1.12x faster``, ``1.50x slower``, ``19.0x faster`` (one decimal from 10x), ``1.00x (same)``."""
+    r, word = ratio(change)
+    if not word:
+        return "-"
+    if word == "same":
+        return "1.00x (same)"
+    return f"{r:.1f}x {word}" if round(r, 2) >= 10 else f"{r:.2f}x {word}"
+
+
+def marks(c: CellChange) -> str:
+    return " ".join(m for m, on in ((SIG, c.significant), (DISTURBED, bool(c.disturbed))) if on)
+
+
 def change_cell(c: CellChange | None) -> str:
+    """One cell's change in a line: ``1.02x faster +2.2% [-0.5, +5.0] !``."""
     if c is None:
         return "-"
     if math.isnan(c.change):
         return "n/a" if c.note else "-"
-    ci = _interval(c)
-    return (f"{percent(c.change, signed=True)}%{ci}{' ' + SIG if c.significant else ''}"
-            f"{' ' + DISTURBED if c.disturbed else ''}")
+    return f"{ratio_text(c.change)} {percent(c.change, signed=True)}%{_interval(c)}" + \
+        (f" {marks(c)}" if marks(c) else "")
 
 
 def side_label(cmp: Comparison, label: str) -> str:
@@ -53,79 +84,129 @@ def side_label(cmp: Comparison, label: str) -> str:
     return label + (" (emulated)" if s.emulated else "")
 
 
+def column_unit(cmp: Comparison, key: str) -> AxisUnit:
+    """The one unit a column is printed in, in its tables and its plot alike (:func:`quantity_unit`):
+    scaled to its smallest centre, saying what one operation is, instructions for deterministic guests."""
+    smps = [smp for _, smp in cmp.samples_of(key)]
+    unit = next((smp.unit for smp in smps if smp.unit), None)
+    return quantity_unit(unit, [smp.centre for smp in smps], op=cmp.op(key), counted=cmp.counted(key))
+
+
 def header_lines(cmp: Comparison) -> list[str]:
+    """The title line, and a warning when a side was emulated."""
     out = [f"kperfdiff compare: {cmp.title}; baseline {side_label(cmp, cmp.baseline.label)}"]
-    out.append("change = speed ratio of the centres - 1, in %: base/new - 1 for times, new/base - 1 for "
-               "throughputs, so POSITIVE = BETTER (+25% = 1.25x as fast, -50% = half as fast); "
-               f"[low, high] = {cmp.confidence:.0%} confidence interval of the cell alone; {SIG} = significant after "
-               f"Benjamini-Hochberg over the cells of its table (q <= {cmp.alpha:g}), no mark = not significant; "
-               f"{DISTURBED} = measured while the machine was disturbed (reasons below the table)")
-    out.append("interval method: " + method_text(cmp.confidence, cmp.alpha) + "; centre = geometric mean of the "
-               "per-repetition medians; CV = stdev/mean of all intervals")
+    if any(s.emulated for s in cmp.sides):
+        out.append("EMULATED: results marked (emulated) come from an emulated machine; their times are not "
+                   "those of real hardware")
+    return out
+
+
+def legend_lines(cmp: Comparison, more: str = "--explain for the method") -> list[str]:
+    """What the columns and marks mean, short, printed once after the tables; ``more`` says where the
+    method is (``--explain``)."""
+    out = [f"{cmp.name(k)}: " + ", ".join(f"{lab} runs {b}" for lab, b in per.items())
+           for k, per in cmp.templates.items()]
+    out.append("change: speed ratio of the centres (x faster / x slower) and in % (positive = better); "
+               f"[low, high]: its {cmp.confidence:.0%} interval in %; {SIG} significant (Benjamini-Hochberg "
+               f"q <= {cmp.alpha:g} over its table); {DISTURBED} measured while the machine was disturbed"
+               + (f"; {more}" if more else ""))
+    if any(x.method == "runs" for b in cmp.blocks for x in b.cells.values()):
+        out.append("separate runs: each interval also holds the drift between runs of the benchmark on its machine")
+    return out
+
+
+def explain_lines(cmp: Comparison) -> list[str]:
+    """The method in full (``--explain``)."""
+    out = ["change = speed ratio of the centres - 1, in %: base/new - 1 for times, new/base - 1 for "
+           "throughputs, so POSITIVE = BETTER (+25% = 1.25x faster, -50% = 2.00x slower); "
+           f"[low, high] = {cmp.confidence:.0%} confidence interval of the cell alone; {SIG} = significant after "
+           f"Benjamini-Hochberg over the cells of its table (q <= {cmp.alpha:g}), no mark = not significant; "
+           f"{DISTURBED} = measured while the machine was disturbed (reasons below the table)",
+           "interval method: " + method_text(cmp.confidence, cmp.alpha) + "; centre = geometric mean of the "
+           "per-repetition medians; CV = stdev/mean of all intervals"]
     runs = [x.runs for b in cmp.blocks for x in b.cells.values() if x.method == "runs"]
     if runs:
         out.append(f"separate runs: each interval also holds the drift between runs, from {min(runs)}-"
                    f"{max(runs)} stored runs of each benchmark on its machine: " + stats.RUN_LEVEL_METHOD.format(
                        c=cmp.confidence))
-    if any(s.emulated for s in cmp.sides):
-        out.append("EMULATED: results marked (emulated) come from an emulated machine; their times are not "
-                   "those of real hardware")
-    for k, per in cmp.templates.items():
-        out.append(f"column {k}: " + ", ".join(f"{lab} runs {b}" for lab, b in per.items()))
+    if any(cmp.counted(k) for k in cmp.keys):
+        out.append("instructions: a deterministic guest (QEMU -icount shift=0) counts one virtual ns per guest "
+                   "instruction, so its times are instructions")
     return out
 
 
-def _col(cmp: Comparison, key: str) -> str:
-    unit = next((s.samples[(key, c)].unit for s in cmp.sides for c in cmp.cores
-                 if (key, c) in s.samples and s.samples[(key, c)].unit), None)
-    return f"{key} ({unit})" if unit else key
-
-
-def medians_table(cmp: Comparison, label: str) -> Table:
-    side = cmp.side(label)
-    what = "baseline" if label == cmp.baseline.label else "variant"
-    t = Table(["P"] + [_col(cmp, k) for k in cmp.keys], title=f"centres: {side_label(cmp, label)} ({what})",
-              align=["r"] * (len(cmp.keys) + 1))
-    for c in cmp.cores:
-        row: list = [c]
-        for k in cmp.keys:
-            s = side.samples.get((k, c))
-            if s is None:
-                row.append("-")
-            elif s.status != "ok":
-                row.append(s.status)
-            else:
-                cv = s.cv
-                row.append(f"{number(s.centre)}{' ' + DISTURBED if s.disturbed else ''} (cv {'-' if math.isnan(cv) else f'{cv * 100:.1f}%'}, "
-                           f"{len(s.reps)} reps)")
-        t.rows.append(row)
+def centres_table(cmp: Comparison) -> Table:
+    """Every side's centre per column and core count, with its CV and repetitions, in the column's unit."""
+    cols = ["benchmark", "P", "unit"]
+    for s in cmp.sides:
+        what = " (baseline)" if s is cmp.baseline else ""
+        cols += [side_label(cmp, s.label) + what, "cv", "reps"]
+    t = Table(cols, title="centres (geometric mean of the per-repetition medians)",
+              align=["l", "r", "l"] + ["r"] * (3 * len(cmp.sides)))
+    for k in cmp.keys:
+        ax = column_unit(cmp, k)
+        for c in cmp.cores:
+            if not any((k, c) in s.samples for s in cmp.sides):
+                continue
+            row: list = [cmp.name(k), c, ax.title]
+            for side in cmp.sides:
+                smp = side.samples.get((k, c))
+                if smp is None:
+                    row += ["-", "", ""]
+                elif smp.status != "ok":
+                    row += [smp.status, "", ""]
+                else:
+                    cv = smp.cv
+                    row += [f"{number(smp.centre * ax.factor)} {DISTURBED if smp.disturbed else ' '}",
+                            "-" if math.isnan(cv) else f"{cv * 100:.1f}%", len(smp.reps)]
+            t.rows.append(row)
     return t
 
 
 def block_title(cmp: Comparison, blk: Block) -> str:
     ref = "baseline" if blk.kind == "baseline" else "previous"
-    return (f"change: {side_label(cmp, blk.variant)} vs {side_label(cmp, blk.reference)} ({ref}), % "
-            f"(positive = better)")
+    return f"change: {side_label(cmp, blk.variant)} vs {side_label(cmp, blk.reference)} ({ref})"
+
+
+CHANGE_COLUMNS = ["benchmark", "P", "change", "%", "interval", "mark"]
+
+
+def block_cells(cmp: Comparison, blk: Block) -> list[tuple[str, int, CellChange]]:
+    """The cells of a block in the order its table lists them."""
+    return [(k, c, blk.cells[(k, c)]) for k in cmp.keys for c in cmp.cores if (k, c) in blk.cells]
 
 
 def block_table(cmp: Comparison, blk: Block) -> Table:
-    t = Table(["P"] + list(cmp.keys) + ["geomean"], title=block_title(cmp, blk),
-              align=["r"] * (len(cmp.keys) + 2))
-    for c in cmp.cores:
-        t.rows.append([c] + [change_cell(blk.cells.get((k, c))) for k in cmp.keys]
-                      + [percent(blk.geomean_by_cores.get(c, math.nan), signed=True) + "%"])
-    t.rows.append(["geomean"]
-                  + [percent(blk.geomean_by_key.get(k, math.nan), signed=True) + "%" for k in cmp.keys]
-                  + [percent(blk.geomean, signed=True) + "%"])
-    notes = sorted({f"  {k} -P {c}: {x.note}" for (k, c), x in blk.cells.items() if x.note})
-    notes += sorted({f"  {k} -P {c} {DISTURBED} {r}" for (k, c), x in blk.cells.items() for r in x.disturbed})
+    """One variant against its reference: a row per column and core count (the speed ratio, the change
+    in % and its interval, the marks), then the geometric means; the notes under it."""
+    t = Table(list(CHANGE_COLUMNS), title=block_title(cmp, blk), align=["l", "r", "r", "r", "l", "l"])
+    for k, c, x in block_cells(cmp, blk):
+        if math.isnan(x.change):
+            t.rows.append([cmp.name(k), c, "n/a" if x.note else "-", "", "", ""])
+            continue
+        t.rows.append([cmp.name(k), c, ratio_text(x.change), percent(x.change, signed=True) + "%",
+                       _interval(x).strip(), marks(x)])
+
+    def mean(label, cores, g):
+        if not math.isnan(g):
+            t.rows.append([label, cores, ratio_text(g), percent(g, signed=True) + "%", "", ""])
+    if len(cmp.cores) > 1 and len(cmp.keys) > 1:
+        for c in cmp.cores:
+            mean("geomean", c, blk.geomean_by_cores.get(c, math.nan))
+    if len(cmp.cores) > 1:
+        for k in cmp.keys:
+            mean(f"geomean {cmp.name(k)}", "all", blk.geomean_by_key.get(k, math.nan))
+    if len(blk.cells) > 1:
+        mean("geomean", "all", blk.geomean)
+    notes = sorted({f"  {cmp.name(k)} -P {c}: {x.note}" for (k, c), x in blk.cells.items() if x.note})
+    notes += sorted({f"  {cmp.name(k)} -P {c} {DISTURBED} {r}" for (k, c), x in blk.cells.items() for r in x.disturbed})
     stops = {}
     for (k, c), x in blk.cells.items():
         for who in (cmp.side(blk.reference), cmp.side(blk.variant)):
             smp = who.samples.get((k, c))
             if smp is not None and smp.stop and not smp.stop.endswith("(fixed count)"):
                 stops[(k, c)] = smp.stop
-    notes += [f"  {k} -P {c}: {text}" for (k, c), text in stops.items()]
+    notes += [f"  {cmp.name(k)} -P {c}: {text}" for (k, c), text in stops.items()]
     if blk.tests:
         sig = sum(1 for x in blk.cells.values() if x.significant)
         notes.append(f"  {sig} of {blk.tests} cells significant, false discoveries controlled over the "
@@ -135,19 +216,72 @@ def block_table(cmp: Comparison, blk: Block) -> Table:
 
 
 def tables(cmp: Comparison) -> list[Table]:
-    return [medians_table(cmp, s.label) for s in cmp.sides] + [block_table(cmp, b) for b in cmp.blocks]
+    return [centres_table(cmp)] + [block_table(cmp, b) for b in cmp.blocks]
 
 
-def to_text_all(cmp: Comparison) -> str:
+def to_text_all(cmp: Comparison, explain: bool = False) -> str:
     parts = ["\n".join(header_lines(cmp)) + "\n"]
-    parts += [to_text(t, "study") for t in tables(cmp)]
+    parts += [to_text(t) for t in tables(cmp)]
+    parts.append("\n".join(legend_lines(cmp) + (explain_lines(cmp) if explain else [])) + "\n")
     return "\n".join(parts)
 
 
-def to_markdown_all(cmp: Comparison) -> str:
+def to_markdown_all(cmp: Comparison, explain: bool = False) -> str:
     parts = ["\n\n".join(md_escape(h) for h in header_lines(cmp)) + "\n"]
-    parts += [to_markdown(t) for t in tables(cmp)]
+    for t in tables(cmp):        # the text's padding (a centre's room for its mark) is no use in a cell
+        t.rows = [[v.strip() if isinstance(v, str) else v for v in row] for row in t.rows]
+        parts.append(to_markdown(t))
+    parts.append("\n\n".join(md_escape(h) for h in legend_lines(cmp) + (explain_lines(cmp) if explain else []))
+                 + "\n")
     return "\n".join(parts)
+
+
+def _cell_sentence(cmp: Comparison, blk: Block, x: CellChange, where: str) -> str:
+    """One headline cell as a sentence: what changed, by how much, how sure."""
+    interval = "" if math.isnan(x.low) else \
+        f", {cmp.confidence:.0%} interval [{percent(x.low, signed=True)}%, {percent(x.high, signed=True)}%]"
+    dist = ", measured while the machine was disturbed" if x.disturbed else ""
+    r, word = ratio(x.change)
+    how = "about as fast as" if word == "same" else f"{ratio_text(x.change)} than"
+    return (f"{blk.variant} is {how} {blk.reference} on {where}: {percent(x.change, signed=True)}%{interval}, "
+            f"significant after Benjamini-Hochberg (q = {x.q:.2g}){dist}.")
+
+
+def verdict_lines(cmp: Comparison, most: int = 4) -> list[str]:
+    """The verdict a report leads with: per variant against the baseline, each benchmark that changed
+    significantly (its core count that changed most) as a sentence, the ``most`` largest first, then
+    the benchmarks with no significant change in one sentence, with their change and interval."""
+    out = []
+    several = len(cmp.cores) > 1
+    for blk in (b for b in cmp.blocks if b.kind == "baseline"):
+        sig, flat, unmeasured = [], [], []
+        for k in cmp.keys:
+            cells = [blk.cells[(k, c)] for c in cmp.cores if (k, c) in blk.cells]
+            real = [x for x in cells if not math.isnan(x.change)]
+            if not real:
+                unmeasured.append(cmp.name(k))
+                continue
+            hits = [x for x in real if x.significant]
+            if hits:
+                x = max(hits, key=lambda x: abs(x.change))
+                where = f"{cmp.name(k)} ({column_unit(cmp, k).title}" + (f", P={x.cores})" if several else ")")
+                sig.append((abs(math.log(1 + x.change / 100)) if x.change > -100 else math.inf, where, x))
+            else:
+                x = max(real, key=lambda x: abs(x.change))
+                figures = f"{percent(x.change, signed=True)}%" + (_interval(x) if not math.isnan(x.low) else
+                                                                    ", no interval")
+                flat.append(f"{cmp.name(k)}{f' P={x.cores}' if several else ''}: no significant change ({figures}"
+                            + (", disturbed)" if x.disturbed else ")"))
+        sig.sort(key=lambda t: -t[0])
+        out += [_cell_sentence(cmp, blk, x, where) for _, where, x in sig[:most]]
+        if len(sig) > most:
+            out.append(f"{len(sig) - most} more benchmark{'s' if len(sig) - most > 1 else ''} changed "
+                       f"significantly ({', '.join(w.split(' (')[0] for _, w, _ in sig[most:])}).")
+        if flat:
+            out.append(f"{blk.variant} vs {blk.reference}: {'; '.join(flat)}.")
+        if unmeasured:
+            out.append(f"{blk.variant} vs {blk.reference}: no change computed for {', '.join(unmeasured)}.")
+    return out or ["No variant to compare with the baseline."]
 
 
 def long_rows(cmp: Comparison) -> list[dict]:
@@ -157,12 +291,13 @@ def long_rows(cmp: Comparison) -> list[dict]:
             rows.append({"variant": blk.variant, "reference": blk.reference, "kind": blk.kind, "column": k,
                          "cores": c, "benchmark_reference": x.benchmark_base, "benchmark_variant": x.benchmark_new,
                          "unit": x.unit, "better": x.better, "median_reference": x.base, "median_variant": x.new,
-                         "change_pct": x.change, "ci_low_pct": x.low, "ci_high_pct": x.high,
+                         "change_pct": x.change, "speed_ratio": ratio(x.change)[0],
+                         "direction": ratio(x.change)[1], "ci_low_pct": x.low, "ci_high_pct": x.high,
                          "significant": x.significant, "p": x.p, "q": x.q, "interval_method": x.method,
                          "disturbed": "; ".join(x.disturbed), "cv_reference": x.cv_base,
                          "cv_variant": x.cv_new, "reps_reference": x.reps_base, "reps_variant": x.reps_new,
                          "emulated": cmp.side(blk.variant).emulated or cmp.side(blk.reference).emulated,
-                         "note": x.note})
+                         "note": x.note, "name": cmp.name(k), "unit_label": column_unit(cmp, k).title})
     return rows
 
 
@@ -197,7 +332,11 @@ def to_json_all(cmp: Comparison) -> str:
         "comparisons": [{"variant": b.variant, "reference": b.reference, "kind": b.kind,
                          "geomean_pct": b.geomean, "geomean_by_cores": b.geomean_by_cores, "tests": b.tests,
                          "geomean_by_column": b.geomean_by_key,
-                         "cells": [x.as_dict() for x in b.cells.values()]} for b in cmp.blocks],
+                         "geomean_speed_ratio": ratio(b.geomean)[0], "geomean_direction": ratio(b.geomean)[1],
+                         "cells": [x.as_dict() | {"speed_ratio": ratio(x.change)[0], "direction": ratio(x.change)[1]}
+                                   for x in b.cells.values()]} for b in cmp.blocks],
+        "column_names": {k: cmp.name(k) for k in cmp.keys},
+        "units": {k: column_unit(cmp, k).title for k in cmp.keys},
     })
 
 
@@ -327,14 +466,15 @@ def to_junit(cmp: Comparison, gate: Gate) -> str:
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
-def render(cmp: Comparison, fmt: str = "text", gate: Gate | None = None) -> str:
-    """The comparison in ``fmt``; JUnit carries ``gate``'s verdicts (every cell passes without one)."""
+def render(cmp: Comparison, fmt: str = "text", gate: Gate | None = None, *, explain: bool = False) -> str:
+    """The comparison in ``fmt``; JUnit carries ``gate``'s verdicts (every cell passes without one);
+    ``explain``: text and Markdown end with the method in full."""
     if fmt == "junit":
         return to_junit(cmp, gate or cm_gate(cmp, None))
     if fmt == "text":
-        return to_text_all(cmp)
+        return to_text_all(cmp, explain)
     if fmt == "markdown":
-        return to_markdown_all(cmp)
+        return to_markdown_all(cmp, explain)
     if fmt == "csv":
         return to_csv_all(cmp)
     if fmt == "json":

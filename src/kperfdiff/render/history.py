@@ -60,31 +60,40 @@ def _several_hosts(series: list[Series]) -> str:
             f"never mixed; --machine picks one.")
 
 
-def history_table(s: Series) -> Table:
+def series_unit(s: Series, ops: dict[str, str] | None = None) -> svgplot.AxisUnit:
+    """The one unit a series is shown in, in its table and its plot (:func:`svgplot.quantity_unit`)."""
+    return svgplot.quantity_unit(s.unit, [p.centre for p in s.points], op=(ops or {}).get(s.benchmark, ""))
+
+
+def history_table(s: Series, ops: dict[str, str] | None = None) -> Table:
+    ax = series_unit(s, ops)
     t = Table(["time", "run", "label", "variant", "machine", "kernel", "commit", "centre", "unit", "+-95%",
                "reps", "n"], align=["l", "r", "l", "l", "l", "l", "l", "r", "l", "r", "r", "r"],
               title=f"{s.name}: {len(s.points)} result{'s' if len(s.points) != 1 else ''}"
                     + (", higher is better" if s.better == "higher" else ""))
     for p in s.points:
         t.rows.append([_when(p.run.started_at), p.run.id, p.run.label or "-", p.run.variant or "-",
-                       (p.machine.fingerprint or "-")[:8], p.kernel or "-", _commit(p), number(p.centre), s.unit or "",
+                       (p.machine.fingerprint or "-")[:8], p.kernel or "-", _commit(p), number(p.centre * ax.factor),
+                       ax.title,
                        percent(p.half_width_pct, mark=True), p.reps, p.n])
     return t
 
 
-def history(series: list[Series], fmt: str = "text", detections: list[Detection] | None = None) -> str:
+def history(series: list[Series], fmt: str = "text", detections: list[Detection] | None = None,
+            ops: dict[str, str] | None = None) -> str:
     """The series of a benchmark, one table each (text), one document (json) or one page with a plot
-    per series, its change points marked when ``detections`` has them (html)."""
+    per series, its change points marked when ``detections`` has them (html); table and plot in one
+    unit, saying what one operation is when ``ops`` (benchmark -> the catalogue's op) knows."""
     note = _several_hosts(series)
     if fmt == "json":
         return to_json({"version": JSON_VERSION, "series": [
             {**_series_json(s), "points": [_point_json(p) for p in s.points]} for s in series]})
     if fmt == "html":
-        return history_html(series, detections or [], note)
-    return "\n".join(to_text(history_table(s)) for s in series) + (f"\n{note}\n" if note else "")
+        return history_html(series, detections or [], note, ops)
+    return "\n".join(to_text(history_table(s, ops)) for s in series) + (f"\n{note}\n" if note else "")
 
 
-def history_plot(s: Series, d: Detection | None) -> str:
+def history_plot(s: Series, d: Detection | None, ops: dict[str, str] | None = None) -> str:
     pts = [(f"run {p.run.id}" + (f" ({p.run.label})" if p.run.label else ""), p.centre,
             *_ends(p.centre, p.half_width_pct)) for p in s.points]
     changes, levels, outliers = [], [], []
@@ -97,10 +106,11 @@ def history_plot(s: Series, d: Detection | None) -> str:
         sides = [c.before for c in d.changes] + ([d.changes[-1].after] if d.changes else [])
         levels = [(bounds[i], bounds[i + 1], side.centre) for i, side in enumerate(sides)]
     return svgplot.history(s.name, s.unit or "", pts, changes, levels, outliers=tuple(outliers),
-                           caption=HISTORY_CAPTION)
+                           caption=HISTORY_CAPTION, ax=series_unit(s, ops))
 
 
-def history_html(series: list[Series], detections: list[Detection], note: str = "") -> str:
+def history_html(series: list[Series], detections: list[Detection], note: str = "",
+                 ops: dict[str, str] | None = None) -> str:
     found = {d.series.key: d for d in detections}
     title = f"kperfdiff history: {', '.join(dict.fromkeys(s.benchmark for s in series))}"
     body = [f"<h1>{esc(title)}</h1>"]
@@ -109,10 +119,10 @@ def history_html(series: list[Series], detections: list[Detection], note: str = 
     for s in series:
         d = found.get(s.key)
         body.append(f"<h2>{esc(s.name)}</h2>")
-        body.append(f"<figure>{history_plot(s, d)}</figure>")
+        body.append(f"<figure>{history_plot(s, d, ops)}</figure>")
         if d is not None:
             body.append(f'<p class="note">{esc(detection_line(d))}</p>')
-        body.append(table_html(history_table(s)))
+        body.append(table_html(history_table(s, ops)))
     return html_page(title, body)
 
 

@@ -29,7 +29,18 @@ from kperfdiff.render import compare as rc
 from kperfdiff.render import diff as rdiff
 from kperfdiff.render import flamegraph, flamescript, svgplot
 from kperfdiff.render.bench import FACT_ORDER
-from kperfdiff.render.compare import block_table, block_title, header_lines, medians_table, side_label
+from kperfdiff.render.compare import (
+    block_cells,
+    block_table,
+    block_title,
+    centres_table,
+    column_unit,
+    explain_lines,
+    header_lines,
+    legend_lines,
+    side_label,
+    verdict_lines,
+)
 from kperfdiff.render.table import Table, cell, md_escape, number
 from kperfdiff.render.table import to_markdown as table_markdown
 
@@ -64,7 +75,7 @@ td.sig{font-weight:bold}td.better{background:#e3f4e3}td.worse{background:#fbe3e3
 .note{color:#555;font-size:.85em}.plots{display:flex;flex-wrap:wrap;gap:10px}
 .flame{overflow-x:auto;border:1px solid #ddd;margin:.5em 0}
 figure{margin:0}.emulated{color:#a00;font-weight:bold}code{background:#f5f5f5;padding:0 .2em}
-details.machines>summary{cursor:pointer;color:#333}
+details.machines>summary,details.method>summary{cursor:pointer;color:#333}p.verdict{font-size:1.05em;margin:.3em 0}
 """
 
 
@@ -130,31 +141,37 @@ def machines_html(data: ReportData) -> str:
 
 
 def _change_classes(blk, cmp):
+    cells = [x for _, _, x in block_cells(cmp, blk)]
+
     def f(i, j):
-        if i >= len(cmp.cores) or j == 0 or j > len(cmp.keys):
+        if i >= len(cells) or j < 2:
             return []
-        x = blk.cells.get((cmp.keys[j - 1], cmp.cores[i]))
-        if x is None or math.isnan(x.change):
+        x = cells[i]
+        if math.isnan(x.change) or not x.significant:
             return []
-        cls = ["better" if x.change > 0 else "worse"] if x.significant else []
-        return cls + (["sig"] if x.significant else [])
+        return ["better" if x.change > 0 else "worse", "sig"]
     return f
 
 
 def comparison_html(cmp: Comparison) -> str:
-    out = [f'<p class="note">{esc(h)}</p>' for h in header_lines(cmp)[1:]]
-    for s in cmp.sides:
-        out.append(table_html(medians_table(cmp, s.label)))
+    out = [f'<p class="emulated">{esc(h)}</p>' for h in header_lines(cmp)[1:]]
+    out.append(table_html(centres_table(cmp)))
     for blk in cmp.blocks:
         out.append(table_html(block_table(cmp, blk), cls_for=_change_classes(blk, cmp)))
+    out += [f'<p class="note">{esc(h)}</p>' for h in legend_lines(cmp, "the method below")]
+    out.append('<details class="method"><summary>How the changes are computed</summary>'
+               + "".join(f'<p class="note">{esc(h)}</p>' for h in explain_lines(cmp)) + "</details>")
     return "\n".join(out)
 
 
 def plots(cmp: Comparison) -> dict[str, str]:
-    """name -> SVG: change bars and scaling curve per column, a heat map per comparison."""
+    """name -> SVG: change bars and scaling curve per column, a heat map per comparison; a scaling
+    curve only over two core counts or more, a heat map only of two cells or more
+    (:func:`skipped_plots` says which were left out)."""
     out: dict[str, str] = {}
     base_blocks = [b for b in cmp.blocks if b.kind == "baseline"]
     for n, k in enumerate(cmp.keys):
+        ax = column_unit(cmp, k)
         if base_blocks:
             vals = {}
             for blk in base_blocks:
@@ -162,27 +179,40 @@ def plots(cmp: Comparison) -> dict[str, str]:
                     x = blk.cells.get((k, c))
                     if x is not None:
                         vals[(f"P={c}", blk.variant)] = (x.change, x.low, x.high, x.significant)
-            out[f"bars-{n}"] = svgplot.change_bars(f"{k}: change vs {cmp.baseline.label} (positive = better)",
-                                                   [f"P={c}" for c in cmp.cores],
+            out[f"bars-{n}"] = svgplot.change_bars(f"{cmp.name(k)}: change vs {cmp.baseline.label} (positive = "
+                                                   f"better)", [f"P={c}" for c in cmp.cores],
                                                    [b.variant for b in base_blocks], vals, caption=BARS_CAPTION
                                                    .format(confidence=cmp.confidence))
+        if len(cmp.cores) < 2:
+            continue
         series = {}
-        unit = ""
         for s in cmp.sides:
             pts = []
             for c in cmp.cores:
                 smp = s.samples.get((k, c))
                 if smp is None or smp.status != "ok":
                     continue
-                unit = smp.unit or unit
                 rm = smp.rep_medians
                 pts.append((c, smp.centre, min(rm) if rm else math.nan, max(rm) if rm else math.nan))
             series[s.label] = pts
-        out[f"scaling-{n}"] = svgplot.scaling(f"{k}: centre over core counts", unit, cmp.cores, series,
-                                              caption=SCALING_CAPTION)
+        out[f"scaling-{n}"] = svgplot.scaling(f"{cmp.name(k)}: centre over core counts ({ax.title})", ax.title,
+                                              cmp.cores, series, caption=SCALING_CAPTION, ax=ax)
     for m, blk in enumerate(cmp.blocks):
-        vals = {(c, k): (x.change, x.significant) for (k, c), x in blk.cells.items()}
-        out[f"heatmap-{m}"] = svgplot.heatmap(block_title(cmp, blk), cmp.cores, cmp.keys, vals)
+        if len(blk.cells) < 2:
+            continue
+        vals = {(c, cmp.name(k)): (x.change, x.significant) for (k, c), x in blk.cells.items()}
+        out[f"heatmap-{m}"] = svgplot.heatmap(block_title(cmp, blk), cmp.cores, [cmp.name(k) for k in cmp.keys], vals)
+    return out
+
+
+def skipped_plots(cmp: Comparison) -> list[str]:
+    """Why plots with a single point were left out ("" for none)."""
+    out = []
+    if len(cmp.cores) < 2:
+        out.append(f"No centre-over-core-counts plot: every benchmark ran at one core count (P={cmp.cores[0]})."
+                   if cmp.cores else "No centre-over-core-counts plot: nothing was measured.")
+    if any(len(b.cells) < 2 for b in cmp.blocks):
+        out.append("No heat map of a comparison with a single cell: its table above says it all.")
     return out
 
 
@@ -234,7 +264,7 @@ def diff_tables_html(pd: ProfileDiff) -> str:
 def to_html(data: ReportData) -> str:
     cmp = data.cmp
     title = f"kperfdiff report: {cmp.title}"
-    body = [f"<h1>{esc(title)}</h1>",
+    body = [f"<h1>{esc(title)}</h1>"] + [f'<p class="verdict">{esc(v)}</p>' for v in verdict_lines(cmp)] + [
             f'<p class="note">generated {esc(data.generated)}; baseline {esc(side_label(cmp, cmp.baseline.label))}; '
             f'variants {esc(", ".join(side_label(cmp, s.label) for s in cmp.sides[1:]))}</p>']
     if any(s.emulated for s in cmp.sides):
@@ -245,6 +275,7 @@ def to_html(data: ReportData) -> str:
     for name, svg in plots(cmp).items():
         body.append(f'<figure id="{esc(name)}">{svg}</figure>')
     body.append("</div>")
+    body += [f'<p class="note">{esc(n)}</p>' for n in skipped_plots(cmp)]
     mt = monitors_table(cmp)
     body.append("<h2 id=\"counters\">Kernel counters</h2>")
     body.append(table_html(mt) if mt else "<p class=\"note\">No counter of interest moved.</p>")
@@ -293,7 +324,8 @@ def to_markdown(data: ReportData, files_dir: str) -> tuple[str, dict[str, str]]:
     """Markdown for a mailing-list post, and the SVG files (name -> content) it links to."""
     cmp = data.cmp
     files: dict[str, str] = {}
-    out = [f"## kperfdiff report: {md_escape(cmp.title)}", "", rc.to_markdown_all(cmp)]
+    out = [f"## kperfdiff report: {md_escape(cmp.title)}", ""] + [md_escape(v) + "\n" for v in verdict_lines(cmp)] \
+        + [rc.to_markdown_all(cmp)]
     mt = monitors_table(cmp)
     if mt:
         out.append(table_markdown(mt))
@@ -303,7 +335,7 @@ def to_markdown(data: ReportData, files_dir: str) -> tuple[str, dict[str, str]]:
         fn = f"{name}.svg"
         files[fn] = svg
         out.append(f"- [{name}]({files_dir}/{fn})")
-    out.append("")
+    out += [""] + [md_escape(n) + "\n" for n in skipped_plots(cmp)]
     for i, pd in enumerate(data.diffs):
         out.append(f"### {md_escape(pd.key)}, P={pd.cores}: {md_escape(pd.variant)} vs "
                    f"{md_escape(pd.reference)} ({pd.change:+.1f}%)\n")
@@ -319,13 +351,14 @@ def to_markdown(data: ReportData, files_dir: str) -> tuple[str, dict[str, str]]:
 
 
 def top_mover_text(top) -> str:
-    """The kperfdiff table (study layout) of the benchmark that moved most (a
+    """The kperfdiff table of the benchmark that moved most (a
     :class:`kperfdiff.analysis.report_data.TopMover`), or a sentence why there is none."""
     if top is None:
         return "kperfdiff: no benchmark has a change to profile\n"
     c, blk, pd = top.cell, top.block, top.diff
-    head = (f">> benchmark that moved most: {c.key} -P {c.cores}, {blk.variant} vs {blk.reference}: "
-            f"{c.change:+.1f}%{' (significant)' if c.significant else ' (not significant)'}\n")
+    head = (f"benchmark that moved most: {top.name or c.key} -P {c.cores}, {blk.variant} vs {blk.reference}: "
+            f"{rc.ratio_text(c.change)} ({c.change:+.1f}%){' (significant)' if c.significant else ' (not significant)'}"
+            "\n")
     if pd.error:
         return head + f"kperfdiff: {pd.error}\n"
     return head + rdiff.render(pd.result, "text")

@@ -115,6 +115,38 @@ def axis_unit(unit: str | None, values) -> AxisUnit:
     return AxisUnit(base / size, prefix + rest + tail, prefix + rest + tail)
 
 
+def _per(unit: str, op: str, counted: bool) -> str:
+    """What follows a unit's quantity: " per 4 KB page" for ".../op" with an ``op``, else as written."""
+    _head, sep, tail = unit.partition("/")
+    return f" per {op}" if op and tail == "op" else (" per op" if counted and tail == "op" else sep + tail)
+
+
+def unit_title(unit: str | None, op: str = "", counted: bool = False) -> str:
+    """A stored unit as tables print it, unscaled: "ns per 4 KB page" for ns/op of a 4 KB page;
+    ``counted`` (a deterministic guest's virtual ns, one per instruction): "instructions per fork"."""
+    unit = (unit or "").strip()
+    head = unit.partition("/")[0]
+    return ("instructions" if counted and head == "ns" else head) + _per(unit, op, counted)
+
+
+def quantity_unit(unit: str | None, values, *, op: str = "", counted: bool = False) -> AxisUnit:
+    """The one unit a quantity is shown in, in its table and in its plot alike: scaled so that the
+    smallest of ``values`` is at least 1 (0.115 GUP/s as 115.4 MUP/s; 67 and 1278 ns/op stay ns),
+    its title saying what one operation is when ``op`` is known ("ns per 4 KB page" for "ns/op").
+    ``counted``: the values are a deterministic guest's virtual ns, one per instruction, so a time
+    per operation is shown as instructions ("instructions per fork")."""
+    unit = (unit or "").strip()
+    head, sep, tail = unit.partition("/")
+    per = _per(unit, op, counted)
+    if counted and head in TIME_NAMES:
+        return AxisUnit(TIME_NAMES[head] / 1e-9, "", "instructions" + per)
+    mags = [abs(v) for v in values if _finite(v) and v != 0]
+    ax = axis_unit(unit, [min(mags)]) if mags else AxisUnit(1.0, head, unit)
+    if sep and ax.title.endswith(sep + tail):
+        return AxisUnit(ax.factor, ax.suffix, ax.title[:-len(sep + tail)] + per)
+    return ax
+
+
 def _plain(v: float, step: float) -> str:
     """``v`` in positional notation with the decimals a tick ``step`` needs (0.25 -> 2)."""
     d = 0
@@ -229,10 +261,10 @@ def _legend(series: list[str], x0: float, y0: float) -> list[str]:
 
 
 def scaling(title: str, unit: str, xs: list[int], series: dict[str, list[tuple[int, float, float, float]]], *,
-            caption: str = "point: centre; whiskers: low-high") -> str:
+            caption: str = "point: centre; whiskers: low-high", ax: AxisUnit | None = None) -> str:
     """A centre per core count and series, with whiskers from low to high, on an axis in the unit
-    that suits the values' magnitude (:func:`axis_unit`); ``caption`` says what the points and the
-    whiskers are.
+    that suits the values' magnitude (:func:`axis_unit`), or in ``ax`` (the unit its table shows,
+    :func:`quantity_unit`); ``caption`` says what the points and the whiskers are.
 
     ``series[name] = [(cores, centre, low, high), ...]``, values in ``unit``.
     """
@@ -240,7 +272,7 @@ def scaling(title: str, unit: str, xs: list[int], series: dict[str, list[tuple[i
     cap = _caption_lines(caption, W - 16)
     H, B = 262 + 12 * len(cap), 48 + 12 * len(cap)
     vals = [v for pts in series.values() for p in pts for v in p[1:] if _finite(v)]
-    ax = axis_unit(unit, vals)
+    ax = ax or axis_unit(unit, vals)
     if not vals:
         vals = [0.0, 1.0 / ax.factor]
     # ticks fall on round numbers of the unit shown
@@ -346,18 +378,20 @@ def heatmap(title: str, rows: list, cols: list[str], values: dict[tuple, tuple[f
 
 def history(title: str, unit: str, points: list[tuple[str, float, float, float]], changes: list[int],
             levels: list[tuple[int, int, float]], *, outliers: tuple[int, ...] = (),
-            caption: str = "point: centre; whiskers: low-high; dashed line: change point") -> str:
+            caption: str = "point: centre; whiskers: low-high; dashed line: change point",
+            ax: AxisUnit | None = None) -> str:
     """A series in time order: one point per entry, ``points[i] = (label, centre, low, high)``; a
     dashed vertical line before each index of ``changes``; a horizontal line over each ``levels``
     entry (first index, end index, value): the level of a segment between change points; the points
-    of ``outliers`` hollow (set aside, in no level). The x axis
+    of ``outliers`` hollow (set aside, in no level); the value axis in ``ax`` when given (the unit the
+    table beside it prints), else in the unit that suits the values. The x axis
     is the order of the points (runs are not evenly spaced in time); every label is in its point's
     tooltip, a few under the axis."""
     W, L, R, T = 760, 78, 16, 30
     cap = _caption_lines(caption, W - 16)
     H, B = 282 + 12 * len(cap), 52 + 12 * len(cap)
     vals = [v for p in points for v in p[1:] if _finite(v)] + [v for *_, v in levels if _finite(v)]
-    ax = axis_unit(unit, vals)
+    ax = ax or axis_unit(unit, vals)
     if not vals:
         vals = [0.0, 1.0 / ax.factor]
     lo, hi, step = _nice_range(min(vals) * ax.factor, max(vals) * ax.factor)
