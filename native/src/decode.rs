@@ -146,6 +146,11 @@ impl<'a> Decoder<'a> {
                 || f.comms.as_ref().is_some_and(|set| !self.comms.as_ref().is_some_and(|c| named(c, set)))
             {
                 self.counts.filtered_out += 1;
+                // its read values still move each counter on: the next kept sample weighs what the
+                // counter grew since this one, as perf computes it before its filters
+                if st & SAMPLE_READ != 0 && rf & FORMAT_ID != 0 {
+                    self.deliver_reads::<T>(rf, body, &s, None, None);
+                }
                 return;
             }
         }
@@ -153,7 +158,7 @@ impl<'a> Decoder<'a> {
         let mode = (misc & 7) as u8;
         let stack = self.agg.resolve_stack::<T>(&mut self.syms, s.pid, mode, s.ip, s.chain);
         if st & SAMPLE_READ != 0 && rf & FORMAT_ID != 0 {
-            self.deliver_reads::<T>(rf, body, &s, stack, comm);
+            self.deliver_reads::<T>(rf, body, &s, Some(stack), comm);
         } else {
             let w = match s.period {
                 Some(p) => p,
@@ -164,8 +169,9 @@ impl<'a> Decoder<'a> {
         }
     }
 
-    /// A sample's read values, each weighting its own event by how much it grew.
-    fn deliver_reads<T: ByteOrder>(&mut self, rf: u64, body: &[u8], s: &Sample, stack: u32, comm: Option<u32>) {
+    /// A sample's read values, each weighting its own event by how much it grew (`stack` None: a
+    /// sample the filter dropped, whose values are only remembered).
+    fn deliver_reads<T: ByteOrder>(&mut self, rf: u64, body: &[u8], s: &Sample, stack: Option<u32>, comm: Option<u32>) {
         let time_words = (rf & FORMAT_TOTAL_TIME_ENABLED != 0) as usize + (rf & FORMAT_TOTAL_TIME_RUNNING != 0) as usize;
         for k in 0..s.read_nr as usize {
             let (v_at, id_at) = if rf & FORMAT_GROUP != 0 {
@@ -195,7 +201,9 @@ impl<'a> Decoder<'a> {
             if w == 0 {
                 continue;
             }
-            self.agg.deliver_in(ev, comm, stack, w);
+            if let Some(stack) = stack {
+                self.agg.deliver_in(ev, comm, stack, w);
+            }
         }
     }
 
