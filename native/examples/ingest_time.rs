@@ -11,6 +11,7 @@ fn main() {
         debug_dirs: Vec::new(),
         by_process: std::env::var_os("KPD_BY_PROCESS").is_some(),
         threads: std::env::var("KPD_THREADS").ok().and_then(|t| t.parse().ok()).unwrap_or(1),
+        filter: Default::default(),
     };
     let repeat: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(5);
     let mut best = f64::MAX;

@@ -95,7 +95,7 @@ impl Comms {
         id
     }
 
-    #[cfg(test)]
+    #[inline]
     pub fn name(&self, id: u32) -> &str {
         &self.names[id as usize]
     }

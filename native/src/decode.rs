@@ -15,6 +15,7 @@ use crate::abi::*;
 use crate::aggregate::Aggregator;
 use crate::comms::Comms;
 use crate::header::{Events, FixedSample};
+use crate::options::{Options, SampleFilter};
 use crate::order::{changes_state, RecordSink};
 use crate::symbolize::Symbols;
 use byteorder::ByteOrder;
@@ -36,6 +37,8 @@ pub struct Counts {
     pub unknown_ids: u64,
     pub lost_events: u64,
     pub lost_samples: u64,
+    /// Samples the sample filter dropped (`options::SampleFilter`).
+    pub filtered_out: u64,
 }
 
 impl Counts {
@@ -51,6 +54,7 @@ impl Counts {
         self.unknown_ids += o.unknown_ids;
         self.lost_events += o.lost_events;
         self.lost_samples += o.lost_samples;
+        self.filtered_out += o.filtered_out;
     }
 }
 
@@ -64,8 +68,12 @@ pub struct Decoder<'a> {
     read_storage: FxHashMap<u64, u64>,
     /// Ids whose next value only restarts counting (after one that went backwards).
     read_resync: FxHashSet<u64>,
-    /// The threads' names, when samples are also aggregated per process.
+    /// The threads' names, when samples are also aggregated per process or filtered by comm.
     pub comms: Option<Comms>,
+    /// Whether samples are aggregated per process (`comms` may also serve the filter alone).
+    by_process: bool,
+    /// Which samples to keep (None: every one).
+    filter: Option<&'a SampleFilter>,
     /// Whether the kernel's symbols moved after samples were resolved (a part of a file
     /// read on several threads could not be merged: `parallel`).
     pub relocated_after_samples: bool,
@@ -76,6 +84,7 @@ struct Sample<'b> {
     ip: u64,
     pid: i32,
     tid: i32,
+    cpu: Option<u32>,
     period: Option<u64>,
     /// PERF_SAMPLE_READ: the offset of the first value, how many, and the
     /// stride between them (group layout only).
@@ -87,8 +96,11 @@ struct Sample<'b> {
 }
 
 impl<'a> Decoder<'a> {
-    /// `by_process`: also aggregate each event's stacks per process name (see `comms`).
-    pub fn new(events: &'a Events, syms: Symbols<'a>, by_process: bool) -> Self {
+    /// `opts.by_process`: also aggregate each event's stacks per process name (see `comms`);
+    /// `opts.filter`: keep only the samples it keeps.
+    pub fn new(events: &'a Events, syms: Symbols<'a>, opts: &'a Options) -> Self {
+        let by_process = opts.by_process;
+        let filter = opts.filter.active().then_some(&opts.filter);
         Decoder {
             events,
             syms,
@@ -102,10 +114,13 @@ impl<'a> Decoder<'a> {
                 unknown_ids: 0,
                 lost_events: 0,
                 lost_samples: 0,
+                filtered_out: 0,
             },
             read_storage: FxHashMap::default(),
             read_resync: Default::default(),
-            comms: by_process.then(Comms::new),
+            comms: (by_process || filter.is_some_and(|f| f.comms.is_some())).then(Comms::new),
+            by_process,
+            filter,
             relocated_after_samples: false,
         }
     }
@@ -124,11 +139,26 @@ impl<'a> Decoder<'a> {
             self.counts.malformed += 1;
             return;
         };
+        let comm = self.comms.as_mut().map(|c| c.of(s.tid));
+        if let Some(f) = self.filter {
+            let named = |c: &Comms, set: &rustc_hash::FxHashSet<String>| comm.is_some_and(|id| set.contains(c.name(id)));
+            if !f.keeps_ids(s.pid, s.tid, s.cpu)
+                || f.comms.as_ref().is_some_and(|set| !self.comms.as_ref().is_some_and(|c| named(c, set)))
+            {
+                self.counts.filtered_out += 1;
+                // its read values still move each counter on: the next kept sample weighs what the
+                // counter grew since this one, as perf computes it before its filters
+                if st & SAMPLE_READ != 0 && rf & FORMAT_ID != 0 {
+                    self.deliver_reads::<T>(rf, body, &s, None, None);
+                }
+                return;
+            }
+        }
+        let comm = if self.by_process { comm } else { None };
         let mode = (misc & 7) as u8;
         let stack = self.agg.resolve_stack::<T>(&mut self.syms, s.pid, mode, s.ip, s.chain);
-        let comm = self.comms.as_mut().map(|c| c.of(s.tid));
         if st & SAMPLE_READ != 0 && rf & FORMAT_ID != 0 {
-            self.deliver_reads::<T>(rf, body, &s, stack, comm);
+            self.deliver_reads::<T>(rf, body, &s, Some(stack), comm);
         } else {
             let w = match s.period {
                 Some(p) => p,
@@ -139,8 +169,9 @@ impl<'a> Decoder<'a> {
         }
     }
 
-    /// A sample's read values, each weighting its own event by how much it grew.
-    fn deliver_reads<T: ByteOrder>(&mut self, rf: u64, body: &[u8], s: &Sample, stack: u32, comm: Option<u32>) {
+    /// A sample's read values, each weighting its own event by how much it grew (`stack` None: a
+    /// sample the filter dropped, whose values are only remembered).
+    fn deliver_reads<T: ByteOrder>(&mut self, rf: u64, body: &[u8], s: &Sample, stack: Option<u32>, comm: Option<u32>) {
         let time_words = (rf & FORMAT_TOTAL_TIME_ENABLED != 0) as usize + (rf & FORMAT_TOTAL_TIME_RUNNING != 0) as usize;
         for k in 0..s.read_nr as usize {
             let (v_at, id_at) = if rf & FORMAT_GROUP != 0 {
@@ -170,7 +201,9 @@ impl<'a> Decoder<'a> {
             if w == 0 {
                 continue;
             }
-            self.agg.deliver_in(ev, comm, stack, w);
+            if let Some(stack) = stack {
+                self.agg.deliver_in(ev, comm, stack, w);
+            }
         }
     }
 
@@ -317,9 +350,7 @@ fn parse_sample<T: ByteOrder>(st: u64, rf: u64, body: &[u8]) -> Option<Sample<'_
     if st & SAMPLE_STREAM_ID != 0 {
         next_u64!(T, body, p);
     }
-    if st & SAMPLE_CPU != 0 {
-        next_u64!(T, body, p);
-    }
+    let cpu = if st & SAMPLE_CPU != 0 { Some(next_u64!(T, body, p) as u32) } else { None };
     let period = if st & SAMPLE_PERIOD != 0 { Some(next_u64!(T, body, p)) } else { None };
     let (read_at, read_nr, read_stride) = if st & SAMPLE_READ != 0 { parse_read::<T>(rf, body, &mut p)? } else { (0, 0, 0) };
     let chain: &[u8] = if st & SAMPLE_CALLCHAIN != 0 {
@@ -331,7 +362,7 @@ fn parse_sample<T: ByteOrder>(st: u64, rf: u64, body: &[u8]) -> Option<Sample<'_
     } else {
         &[]
     };
-    Some(Sample { ip, pid, tid, period, read_at, read_nr, read_stride, chain })
+    Some(Sample { ip, pid, tid, cpu, period, read_at, read_nr, read_stride, chain })
 }
 
 /// A sample of a fixed layout (no PERF_SAMPLE_READ): what `parse_sample` reads, with one
@@ -344,6 +375,7 @@ fn parse_fixed<'b, T: ByteOrder>(f: &FixedSample, body: &'b [u8]) -> Option<Samp
     let ip = f.ip.map_or(0, |o| T::read_u64(&body[o..o + 8]));
     let pid = f.tid.map_or(-1, |o| T::read_u32(&body[o..o + 4]) as i32);
     let tid = f.tid.map_or(-1, |o| T::read_u32(&body[o + 4..o + 8]) as i32);
+    let cpu = f.cpu.map(|o| T::read_u32(&body[o..o + 4]));
     let period = f.period.map(|o| T::read_u64(&body[o..o + 8]));
     let chain: &[u8] = match f.chain {
         Some(o) => {
@@ -355,7 +387,7 @@ fn parse_fixed<'b, T: ByteOrder>(f: &FixedSample, body: &'b [u8]) -> Option<Samp
         }
         None => &[],
     };
-    Some(Sample { ip, pid, tid, period, read_at: 0, read_nr: 0, read_stride: 0, chain })
+    Some(Sample { ip, pid, tid, cpu, period, read_at: 0, read_nr: 0, read_stride: 0, chain })
 }
 
 /// PERF_SAMPLE_READ at `*p`: read_format decides the layout (the crate's
@@ -419,8 +451,8 @@ mod tests {
                 let bytes: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
                 for len in 0..=bytes.len() {
                     let body = &bytes[..len];
-                    let a = parse_sample::<LittleEndian>(st, 0, body).map(|s| (s.ip, s.pid, s.tid, s.period, s.chain.to_vec()));
-                    let b = parse_fixed::<LittleEndian>(&fixed, body).map(|s| (s.ip, s.pid, s.tid, s.period, s.chain.to_vec()));
+                    let a = parse_sample::<LittleEndian>(st, 0, body).map(|s| (s.ip, s.pid, s.tid, s.cpu, s.period, s.chain.to_vec()));
+                    let b = parse_fixed::<LittleEndian>(&fixed, body).map(|s| (s.ip, s.pid, s.tid, s.cpu, s.period, s.chain.to_vec()));
                     assert_eq!(a, b, "sample_type {st:#x}, {len} bytes, nr {nr}");
                     checked += 1;
                 }

@@ -40,6 +40,8 @@ pub struct Attr {
 pub struct FixedSample {
     pub ip: Option<usize>,
     pub tid: Option<usize>,
+    /// The CPU field (its first u32 is the CPU).
+    pub cpu: Option<usize>,
     pub period: Option<usize>,
     /// The call chain's count word, when there is a call chain.
     pub chain: Option<usize>,
@@ -110,6 +112,7 @@ impl Attr {
         let fixed = (st & SAMPLE_READ == 0).then(|| FixedSample {
             ip: (st & SAMPLE_IP != 0).then(|| at(SAMPLE_IDENTIFIER)),
             tid: (st & SAMPLE_TID != 0).then(|| at(SAMPLE_IDENTIFIER | SAMPLE_IP)),
+            cpu: (st & SAMPLE_CPU != 0).then(|| at(before_period & !SAMPLE_CPU)),
             period: (st & SAMPLE_PERIOD != 0).then(|| at(before_period)),
             chain: (st & SAMPLE_CALLCHAIN != 0).then(|| at(before_period | SAMPLE_PERIOD)),
             len: at(before_period | SAMPLE_PERIOD) + if st & SAMPLE_CALLCHAIN != 0 { 8 } else { 0 },

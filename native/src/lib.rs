@@ -1,6 +1,7 @@
 //! kperfdiff's native core: reads perf.data and aggregates samples.
 //!
-//! `read_perf_data(path, kallsyms=None, symfs=None, debug_dirs=None, by_process=False, threads=1)` returns a
+//! `read_perf_data(path, kallsyms=None, symfs=None, debug_dirs=None, by_process=False, threads=1,
+//! comms=None, pids=None, tids=None, cpus=None)` returns a
 //! dict of compact data (strings for the symbol table, `bytes` in native byte
 //! order for numeric arrays); see `output::Output`. The top of the crate: it declares the
 //! modules and is the one place their errors become Python exceptions (`reader::Error` a
@@ -61,9 +62,12 @@ fn crate_sample_read_defect() -> bool {
 
 /// Read a perf.data file and aggregate it per event, on up to `threads` threads (the
 /// result is the same for every number). Raises PerfDataError with one sentence when
-/// the file cannot be read.
+/// the file cannot be read. `comms`, `pids`, `tids`, `cpus`: keep only the samples of these
+/// (perf report's --comms, --pid, --tid, --cpu); the header's `samples_filtered_out` counts the others.
 #[pyfunction]
-#[pyo3(signature = (path, kallsyms=None, symfs=None, debug_dirs=None, by_process=false, threads=1))]
+#[pyo3(signature = (path, kallsyms=None, symfs=None, debug_dirs=None, by_process=false, threads=1,
+                    comms=None, pids=None, tids=None, cpus=None))]
+#[allow(clippy::too_many_arguments)]
 fn read_perf_data<'py>(
     py: Python<'py>,
     path: PathBuf,
@@ -72,6 +76,10 @@ fn read_perf_data<'py>(
     debug_dirs: Option<Vec<PathBuf>>,
     by_process: bool,
     threads: usize,
+    comms: Option<Vec<String>>,
+    pids: Option<Vec<i32>>,
+    tids: Option<Vec<i32>>,
+    cpus: Option<Vec<u32>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let opts = options::Options {
         kallsyms,
@@ -79,6 +87,12 @@ fn read_perf_data<'py>(
         debug_dirs: debug_dirs.unwrap_or_default(),
         by_process,
         threads,
+        filter: options::SampleFilter {
+            comms: comms.map(|v| v.into_iter().collect()),
+            pids: pids.map(|v| v.into_iter().collect()),
+            tids: tids.map(|v| v.into_iter().collect()),
+            cpus: cpus.map(|v| v.into_iter().collect()),
+        },
     };
     let display = path.display().to_string();
     let result = py.allow_threads(|| {

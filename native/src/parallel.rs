@@ -75,7 +75,7 @@ pub fn read<'o, T: ByteOrder>(
             .map(|&part| {
                 scope.spawn(move || {
                     let syms = Symbols::new(opts, kallsyms.clone(), build_ids.clone());
-                    let mut dec = Decoder::new(events, syms, opts.by_process);
+                    let mut dec = Decoder::new(events, syms, opts);
                     let cut = order::read_mapped::<T, _>(name, data, map, span, events, part, &mut dec)?;
                     Ok((dec, cut))
                 })

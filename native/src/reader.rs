@@ -34,7 +34,7 @@ use std::path::Path;
 
 // The crate's reading API: `read` and `read_bytes`, what they take and give back.
 pub use crate::error::Error;
-pub use crate::options::Options;
+pub use crate::options::{Options, SampleFilter};
 pub use crate::output::{EventOut, Fact, Output};
 
 pub fn read(path: &Path, opts: &Options) -> Result<Output, Error> {
@@ -112,7 +112,7 @@ fn read_impl<T: ByteOrder>(
     let (dec, cut) = match parallel {
         Some(done) => done,
         None => {
-            let mut dec = Decoder::new(&events, Symbols::new(opts, kallsyms, build_ids), opts.by_process);
+            let mut dec = Decoder::new(&events, Symbols::new(opts, kallsyms, build_ids), opts);
             let cut = if compressed {
                 order::read_compressed::<T, _>(&mut perf_file, &mut record_iter, &mut dec)
             } else {
@@ -134,6 +134,7 @@ fn read_impl<T: ByteOrder>(
 /// The facts known once the records are read.
 fn closing_facts(facts: &mut Vec<(String, Fact)>, layout: &Layout, counts: &Counts, agg: &Aggregator, syms: &Symbols) {
     facts.push(("samples".into(), Fact::Int(counts.samples as i64)));
+    facts.push(("samples_filtered_out".into(), Fact::Int(counts.filtered_out as i64)));
     facts.push(("symbolized_chain_parts".into(), Fact::Int(agg.symbolized_parts() as i64)));
     facts.push(("lost_events".into(), Fact::Int(counts.lost_events as i64)));
     facts.push(("lost_samples".into(), Fact::Int(counts.lost_samples as i64)));

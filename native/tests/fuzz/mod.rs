@@ -135,7 +135,7 @@ pub fn layout(b: &[u8]) -> Option<Layout> {
 
 fn opts() -> Options {
     // per process too, so that hostile COMM and FORK records are read as well
-    Options { kallsyms: None, symfs: Vec::new(), debug_dirs: Vec::new(), by_process: true, threads: 1 }
+    Options { kallsyms: None, symfs: Vec::new(), debug_dirs: Vec::new(), by_process: true, threads: 1, filter: Default::default() }
 }
 
 pub fn load_fixtures(dir: &Path) -> Vec<Fixture> {
@@ -475,6 +475,33 @@ pub fn run_case(fixtures: &[Fixture], c: &Case, name: &str) -> (Class, String) {
                     }
                     if t != o {
                         return (Class::Wrong, "read on three threads, it gives another output".into());
+                    }
+                    // and with a sample filter (perf report's --comms and --cpu), on every eighth
+                    // input: one thread and three give the same
+                    if c.seq % 8 == 0 {
+                        let filter = native::reader::SampleFilter {
+                            comms: Some(["dd".to_string(), "sh".to_string()].into_iter().collect()),
+                            cpus: Some([0u32, 1].into_iter().collect()),
+                            ..Default::default()
+                        };
+                        let one = Options { filter: filter.clone(), ..opts() };
+                        let three = Options { threads: 3, filter, ..opts() };
+                        let read = |o: &Options| {
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| reader::read_bytes(name, &c.bytes, o)))
+                        };
+                        match (read(&one), read(&three)) {
+                            (Ok(Ok(mut a)), Ok(Ok(mut b))) => {
+                                for out in [&mut a, &mut b] {
+                                    out.facts.retain(|(k, _)| k != "symbolized_chain_parts");
+                                }
+                                if a != b {
+                                    return (Class::Wrong, "filtered, read on three threads, it gives another output".into());
+                                }
+                            }
+                            (Ok(Err(_)), Ok(Err(_))) => {}
+                            (Err(_), _) | (_, Err(_)) => return (Class::Panic, "filtered, the reader panicked".into()),
+                            _ => return (Class::Wrong, "filtered, one thread and three disagree on refusing it".into()),
+                        }
                     }
                     (Class::Ok, String::new())
                 }

@@ -142,6 +142,12 @@ class SideInfo:
     # with and how that was matched to the recording (ingest.symcheck; None for text inputs)
     kernel_share: list[float] = field(default_factory=list)
     symbols: list[dict | None] = field(default_factory=list)
+    # perf report's filters the side was read with (``--comm dd``...) and the samples they kept of
+    # how many, over its profiles (ingest.filters; empty and 0 when unfiltered)
+    filters: list[str] = field(default_factory=list)
+    kept_of: tuple[int, int] = (0, 0)
+    # what the rows are: "sym" (functions), "dso" or "comm" (--sort)
+    sort: str = "sym"
 
 
 @dataclass
@@ -332,7 +338,11 @@ def _side_info(profs: list[Profile], label: str) -> SideInfo:
                     weight_unit=[p.weight_unit for p in profs],
                     arch=next(iter(arches)) if len(arches) == 1 else None,
                     instructions_per_op=[c for c in counted if c is not None] if all(counted) else [],
-                    kernel_share=[kernel_share(p) for p in profs], symbols=[p.meta.get("symbols") for p in profs])
+                    kernel_share=[kernel_share(p) for p in profs], symbols=[p.meta.get("symbols") for p in profs],
+                    filters=next((p.meta["filtered"]["filters"] for p in profs if p.meta.get("filtered")), []),
+                    kept_of=(sum(p.meta.get("filtered", {}).get("kept", 0) for p in profs),
+                             sum(p.meta.get("filtered", {}).get("of", 0) for p in profs)),
+                    sort=next((p.meta["sort"] for p in profs if p.meta.get("sort")), "sym"))
 
 
 def kernel_share(prof: Profile) -> float:

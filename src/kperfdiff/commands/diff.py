@@ -10,6 +10,7 @@ from pathlib import Path
 
 from kperfdiff.analysis.profile_diff import DiffOptions, add_folded, diff_profiles, folded_sides
 from kperfdiff.core.errors import InputError, KperfdiffError
+from kperfdiff.ingest import filters as sample_filters
 from kperfdiff.ingest.load import ProfileRef, load_sides
 from kperfdiff.render import diff as render
 from kperfdiff.symbols.equivalence import load_roles
@@ -105,6 +106,11 @@ def add_diff(d: Parser) -> None:
     d.add_argument("--jobs", "-j", type=whole(256), metavar="N",
                    help="read up to N profile files at once (default: one per CPU); the result is the same "
                         "as one at a time")
+    sample_filters.add_arguments(d)
+    d.add_argument("--sort", choices=sample_filters.SORT_KEYS, default="sym",
+                   help="what the rows are, as perf report --sort: sym (functions; default), dso (the DSO of the "
+                        "sample's leaf function; --scope kernel keeps [kernel.kallsyms] and modules) or comm "
+                        "(process names; --scope does not apply). Names are compared as they are")
     d.add_argument("--format", choices=FORMATS, default="text")
 
 
@@ -147,10 +153,12 @@ def options(args: argparse.Namespace) -> DiffOptions:
     if args.top < 0:
         raise InputError("--top must be 0 (all rows) or more")
     compute, weights = _parse_compute(args.compute or "absdiff")
-    return DiffOptions(top=args.top, scope=args.scope, labels=_parse_labels(args.labels), children=args.children,
-                       per_op=args.per_op, equivalence=not args.no_equivalence, maps=tuple(args.map or ()),
-                       normalise=not args.no_normalise, ops=_parse_ops(args.ops), compute=compute,
-                       wdiff_weights=weights, infer=args.infer,
+    grouped = getattr(args, "sort", "sym") != "sym"    # DSOs or processes: no function rules, roles, twins
+    return DiffOptions(top=args.top, scope="all" if getattr(args, "sort", "sym") == "comm" else args.scope,
+                       labels=_parse_labels(args.labels), children=args.children,
+                       per_op=args.per_op, equivalence=not (args.no_equivalence or grouped), maps=tuple(args.map or ()),
+                       normalise=not (args.no_normalise or grouped), ops=_parse_ops(args.ops), compute=compute,
+                       wdiff_weights=weights, infer="off" if grouped else args.infer,
                        accept_inferred=args.accept_inferred)
 
 
@@ -205,8 +213,12 @@ def _run(args: argparse.Namespace) -> int:
                                 kallsyms=[args.kallsyms_a or args.kallsyms, args.kallsyms_b or args.kallsyms],
                                 symfs=[args.symfs_a or args.symfs, args.symfs_b or args.symfs], event=args.event,
                                 folded_kernel=args.folded_kernel, workers=args.jobs,
-                                by_process=bool(args.folded),  # --folded puts each stack under its process
-                                kallsyms_unchecked=args.kallsyms_unchecked, meanwhile=_while_reading)
+                                # --folded puts each stack under its process; --sort comm ranks processes
+                                by_process=bool(args.folded) or args.sort == "comm",
+                                kallsyms_unchecked=args.kallsyms_unchecked, meanwhile=_while_reading,
+                                filters=sample_filters.from_args(args))
+    if args.sort != "sym":
+        side_a, side_b = ([sample_filters.regroup(p, args.sort, p.source) for p in side] for side in (side_a, side_b))
     result = diff_profiles(side_a, side_b, opts)
     for w in result.warnings:
         print(f"kperfdiff: warning: {w}", file=sys.stderr)

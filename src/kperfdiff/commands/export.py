@@ -7,6 +7,7 @@ import os
 import sys
 
 from kperfdiff.core.errors import InputError
+from kperfdiff.ingest import filters as sample_filters
 from kperfdiff.ingest.load import load_events, load_side
 from kperfdiff.ingest.profile import merge
 from kperfdiff.ingest.source import STDIN
@@ -50,23 +51,32 @@ def add_export(e: Parser) -> None:
                    help="use the kallsyms even when the recording's kernel does not match it (as for diff)")
     e.add_argument("--folded-kernel", choices=["auto", "entry", "all", "none"], default="auto",
                    help="how to tell kernel frames in folded-stack input (as for diff; default: auto)")
+    sample_filters.add_arguments(e)
+    e.add_argument("--sort", choices=sample_filters.SORT_KEYS, default="sym",
+                   help="only sym (the default): an export keeps every frame of every stack, so ranking DSOs or "
+                        "processes does not apply (diff --sort does)")
 
 
 def _profiles(args: argparse.Namespace) -> list:
     """The profiles to write: every event of a file for speedscope (unless --event), else one
     profile (a store reference's repetitions and copies merged)."""
     symfs = [args.symfs] if args.symfs else None
+    filters = sample_filters.from_args(args)
     if args.to == "speedscope" and args.event is None and (args.profile == STDIN or os.path.exists(args.profile)):
         return load_events(args.profile, kallsyms=args.kallsyms, symfs=symfs, folded_kernel=args.folded_kernel,
-                           kallsyms_unchecked=args.kallsyms_unchecked)
+                           kallsyms_unchecked=args.kallsyms_unchecked, filters=filters)
     # folded, pprof and firefox name each sample's process (speedscope's format has no place for it)
     reps = load_side(args.profile, store_lookup(args.store, args.event), kallsyms=args.kallsyms, symfs=args.symfs,
                      event=args.event, folded_kernel=args.folded_kernel, workers=1,
-                     by_process=args.to in ("folded", "pprof", "firefox"), kallsyms_unchecked=args.kallsyms_unchecked)
+                     by_process=args.to in ("folded", "pprof", "firefox"), kallsyms_unchecked=args.kallsyms_unchecked,
+                     filters=filters)
     return [merge(reps, args.profile)]
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.sort != "sym":
+        raise InputError(f"--sort {args.sort} does not apply to export, which writes every frame of every stack; "
+                         f"use diff --sort {args.sort} to rank {'DSOs' if args.sort == 'dso' else 'processes'}")
     if args.unit == "ns" and args.to in ("pprof", "firefox"):
         raise InputError(f"--unit ns does not apply to {args.to}: "
                          + ("pprof holds both samples and nanoseconds" if args.to == "pprof"

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 from kperfdiff.core.errors import InputError
 from kperfdiff.core.files import check_input_file
-from kperfdiff.ingest import perfdata, source, text
+from kperfdiff.ingest import filters as sample_filters, perfdata, source, text
+from kperfdiff.ingest.filters import NONE, Filters
 from kperfdiff.ingest.profile import Profile, merge
 
 if TYPE_CHECKING:
@@ -64,19 +65,22 @@ def _beside(src) -> Path | None:
 
 def load(path: str | Path, *, kallsyms: str | Path | None = None, symfs: list[str] | None = None,
          event: str | None = None, label: str = "", folded_kernel: str = "auto", by_process: bool = False,
-         kallsyms_unchecked: bool = False) -> Profile:
+         kallsyms_unchecked: bool = False, filters: Filters = NONE) -> Profile:
     """Read one profile file of any supported format (one event of it), ``-`` for standard input, either
     possibly gzip-compressed (:mod:`kperfdiff.ingest.source`); ``kallsyms``, ``symfs`` and
     ``kallsyms_unchecked`` (use a kallsyms the recording does not match) serve perf.data,
     ``folded_kernel`` folded stacks. ``by_process`` has a perf.data's stacks counted per
-    process name too (``Profile.process_stacks``, which perf script text always has)."""
+    process name too (``Profile.process_stacks``, which perf script text always has). ``filters``:
+    perf report's filters (:mod:`kperfdiff.ingest.filters`); the profile is then the kept samples."""
     with source.local(path) as src:
         fmt = sniff(src.path)
+        sample_filters.refuse_unanswerable(filters, fmt, src.shown)
         if fmt == "perf.data":
             prof = perfdata.load(src.path, kallsyms=kallsyms, symfs=symfs, event=event, by_process=by_process,
-                                 kallsyms_unchecked=kallsyms_unchecked, beside=_beside(src))
+                                 kallsyms_unchecked=kallsyms_unchecked, beside=_beside(src), filters=filters)
         else:
-            prof = text.load(src.path, fmt, event=event, kernel_frames=folded_kernel)
+            prof = text.load(src.path, fmt, event=event, kernel_frames=folded_kernel, filters=filters)
+        prof = _filtered(prof, filters, src.shown)
         if src.path != src.original:
             prof.source = src.shown
     if label:
@@ -86,23 +90,40 @@ def load(path: str | Path, *, kallsyms: str | Path | None = None, symfs: list[st
     return prof
 
 
+def _filtered(prof: Profile, filters: Filters, shown: str) -> Profile:
+    """``prof`` with the filters the readers leave to its stacks applied (DSO, idle), and what was
+    kept noted (a filter keeping nothing is refused)."""
+    if not filters:
+        return prof
+    sample_filters.check_cpus(filters, prof.meta.get("event_attr"), shown)
+    if "script_columns" in prof.meta:
+        sample_filters.check_script_columns(filters, prof.meta.pop("script_columns"), shown)
+    total = prof.meta.get("samples_before_filter", prof.samples)
+    if prof.samples:
+        prof = sample_filters.keep_stacks(prof, filters, shown)
+    return sample_filters.record(prof, filters, total, shown)
+
+
 def load_events(path: str | Path, *, kallsyms: str | Path | None = None, symfs: list[str] | None = None,
                 folded_kernel: str = "auto", by_process: bool = False,
-                kallsyms_unchecked: bool = False) -> list[Profile]:
+                kallsyms_unchecked: bool = False, filters: Filters = NONE) -> list[Profile]:
     """Every event of one profile file (``-`` for standard input, gzip allowed), one Profile each, in
     the file's order: a perf.data's events, a perf script's or perf report's events; folded stacks
-    have one."""
+    have one. ``filters``: as for :func:`load`, on every event."""
     with source.local(path) as src:
         fmt = sniff(src.path)
+        sample_filters.refuse_unanswerable(filters, fmt, src.shown)
         if fmt == "perf.data":
-            profs = [p for p in perfdata.load_all(src.path, kallsyms=kallsyms, symfs=symfs, by_process=by_process,
-                                                  kallsyms_unchecked=kallsyms_unchecked, beside=_beside(src))
-                     if p.samples]
+            profs = perfdata.load_all(src.path, kallsyms=kallsyms, symfs=symfs, by_process=by_process,
+                                      kallsyms_unchecked=kallsyms_unchecked, beside=_beside(src), filters=filters)
+            if filters and profs and not any(p.samples for p in profs):
+                profs = [_filtered(profs[0], filters, src.shown)]    # refused: nothing kept
+            profs = [_filtered(p, filters, src.shown) for p in profs if p.samples]
         else:
-            first = text.load(src.path, fmt, kernel_frames=folded_kernel)
-            rest = [text.load(src.path, fmt, event=ev, kernel_frames=folded_kernel)
+            first = text.load(src.path, fmt, kernel_frames=folded_kernel, filters=filters)
+            rest = [text.load(src.path, fmt, event=ev, kernel_frames=folded_kernel, filters=filters)
                     for ev in first.meta.get("events", [])[1:]]
-            profs = [first] + [p for p in rest if p.event != first.event]
+            profs = [_filtered(p, filters, src.shown) for p in [first] + [p for p in rest if p.event != first.event]]
         if not profs:
             raise InputError(f"{src.shown} holds no samples")
         for p in profs:
@@ -191,11 +212,12 @@ def _replicate(paths: list[Path], meta: dict, copies: list[Profile]) -> Profile:
 def load_sides(specs: list[str], lookup: Callable[[str], list[ProfileRef]], *, kallsyms: list[str | None],
                symfs: list[str | None], event: str | None = None, folded_kernel: str = "auto",
                workers: int | None = None, by_process: bool = False,
-               kallsyms_unchecked: bool = False, meanwhile: Callable[[], object] | None = None) -> list[list[Profile]]:
+               kallsyms_unchecked: bool = False, meanwhile: Callable[[], object] | None = None,
+               filters: Filters = NONE) -> list[list[Profile]]:
     """One profile per replicate of each side (``specs[i]``, read with ``kallsyms[i]`` and
     ``symfs[i]``; each replicate's parallel copies merged), every file of every side read at once
-    (``by_process``, ``kallsyms_unchecked``: as for :func:`load`; ``meanwhile``: as for
-    :func:`load_many`)."""
+    (``by_process``, ``kallsyms_unchecked``, ``filters``: as for :func:`load`, ``filters`` on
+    every side; ``meanwhile``: as for :func:`load_many`)."""
     sides = [resolve_side(spec, lookup) for spec in specs]
     if sum(str(p) == source.STDIN for refs in sides for paths, _ in refs for p in paths) > 1:
         raise InputError("standard input (-) can be read only once; give at most one profile as -")
@@ -209,18 +231,20 @@ def load_sides(specs: list[str], lookup: Callable[[str], list[ProfileRef]], *, k
                 jobs.append(partial(load, path, kallsyms=ks or meta.get("kallsyms"),
                                     symfs=[copy_fs] if copy_fs else None,
                                     event=None if meta.get("counted") else event, folded_kernel=folded_kernel,
-                                    by_process=by_process, kallsyms_unchecked=kallsyms_unchecked))
+                                    by_process=by_process, kallsyms_unchecked=kallsyms_unchecked,
+                                    filters=filters))
     loaded = iter(load_many(jobs, workers, meanwhile))
     return [[_replicate(paths, meta, [next(loaded) for _ in paths]) for paths, meta in refs] for refs in sides]
 
 
 def load_side(spec: str, lookup: Callable[[str], list[ProfileRef]], *, kallsyms: str | None = None,
               symfs: str | None = None, event: str | None = None, folded_kernel: str = "auto",
-              workers: int | None = None, by_process: bool = False, kallsyms_unchecked: bool = False) -> list[Profile]:
+              workers: int | None = None, by_process: bool = False, kallsyms_unchecked: bool = False,
+              filters: Filters = NONE) -> list[Profile]:
     """One profile per replicate of a diff side (its parallel copies merged)."""
     return load_sides([spec], lookup, kallsyms=[kallsyms], symfs=[symfs], event=event,
                       folded_kernel=folded_kernel, workers=workers, by_process=by_process,
-                      kallsyms_unchecked=kallsyms_unchecked)[0]
+                      kallsyms_unchecked=kallsyms_unchecked, filters=filters)[0]
 
 
 def load_stored(entries: list[StoredProfile], label: str) -> list[Profile]:

@@ -39,6 +39,7 @@ from kperfdiff.core.errors import InputError
 from kperfdiff.core.files import check_input_file
 from kperfdiff.core.nativecore import core
 from kperfdiff.ingest import symcheck
+from kperfdiff.ingest.filters import NONE, Filters
 from kperfdiff.ingest.profile import Profile, StackTable, Symbol, shared_ints
 
 _NS_EVENTS = {"cpu-clock", "task-clock"}
@@ -102,7 +103,7 @@ def find_kallsyms(path: Path, build_ids: list | None = None) -> Path | None:
 
 
 def _read(path: Path, kallsyms, symfs, by_process: bool = False, kallsyms_unchecked: bool = False,
-          beside: Path | None = None) -> tuple[dict, Path | None]:
+          beside: Path | None = None, filters: Filters = NONE) -> tuple[dict, Path | None]:
     n = core()
     check_input_file(path, "perf.data")
     ks = Path(kallsyms) if kallsyms is not None else find_kallsyms(beside or path)
@@ -116,7 +117,7 @@ def _read(path: Path, kallsyms, symfs, by_process: bool = False, kallsyms_unchec
     try:
         raw = n.read_perf_data(str(path), kallsyms=str(ks) if ks is not None else None,
                                symfs=[str(s) for s in symfs or []], debug_dirs=_debug_dirs(), by_process=by_process,
-                               threads=reader_threads())
+                               threads=reader_threads(), **filters.sample_kwargs())
     except n.PerfDataError as e:
         msg = str(e)
         if str(path) not in msg:
@@ -130,7 +131,8 @@ def _read(path: Path, kallsyms, symfs, by_process: bool = False, kallsyms_unchec
         if cached is not None and any("no kallsyms" in w for w in raw["warnings"]):
             try:
                 raw = n.read_perf_data(str(path), kallsyms=str(cached), symfs=[str(s) for s in symfs or []],
-                                       debug_dirs=_debug_dirs(), by_process=by_process, threads=reader_threads())
+                                       debug_dirs=_debug_dirs(), by_process=by_process, threads=reader_threads(),
+                                       **filters.sample_kwargs())
                 ks, found = cached, "perf's build-id cache"
             except n.PerfDataError:
                 pass
@@ -238,6 +240,8 @@ def _profiles(raw: dict, path: Path, meta: dict, wanted: list[int]) -> list[Prof
         m["self_count"] = np.frombuffer(ev["self_count"], dtype=np.uint64)[used]
         m["children_count"] = child_c[used]
         m["warnings"] = list(meta["warnings"])
+        # the samples before the sample filters (perf report --comms, --pid, --tid, --cpu)
+        m["samples_before_filter"] = int(ev["samples"]) + int(raw["header"].get("samples_filtered_out", 0))
         out.append(Profile(source=str(path), event=name, symbols=symbols, self_weight=self_w[used].copy(),
                            children_weight=child_w[used].copy(), total_weight=float(ev["total_weight"]),
                            samples=int(ev["samples"]), stacks=stacks, edges=edges, stack_counts=counts,
@@ -258,27 +262,29 @@ def _event_index(raw: dict, path: Path, event: str) -> int:
 
 def load_all(path: str | Path, *, kallsyms: str | Path | None = None,
              symfs: list[str] | str | None = None, by_process: bool = False,
-             kallsyms_unchecked: bool = False, beside: Path | None = None) -> list[Profile]:
+             kallsyms_unchecked: bool = False, beside: Path | None = None,
+             filters: Filters = NONE) -> list[Profile]:
     """Every event of a perf.data file, one Profile each, in the file's order (``by_process``,
-    ``kallsyms_unchecked``, ``beside``: see :func:`load`)."""
+    ``kallsyms_unchecked``, ``beside``, ``filters``: see :func:`load`)."""
     path = Path(path)
-    raw, ks = _read(path, kallsyms, symfs, by_process, kallsyms_unchecked, beside)
+    raw, ks = _read(path, kallsyms, symfs, by_process, kallsyms_unchecked, beside, filters)
     meta = _meta(raw, path, ks)
     return _profiles(raw, path, meta, list(range(len(raw["events"]))))
 
 
 def load(path: str | Path, *, kallsyms: str | Path | None = None, symfs: list[str] | str | None = None,
          event: str | None = None, by_process: bool = False, kallsyms_unchecked: bool = False,
-         beside: Path | None = None) -> Profile:
+         beside: Path | None = None, filters: Filters = NONE) -> Profile:
     """One event of a perf.data file (``event``, else the first event with samples). ``by_process``
     also fills ``process_stacks``: each stack per process name, the comm of the sample's thread as
     perf script names it (``:TID`` for a thread the file never names); off by default, since only
     exports and folded files need it and it costs the reader time. The kallsyms used is checked
     against the recording and refused when it is another kernel's, unless ``kallsyms_unchecked``.
     ``beside``: the name the kallsyms is looked for beside when none is given (a decompressed copy's
-    original's, uncompressed); default ``path``."""
+    original's, uncompressed); default ``path``. ``filters``: its sample filters (comm, pid, tid,
+    cpu) drop samples before they are aggregated (:mod:`kperfdiff.ingest.filters`)."""
     path = Path(path)
-    raw, ks = _read(path, kallsyms, symfs, by_process, kallsyms_unchecked, beside)
+    raw, ks = _read(path, kallsyms, symfs, by_process, kallsyms_unchecked, beside, filters)
     meta = _meta(raw, path, ks)
     if event is not None:
         i = _event_index(raw, path, event)

@@ -33,6 +33,7 @@ that could not be symbolised. Inputs: perf.data (native reader, in
 """
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -275,6 +276,9 @@ def merge(profiles: list[Profile], source: str) -> Profile:
     meta = dict(first.meta)
     meta["warnings"] = [w for p in profiles for w in p.meta.get("warnings", [])]
     meta["merged_from"] = len(profiles)
+    if all(p.meta.get("filtered") for p in profiles):       # kept of how many, over the parts
+        meta["filtered"] = dict(first.meta["filtered"], kept=sum(p.meta["filtered"]["kept"] for p in profiles),
+                                of=sum(p.meta["filtered"]["of"] for p in profiles))
     for key in ("ops", "cpu_time_ns"):
         vals = [p.meta.get(key) for p in profiles]
         meta[key] = sum(vals) if all(vals) else None
@@ -284,3 +288,58 @@ def merge(profiles: list[Profile], source: str) -> Profile:
                    children_weight=children_w, total_weight=sum(p.total_weight for p in profiles),
                    samples=sum(p.samples for p in profiles), stacks=stacks, edges=edges,
                    stack_counts=counts, process_stacks=processes, weight_unit=first.weight_unit, label=first.label, arch=first.arch, meta=meta)
+
+
+# -- building a Profile from stacks -------------------------------------------
+
+class Builder:
+    """Interns symbols and aggregates identical stacks, then derives self,
+    children (once per sample) and edges (once per sample and pair)."""
+
+    def __init__(self):
+        self.index: dict[Symbol, int] = {}
+        self.symbols: list[Symbol] = []
+        self.stacks: dict[tuple[int, ...], float] = defaultdict(float)
+        self.counts: dict[tuple[int, ...], int] = defaultdict(int)
+        self.processes: dict[tuple[str, tuple[int, ...]], list] = {}
+        self.samples = 0
+        self.total = 0.0
+
+    def sym(self, s: Symbol) -> int:
+        i = self.index.get(s)
+        if i is None:
+            i = self.index[s] = len(self.symbols)
+            self.symbols.append(s)
+        return i
+
+    def add(self, stack_root_first: tuple[int, ...], weight: float, count: int = 1, comm: str | None = None) -> None:
+        self.samples += count
+        self.total += weight
+        if stack_root_first:
+            self.stacks[stack_root_first] += weight
+            self.counts[stack_root_first] += count
+            if comm is not None:
+                acc = self.processes.setdefault((comm, stack_root_first), [0.0, 0])
+                acc[0] += weight
+                acc[1] += count
+
+    def build(self, source: str, event: str, weight_unit: str, meta: dict) -> Profile:
+        n = len(self.symbols)
+        import numpy as np
+        self_w = np.zeros(n)
+        child_w = np.zeros(n)
+        edges: dict[tuple[int, int], float] = defaultdict(float)
+        for stack, w in self.stacks.items():
+            self_w[stack[-1]] += w
+            if len(stack) == 1:
+                child_w[stack[0]] += w
+                continue
+            for i in set(stack):
+                child_w[i] += w
+            for e in set(zip(stack, stack[1:])):
+                edges[e] += w
+        return Profile(source=source, event=event, symbols=self.symbols, self_weight=self_w,
+                       children_weight=child_w, total_weight=float(self.total), samples=self.samples,
+                       stacks=dict(self.stacks), edges=dict(edges), stack_counts=dict(self.counts),
+                       process_stacks={k: (w, n) for k, (w, n) in self.processes.items()}, weight_unit=weight_unit,
+                       arch=meta.get("arch"), meta=meta)

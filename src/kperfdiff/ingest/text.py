@@ -44,12 +44,11 @@ more than 100% (beyond its rounding to 0.01% a row) is refused.
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 from pathlib import Path
 
 from kperfdiff.core.errors import InputError
 from kperfdiff.symbols.normalise import normalise
-from kperfdiff.ingest.profile import Profile, Symbol
+from kperfdiff.ingest.profile import Builder, Profile, Symbol
 
 KIND_SCRIPT = "perf-script"
 KIND_REPORT = "perf-report"
@@ -185,61 +184,6 @@ def sniff_text(path, head_text: str) -> str:
                      f"`perf report --stdio` output or folded stacks")
 
 
-# -- building a Profile from stacks -------------------------------------------
-
-class _Builder:
-    """Interns symbols and aggregates identical stacks, then derives self,
-    children (once per sample) and edges (once per sample and pair)."""
-
-    def __init__(self):
-        self.index: dict[Symbol, int] = {}
-        self.symbols: list[Symbol] = []
-        self.stacks: dict[tuple[int, ...], float] = defaultdict(float)
-        self.counts: dict[tuple[int, ...], int] = defaultdict(int)
-        self.processes: dict[tuple[str, tuple[int, ...]], list] = {}
-        self.samples = 0
-        self.total = 0.0
-
-    def sym(self, s: Symbol) -> int:
-        i = self.index.get(s)
-        if i is None:
-            i = self.index[s] = len(self.symbols)
-            self.symbols.append(s)
-        return i
-
-    def add(self, stack_root_first: tuple[int, ...], weight: float, count: int = 1, comm: str | None = None) -> None:
-        self.samples += count
-        self.total += weight
-        if stack_root_first:
-            self.stacks[stack_root_first] += weight
-            self.counts[stack_root_first] += count
-            if comm is not None:
-                acc = self.processes.setdefault((comm, stack_root_first), [0.0, 0])
-                acc[0] += weight
-                acc[1] += count
-
-    def build(self, source: str, event: str, weight_unit: str, meta: dict) -> Profile:
-        n = len(self.symbols)
-        import numpy as np
-        self_w = np.zeros(n)
-        child_w = np.zeros(n)
-        edges: dict[tuple[int, int], float] = defaultdict(float)
-        for stack, w in self.stacks.items():
-            self_w[stack[-1]] += w
-            if len(stack) == 1:
-                child_w[stack[0]] += w
-                continue
-            for i in set(stack):
-                child_w[i] += w
-            for e in set(zip(stack, stack[1:])):
-                edges[e] += w
-        return Profile(source=source, event=event, symbols=self.symbols, self_weight=self_w,
-                       children_weight=child_w, total_weight=float(self.total), samples=self.samples,
-                       stacks=dict(self.stacks), edges=dict(edges), stack_counts=dict(self.counts),
-                       process_stacks={k: (w, n) for k, (w, n) in self.processes.items()}, weight_unit=weight_unit,
-                       arch=meta.get("arch"), meta=meta)
-
-
 def _skip_warning(meta: dict, path, skipped: int, first: int | None) -> None:
     if skipped:
         meta.setdefault("warnings", []).append(
@@ -269,9 +213,26 @@ def _pick_event(path, events: list[str], wanted: str | None) -> str:
 
 # -- perf script -----------------------------------------------------------------
 
-def _load_script(path: Path, event: str | None) -> Profile:
+def _script_ids(m: re.Match, seen: dict) -> tuple[int | None, int, int | None]:
+    """A perf script sample line's pid, tid and CPU (None: not printed), noting in ``seen`` which
+    it had: perf script prints "pid/tid" with -F pid,tid, else the tid alone, and [cpu] when asked
+    or system-wide."""
+    if m.group("tid") is not None:
+        pid, tid = int(m.group("pid")), int(m.group("tid"))
+    else:
+        pid, tid = None, int(m.group("pid"))
+    cpu = int(m.group("cpu")) if m.group("cpu") is not None else None
+    seen["pid"] = seen["pid"] or pid is not None
+    seen["tid"] = True
+    seen["cpu"] = seen["cpu"] or cpu is not None
+    return pid, tid, cpu
+
+
+def _load_script(path: Path, event: str | None, filters=None) -> Profile:
     meta: dict = {"format": KIND_SCRIPT}
-    builders: dict[str, _Builder] = {}
+    before: dict[str, int] = {}          # samples per event before the filters
+    seen = {"pid": False, "tid": False, "cpu": False}   # the columns the text has
+    builders: dict[str, Builder] = {}
     periods_seen: dict[str, bool] = {}
     events: list[str] = []
     skipped = 0
@@ -350,13 +311,17 @@ def _load_script(path: Path, event: str | None) -> Profile:
             finish()
             ev = m.group("event")
             if ev not in builders:
-                builders[ev] = _Builder()
+                builders[ev] = Builder()
                 events.append(ev)
                 periods_seen[ev] = False
             cur_event = ev
             cur_frames = []
             cur_rest = m.group("rest")
             cur_comm = m.group("comm").strip()
+            before[ev] = before.get(ev, 0) + 1
+            if filters and not filters.keeps(cur_comm, *_script_ids(m, seen)):
+                cur_event = None
+                continue
             p = m.group("period")
             if p is not None:
                 w = _parse_count(p)
@@ -377,6 +342,9 @@ def _load_script(path: Path, event: str | None) -> Profile:
         unit = "ns" if ev.split(":")[0] in _NS_EVENTS else "period"
     else:
         unit = "samples"
+    if filters:
+        meta["script_columns"] = seen        # what the filters could be answered from (ingest.filters)
+        meta["samples_before_filter"] = before.get(ev, 0)
     return builders[ev].build(str(path), ev, unit, meta)
 
 
@@ -594,7 +562,7 @@ def _load_folded(path: Path, kernel_frames: str) -> Profile:
     if rule == "auto":
         rule = "annotated" if annotated else "entry"
     meta["kernel_frames"] = rule
-    b = _Builder()
+    b = Builder()
     cache: dict[tuple[str, bool], int] = {}
     for frames, count in lines:
         ids = []
@@ -628,17 +596,20 @@ def _load_folded(path: Path, kernel_frames: str) -> Profile:
 
 # -- entry point --------------------------------------------------------------------------
 
-def load(path, fmt: str, event: str | None = None, *, kernel_frames: str = "auto") -> Profile:
+def load(path, fmt: str, event: str | None = None, *, kernel_frames: str = "auto",
+         filters=None) -> Profile:
     """Read a text profile of format ``fmt`` (from :func:`sniff_text`) into a Profile.
 
     ``event`` picks one event of a multi-event ``perf script``/``perf
     report`` (default: the first). ``kernel_frames`` is the folded-stack
     kernel rule (``auto``, ``entry``, ``all``, ``none``; see the module
-    documentation).
+    documentation). ``filters``: an :class:`kperfdiff.ingest.filters.Filters`, whose sample filters
+    perf script's columns answer (comm, pid and tid, cpu), applied to perf script text as it is read
+    (``meta["script_columns"]`` says which columns it had).
     """
     path = Path(path)
     if fmt == KIND_SCRIPT:
-        return _load_script(path, event)
+        return _load_script(path, event, filters)
     if fmt == KIND_REPORT:
         return _load_report(path, event)
     if fmt == KIND_FOLDED:

@@ -68,7 +68,9 @@ def side_line(letter: str, side: SideInfo) -> str:
              if weight and len(side.kernel_share) == n else None)
     syms = "; ".join(dict.fromkeys(symbols_words(s) for s in side.symbols)) or symbols_words(None)
     label = f" ({side.label})" if side.label else ""
-    return (f"{letter}{label}: {files}, {events}, {sum(side.samples):,} samples, "
+    samples = (f"{side.kept_of[0]:,} of {side.kept_of[1]:,} samples kept by {' '.join(side.filters)}"
+               if side.filters else f"{sum(side.samples):,} samples")
+    return (f"{letter}{label}: {files}, {events}, {samples}, "
             + (f"{share:.0%} kernel, " if share is not None else "") + f"symbols: {syms}")
 
 
