@@ -204,3 +204,14 @@ def test_the_study_report_renders_rankings_in_the_studys_layout(xarch_fork):
     assert ">> Top 5 candidates among common kernel functions" in text and "%diff | symbol | arm64 | x86_64" in text
     with pytest.raises(ValueError):
         studies.Verdict("maybe", "x")
+
+
+def test_a_study_centre_says_what_an_operation_is():
+    """A study table's centre names the operation of its benchmark's ns/op (as compare does)."""
+    from types import SimpleNamespace
+    from kperfdiff.studies.study import centre_text
+    reps = [[200.0, 201.0], [205.0], [210.0]]
+    s = SimpleNamespace(status="ok", pooled=True, centre=205.0, reps=reps, unit="ns/op", benchmark="fault.anon.huge")
+    text = centre_text(s)
+    assert "ns per 4 KB page" in text and "ns/op" not in text, text
+    assert "ns per fork" in centre_text(SimpleNamespace(**{**vars(s), "benchmark": "proc.fork"}))

@@ -6,9 +6,11 @@ import math
 from dataclasses import dataclass, field
 
 from kperfdiff.analysis.bench_compare import from_experiment
+from kperfdiff.bench.catalogue import operations
 from kperfdiff.core import stats
 from kperfdiff.core.errors import InputError
 from kperfdiff.experiments import file as exp_file
+from kperfdiff.render.svgplot import unit_title
 from kperfdiff.render.table import Table
 
 STUDY_KEYS = {"kind", "title", "source", "measured", "found", "differs"}
@@ -92,7 +94,7 @@ def centre_text(sample, digits: int = 3, *, per: float = 1.0, unit: str | None =
         return "not measured" if sample is None else f"{sample.status}" + (f": {sample.reason}" if sample.reason else "")
     c = sample.centre / per
     hw = stats.centre_half_width(sample.reps)
-    unit = unit or sample.unit
+    unit = unit or unit_title(sample.unit, operations().get(sample.benchmark, ""))
     f = 1 + hw / 100
     body = _sig(c, digits) + ("" if math.isnan(hw) else f" [{_sig(c / f, digits)}, {_sig(c * f, digits)}]")
     return f"{body}{f' {unit}' if unit else ''} ({len(sample.reps)} reps)"
