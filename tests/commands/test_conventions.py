@@ -1,6 +1,7 @@
 """One set of conventions over every command (docs/conventions.md): --format from one set, in one
 order; -o FILE with - for standard output wherever output is written; one --top default."""
 import argparse
+import gzip
 
 from support import DATA, assert_one_sentence_error, run_cli
 from store.test_history import populate
@@ -74,3 +75,21 @@ def test_report_to_standard_output(tmp_path):
                 cwd=tmp_path)
     assert_one_sentence_error(p)
     assert "needs -o FILE" in p.stderr and sorted(f.name for f in tmp_path.iterdir()) == ["s.db"]
+
+
+def test_messages_name_the_files_the_user_gave(tmp_path):
+    """A gzip input is read from a temporary copy; its warnings and errors name the .gz file given,
+    never the copy in /tmp/kperfdiff-input-*."""
+    gz = DATA / "perfdata" / "xarch" / "x86_64" / "proc.fork.perf.data.gz"
+    p = run_cli("diff", gz, gz, check=0)
+    warnings = [ln for ln in p.stderr.splitlines() if "warning" in ln]
+    assert warnings and all(f"warning: {gz}: " in ln for ln in warnings), p.stderr
+    cut = tmp_path / "cut.perf.data.gz"
+    cut.write_bytes(gzip.compress(gzip.decompress(gz.read_bytes())[:3000]))
+    p = run_cli("diff", cut, gz, check=0)
+    assert f"warning: {cut} is truncated" in p.stderr and "kperfdiff-input" not in p.stderr
+    bad = tmp_path / "bad.perf.data.gz"
+    bad.write_bytes(gzip.compress(b"PERFILE2garbage"))
+    p = run_cli("diff", bad, gz)
+    assert_one_sentence_error(p)
+    assert p.stderr.startswith(f"kperfdiff: {bad} is cut short") and "kperfdiff-input" not in p.stderr
