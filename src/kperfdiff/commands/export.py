@@ -63,7 +63,7 @@ def _profiles(args: argparse.Namespace) -> list:
     reps = load_side(args.profile, store_lookup(args.store, args.event), kallsyms=args.kallsyms, symfs=args.symfs,
                      event=args.event, folded_kernel=args.folded_kernel, workers=1,
                      by_process=args.to in ("folded", "pprof", "firefox"), kallsyms_unchecked=args.kallsyms_unchecked)
-    return [merge(reps, args.profile)]
+    return [export.held(merge(reps, args.profile), reps)]
 
 
 def run(args: argparse.Namespace) -> int:
