@@ -3,7 +3,6 @@ are in commands/runs.py.)"""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from kperfdiff.core import limits
