@@ -2,6 +2,7 @@
 order; -o FILE with - for standard output wherever output is written; one --top default."""
 import argparse
 import gzip
+import re
 
 from support import DATA, assert_one_sentence_error, run_cli
 from store.test_history import populate
@@ -93,3 +94,23 @@ def test_messages_name_the_files_the_user_gave(tmp_path):
     p = run_cli("diff", bad, gz)
     assert_one_sentence_error(p)
     assert p.stderr.startswith(f"kperfdiff: {bad} is cut short") and "kperfdiff-input" not in p.stderr
+
+
+def test_the_docs_table_is_the_commands():
+    """docs/conventions.md's table of formats is what the commands take, default in bold."""
+    from support import ROOT
+    rows = {}
+    for ln in (ROOT / "docs" / "conventions.md").read_text().splitlines():
+        m = re.match(r"\| `(kperfdiff [a-z ]+)`[^|]*\|(.*)\|$", ln)
+        if m:
+            cells = [c.strip() for c in m[2].split("|")]
+            rows[m[1]] = ([f for f, c in zip(OUTPUT_FORMATS, cells) if c], next(
+                f for f, c in zip(OUTPUT_FORMATS, cells) if c == "**x**"))
+    want = {name: (list(option(p, "--format").choices), option(p, "--format").default)
+            for name, p in parsers(build_parser()) if option(p, "--format")}
+    assert rows == want
+
+
+def test_bench_catalogue_in_markdown():
+    md = run_cli("bench", "--list", "--format", "markdown", check=0).stdout
+    assert md.startswith("| benchmark | unit | better | suite | exercises |\n|:---|")

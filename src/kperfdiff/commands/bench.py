@@ -60,7 +60,7 @@ def add_bench(b: Parser) -> None:
                         "kernel=VERSION|PATH, mem=, cpus=, deterministic), ssh://user@host[:port], or "
                         "lava://HOST/DEVICE_TYPE (a LAVA lab's device; options arch=, kernel=, jobs=, ...; "
                         "see kperfdiff lava --help for the token)")
-    add_format(b, "text", "json")
+    add_format(b, "text", "markdown", "json")
     add_output(b, what="the results")
     b.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
@@ -99,7 +99,7 @@ def add_target(t: Parser) -> None:
                     help="also count the kernel's mapping phase (boot.map_*: paging_init with map_mem, in "
                          "deterministic boots with the counting plugin; the default on arm64 guests)")
     mp.add_argument("--no-map", dest="map", action="store_false", help="host-clock boot.* benchmarks only")
-    add_format(tb, "text", "json")
+    add_format(tb, "text", "markdown", "json")
     add_output(tb, what="the results")
     tb.add_argument("--no-progress", action="store_true")
 

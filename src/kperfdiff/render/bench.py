@@ -37,7 +37,7 @@ def catalogue(benches: tuple[Benchmark, ...] | list[Benchmark], fmt: str = "text
         suite = "quick" if "quick" in b.suites else "full"
         req = f" (needs {', '.join(b.requires)})" if b.requires else ""
         t.rows.append([b.name, b.unit, b.better, suite, b.exercises + req])
-    return to_text(t)
+    return (to_markdown if fmt == "markdown" else to_text)(t)
 
 
 def _result_json(r: Result) -> dict:
@@ -204,6 +204,8 @@ def counted_note(info: list[dict]) -> str:
 def results(run: Run, results: list[Result], fmt: str = "text", machine: dict | None = None) -> str:
     if fmt == "json":
         return to_json(_document(run, machine or {}, results))
+    if fmt == "markdown":
+        return f"{md_escape(run_heading(run, machine or {}))}\n\n{to_markdown(results_table(results))}"
     return run_heading(run, machine or {}) + "\n" + to_text(results_table(results))
 
 
