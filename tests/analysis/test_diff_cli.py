@@ -25,10 +25,10 @@ def test_diff_three_sections():
     assert lines[0] == ("A (forkexec): forkexec.script, cpu-clock, 274 samples, 78% kernel, "
                         "symbols: as named in the file"), lines[0]
     assert lines[1].startswith("B (mixed): mixed.script, ") and lines[1].endswith("symbols: as named in the file")
-    assert lines[2] == ">> Top 5 candidates among common kernel functions"
+    assert lines[2] == ">> Top 10 candidates among common kernel functions"
     assert lines[3] == "%diff | symbol | forkexec | mixed"
-    assert ">> Top 5 candidates among forkexec specific kernel functions" in lines
-    assert ">> Top 5 candidates among mixed specific kernel functions" in lines
+    assert ">> Top 10 candidates among forkexec specific kernel functions" in lines
+    assert ">> Top 10 candidates among mixed specific kernel functions" in lines
     assert sum(1 for ln in lines if ln == "-----") == 3
 
 
@@ -51,7 +51,7 @@ def test_diff_outputs(tmp_path):
                 check=0)
     assert p.stdout.startswith("- A (forkexec): forkexec.script, cpu-clock, 274 samples")
     assert "\n- B (mixed): mixed.script, " in p.stdout
-    assert "\n\n### Top 5 candidates among common kernel functions (children)" in p.stdout
+    assert "\n\n### Top 10 candidates among common kernel functions (children)" in p.stdout
     ET.parse(svg)
     for suffix in ("a.folded", "b.folded", "diff.folded"):
         assert (tmp_path / f"st.{suffix}").stat().st_size > 0

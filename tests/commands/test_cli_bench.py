@@ -41,7 +41,7 @@ def test_parallel_copies_pool_intervals(home):
     p = run_cli("bench", "--only", "syscall.null", "-P", "1-2", "--reps", "2", "--format", "json", *TINY, check=0)
     res = json.loads(p.stdout)["results"]
     assert [(r["copies"], len(r["intervals"])) for r in res] == [(1, 6), (2, 12)]
-    assert {(i["rep"], i["copy"]) for i in res[1]["intervals"]} == {(0, 0), (0, 1), (1, 0), (1, 1)}
+    assert {(i["rep"], i["copy"]) for i in res[1]["intervals"]} == {(1, 0), (1, 1), (2, 0), (2, 1)}
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -160,7 +160,7 @@ def test_noise_is_recorded_and_a_disturbed_result_is_marked(home):
             lp.kill()
             lp.wait()
     r = json.loads(p.stdout)["results"][0]
-    assert [n["rep"] for n in r["noise"]] == [0, 1, 2]
+    assert [n["rep"] for n in r["noise"]] == [1, 2, 3]
     for n in r["noise"]:
         assert {"steal_pct", "other_runnable_mean", "nivcsw", "migrations", "run_delay_pct"} <= set(n)
         assert any("other runnable tasks" in x or "involuntary" in x or "run-queue" in x for x in n["disturbed"])

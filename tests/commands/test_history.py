@@ -128,3 +128,16 @@ def test_history_table_and_plot_say_one_unit(tmp_path):
     axis = re.findall(r'class="axis">([^<]*)<', html)
     assert axis == ["µs"], axis
     assert re.search(r"<td[^>]*>6\d\d\.\d</td><td[^>]*>µs</td>", html), html[html.find("<table"):][:600]
+
+
+def test_history_as_markdown_and_csv_to_a_file(stored, tmp_path):
+    """The table formats of the one set: Markdown (one table per series) and CSV (one table, the
+    series in its first column), written whole with -o."""
+    path, runs = stored
+    md = run_cli("--store", path, "history", "x.lat", "--format", "markdown", check=0).stdout
+    assert md.count("### x.lat -P 1 on ") == 2 and "| time | run |" in md
+    out = tmp_path / "h.csv"
+    assert run_cli("--store", path, "history", "x.lat", "--format", "csv", "-o", out, check=0).stdout == ""
+    lines = out.read_text().splitlines()
+    assert lines[0].startswith("series,time,run,label") and len(lines) == 1 + 24 + 6
+    assert lines[1].startswith("x.lat -P 1 on box,") and lines[-1].startswith("x.lat -P 1 on other,")

@@ -34,14 +34,15 @@ def test_show_csv_holds_every_raw_interval_of_a_real_run(home):
     assert {r["label"] for r in rows} == {AWKWARD} and {r["run"] for r in rows} == {"1"}
     # three repetitions of each benchmark and copy count; with -P 2 both copies
     for bench in ("syscall.null", "fault.anon.4k"):
-        assert {r["rep"] for r in rows if r["benchmark"] == bench} == {"0", "1", "2"}
+        assert {r["rep"] for r in rows if r["benchmark"] == bench} == {"1", "2", "3"}    # shown from 1
         assert {r["copy"] for r in rows if r["benchmark"] == bench and r["copies"] == "2"} == {"0", "1"}
     assert {r["better"] for r in rows} == {"lower"}
 
 
 def test_show_csv_numbers_repetitions_across_results(tmp_path, home):
-    """An experiment stores one result per repetition: their rows count the repetitions on, and
-    each row says whether its repetition was disturbed; a failed result has no rows."""
+    """An experiment stores one result per repetition: their rows count the repetitions on (from 1,
+    though the store numbers them from 0), and each row says whether its repetition was disturbed;
+    a failed result has no rows."""
     s = st.Store.open(home / "kperfdiff.db")
     r = s.start_run(label="exp/A", machine_id=None)
     for rep, vals in enumerate(([1.0, 2.0], [3.0, 4.0])):
@@ -54,7 +55,7 @@ def test_show_csv_numbers_repetitions_across_results(tmp_path, home):
     s.finish_run(r.id, "complete")
     rows = read_csv(run_cli("show", "exp/A", "--format", "csv", check=0).stdout)
     assert [(x["rep"], x["seq"], x["value"], x["disturbed"]) for x in rows] == \
-        [("0", "0", "1.0", ""), ("0", "1", "2.0", ""), ("1", "0", "3.0", "steal 30%"), ("1", "1", "4.0", "steal 30%")]
+        [("1", "0", "1.0", ""), ("1", "1", "2.0", ""), ("2", "0", "3.0", "steal 30%"), ("2", "1", "4.0", "steal 30%")]
     assert {x["params"] for x in rows} == {'{"a": "1,2"}'}
 
 

@@ -56,8 +56,8 @@ def test_show_of_an_experiment_run_is_one_row_per_benchmark_over_its_repetitions
     (s,) = doc["summary"]
     assert s["reps"] == 4 and s["results"] == [r["id"] for r in doc["results"]]
     assert math.isclose(s["centre"], stats.nested_centre(reps)) and s["no_interval"] is None
-    assert [x["rep"] for x in s["repetitions"]] == [0, 1, 2, 3]
-    # the CSV numbers the same repetitions (from 0), the Markdown has the same one row
+    assert [x["rep"] for x in s["repetitions"]] == [1, 2, 3, 4]     # as the text, from 1
+    # the CSV numbers the same repetitions (from 1), the Markdown has the same one row
     csv_reps = {(r["result"], r["rep"]) for r in csv.DictReader(io.StringIO(
         run_cli("show", "summ/A", "--format", "csv", check=0).stdout))}
     assert csv_reps == {(str(x["result"]), str(x["rep"])) for x in s["repetitions"]}

@@ -176,6 +176,35 @@ def test_go_tool_pprof_reads_it(tmp_path):
     assert rows[0][-1] == name and int(rows[0][0]) == int(prof.meta["self_count"][int(prof.self_weight.argmax())])
 
 
+def test_an_export_of_several_repetitions_spans_them_all(tmp_path):
+    """Repetitions (comma-separated, or a store reference's) were recorded one after another: an
+    export holding 3 spans 3 recordings. pprof's duration_nanos (go tool pprof's 'Duration') is the
+    sum of theirs, not the first's; speedscope's endValue and the Firefox timeline, which count the
+    samples' weight and number, triple too."""
+    three = ",".join([str(PERFDATA)] * 3)
+    (tmp_path / "1").mkdir()
+    one_pb, _ = export(tmp_path / "1", PERFDATA, "pprof")
+    three_pb, _ = export(tmp_path, three, "pprof")
+    one, many = decode_pprof(one_pb), decode_pprof(three_pb)
+    assert one.duration_nanos > 0 and many.duration_nanos == 3 * one.duration_nanos
+    assert sum(s.value[1] for s in many.sample) == 3 * sum(s.value[1] for s in one.sample)
+    if GO:
+        p = subprocess.run([GO, "tool", "pprof", "-top", "-nodecount=1", str(three_pb)], capture_output=True,
+                           text=True, timeout=300, env={**os.environ, "HOME": str(tmp_path)})
+        shown = re.search(r"Duration: ([\d.]+)(m?s)", p.stdout)
+        assert shown and float(shown[1]) * (1e-3 if shown[2] == "ms" else 1) == pytest.approx(
+            3 * one.duration_nanos / 1e9, rel=0.01), p.stdout
+    ss = [json.loads(export(tmp_path / d, f, "speedscope")[0].read_text())["profiles"][0]
+          for d, f in (("1", PERFDATA), (".", three))]
+    assert ss[1]["endValue"] - ss[1]["startValue"] == 3 * (ss[0]["endValue"] - ss[0]["startValue"])
+    ff = [json.loads(export(tmp_path / d, f, "firefox")[0].read_text())["threads"]
+          for d, f in (("1", PERFDATA), (".", three))]
+    ends = [sum(len(t["samples"]["data"]) for t in threads) for threads in ff]
+    assert ends[1] == 3 * ends[0]
+    last = [max(t["samples"]["data"][-1][1] for t in threads) for threads in ff]
+    assert last[1] > 2.9 * last[0]
+
+
 # -- Firefox Profiler ------------------------------------------------------------------------------
 
 def check_gecko(doc) -> None:

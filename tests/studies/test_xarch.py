@@ -54,5 +54,5 @@ def test_xarch_experiment_and_diff(tmp_path, home):
     assert any(s.startswith("[page fault entry]") for s in roles), common
     assert any(s == "clear_page" for s in common), common     # clear_page_erms | __pi_clear_page
     text = run_cli("diff", "xarch-tiny/arm64:fault.anon.4k", "xarch-tiny/x86_64:fault.anon.4k", check=0).stdout
-    assert ">> Top 5 candidates among common kernel functions" in text
+    assert ">> Top 10 candidates among common kernel functions" in text
     assert "%diff | symbol | arm64 | x86_64" in text

@@ -1,5 +1,6 @@
 """Recording profiles: `kperfdiff record` and `kperfdiff bench --profile`, with real perf."""
 import json
+import os
 import subprocess
 
 import pytest
@@ -50,6 +51,11 @@ def test_bench_profile_stores_profiles(home):
     s = Store.open(home / "kperfdiff.db")
     profs = s.profiles(run_id)
     assert [(x.meta["copies"], x.meta["copy"]) for x in profs] == [(1, 0), (2, 0), (2, 1)]
+    # the files are named by the repetition as shown (from 1; the store keeps rep 0)
+    assert [os.path.basename(x.path) for x in profs] == ["syscall.open.P1.r1.c0.perf.data",
+                                                         "syscall.open.P2.r1.c0.perf.data",
+                                                         "syscall.open.P2.r1.c1.perf.data"]
+    assert {x.rep for x in profs} == {0}
     for x in profs:
         assert x.ops > 0 and x.cpu_time_ns > 0 and x.event in ("cpu-clock", "cycles")
         assert _perf_samples(x.path) > 0

@@ -3,7 +3,6 @@ are in commands/runs.py.)"""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from kperfdiff.core import limits
@@ -13,8 +12,8 @@ from kperfdiff.targets.perf_record import record_command
 from kperfdiff.render import bench as rb
 from kperfdiff.render.table import to_json
 from kperfdiff.targets import open_target
-from kperfdiff.commands.common import command_line, open_store
-from kperfdiff.commands.parsing import Parser, copy_counts, number, whole
+from kperfdiff.commands.common import command_line, open_store, write_output
+from kperfdiff.commands.parsing import Parser, add_format, add_output, copy_counts, number, whole
 
 
 def add_bench(b: Parser) -> None:
@@ -61,7 +60,8 @@ def add_bench(b: Parser) -> None:
                         "kernel=VERSION|PATH, mem=, cpus=, deterministic), ssh://user@host[:port], or "
                         "lava://HOST/DEVICE_TYPE (a LAVA lab's device; options arch=, kernel=, jobs=, ...; "
                         "see kperfdiff lava --help for the token)")
-    b.add_argument("--format", choices=["text", "json"], default="text")
+    add_format(b, "text", "markdown", "json")
+    add_output(b, what="the results")
     b.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
@@ -87,7 +87,8 @@ def add_target(t: Parser) -> None:
     tsub = t.add_subparsers(dest="target_command", metavar="ACTION", parser_class=Parser, required=True)
     tc = tsub.add_parser("check", help="boot or connect, and print the target's facts")
     tc.add_argument("spec", help="qemu:arm64[,options], qemu:x86_64[,options] or ssh://user@host[:port]")
-    tc.add_argument("--format", choices=["text", "json"], default="text")
+    add_format(tc, "text", "json")
+    add_output(tc, what="the facts")
     tb = tsub.add_parser("boot", help="time a guest kernel's boot at several memory sizes")
     tb.add_argument("spec", help="qemu:arm64[,kernel=...] or qemu:x86_64[,kernel=...]")
     tb.add_argument("--mem", default="1G,4G,16G", help="guest memory sizes (default: 1G,4G,16G)")
@@ -98,7 +99,8 @@ def add_target(t: Parser) -> None:
                     help="also count the kernel's mapping phase (boot.map_*: paging_init with map_mem, in "
                          "deterministic boots with the counting plugin; the default on arm64 guests)")
     mp.add_argument("--no-map", dest="map", action="store_false", help="host-clock boot.* benchmarks only")
-    tb.add_argument("--format", choices=["text", "json"], default="text")
+    add_format(tb, "text", "markdown", "json")
+    add_output(tb, what="the results")
     tb.add_argument("--no-progress", action="store_true")
 
 
@@ -115,13 +117,13 @@ def bench_options(args: argparse.Namespace) -> BenchOptions:
 
 def run_bench_command(args: argparse.Namespace) -> int:
     if args.list:
-        sys.stdout.write(rb.catalogue(load_catalogue(), args.format))
+        write_output(args.output, rb.catalogue(load_catalogue(), args.format))
         return 0
     opts = bench_options(args)
     store = open_store(args)
     outcome = run_bench(store, opts)
-    sys.stdout.write(rb.results(outcome.run, outcome.results, args.format,
-                                machine=store.machine(outcome.run.machine_id).facts, ops=operations()))
+    write_output(args.output, rb.results(outcome.run, outcome.results, args.format,
+                                         machine=store.machine(outcome.run.machine_id).facts, ops=operations()))
     return outcome.exit_status
 
 
@@ -136,17 +138,17 @@ def target(args: argparse.Namespace) -> int:
         with open_target(args.spec) as t:
             facts = t.facts()
         if args.format == "json":
-            sys.stdout.write(to_json({"version": 1, "target": args.spec, "facts": facts}))
+            write_output(args.output, to_json({"version": 1, "target": args.spec, "facts": facts}))
         else:
-            sys.stdout.write(rb.machine_facts(facts))
+            write_output(args.output, rb.machine_facts(facts))
         return 0
     mems = [m.strip().upper() for m in args.mem.split(",") if m.strip()]
     store = open_store(args)
     out = run_boot_timing(store, args.spec, mems, args.boots, label=args.label,
                           command=command_line(), progress=not args.no_progress,
                           mapping=args.map)
-    sys.stdout.write(rb.results(out.run, out.results, args.format, machine=store.machine(out.run.machine_id).facts,
-                                ops=operations()))
+    write_output(args.output, rb.results(out.run, out.results, args.format,
+                                         machine=store.machine(out.run.machine_id).facts, ops=operations()))
     return out.exit_status
 
 

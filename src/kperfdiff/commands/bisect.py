@@ -11,9 +11,9 @@ from kperfdiff.bisect.probe import METRICS, parse_bench
 from kperfdiff.core.errors import KperfdiffError
 from kperfdiff.ingest.load import load_sides
 from kperfdiff.render import bisect as render
-from kperfdiff.commands.common import open_store, write_file
+from kperfdiff.commands.common import open_store, write_file, write_output
 from kperfdiff.commands.diff import store_lookup
-from kperfdiff.commands.parsing import Parser, whole
+from kperfdiff.commands.parsing import Parser, add_format, add_output, add_top, whole
 
 # Kernel counters worth a line in the explanation: per operation, the ones that moved most.
 COUNTERS_SHOWN = 8
@@ -66,8 +66,9 @@ def add_bisect(b: Parser) -> None:
     b.add_argument("--no-profile", action="store_true",
                    help="measure without profiles (no explanation; --metric instructions counts anyway)")
     b.add_argument("--build-timeout", type=float, metavar="S", help="stop a build after S seconds (skips the commit)")
-    b.add_argument("--top", type=int, default=10, metavar="N", help="rows of the explanation's ranking (default: 10)")
-    b.add_argument("--format", choices=["text", "json"], default="text")
+    add_top(b, "rows of the explanation's ranking")
+    add_format(b, "text", "json")
+    add_output(b, what="the outcome")
     b.add_argument("--report", metavar="HTML", help="also write the HTML report (verdict, steps, ranking, "
                                                     "differential flame graph, kernel counters) there")
     b.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
@@ -147,8 +148,8 @@ def run(args: argparse.Namespace) -> int:
     ex = explain(store, args, outcome)
     if args.report:
         write_file(args.report, render.to_html_report(outcome, ex))
-    sys.stdout.write(render.to_json_report(outcome, ex) if args.format == "json"
-                     else render.to_text_report(outcome, ex))
+    write_output(args.output, render.to_json_report(outcome, ex) if args.format == "json"
+                 else render.to_text_report(outcome, ex))
     if args.report and args.format == "text":
         print(f"report: {args.report}")
     if outcome.culprit is None:

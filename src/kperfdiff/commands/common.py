@@ -27,6 +27,23 @@ def command_line() -> str:
     return mask(shlex.join(["kperfdiff", *sys.argv[1:]]))
 
 
+STDOUT = "-"        # -o - : standard output
+
+
+def write_output(output: str | None, data: str | bytes) -> None:
+    """Write a command's output: to standard output when ``output`` is None or -, else to that
+    file whole (write_file: nothing is left behind on error)."""
+    if output is None or output == STDOUT:
+        if isinstance(data, bytes):
+            sys.stdout.flush()
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+        else:
+            sys.stdout.write(data)
+        return
+    write_file(output, data)
+
+
 def write_file(path: str | Path, data: str | bytes, *, make_folder: bool = False) -> Path:
     """Write an output file whole (through a temporary beside it); its folder is made only when
     ``make_folder`` (a report's side folder of plots), else a missing folder is an error. A path

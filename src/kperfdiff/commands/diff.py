@@ -14,8 +14,8 @@ from kperfdiff.ingest import filters as sample_filters
 from kperfdiff.ingest.load import ProfileRef, load_sides
 from kperfdiff.render import diff as render
 from kperfdiff.symbols.equivalence import load_roles
-from kperfdiff.commands.common import write_file
-from kperfdiff.commands.parsing import FORMATS, Parser, whole
+from kperfdiff.commands.common import write_file, write_output
+from kperfdiff.commands.parsing import Parser, add_format, add_output, add_top, whole
 
 
 def add_diff(d: Parser) -> None:
@@ -34,8 +34,7 @@ def add_diff(d: Parser) -> None:
                              "or a store reference RUN[:benchmark[@CORES]] (one profile per repetition, its "
                              "parallel copies added together)")
     d.add_argument("b", help="profile B, in any of the same forms")
-    d.add_argument("--top", type=int, default=5, metavar="N",
-                   help="rows per section (default: 5, as the original kperfdiff tables; 0 = all)")
+    add_top(d, "rows per section")
     d.add_argument("--scope", choices=["kernel", "user", "all"], default="kernel",
                    help="which functions to rank (default: kernel); shares are still of all samples")
     d.add_argument("--labels", metavar="A,B", help="column names of the two sides "
@@ -111,7 +110,8 @@ def add_diff(d: Parser) -> None:
                    help="what the rows are, as perf report --sort: sym (functions; default), dso (the DSO of the "
                         "sample's leaf function; --scope kernel keeps [kernel.kallsyms] and modules) or comm "
                         "(process names; --scope does not apply). Names are compared as they are")
-    d.add_argument("--format", choices=FORMATS, default="text")
+    add_format(d, "text", "markdown", "json", "csv")
+    add_output(d, what="the ranking")
 
 
 def _parse_labels(text: str | None):
@@ -150,8 +150,6 @@ def _parse_compute(text: str) -> tuple[str, tuple[float, float]]:
 
 
 def options(args: argparse.Namespace) -> DiffOptions:
-    if args.top < 0:
-        raise InputError("--top must be 0 (all rows) or more")
     compute, weights = _parse_compute(args.compute or "absdiff")
     grouped = getattr(args, "sort", "sym") != "sym"    # DSOs or processes: no function rules, roles, twins
     return DiffOptions(top=args.top, scope="all" if getattr(args, "sort", "sym") == "comm" else args.scope,
@@ -239,7 +237,7 @@ def _run(args: argparse.Namespace) -> int:
             write_file(f"{args.folded}.{suffix}", text)
     if args.inferred_map:
         write_file(args.inferred_map, render.twins_map(result))
-    sys.stdout.write(render.render(result, args.format))
+    write_output(args.output, render.render(result, args.format))
     return 0
 
 

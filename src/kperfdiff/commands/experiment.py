@@ -11,11 +11,11 @@ from kperfdiff.render import compare as rcompare
 from kperfdiff.render import report as rreport
 from kperfdiff.analysis.report_data import gather, load_comparison, top_mover_diff
 from kperfdiff.bench.catalogue import operations
-from kperfdiff.core.errors import UsageError
+from kperfdiff.core.errors import InputError, UsageError
 from kperfdiff.store import Store, default_location
 from kperfdiff.store.backend import is_url
-from kperfdiff.commands.common import command_line, open_store, write_file
-from kperfdiff.commands.parsing import FORMATS, Parser, percent
+from kperfdiff.commands.common import STDOUT, command_line, open_store, write_file, write_output
+from kperfdiff.commands.parsing import Parser, add_format, add_output, percent
 
 
 EXPLAIN_HELP = ("end the comparison with the method in full (the interval, the test, the signs); without it, "
@@ -43,7 +43,8 @@ def add_run(e: Parser) -> None:
                         "sets by default (repeatable; the always-refused ones stay refused)")
     e.add_argument("--report", metavar="HTML", help="also write the HTML report there, print the kperfdiff "
                                                     "table of the benchmark that moved most, and its path")
-    e.add_argument("--format", choices=FORMATS, default="text", help="format of the comparison table")
+    add_format(e, "text", "markdown", "json", "csv", help="format of the comparison table (default: text)")
+    add_output(e, what="the comparison table")
     e.add_argument("--explain", action="store_true", help=EXPLAIN_HELP)
     e.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
@@ -61,10 +62,11 @@ def add_compare(c: Parser) -> None:
     c.add_argument("--experiment", metavar="ID|NAME", help="compare the variants of an experiment")
     c.add_argument("--stack", action="store_true",
                    help="with RUNs: they form a patch stack; also compare each with the one before it")
-    c.add_argument("--format", choices=FORMATS + ["junit"], default="text",
-                   help="text (default), json, csv, markdown, or junit (JUnit XML for CI: a testsuite per "
-                        "table, a testcase per cell, a failure per cell that trips --fail-on-regression, an "
-                        "error per cell it could not judge, skipped with --allow-unjudged)")
+    add_format(c, "text", "markdown", "json", "csv", "junit",
+               help="text (default), markdown, json, csv, or junit (JUnit XML for CI: a testsuite per "
+                    "table, a testcase per cell, a failure per cell that trips --fail-on-regression, an "
+                    "error per cell it could not judge, skipped with --allow-unjudged)")
+    add_output(c, what="the tables")
     c.add_argument("--explain", action="store_true", help=EXPLAIN_HELP)
     c.add_argument("--fail-on-regression", type=percent, default=None, metavar="PCT",
                    help="a CI gate: exit 1 when any cell is a significant slowdown (marked * by the table's "
@@ -94,15 +96,27 @@ def add_report(r: Parser) -> None:
     r.add_argument("runs", nargs="*", metavar="RUN", help="run ids or labels; the first is the baseline")
     r.add_argument("--experiment", metavar="ID|NAME", help="report on the variants of an experiment")
     r.add_argument("--stack", action="store_true", help="with RUNs: they form a patch stack")
-    r.add_argument("-o", "--output", default="report.html", metavar="FILE",
-                   help="output file (default: report.html); with --format markdown, SVG plots are written "
-                        "into FILE's stem + '.files/' beside it")
-    r.add_argument("--format", choices=["html", "markdown"], default="html")
+    add_format(r, "markdown", "html", default="html",
+               help="html (default): one self-contained page; markdown: with its SVG plots written into "
+                    "FILE's stem + '.files/' beside it, so it needs -o FILE (not -)")
+    add_output(r, default="report.html", what="the report")
     r.add_argument("--no-profiles", action="store_true", help="leave out the profile diffs (faster)")
 
 
+def check_report_output(output: str | Path, fmt: str) -> None:
+    """Refuse a Markdown report to standard output: its plots are files beside it."""
+    if str(output) == STDOUT and fmt != "html":
+        raise InputError("a Markdown report writes its plots into files beside it, so it needs -o FILE, "
+                         "not standard output (--format html is one self-contained page)")
+
+
 def write_report(data, output: str | Path, fmt: str = "html") -> Path:
-    """The report as one HTML file, or Markdown with its SVG plots in FILE's stem + '.files/'."""
+    """The report as one HTML file (to standard output for -), or Markdown with its SVG plots in
+    FILE's stem + '.files/'."""
+    check_report_output(output, fmt)
+    if str(output) == STDOUT:
+        write_output(STDOUT, rreport.to_html(data))
+        return Path(STDOUT)
     out = Path(output)
     if fmt == "html":
         write_file(out, rreport.to_html(data), make_folder=True)
@@ -135,11 +149,12 @@ def run(args: argparse.Namespace) -> int:
         restart=args.restart, progress=not args.no_progress, command=command_line()))
     cmp = load_comparison(store, experiment=str(outcome.experiment.id), runs=[], profiles=bool(args.report),
                           ops=operations())
-    sys.stdout.write(rcompare.render(cmp, args.format, explain=args.explain))
+    text = rcompare.render(cmp, args.format, explain=args.explain)
     if args.report:
-        sys.stdout.write("\n" + rreport.top_mover_text(top_mover_diff(cmp)))
+        text += "\n" + rreport.top_mover_text(top_mover_diff(cmp))
         out = write_report(gather(store, cmp), args.report, "html")
-        sys.stdout.write(f"\nreport: {out.resolve()}\n")
+        text += f"\nreport: {out.resolve()}\n"
+    write_output(args.output, text)
     if outcome.failed:
         print(f"kperfdiff: {outcome.failed} cells failed; run the same command again to retry them",
               file=sys.stderr)
@@ -157,7 +172,7 @@ def compare(args: argparse.Namespace) -> int:
                           ops=operations())
     gate = cm.gate(cmp, args.fail_on_regression, skip_disturbed=args.skip_disturbed,
                    allow_unjudged=args.allow_unjudged)
-    sys.stdout.write(rcompare.render(cmp, args.format, gate, explain=args.explain))
+    write_output(args.output, rcompare.render(cmp, args.format, gate, explain=args.explain))
     if args.fail_on_regression is None:
         return 0
     sys.stdout.flush()
@@ -166,12 +181,14 @@ def compare(args: argparse.Namespace) -> int:
 
 
 def report(args: argparse.Namespace) -> int:
+    check_report_output(args.output, args.format)      # before the work
     store = open_store(args, create=False)
     cmp = load_comparison(store, experiment=args.experiment, runs=args.runs, stack=args.stack,
                           profiles=not args.no_profiles, ops=operations())
     out = write_report(gather(store, cmp, profiles=not args.no_profiles), args.output, args.format)
-    print(f"kperfdiff: report written to {out}", file=sys.stderr)
-    print(str(out))
+    if args.output != STDOUT:
+        print(f"kperfdiff: report written to {out}", file=sys.stderr)
+        print(str(out))
     return 0
 
 

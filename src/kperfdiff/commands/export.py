@@ -70,7 +70,7 @@ def _profiles(args: argparse.Namespace) -> list:
                      event=args.event, folded_kernel=args.folded_kernel, workers=1,
                      by_process=args.to in ("folded", "pprof", "firefox"), kallsyms_unchecked=args.kallsyms_unchecked,
                      filters=filters)
-    return [merge(reps, args.profile)]
+    return [export.held(merge(reps, args.profile), reps)]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,8 +12,8 @@ from kperfdiff.core.errors import InputError, KperfdiffError
 from kperfdiff.ingest.load import load_sides
 from kperfdiff.render import history as render
 from kperfdiff.store.profiles import split_cores
-from kperfdiff.commands.common import open_store, write_file
-from kperfdiff.commands.parsing import Parser, number, percent, whole
+from kperfdiff.commands.common import open_store, write_output
+from kperfdiff.commands.parsing import Parser, add_format, add_output, add_top, number, percent
 
 LISTED = 12     # benchmark names an error lists at most
 
@@ -37,9 +37,10 @@ def add_history(h: Parser) -> None:
     h.add_argument("benchmark", metavar="BENCH[@CORES]",
                    help="a benchmark (kperfdiff bench --list), @CORES for one copy count only")
     _filters(h)
-    h.add_argument("--format", choices=["text", "json", "html"], default="text",
-                   help="text (default), json, or html (a self-contained page with a plot per series; use -o)")
-    h.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output")
+    add_format(h, "text", "markdown", "json", "csv", "html",
+               help="text (default), markdown or csv (the same tables), json, or html (a self-contained page "
+                    "with a plot per series)")
+    add_output(h, what="the history")
 
 
 def add_changes(c: Parser) -> None:
@@ -56,9 +57,9 @@ def add_changes(c: Parser) -> None:
                    help=f"largest p-value of a change point (default: {hist.MAX_PVALUE:g})")
     c.add_argument("--min-change", type=percent, default=hist.MIN_MAGNITUDE * 100, metavar="PCT",
                    help=f"smallest change of the mean, in percent (default: {hist.MIN_MAGNITUDE * 100:g})")
-    c.add_argument("--top", type=whole(1000), default=3, metavar="N",
-                   help="rows of each section of a change's profile ranking (default: 3)")
-    c.add_argument("--format", choices=["text", "json"], default="text")
+    add_top(c, "rows of each section of a change's profile ranking")
+    add_format(c, "text", "json")
+    add_output(c, what="the change points")
 
 
 def _known(store, names: list[str]) -> None:
@@ -139,10 +140,7 @@ def history(args: argparse.Namespace) -> int:
         except InputError as e:      # Otava missing: the plot without change points
             print(f"kperfdiff: warning: no change points marked: {e}", file=sys.stderr)
     text = render.history(series, args.format, detections, ops=operations())
-    if args.output:
-        write_file(args.output, text)
-    else:
-        sys.stdout.write(text)
+    write_output(args.output, text)
     return 0
 
 
@@ -152,7 +150,7 @@ def changes(args: argparse.Namespace) -> int:
     settings = hist.Settings(max_pvalue=args.max_pvalue, min_magnitude=args.min_change / 100)
     detections = _detect(store, series, settings, args.since)
     rankings = {(d.series.key, c.index): _ranking(store, d, c, args.top) for d in detections for c in d.changes}
-    sys.stdout.write(render.changes(detections, args.format, rankings))
+    write_output(args.output, render.changes(detections, args.format, rankings))
     return 0
 
 

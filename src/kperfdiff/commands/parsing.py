@@ -8,7 +8,11 @@ import math
 from kperfdiff.core import limits
 from kperfdiff.core.errors import UsageError
 
-FORMATS = ["text", "json", "csv", "markdown"]
+# The one set of output formats, in the order every --format lists them: a command takes the
+# subset that applies to it (add_format). html is a self-contained page, junit the gate's verdict.
+OUTPUT_FORMATS = ("text", "markdown", "json", "csv", "html", "junit")
+FORMATS = ["text", "markdown", "json", "csv"]       # a table command's subset
+TOP = 10            # every --top's default: rows of a ranking (0 = all where a command allows it)
 RUNS_PAGE = 50      # runs `kperfdiff runs` lists unless told otherwise
 
 
@@ -92,3 +96,26 @@ def whole(most: int, least: int = 1):
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from {least} to {most}")
         return int(t)
     return parse
+
+
+def add_format(p: argparse.ArgumentParser, *formats: str, default: str = "text", help: str | None = None) -> None:
+    """--format with the subset of OUTPUT_FORMATS that applies to a command, in the set's order."""
+    unknown = set(formats) - set(OUTPUT_FORMATS)
+    assert not unknown, f"formats outside the set: {unknown}"
+    choices = [f for f in OUTPUT_FORMATS if f in (formats or FORMATS)]
+    p.add_argument("--format", choices=choices, default=default,
+                   help=help or f"output format (default: {default})")
+
+
+def add_output(p: argparse.ArgumentParser, *, default: str | None = None, metavar: str = "FILE",
+               what: str = "the output") -> None:
+    """-o/--output: a file to write whole, - for standard output (the default unless ``default``)."""
+    p.add_argument("-o", "--output", metavar=metavar, default=default,
+                   help=f"write {what} to {metavar} (whole, or nothing on error); - for standard output"
+                        + (f" (default: {default})" if default else " (the default)"))
+
+
+def add_top(p: argparse.ArgumentParser, what: str, *, all_zero: bool = True) -> None:
+    """--top N with the one default (TOP)."""
+    p.add_argument("--top", type=whole(100000, least=0 if all_zero else 1), default=TOP, metavar="N",
+                   help=f"{what} (default: {TOP}" + ("; 0 = all)" if all_zero else ")"))

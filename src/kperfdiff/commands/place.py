@@ -15,9 +15,9 @@ from kperfdiff.place.model import build_problem, evaluate, placement_from_names
 from kperfdiff.place.optimise import by_groups, methods_for, solve, sweep
 from kperfdiff.render.place import group_table, groups_by_benchmark, kb, method_table, placement_table, render
 from kperfdiff.render.table import Table
-from kperfdiff.commands.common import write_file
+from kperfdiff.commands.common import write_file, write_output
 from kperfdiff.commands.diff import store_lookup
-from kperfdiff.commands.parsing import Parser
+from kperfdiff.commands.parsing import Parser, add_format, add_output, add_top
 
 EPILOG = """\
 sub-commands:
@@ -79,7 +79,8 @@ def _common(p, *, capacity=True, method=True, many=False):
                         "instruction everywhere and the model's per-call fill factors")
     p.add_argument("--calibrate", action="store_true",
                    help="with --fills uniform: take f from a simulation of the profile with no placement")
-    p.add_argument("--format", choices=["text", "json", "markdown"], default="text")
+    add_format(p, "text", "markdown", "json")
+    add_output(p, what="the tables")
 
 
 def add_place(pl: Parser) -> None:
@@ -97,7 +98,7 @@ def add_place(pl: Parser) -> None:
     p.add_argument("--ordering", metavar="OUT",
                    help="write a --symbol-ordering-file for the functions left in main memory")
     p.add_argument("--simulate", action="store_true", help="add the simulator's figures beside the prediction")
-    p.add_argument("--top", type=int, default=30, help="placed functions to list (default 30)")
+    add_top(p, "placed functions to list")
 
     p = ps.add_parser("sweep", help="predicted gain per method over fast-memory sizes")
     _common(p, capacity=False)
@@ -233,7 +234,7 @@ def _cmd_plan(args) -> int:
     chosen = next((s for s in sols if s.method == "exact"), sols[0])
     placed = chosen.prediction.placed
     ann = emit.annotations(placed, c.problem.calls)
-    tables = [method_table(c, sols), placement_table(c, chosen, args.top, dict(ann))]
+    tables = [method_table(c, sols), placement_table(c, chosen, args.top or len(placed), dict(ann))]
     doc = _doc(c, "place-plan") | {"methods": {s.method: _sol_doc(s) for s in sols}, "chosen": chosen.method,
                                    "annotations": [{"function": f, "annotation": a} for f, a in ann]}
     gsol = next((s for s in sols if s.method == "groups"), None)
@@ -256,7 +257,7 @@ def _cmd_plan(args) -> int:
         selfc = {n: float(pr.self_cycles[k]) for k, n in enumerate(pr.names)}
         order = emit.ordering(pr.names, selfc, c.sizes.sizes, pr.calls, exclude=set(placed))
         _write(args.ordering, emit.ordering_text(order))
-    sys.stdout.write(render(tables, doc, args.format))
+    write_output(args.output, render(tables, doc, args.format))
     return 0
 
 
@@ -282,7 +283,7 @@ def _cmd_sweep(args) -> int:
         t.rows.append(r)
         doc["points"].append({"capacity": cap, "methods": {m: _sol_doc(s) for m, s in row.items()}})
     t.notes += c.problem.notes
-    sys.stdout.write(render([t], doc, args.format))
+    write_output(args.output, render([t], doc, args.format))
     return 0
 
 
@@ -311,7 +312,7 @@ def _cmd_model(args) -> int:
     t.notes += c.problem.notes
     doc = _doc(c, "place-model") | {"placement": names, "bytes": total, "fits": total <= c.capacity,
                                     "prediction": pred.as_dict()}
-    sys.stdout.write(render([t], doc, args.format))
+    write_output(args.output, render([t], doc, args.format))
     return 0
 
 
@@ -334,7 +335,7 @@ def _cmd_simulate(args) -> int:
     t, rows = _sim_rows(c, configs, args.events, args.seed, not args.no_relink)
     t.notes += c.problem.notes
     doc = _doc(c, "place-simulate") | {"simulation": rows}
-    sys.stdout.write(render([t], doc, args.format))
+    write_output(args.output, render([t], doc, args.format))
     return 0
 
 
@@ -358,7 +359,7 @@ def _cmd_groups(args) -> int:
                           own=not args.no_own, atomic=args.atomic, cycles_per_unit=args.cycles_per_unit)
     doc = {"version": 1, "kind": "place-groups", "profiles": list(args.profiles), "sizes": sizes.path,
            "sizes_approximate": sizes.approximate, "hw": hw.path} | gt.as_dict()
-    sys.stdout.write(render(groups_by_benchmark(gt), doc, args.format))
+    write_output(args.output, render(groups_by_benchmark(gt), doc, args.format))
     return 0
 
 

@@ -9,8 +9,8 @@ from kperfdiff.targets import machine
 from kperfdiff import studies
 from kperfdiff.core.errors import InputError
 from kperfdiff.render import studies as rstudies
-from kperfdiff.commands.common import open_store, write_file
-from kperfdiff.commands.parsing import Parser
+from kperfdiff.commands.common import STDOUT, open_store, write_file
+from kperfdiff.commands.parsing import Parser, add_format
 
 
 def add_studies(s: Parser) -> None:
@@ -24,10 +24,10 @@ def add_studies(s: Parser) -> None:
                        ("report", "write the report from the store; run nothing")):
         p = ssub.add_parser(name, help=text, description=text)
         p.add_argument("files", nargs="+", metavar="FILE", help="study files (examples/studies/*.toml)")
+        add_format(p, "text", "html", help="what goes to stdout: a text summary (default), or the HTML itself")
         p.add_argument("-o", "--output", metavar="HTML", default=None,
-                       help="write the HTML report there (default for run: none; for report: studies.html)")
-        p.add_argument("--format", choices=["text", "html"], default="text",
-                       help="what goes to stdout: a text summary (default), or the HTML itself")
+                       help="write the HTML report there, - for standard output (instead of the summary) "
+                            "(default for run: none; for report: studies.html)")
         if name == "run":
             p.add_argument("--keep-going", action="store_true",
                            help="go on with the next study when one fails (its section says so)")
@@ -69,11 +69,11 @@ def run(args) -> int:
     host = f"{f.get('cpu_model', '?')}, {f.get('cpus', '?')} CPUs, Linux {f.get('kernel_release', '?')}"
     html = rstudies.to_html(sections, generated, host)
     output = args.output or ("studies.html" if args.studies_command == "report" else None)
-    if args.format == "html":
+    if args.format == "html" or output == STDOUT:
         sys.stdout.write(html)
     else:
         sys.stdout.write(rstudies.to_text(sections))
-    if output:
+    if output and output != STDOUT:
         out = write_file(output, html, make_folder=True)
         print(f"kperfdiff: studies report written to {out}", file=sys.stderr)
     return status

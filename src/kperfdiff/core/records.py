@@ -93,7 +93,7 @@ class Result:
     @property
     def disturbed(self) -> list[str]:
         """Why repetitions of this result were disturbed, one reason per repetition and cause."""
-        return [f"rep {n.get('rep', 0) + 1}: {r}" for n in self.noise for r in n.get("disturbed", [])]
+        return [f"rep {shown_rep(n.get('rep', 0))}: {r}" for n in self.noise for r in n.get("disturbed", [])]
 
 
 @dataclass(frozen=True)
@@ -160,11 +160,23 @@ def result_names(results: list[Result]) -> list[str]:
     return out
 
 
+def shown_rep(rep: int) -> int:
+    """A repetition's number as a user sees it (messages, CSV, JSON, file names, LAVA job names):
+    from 1. The store keeps them from 0 (stores and artefacts of before are read as they are)."""
+    return rep + 1
+
+
+def rep_stem(bench: str, copies: int, rep: int) -> str:
+    """The stem of a repetition's artefacts (profiles, counts): ``BENCH.P<copies>.r<repetition>``,
+    the repetition numbered as shown (from 1)."""
+    return f"{bench}.P{copies}.r{shown_rep(rep)}"
+
+
 @dataclass
 class Repetition:
     """One repetition (a fresh set of worker processes) of a benchmark in a run."""
 
-    number: int            # 0-based, counted on across the results of its group (`show --format csv`'s rep)
+    number: int            # 0-based, counted on across the results of its group (shown from 1: shown_rep)
     result: Result
     rep: int               # its number inside ``result.raw``
     values: list[float]    # its interval values, every copy pooled
@@ -220,7 +232,7 @@ def summarise_disturbance(entries: list[dict], reps: int | None = None) -> str |
         return None
     worst = max(bad, key=lambda e: len(e["disturbed"]))
     total = reps if reps is not None else len(entries)
-    return (f"{len(bad)} of {total} repetitions disturbed, e.g. rep {worst.get('rep', 0) + 1}: "
+    return (f"{len(bad)} of {total} repetitions disturbed, e.g. rep {shown_rep(worst.get('rep', 0))}: "
             + "; ".join(worst["disturbed"]))
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from kperfdiff import targets
 from kperfdiff.bench.measurement import Measurement
 from kperfdiff.core.errors import InputError
+from kperfdiff.core.records import shown_rep
 from kperfdiff.measure.session import BenchOptions, store_target_profiles
 from kperfdiff.targets.lava import jobs as lava_jobs
 from kperfdiff.targets.lava.target import LavaTarget, PlannedJob, run_lava_jobs
@@ -57,9 +58,9 @@ class LavaVariants:
         tcells = [targets.Cell(self.bench_by_name[c.benchmark], c.cores, self.overrides[label].get(c.benchmark))
                   for c in cells]
         job = targets.plan_benchmarks(t, tcells, batch_options(self.exp), first_rep=rep)
-        meta = {"kperfdiff.experiment": self.exp.name, "kperfdiff.variant": label, "kperfdiff.rep": str(rep + 1)}
+        meta = {"kperfdiff.experiment": self.exp.name, "kperfdiff.variant": label, "kperfdiff.rep": str(shown_rep(rep))}
         return PlannedJob((label, rep, cells, job), t, job.invocations,
-                          f"kperfdiff {self.exp.name}/{label} rep {rep + 1}", meta)
+                          f"kperfdiff {self.exp.name}/{label} rep {shown_rep(rep)}", meta)
 
     def measure(self, cells: list, runs: dict, store, said, note):
         """Measure ``cells`` (of LAVA variants, any repetitions) as LAVA jobs in flight; yields
@@ -113,7 +114,7 @@ def write_job_files(exp, matrix, out_dir: Path, artefacts_url: str | None = None
             for rep in range(exp.reps):
                 p = lv.plan(label, rep, [c for c in matrix.cells if c.variant == label and c.rep == rep])
                 _, text = t.definition(p.invocations, name=p.name, metadata=p.metadata)
-                path = out_dir / f"{exp.name}.{label}.r{rep + 1}.yaml"
+                path = out_dir / f"{exp.name}.{label}.r{shown_rep(rep)}.yaml"
                 path.write_text(text)
                 written.append(path)
     except OSError as e:

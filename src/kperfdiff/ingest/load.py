@@ -63,6 +63,15 @@ def _beside(src) -> Path | None:
     return None
 
 
+def _as_given(prof: Profile, src: source.Local) -> None:
+    """A profile read from a temporary copy (standard input, a gzip file) named, in its source and
+    its warnings, as the user gave it."""
+    if src.path != src.original:
+        prof.source = src.shown
+        if prof.meta.get("warnings"):
+            prof.meta["warnings"] = [src.as_given(w) for w in prof.meta["warnings"]]
+
+
 def load(path: str | Path, *, kallsyms: str | Path | None = None, symfs: list[str] | None = None,
          event: str | None = None, label: str = "", folded_kernel: str = "auto", by_process: bool = False,
          kallsyms_unchecked: bool = False, filters: Filters = NONE) -> Profile:
@@ -81,8 +90,7 @@ def load(path: str | Path, *, kallsyms: str | Path | None = None, symfs: list[st
         else:
             prof = text.load(src.path, fmt, event=event, kernel_frames=folded_kernel, filters=filters)
         prof = _filtered(prof, filters, src.shown)
-        if src.path != src.original:
-            prof.source = src.shown
+        _as_given(prof, src)
     if label:
         prof.label = label
     elif not prof.label:
@@ -127,8 +135,7 @@ def load_events(path: str | Path, *, kallsyms: str | Path | None = None, symfs: 
         if not profs:
             raise InputError(f"{src.shown} holds no samples")
         for p in profs:
-            if src.path != src.original:
-                p.source = src.shown
+            _as_given(p, src)
             p.label = p.label or p.arch or (src.path.stem if src.original else "stdin")
     return profs
 

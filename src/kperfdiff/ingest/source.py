@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from kperfdiff.core import limits
-from kperfdiff.core.errors import InputError
+from kperfdiff.core.errors import InputError, KperfdiffError
 from kperfdiff.core.files import check_input_file
 
 STDIN = "-"
@@ -35,6 +35,10 @@ class Local:
     path: Path
     shown: str
     original: Path | None
+
+    def as_given(self, text: str) -> str:
+        """A message about ``path`` naming the input as the user gave it, not its temporary copy."""
+        return text.replace(str(self.path), self.shown) if self.path != self.original else text
 
 
 def _human(n: int) -> str:
@@ -117,7 +121,12 @@ def local(spec: str | Path, *, limit: int | None = None) -> Iterator[Local]:
             raw.rename(tmp)
         if tmp.stat().st_size == 0:
             raise InputError(f"{shown} is empty; it holds no profile")
-        yield Local(tmp, shown, original)
+        src = Local(tmp, shown, original)
+        try:
+            yield src
+        except KperfdiffError as e:      # an error about the copy names the input as given
+            e.args = tuple(src.as_given(a) if isinstance(a, str) else a for a in e.args)
+            raise
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -14,6 +14,7 @@ from kperfdiff.core.records import (
     Run,
     group_results,
     instruction_counts,
+    shown_rep,
     summarise_disturbance,
 )
 from kperfdiff.render.svgplot import AxisUnit, quantity_unit
@@ -38,7 +39,7 @@ def catalogue(benches: tuple[Benchmark, ...] | list[Benchmark], fmt: str = "text
         suite = "quick" if "quick" in b.suites else "full"
         req = f" (needs {', '.join(b.requires)})" if b.requires else ""
         t.rows.append([b.name, b.unit_label, b.better, suite, b.exercises + req])
-    return to_text(t)
+    return (to_markdown if fmt == "markdown" else to_text)(t)
 
 
 def _result_json(r: Result) -> dict:
@@ -47,11 +48,16 @@ def _result_json(r: Result) -> dict:
             "reason": r.reason, "unit": r.unit, "better": r.better,
             "summary": {k: getattr(r, k) for k in ("n", "median", "min", "max", "q1", "q3", "mean", "stdev", "cv")},
             "overhead": r.overhead, "ops": r.ops, "cpu_ns": r.cpu_ns, "wall_s": r.wall_s,
-            "monitors": r.monitors, "info": r.info, "reps": len(reps),
+            "monitors": r.monitors, "info": _shown_reps(r.info), "reps": len(reps),
             "centre": stats.nested_centre(reps) if r.raw else None,
             "half_width_pct": _none_nan(stats.centre_half_width(reps)) if r.raw else None,
-            "stop": r.stop, "noise": r.noise, "disturbed": r.disturbed,
-            "intervals": [{"rep": x[0], "copy": x[1], "value": x[3], "ops": x[4], "ns": x[5]} for x in r.raw]}
+            "stop": r.stop, "noise": _shown_reps(r.noise), "disturbed": r.disturbed,
+            "intervals": [{"rep": shown_rep(x[0]), "copy": x[1], "value": x[3], "ops": x[4], "ns": x[5]} for x in r.raw]}
+
+
+def _shown_reps(entries: list[dict]) -> list[dict]:
+    """Stored entries (info, noise) with their repetition numbered as shown (from 1)."""
+    return [{**e, "rep": shown_rep(e["rep"])} if isinstance(e.get("rep"), int) else e for e in entries or []]
 
 
 def _none_nan(v: float) -> float | None:
@@ -96,7 +102,7 @@ def group_summary(g: ResultGroup) -> dict:
                            if r.status != "ok"] if reps else [],
             "disturbed": summarise_disturbance(g.noise, len(reps) or None), "stop": "; ".join(stops) or None,
             "results": [r.id for r in g.results],
-            "repetitions": [{"rep": x.number, "result": x.result.id, "median": stats.repetition_medians([x.values])[0],
+            "repetitions": [{"rep": shown_rep(x.number), "result": x.result.id, "median": stats.repetition_medians([x.values])[0],
                              "min": min(x.values), "max": max(x.values), "n": len(x.values),
                              "cv": stats.coefficient_of_variation(x.values) if len(x.values) > 1 else math.nan,
                              "disturbed": list(x.noise.get("disturbed") or [])} for x in g.repetitions]}
@@ -175,7 +181,7 @@ def reps_table(results: list[Result], ops: dict[str, str] | None = None, counted
         s = group_summary(g)
         ax = group_unit(s, ops, counted)
         for x in s["repetitions"]:
-            t.rows.append([g.name, s["copies"], x["rep"] + 1, number(x["median"] * ax.factor), ax.title,
+            t.rows.append([g.name, s["copies"], x["rep"], number(x["median"] * ax.factor), ax.title,
                            number(x["min"] * ax.factor), number(x["max"] * ax.factor),
                            percent(x["cv"], fraction=True, mark=True), x["n"], x["result"],
                            f"{DISTURBED} " + "; ".join(x["disturbed"]) if x["disturbed"] else ""])
@@ -214,8 +220,10 @@ def results(run: Run, results: list[Result], fmt: str = "text", machine: dict | 
             ops: dict[str, str] | None = None) -> str:
     if fmt == "json":
         return to_json(_document(run, machine or {}, results))
-    return run_heading(run, machine or {}) + "\n" + to_text(results_table(
-        results, ops, bool((machine or {}).get("deterministic"))))
+    table = results_table(results, ops, bool((machine or {}).get("deterministic")))
+    if fmt == "markdown":
+        return f"{md_escape(run_heading(run, machine or {}))}\n\n{to_markdown(table)}"
+    return run_heading(run, machine or {}) + "\n" + to_text(table)
 
 
 def _document(run: Run, machine: dict, results: list[Result]) -> dict:
@@ -293,7 +301,7 @@ RAW_COLUMNS = ["run", "label", "result", "benchmark", "params", "copies", "rep",
 
 def raw_rows(run: Run, results: list[Result]) -> list[list]:
     """Every raw interval of a run, one row each (RAW_COLUMNS): ``rep`` numbers the repetitions
-    (fresh processes) of one benchmark, parameter set and copy count from 0 across its results (an
+    (fresh processes) of one benchmark, parameter set and copy count from 1 across its results (an
     experiment stores one result per repetition; :func:`kperfdiff.core.records.group_results`), ``copy``
     the parallel copy, ``seq`` the interval in its process; ``params`` is JSON; ``disturbed`` the
     reasons its repetition was disturbed, or empty."""
@@ -303,7 +311,7 @@ def raw_rows(run: Run, results: list[Result]) -> list[list]:
         params = json.dumps(r.params, sort_keys=True)
         for rep, copy, seq, value, ops, ns in r.raw:
             x = number_of[id(r), rep]
-            rows.append([run.id, run.label, r.id, r.benchmark, params, r.copies, x.number, copy, seq, value,
+            rows.append([run.id, run.label, r.id, r.benchmark, params, r.copies, shown_rep(x.number), copy, seq, value,
                          r.unit, r.better, ops, ns, "; ".join(x.noise.get("disturbed") or [])])
     return rows
 

@@ -68,6 +68,16 @@ def _value(weight: float, count: int, unit: str) -> int:
     return int(round(weight)) if unit == "ns" else int(count)
 
 
+def held(merged, parts: list):
+    """``merged`` (the profiles ``parts`` added together: repetitions recorded one after another)
+    with its time span the sum of theirs, when every part has one: pprof's Duration of 9
+    repetitions is 9 recordings' long, not the first's."""
+    spans = [p.meta.get("duration_ns") for p in parts]
+    if len(parts) > 1:
+        merged.meta = {**merged.meta, "duration_ns": sum(spans) if all(spans) else None}
+    return merged
+
+
 def frame_label(sym) -> str:
     """A symbol as a folded-stack frame: its name, kernel code marked ``_[k]``."""
     return sym.name + KERNEL_SUFFIX if sym.kernel else sym.name

@@ -13,7 +13,7 @@ from kperfdiff.render import svgplot
 from kperfdiff.render.diff import side_lines, tables
 from kperfdiff.render.diff import to_json_text as diff_json_text
 from kperfdiff.render.report import esc, html_page, table_html
-from kperfdiff.render.table import Table, number, percent, to_json, to_text
+from kperfdiff.render.table import Table, number, percent, to_csv, to_json, to_markdown, to_text
 
 if TYPE_CHECKING:  # types only: a renderer reads no profile
     from kperfdiff.analysis.profile_diff import DiffResult
@@ -90,7 +90,13 @@ def history(series: list[Series], fmt: str = "text", detections: list[Detection]
             {**_series_json(s), "points": [_point_json(p) for p in s.points]} for s in series]})
     if fmt == "html":
         return history_html(series, detections or [], note, ops)
-    return "\n".join(to_text(history_table(s, ops)) for s in series) + (f"\n{note}\n" if note else "")
+    if fmt == "csv":    # one table: every series' rows, the series named in the first column
+        tables = [history_table(s, ops) for s in series]
+        out = Table(["series", *tables[0].columns])
+        out.rows = [[s.name, *r] for s, t in zip(series, tables) for r in t.rows]
+        return to_csv(out)
+    table = to_markdown if fmt == "markdown" else to_text
+    return "\n".join(table(history_table(s, ops)) for s in series) + (f"\n{note}\n" if note else "")
 
 
 def history_plot(s: Series, d: Detection | None, ops: dict[str, str] | None = None) -> str:

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from kperfdiff.bench.measurement import Measurement, aggregate
 from kperfdiff.core.errors import UsageError
+from kperfdiff.core.records import rep_stem
 from kperfdiff.targets import qemu, ssh
 from kperfdiff.targets.guest import counting
 from kperfdiff.targets.base import SWAP_MB, Invocation, InvocationResult, Target
@@ -200,10 +201,10 @@ def plan_benchmarks(target: Target, cells, opts, first_rep: int = 0) -> Benchmar
         period = getattr(target, "perf_period", None)
         for rep in range(first_rep, first_rep + reps):
             invs.append(Invocation(argv, c.copies, timeout,
-                                   profile=(f"{b.name}.P{c.copies}.r{rep}" if profile else None),
+                                   profile=rep_stem(b.name, c.copies, rep) if profile else None,
                                    perf_freq=None if period else getattr(opts, "profile_freq", None),
                                    perf_period=period, perf_event=getattr(target, "perf_event", None),
-                                   label=f"{b.name}.P{c.copies}.r{rep}"))
+                                   label=rep_stem(b.name, c.copies, rep)))
             owners.append((ci, rep))
     return BenchmarkJob(cells, invs, owners, time.time())
 
@@ -300,7 +301,7 @@ def _measure_cell(c: Cell, runs: list[tuple[int, InvocationResult]], started: fl
         for copy in range(len(r.outputs())):
             w = r.files.get(f"insn.c{copy}")
             if w and "kallsyms" in r.files:
-                out = Path(w).with_name(f"{c.bench.name}.P{c.copies}.r{rep}.c{copy}.insn.folded")
+                out = Path(w).with_name(f"{rep_stem(c.bench.name, c.copies, rep)}.c{copy}.insn.folded")
                 total = counting.window_profile(Path(w), Path(r.files["kallsyms"]), out)
                 m.counted.append((rep, copy, str(out), total))
     m.profiles = profiles

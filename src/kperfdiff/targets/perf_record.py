@@ -30,6 +30,7 @@ from pathlib import Path
 
 from kperfdiff.targets import machine
 from kperfdiff.core.errors import BenchError, InputError
+from kperfdiff.core.records import rep_stem
 
 HW_EVENTS = ["cycles", "instructions", "cache-misses", "dTLB-load-misses", "iTLB-load-misses"]
 PROFILE_META_VERSION = 1
@@ -177,7 +178,7 @@ class BenchProfiler:
 
     @staticmethod
     def stem(bench: str, copies: int, rep: int, copy: int | str) -> str:
-        return f"{bench}.P{copies}.r{rep}.c{copy}"
+        return f"{rep_stem(bench, copies, rep)}.c{copy}"
 
     def prefix_for(self, run, bench, copies: int):
         folder = Path(run.artefact_dir)
