@@ -106,6 +106,9 @@ def add_diff(d: Parser) -> None:
                    help="read up to N profile files at once (default: one per CPU); the result is the same "
                         "as one at a time")
     d.add_argument("--format", choices=FORMATS, default="text")
+    d.add_argument("--explain", action="store_true",
+                   help="end the text output with the method: how shares, deltas and significance are computed "
+                        "(Markdown and JSON always carry it)")
 
 
 def _parse_labels(text: str | None):
@@ -227,7 +230,7 @@ def _run(args: argparse.Namespace) -> int:
             write_file(f"{args.folded}.{suffix}", text)
     if args.inferred_map:
         write_file(args.inferred_map, render.twins_map(result))
-    sys.stdout.write(render.render(result, args.format))
+    sys.stdout.write(render.render(result, args.format, explain=args.explain))
     return 0
 
 
