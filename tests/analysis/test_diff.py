@@ -65,20 +65,29 @@ def test_diff_matches_perf_report():
 def test_study_text_layout():
     a = load(TEXT / "forkexec.script")
     b = load(TEXT / "mixed.script")
-    out = render.render(diff_profiles([a], [b], DiffOptions(labels=("ARM", "x86"))), "text")
+    out = render.render(diff_profiles([a], [b], DiffOptions(labels=("ARM", "x86"), top=5)), "text")
     lines = out.splitlines()
     # the study's tables come after a line per side (text inputs name their own symbols)
-    assert lines[0] == "A (ARM): forkexec.script, cpu-clock, 274 samples, 78% kernel, symbols: as named in the file"
-    assert lines[1].startswith("B (x86): mixed.script, cpu-clock, 349 samples, 88% kernel, symbols: ")
+    assert lines[0] == ("A (ARM): forkexec.script, cpu-clock, 274 samples, 78% kernel, 22% user, "
+                        "symbols: as named in the file")
+    assert lines[1].startswith("B (x86): mixed.script, cpu-clock, 349 samples, 88% kernel, 12% user, symbols: ")
     lines = lines[2:]
-    assert lines[0] == ">> Top 5 candidates among common kernel functions"
-    assert lines[1] == "%diff | symbol | ARM | x86"
-    assert lines[2] == "-----"
-    assert re.fullmatch(r"\d+\.\d\d \| \S+ \| \d+\.\d\d \| \d+\.\d\d", lines[3])
-    assert lines[8] == ">> Top 5 candidates among ARM specific kernel functions"
-    assert lines[9] == "%time | symbol"
-    assert lines[16] == ">> Top 5 candidates among x86 specific kernel functions"
-    assert lines[19] == "21.20 | chacha_permute"
+    # aligned columns: each side's share, the signed delta B - A, the ratio B/A, then the symbol
+    assert lines[1] == "Common kernel functions: top 5 of 75, ranked by the size of the delta (% of all samples)"
+    assert re.fullmatch(r" ARM   x86  delta +B/A  symbol", lines[2])
+    assert re.fullmatch(r"[- ]+", lines[3])
+    assert lines[4] == "0.36  5.16  +4.79    14x  _copy_to_iter"
+    assert lines[6] == "1.82  0.00  -1.82  0.00x  load_elf_binary"
+    assert len({ln.index("  ", 10) for ln in lines[4:9]}) == 1      # the numbers line up
+    assert lines[10] == "Kernel functions only in ARM: top 5 of 68 (% of all samples)"
+    assert lines[11] == " ARM  symbol"
+    assert lines[19] == "Kernel functions only in x86: top 5 of 41 (% of all samples)"
+    assert lines[22] == "21.20  chacha_permute"
+    # the legend once, at the end; the method only with explain
+    assert lines[-1].startswith("columns: ARM (A), x86 (B): share of all samples (%); delta: B - A in points")
+    assert "share = weight" not in out
+    assert render.render(diff_profiles([a], [b], DiffOptions(labels=("ARM", "x86"), top=5)), "text", explain=True) \
+        .splitlines()[-1].startswith("method: share = weight / all samples of the profile")
     assert "~" not in out        # single profiles: no significance, no legend
 
 
@@ -133,8 +142,14 @@ def test_equivalence_arm64_vs_x86():
     hm = rows["handle_mm_fault"]
     assert (hm.value_a, hm.value_b) == pytest.approx((5.0, 0.0))
     text = render.render(res, "text")
-    assert "[page fault entry] (arm64: do_mem_abort; x86_64: exc_page_fault)" in text
-    assert text.splitlines()[5] == "10.00 | clear_page (arm64: clear_page; x86_64: clear_page_erms) | 30.00 | 20.00"
+    # the role row, its members under it with their own shares (summing to the role's on each side)
+    lines = text.splitlines()
+    i = lines.index("10.00   15.00   +5.00   1.5x  [page fault entry]")
+    assert lines[i + 1:i + 3] == [" 0.00   15.00  +15.00      -    exc_page_fault",
+                                  "10.00    0.00  -10.00  0.00x    do_mem_abort"]
+    assert sum(v for _, v in pf.member_values_a) == pytest.approx(pf.value_a)
+    assert sum(v for _, v in pf.member_values_b) == pytest.approx(pf.value_b)
+    assert lines[6] == "30.00   20.00  -10.00  0.67x  clear_page (arm64: clear_page; x86_64: clear_page_erms)"
     # Without equivalence the members stay apart.
     off = diff_profiles([a], [b], DiffOptions(equivalence=False))
     assert {"do_mem_abort", "__arm64_sys_getpid"} <= {r.symbol for r in off.only_a}
@@ -268,8 +283,8 @@ def test_significance_three_vs_three():
         assert r.q == pytest.approx(hand[r.symbol], rel=1e-12)
     text = render.render(res, "text")
     lines = text.splitlines()
-    assert any(ln.startswith("10.00 | mover |") and not ln.endswith("~") for ln in lines)
-    assert any(" | steady | " in ln and ln.endswith(" ~") for ln in lines)
+    assert any(re.search(r"\+10\.00 .* mover$", ln) for ln in lines)
+    assert any(ln.endswith("  steady ~") for ln in lines)
     assert lines[-1] == "~ not significant (Welch 95% interval contains 0 or BH q >= 0.05)"
     doc = json.loads(render.render(res, "json"))
     assert doc["version"] == 1
@@ -305,7 +320,8 @@ def test_per_op():
     assert row.value_b == pytest.approx(row.shares_b[0] / 100 * b.total_weight / 7.0)
     assert res.unit == "ns/op"
     out = render.render(res, "text")
-    assert out.splitlines()[3].startswith("ns/op diff | symbol |")
+    assert out.splitlines()[3].startswith("Common kernel functions (ns per operation): top 10 of 75, ranked by the "
+                                          "size of the delta (ns/op)")
     b.meta["ops"] = 7
     b.meta["cpu_time_ns"] = 1e9
     res = diff_profiles([a], [b], DiffOptions(per_op=True, ops=(22.0, None)))
@@ -377,8 +393,10 @@ def test_compute_modes():
         keys = [(math.inf if r.score <= 0 or math.isinf(r.score) else abs(math.log(r.score))) if mode == "ratio"
                 else abs(r.score) for r in res.common]
         assert keys == sorted(keys, reverse=True)
-        head = render.render(res, "text").splitlines()[3]
-        assert head.startswith(f"{mode} | symbol |")
+        text = render.render(res, "text").splitlines()
+        assert text[3].endswith(f"ranked by {render._RANKED_BY[mode]} (% of all samples)")
+        assert text[4].split()[2:4] == ["delta", "B/A"] and text[4].split()[-1] == "symbol"
+        assert ("wdiff" in text[4].split()) == (mode == "wdiff")
     d = diff_profiles([a], [b], DiffOptions(compute="delta"))
     assert any(r.score < 0 for r in d.common[:5])
 

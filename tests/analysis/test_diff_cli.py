@@ -22,14 +22,17 @@ def test_diff_three_sections():
     p = run_cli("diff", A, B, check=0)
     lines = p.stdout.splitlines()
     # a line per side first: file, event, samples, kernel share, symbols (text input: as named in it)
-    assert lines[0] == ("A (forkexec): forkexec.script, cpu-clock, 274 samples, 78% kernel, "
+    assert lines[0] == ("A (forkexec): forkexec.script, cpu-clock, 274 samples, 78% kernel, 22% user, "
                         "symbols: as named in the file"), lines[0]
     assert lines[1].startswith("B (mixed): mixed.script, ") and lines[1].endswith("symbols: as named in the file")
-    assert lines[2] == ">> Top 10 candidates among common kernel functions"
-    assert lines[3] == "%diff | symbol | forkexec | mixed"
-    assert ">> Top 10 candidates among forkexec specific kernel functions" in lines
-    assert ">> Top 10 candidates among mixed specific kernel functions" in lines
-    assert sum(1 for ln in lines if ln == "-----") == 3
+    assert lines[3] == "Common kernel functions: top 10 of 75, ranked by the size of the delta (% of all samples)"
+    assert lines[4].split() == ["forkexec", "mixed", "delta", "B/A", "symbol"]
+    assert "Kernel functions only in forkexec: top 10 of 68 (% of all samples)" in lines
+    assert "Kernel functions only in mixed: top 10 of 41 (% of all samples)" in lines
+    assert lines[-1].startswith("columns: forkexec (A), mixed (B)")
+    assert "method:" not in p.stdout
+    explained = run_cli("diff", A, B, "--explain", check=0).stdout.splitlines()
+    assert explained[:-1] == lines and explained[-1].startswith("method: share = weight / all samples")
 
 
 def test_diff_mixed_forms_and_repeats(tmp_path):
@@ -51,14 +54,15 @@ def test_diff_outputs(tmp_path):
                 check=0)
     assert p.stdout.startswith("- A (forkexec): forkexec.script, cpu-clock, 274 samples")
     assert "\n- B (mixed): mixed.script, " in p.stdout
-    assert "\n\n### Top 10 candidates among common kernel functions (children)" in p.stdout
+    assert "\n\n### Common kernel functions (children): top 10 of " in p.stdout
+    assert "\n| forkexec | mixed | delta | B/A | symbol |\n" in p.stdout
     ET.parse(svg)
     for suffix in ("a.folded", "b.folded", "diff.folded"):
         assert (tmp_path / f"st.{suffix}").stat().st_size > 0
     p = run_cli("diff", A, B, "--format", "csv", check=0)
     assert p.stdout.splitlines()[0].startswith("section,symbol,")
     p = run_cli("diff", A, B, "--per-op", "--ops", "22,7", "--scope", "all", check=0)
-    assert p.stdout.splitlines()[3].startswith("ns/op diff | symbol")
+    assert p.stdout.splitlines()[3].startswith("Common functions (ns per operation): top 10 of ")
 
 
 @pytest.mark.parametrize("make,args", [

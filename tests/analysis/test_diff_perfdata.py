@@ -91,4 +91,9 @@ def test_real_arm64_vs_x86_equivalence():
     only = {r["symbol"] for r in doc["only_a"] + doc["only_b"]}
     assert not only & {"el0_da", "do_mem_abort", "exc_page_fault", "clear_page", "clear_page_erms"}
     text = run_cli("diff", arm, TEXT / "forkexec.script", "--labels", "ARM,x86", check=0).stdout
-    assert text.splitlines()[5].startswith(f"{pf['diff']:.2f} | [page fault entry] (ARM: el0_da")
+    lines = text.splitlines()
+    assert lines[6].split(None, 4) == [f"{pf['value_a']:.2f}", f"{pf['value_b']:.2f}", f"{pf['delta']:+.2f}",
+                                f"{pf['ratio']:.2f}x", "[page fault entry]"]
+    members = {m["name"]: m["value"] for m in pf["member_values_a"]}
+    assert sum(members.values()) == pytest.approx(pf["value_a"])
+    assert f"{members['el0_da']:.2f}" in next(ln for ln in lines[7:] if ln.endswith("    el0_da"))

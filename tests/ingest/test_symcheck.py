@@ -55,11 +55,11 @@ def test_kallsyms_of_another_build_is_refused():
 def test_kallsyms_of_the_recorded_kernel_is_used_and_said_how():
     p = run_cli("diff", PLAIN, GROUP, check=0)
     lines = p.stdout.splitlines()
-    assert lines[0] == ("A (plain): plain.perf.data, cpu-clock, 3,652 samples, 77% kernel, symbols: kallsyms.gz "
+    assert lines[0] == ("A (plain): plain.perf.data, cpu-clock, 3,652 samples, 77% kernel, 23% user, symbols: kallsyms.gz "
                         "(kernel map = _text.._etext, 100% of kernel samples in a symbol)")
-    assert lines[1].startswith("B (group): group.perf.data, cpu-clock, 2,439 samples, 77% kernel, symbols: kallsyms.gz "
+    assert lines[1].startswith("B (group): group.perf.data, cpu-clock, 2,439 samples, 77% kernel, 23% user, symbols: kallsyms.gz "
                                "(kernel map = _text.._etext")
-    assert lines[2].startswith(">> Top 5 candidates among common kernel functions")
+    assert lines[3].startswith("Common kernel functions: top 10 of ")
     assert "read_zero" in p.stdout
 
 
@@ -80,7 +80,7 @@ def test_json_has_the_side_lines_and_validates():
 def test_unchecked_overrides_and_says_so():
     p = run_cli("diff", TINY, PLAIN, "--kallsyms-unchecked", check=0)
     lines = p.stdout.splitlines()
-    assert lines[0].startswith("A (tiny): tiny.perf.data, cpu-clock, 71 samples, 70% kernel, symbols: kallsyms.gz "
+    assert lines[0].startswith("A (tiny): tiny.perf.data, cpu-clock, 71 samples, 70% kernel, 30% user, symbols: kallsyms.gz "
                                "(unchecked: --kallsyms-unchecked"), lines[0]
     assert "unchecked" in lines[1]
     doc = json.loads(run_cli("diff", TINY, PLAIN, "--kallsyms-unchecked", "--format", "json", check=0).stdout)
@@ -94,7 +94,7 @@ def test_unchecked_overrides_and_says_so():
 def test_without_kallsyms_the_line_says_none(tmp_path):
     (tiny,) = alone(tmp_path, TINY)
     p = run_cli("diff", tiny, PLAIN, check=0)
-    assert p.stdout.splitlines()[0] == ("A (tiny): tiny.perf.data, cpu-clock, 71 samples, 70% kernel, "
+    assert p.stdout.splitlines()[0] == ("A (tiny): tiny.perf.data, cpu-clock, 71 samples, 70% kernel, 30% user, "
                                         "symbols: none, kernel addresses unresolved")
 
 
@@ -232,7 +232,7 @@ def small_vmlinux(tmp_path: Path, build_id: str | None) -> Path:
 def test_vmlinux_build_id_note_decides(tmp_path):
     vml = small_vmlinux(tmp_path, PLAIN_BID)
     doc = json.loads(run_cli("diff", PLAIN, GROUP, "--kallsyms", vml, "--format", "json", check=0).stdout)
-    assert doc["header"][0].startswith(f"A (plain): plain.perf.data, cpu-clock, 3,652 samples, 77% kernel, "
+    assert doc["header"][0].startswith(f"A (plain): plain.perf.data, cpu-clock, 3,652 samples, 77% kernel, 23% user, "
                                        f"symbols: {vml.name} (build id abf9ec0ec594 match")
     assert doc["sides"]["b"]["symbols"][0]["matched"] == "build id"
     p = run_cli("diff", TINY, PLAIN, "--kallsyms", vml, check=2)
@@ -249,7 +249,7 @@ def test_vmlinux_without_build_id_whose_samples_miss_its_symbols_is_refused(tmp_
     assert re.search(r"is probably not the kernel plain\.perf\.data .* only \d+ of the 2826 kernel samples land in one "
                      r"of its symbols", p.stderr), p.stderr
     p = run_cli("diff", PLAIN, GROUP, "--kallsyms", vml, "--kallsyms-unchecked", check=0)
-    assert p.stdout.startswith(f"A (plain): plain.perf.data, cpu-clock, 3,652 samples, 77% kernel, symbols: {vml.name} "
+    assert p.stdout.startswith(f"A (plain): plain.perf.data, cpu-clock, 3,652 samples, 77% kernel, 23% user, symbols: {vml.name} "
                                f"(unchecked: --kallsyms-unchecked, 0% of kernel samples in a symbol)")
 
 

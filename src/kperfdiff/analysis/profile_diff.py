@@ -64,7 +64,7 @@ from kperfdiff.ingest.profile import Profile
 from kperfdiff.symbols.equivalence import RoleTable, load_roles
 from kperfdiff.symbols.normalise import normalise
 
-DEFAULT_TOP = 5
+DEFAULT_TOP = 10                 # as every --top of the command line (commands.parsing.TOP)
 SCOPES = ("kernel", "user", "all")
 _NS_EVENTS = {"cpu-clock", "task-clock"}
 
@@ -102,6 +102,12 @@ class Row:
     role: str | None = None
     members_a: list[str] = field(default_factory=list)   # a role's functions on each side (original names)
     members_b: list[str] = field(default_factory=list)
+    # A role's members with their own values, per side, in the row's unit (self or children share, or
+    # ns/op): (name, mean value), largest first; every member on that side's stacks, 0 where it has no
+    # weight. In self mode a side's member values sum to its value; with children each member's value is
+    # its own inclusive share, and the role's counts a sample once, so they may sum to more.
+    member_values_a: list[tuple[str, float]] = field(default_factory=list)
+    member_values_b: list[tuple[str, float]] = field(default_factory=list)
     # The original names a row merged, per side, when they differ (a rule renamed them:
     # __x64_sys_clone and __arm64_sys_clone are the row sys_clone), and the rules used.
     names_a: list[str] = field(default_factory=list)
@@ -126,6 +132,11 @@ class Row:
     def diff(self) -> float:
         return abs(self.value_b - self.value_a)
 
+    @property
+    def ratio(self) -> float | None:
+        """B / A, or None where A is 0."""
+        return self.value_b / self.value_a if self.value_a else None
+
 
 @dataclass
 class SideInfo:
@@ -148,6 +159,14 @@ class SideInfo:
     kept_of: tuple[int, int] = (0, 0)
     # what the rows are: "sym" (functions), "dso" or "comm" (--sort)
     sort: str = "sym"
+
+    @property
+    def kernel_fraction(self) -> float | None:
+        """The side's kernel share over all its profiles (weighted by their total weights), 0-1."""
+        weight = sum(self.total_weight)
+        if not weight or len(self.kernel_share) != len(self.total_weight):
+            return None
+        return sum(k * w for k, w in zip(self.kernel_share, self.total_weight)) / weight
 
 
 @dataclass
@@ -178,6 +197,9 @@ class DiffResult:
     # original (compiler-normalised) name -> the frame name flame graphs show: "[role]" for the
     # members of a role row, the row's name for names a rule merged, "" for a dispatch frame to skip
     frame_names: dict[str, str] = field(default_factory=dict)
+    # A sentence when the ranked scope holds too little of both sides' samples to explain a
+    # difference between them (see scope_note), else "".
+    scope_note: str = ""
 
 
 # -- per-profile measurement ---------------------------------------------------
@@ -410,7 +432,29 @@ def diff_profiles(side_a: list[Profile], side_b: list[Profile], options: DiffOpt
     res.inlined = [_display_inlined(i, ma, mb, opts) for i in inlined]
     res.total_a = float(sum(p.total_weight for p in side_a))
     res.total_b = float(sum(p.total_weight for p in side_b))
+    res.scope_note = scope_note(res.side_a, res.side_b, opts.scope)
     return res
+
+
+# Below this fraction of the samples on BOTH sides, the ranked scope (kernel or user code) cannot
+# explain a difference between the sides: the rest of the samples can, and a diff says so.
+SMALL_SCOPE = 0.10
+
+
+def scope_note(a: SideInfo, b: SideInfo, scope: str) -> str:
+    """A sentence when the scope ranked (kernel or user functions) holds less than SMALL_SCOPE of
+    the samples on both sides, pointing at ``--scope all``; "" otherwise (and for scope all)."""
+    ka, kb = a.kernel_fraction, b.kernel_fraction
+    if scope == "all" or ka is None or kb is None:
+        return ""
+    here = (ka, kb) if scope == "kernel" else (1 - ka, 1 - kb)
+    if max(here) >= SMALL_SCOPE:
+        return ""
+    other = "user" if scope == "kernel" else "kernel"
+    return (f"the {scope} holds {here[0]:.0%} of A's samples and {here[1]:.0%} of B's (under "
+            f"{SMALL_SCOPE:.0%} on both sides), {other} code {1 - here[0]:.0%} and {1 - here[1]:.0%}: "
+            f"the ranked {scope} functions cannot explain much of a difference between the sides; "
+            f"--scope all ranks {other} functions too")
 
 
 def _check_sides(side_a: list[Profile], side_b: list[Profile], opts: DiffOptions) -> list[str]:
@@ -632,6 +676,16 @@ def _rows(ma, mb, fa, fb, keys: set, present: tuple[set, set], roles: _RoleMatch
         rules = sorted({r for m in ma + mb for n in m.origins.get(k, {}) for r in m.rules_of(n)})
         return {"symbol": _display(k, opts.scope), "names_a": na, "names_b": nb, "rules": rules}
 
+    def member_values(keys: set, ms: list[_Measured], f: list[float]) -> list[tuple[str, float]]:
+        out = []
+        for k in keys:
+            names = _origin_names([k], ms)
+            if not names:
+                continue
+            v = sum(m.share(k) * x for m, x in zip(ms, f)) / len(ms)
+            out.append((", ".join(names), v))
+        return sorted(out, key=lambda nv: (-nv[1], nv[0]))
+
     common: list[Row] = []
     only_a: list[Row] = []
     only_b: list[Row] = []
@@ -641,7 +695,8 @@ def _rows(ma, mb, fa, fb, keys: set, present: tuple[set, set], roles: _RoleMatch
         vb = [_group_value(m, allk, opts) for m in mb]
         common.append(make_row(roles.inferred.get(r, f"[{r}]"), va, vb, role="inferred" if r in roles.inferred else r,
                                members_a=_origin_names(_weighted_first(sa, ma), ma),
-                               members_b=_origin_names(_weighted_first(sb, mb), mb), kernel=all(k[0] for k in allk)))
+                               members_b=_origin_names(_weighted_first(sb, mb), mb), kernel=all(k[0] for k in allk),
+                               member_values_a=member_values(sa, ma, fa), member_values_b=member_values(sb, mb, fb)))
     for k in keys:
         if k in roles.claimed:
             continue

@@ -112,6 +112,9 @@ def add_diff(d: Parser) -> None:
                         "(process names; --scope does not apply). Names are compared as they are")
     add_format(d, "text", "markdown", "json", "csv")
     add_output(d, what="the ranking")
+    d.add_argument("--explain", action="store_true",
+                   help="end the text output with the method: how shares, deltas and significance are computed "
+                        "(Markdown and JSON always carry it)")
 
 
 def _parse_labels(text: str | None):
@@ -237,7 +240,7 @@ def _run(args: argparse.Namespace) -> int:
             write_file(f"{args.folded}.{suffix}", text)
     if args.inferred_map:
         write_file(args.inferred_map, render.twins_map(result))
-    write_output(args.output, render.render(result, args.format))
+    write_output(args.output, render.render(result, args.format, explain=args.explain))
     return 0
 
 

@@ -1,14 +1,18 @@
-"""DiffResult -> text (the study's layout), Markdown, CSV or JSON.
+"""DiffResult -> text, Markdown, CSV or JSON.
 
-The default text reproduces the original kperfdiff tables::
+The text is aligned columns, each side's share, the signed delta B - A and
+the ratio B/A, then the symbol; a role row's members are indented under it::
 
-    >> Top 5 candidates among common kernel functions
-    %diff | symbol | ARM | x86
-    -----
-    12.88 | unmap_vmas | 17.32 | 4.44
+    Common kernel functions: top 5 of 120, ranked by the size of the delta (% of all samples)
+    x86_64  arm64   delta    B/A  symbol
+    ------  -----  ------  -----  ------
+      0.47   1.25   +0.78   2.7x  [TLB flush]
+      0.47   0.00   -0.47  0.00x    flush_tlb_mm_range
 
 With significance tested (2+ profiles per side), a row that is not
-significant ends with `` ~`` and a legend line closes the output.
+significant ends with `` ~``. Where the time is (a note when the ranked
+scope holds little of the samples), the columns' legend and the
+significance legend close the output once; the method text with ``explain``.
 Renderers return strings; they do no I/O.
 """
 from __future__ import annotations
@@ -58,20 +62,19 @@ def symbols_words(sym: dict | None) -> str:
 
 
 def side_line(letter: str, side: SideInfo) -> str:
-    """One side of a diff in a line: its file(s), event, samples, kernel share and kernel symbols, e.g.
-    ``A: tiny.perf.data, cpu-clock, 71 samples, 64% kernel, symbols: kallsyms.gz (build id ... match)``."""
+    """One side of a diff in a line: its file(s), event, samples, where the time is (kernel and user
+    shares) and kernel symbols, e.g. ``A: tiny.perf.data, cpu-clock, 71 samples, 64% kernel, 36% user,
+    symbols: kallsyms.gz (build id ... match)``."""
     n = len(side.sources)
     files = _base(side.sources[0]) if n == 1 else f"{n} profiles ({_base(side.sources[0])}, ...)"
     events = ", ".join(dict.fromkeys(side.events)) or "?"
-    weight = sum(side.total_weight)
-    share = (sum(k * w for k, w in zip(side.kernel_share, side.total_weight)) / weight
-             if weight and len(side.kernel_share) == n else None)
+    share = side.kernel_fraction
     syms = "; ".join(dict.fromkeys(symbols_words(s) for s in side.symbols)) or symbols_words(None)
     label = f" ({side.label})" if side.label else ""
     samples = (f"{side.kept_of[0]:,} of {side.kept_of[1]:,} samples kept by {' '.join(side.filters)}"
                if side.filters else f"{sum(side.samples):,} samples")
     return (f"{letter}{label}: {files}, {events}, {samples}, "
-            + (f"{share:.0%} kernel, " if share is not None else "") + f"symbols: {syms}")
+            + (f"{share:.0%} kernel, {1 - share:.0%} user, " if share is not None else "") + f"symbols: {syms}")
 
 
 def side_lines(result: DiffResult) -> list[str]:
@@ -79,61 +82,137 @@ def side_lines(result: DiffResult) -> list[str]:
     return [side_line("A", result.side_a), side_line("B", result.side_b)]
 
 
+def summary(result: DiffResult) -> dict:
+    """Where the time is, per side (samples, kernel and user shares, 0-1), and the scope note."""
+    def side(s):
+        k = s.kernel_fraction
+        return {"samples": sum(s.samples), "kernel_share": k, "user_share": None if k is None else 1 - k}
+    return {"a": side(result.side_a), "b": side(result.side_b), "note": result.scope_note or None}
+
+
 def _top(rows: list[Row], n: int) -> list[Row]:
     return rows if n == 0 else rows[:n]
 
 
-def _symbol_cell(row: Row, result: DiffResult) -> str:
+def _names(a: list[str], b: list[str], la: str, lb: str) -> str:
+    """The original names of a row per side, once when both sides have the same single name."""
+    if len(a) == 1 and a == b:
+        return a[0]
+    return "; ".join(f"{label}: {', '.join(names)}" for label, names in ((la, a), (lb, b)) if names)
+
+
+def _symbol_cell(row: Row, result: DiffResult, *, members: bool = False) -> str:
     """The row's name, with the original names on each side when a role or a rule merged
-    different ones: ``sys_clone (arm64: __arm64_sys_clone; x86_64: __x64_sys_clone)``."""
-    a, b = (row.members_a, row.members_b) if row.role else (row.names_a, row.names_b)
+    different ones: ``sys_clone (arm64: __arm64_sys_clone; x86_64: __x64_sys_clone)``, and one name
+    when both sides have the same: ``clear_page (clear_page_erms)``. ``members``: a role row's
+    members are shown as sub-rows (:func:`member_rows`), so its cell is the role alone."""
     if row.role == "inferred":
         return f"{row.symbol} (inferred twins)"
+    if row.role and members and (row.member_values_a or row.member_values_b):
+        return row.symbol
+    a, b = (row.members_a, row.members_b) if row.role else (row.names_a, row.names_b)
     if not row.role and not (a or b):
         return row.symbol
-    la, lb = result.labels
-    sides = [f"{label}: {', '.join(names)}" for label, names in ((la, a), (lb, b)) if names]
-    return f"{row.symbol} ({'; '.join(sides)})"
+    return f"{row.symbol} ({_names(a, b, *result.labels)})"
 
 
-def tables(result: DiffResult, *, extra: bool = False, mark: bool = False) -> list[Table]:
-    """The three sections as tables. ``extra`` adds interval and q columns when tested;
-    ``mark`` appends `` ~`` to the symbol of rows that are not significant."""
+def member_rows(row: Row) -> list[tuple[str, float, float]]:
+    """A role row's members as (name, value A, value B), largest first (0 where a side lacks it),
+    those with a value on at least one side (a member only on the stacks, without weight, is left out)."""
+    va, vb = dict(row.member_values_a), dict(row.member_values_b)
+    names = list(dict.fromkeys([n for n, _ in row.member_values_a] + [n for n, _ in row.member_values_b]))
+    names.sort(key=lambda n: -max(va.get(n, 0.0), vb.get(n, 0.0)))
+    return [(n, va.get(n, 0.0), vb.get(n, 0.0)) for n in names if va.get(n) or vb.get(n)]
+
+
+def signed(v: float | None) -> str:
+    """A change as perf diff prints its Delta: ``+6.15``, ``-0.29``."""
+    return "-" if v is None or v != v else f"{v:+.2f}"
+
+
+def times(r: float | None) -> str:
+    """A ratio B/A: ``5.6x``, ``0.09x``, ``-`` where A is 0."""
+    if r is None or r != r:
+        return "-"
+    if r >= 10:
+        return f"{r:.0f}x"
+    return f"{r:.1f}x" if r >= 1 else f"{r:.2f}x"
+
+
+_RANKED_BY = {"absdiff": "the size of the delta", "delta": "the delta", "ratio": "the size of log B/A",
+              "wdiff": "wdiff"}
+
+
+def _count(shown: int, total: int) -> str:
+    if not total:
+        return "none"
+    return f"all {total}" if shown >= total else f"top {shown} of {total}"
+
+
+def tables(result: DiffResult, *, extra: bool = False, mark: bool = False, members: str | None = None) -> list[Table]:
+    """The three sections as tables: each side's value, the signed delta B - A and the ratio B/A, then
+    the symbol (last, so long names do not push the numbers apart). ``extra`` adds interval and q
+    columns when tested; ``mark`` appends `` ~`` to the symbol of rows that are not significant;
+    ``members`` (a prefix, e.g. two spaces) adds a role row's members as sub-rows under it."""
     la, lb = result.labels
     n = result.options.top
     per_op = result.options.per_op
-    head_diff = {"absdiff": f"{result.unit} diff" if per_op else "%diff", "delta": "delta", "ratio": "ratio",
-                 "wdiff": "wdiff"}[result.options.compute]
-    head_val = result.unit if per_op else "%time"
+    unit = f" ({result.unit})" if per_op else " (% of all samples)"
     words = _scope_word(result)
     qual = _qualifier(result)
     sig = result.significance and extra
+    wdiff = result.options.compute == "wdiff"
     out = []
 
     def sym(r: Row) -> str:
-        name = _symbol_cell(r, result)
+        name = _symbol_cell(r, result, members=members is not None)
         return f"{name} {NOT_SIGNIFICANT}" if mark and r.significant is False else name
 
-    def tail(r: Row) -> list:
+    def tail(r: Row | None) -> list:
         if not sig:
             return []
+        if r is None:
+            return [None] * 3
         return [r.ci[0] if r.ci else None, r.ci[1] if r.ci else None, r.q]
 
     sig_cols = ["ci low (B-A)", "ci high (B-A)", "q"] if sig else []
-    t = Table(columns=[head_diff, "symbol", la, lb] + sig_cols,
-              title=f"Top {n or 'all'} candidates among common {words}{qual}",
-              align=["r", "l", "r", "r"] + ["r"] * len(sig_cols))
-    for r in _top(result.common, n):
-        t.rows.append([r.score, sym(r), r.value_a, r.value_b] + tail(r))
+    shown = _top(result.common, n)
+    t = Table(columns=[la, lb, "delta", "B/A"] + (["wdiff"] if wdiff else []) + sig_cols + ["symbol"],
+              title=f"Common {words}{qual}: {_count(len(shown), len(result.common))}, ranked by "
+                    f"{_RANKED_BY[result.options.compute]}{unit}" if shown else f"Common {words}{qual}: none",
+              align=["r"] * (4 + wdiff + len(sig_cols)) + ["l"])
+    for r in shown:
+        t.rows.append([r.value_a, r.value_b, signed(r.delta), times(r.ratio)] + ([r.score] if wdiff else [])
+                      + tail(r) + [sym(r)])
+        if members is not None and r.role and r.role != "inferred":
+            for name, a, b in member_rows(r):
+                t.rows.append([a, b, signed(b - a), times(b / a if a else None)] + ([None] if wdiff else [])
+                              + tail(None) + [members + name])
     out.append(t)
     for label, rows, which in ((la, result.only_a, "a"), (lb, result.only_b, "b")):
-        t = Table(columns=[head_val, "symbol"] + sig_cols,
-                  title=f"Top {n or 'all'} candidates among {label} specific {words}{qual}",
-                  align=["r", "l"] + ["r"] * len(sig_cols))
-        for r in _top(rows, n):
-            t.rows.append([r.value_a if which == "a" else r.value_b, sym(r)] + tail(r))
+        shown = _top(rows, n)
+        t = Table(columns=[label] + sig_cols + ["symbol"],
+                  title=f"{words[:1].upper()}{words[1:]} only in {label}{qual}: {_count(len(shown), len(rows))}"
+                        f"{unit if shown else ''}",
+                  align=["r"] * (1 + len(sig_cols)) + ["l"])
+        for r in shown:
+            t.rows.append([r.value_a if which == "a" else r.value_b] + tail(r) + [sym(r)])
         out.append(t)
     return out
+
+
+def columns_legend(result: DiffResult) -> str:
+    """What the columns of the tables are, in one line."""
+    la, lb = result.labels
+    what = f"{result.unit} per operation" if result.options.per_op else "share of all samples (%)"
+    words = (f"columns: {la} (A), {lb} (B): {what}{', children (inclusive)' if result.options.children else ''}; "
+             f"delta: B - A{' in points' if not result.options.per_op else ''}; B/A: ratio (- where A is 0)")
+    if result.options.compute == "wdiff":
+        wa, wb = result.options.wdiff_weights
+        words += f"; wdiff: {wb:g}*B - {wa:g}*A"
+    if any(r.role and r.role != "inferred" for r in _top(result.common, result.options.top)):
+        words += "; indented rows: a role's members with their own values"
+    return words
 
 
 def _evidence_text(t) -> str:
@@ -224,43 +303,45 @@ def _bare(name: str) -> str:
     return name[4:] if name[:1] == "[" and name[2:4] == "] " else name
 
 
-def _marks(result: DiffResult) -> list[list[bool]]:
-    n = result.options.top
-    return [[r.significant is False for r in _top(rows, n)]
-            for rows in (result.common, result.only_a, result.only_b)]
-
-
-def to_study_text(result: DiffResult) -> str:
+def to_study_text(result: DiffResult, explain: bool = False) -> str:
+    """The text tables: aligned columns, numbers right-aligned, a role's members indented under it;
+    where the time is and the legend once at the end; the method with ``explain``."""
     parts = side_lines(result)
-    marks = _marks(result)
-    for t, m in zip(tables(result), marks):
-        text = to_text(t, style="study").splitlines()
-        head = 3  # title, columns, rule
-        for i, flag in enumerate(m):
-            if flag:
-                text[head + i] += f" {NOT_SIGNIFICANT}"
-        parts.extend(text)
+    for t in tables(result, mark=True, members="  "):
+        parts.append("")
+        parts.extend(to_text(t).splitlines() if t.rows else [t.title])
     tw = twins_table(result)
     if tw is not None:
+        parts.append("")
         if tw.rows:
-            parts.extend(to_text(tw, style="study").splitlines())
+            parts.extend(to_text(tw).splitlines())
         else:
-            parts.append(f">> {tw.title.split(':')[0]}: none accepted")
+            parts.append(f"{tw.title.split(':')[0]}: none accepted")
         if foot := twins_footnote(result):
             parts.append(foot)
     inl = inlined_table(result)
     if inl is not None:
-        parts.extend(to_text(inl, style="study").splitlines())
+        parts.append("")
+        parts.extend(to_text(inl).splitlines())
+    parts.append("")
+    if result.scope_note:
+        parts.append(f"Note: {result.scope_note}.")
     if line := counted_line(result):
         parts.append(line)
+    parts.append(columns_legend(result))
     if result.significance:
         parts.append(legend(result))
+    if explain:
+        parts.append(f"method: {result.method}")
     return "\n".join(parts) + "\n"
 
 
 def to_markdown_text(result: DiffResult) -> str:
     out = ["".join(f"- {md_escape(line)}\n" for line in side_lines(result))]
-    out += [to_markdown(t) for t in tables(result, extra=True, mark=True)]
+    if result.scope_note:
+        out.append(f"**Note:** {md_escape(result.scope_note)}.\n")
+    out += [to_markdown(t) if t.rows else f"### {md_escape(t.title)}\n"
+            for t in tables(result, extra=True, mark=True, members="\u21b3 ")]
     tw = twins_table(result)
     if tw is not None:
         out.append(to_markdown(tw))
@@ -271,6 +352,7 @@ def to_markdown_text(result: DiffResult) -> str:
         out.append(to_markdown(inl))
     if line := counted_line(result):
         out.append(line + "\n")
+    out.append(md_escape(columns_legend(result)).replace("indented rows", "rows marked \u21b3") + "\n")
     if result.significance:
         out.append(legend(result).replace(NOT_SIGNIFICANT, "`~`", 1) + "\n")
     out.append(f"_{result.method}._\n")
@@ -286,6 +368,7 @@ def _row_dict(r: Row, result: DiffResult, section: str) -> dict:
         "value_b": r.value_b,
         "diff": r.diff,
         "delta": r.delta,
+        "ratio": r.ratio,
         "score": r.score,
         "values_a": r.values_a,
         "values_b": r.values_b,
@@ -296,6 +379,8 @@ def _row_dict(r: Row, result: DiffResult, section: str) -> dict:
         d["role"] = r.role
         d["members_a"] = r.members_a
         d["members_b"] = r.members_b
+        d["member_values_a"] = [{"name": n, "value": v} for n, v in r.member_values_a]
+        d["member_values_b"] = [{"name": n, "value": v} for n, v in r.member_values_b]
     if r.names_a or r.names_b:
         d["names_a"] = r.names_a
         d["names_b"] = r.names_b
@@ -329,6 +414,7 @@ def to_json_text(result: DiffResult) -> str:
                     "alpha": o.alpha},
         "labels": {"a": result.labels[0], "b": result.labels[1]},
         "sides": {"a": side(result.side_a, "A"), "b": side(result.side_b, "B")},
+        "summary": summary(result),
         "significance_tested": result.significance,
         "counts": {"common": len(result.common), "only_a": len(result.only_a), "only_b": len(result.only_b)},
         "common": [_row_dict(r, result, "common") for r in _top(result.common, n)],
@@ -353,7 +439,7 @@ def to_json_text(result: DiffResult) -> str:
 
 def to_csv_text(result: DiffResult) -> str:
     n = result.options.top
-    cols = ["section", "symbol", "members_a", "members_b", "value_a", "value_b", "diff", "delta", "unit"]
+    cols = ["section", "symbol", "members_a", "members_b", "value_a", "value_b", "diff", "delta", "unit", "ratio"]
     if result.significance:
         cols += ["ci_low", "ci_high", "p", "q", "significant"]
     t = Table(columns=cols)
@@ -361,16 +447,17 @@ def to_csv_text(result: DiffResult) -> str:
         for r in _top(rows, n):
             row = [section, r.symbol, " ".join(r.members_a or r.names_a), " ".join(r.members_b or r.names_b),
                    r.value_a, r.value_b,
-                   r.diff, r.delta, result.unit]
+                   r.diff, r.delta, result.unit, r.ratio]
             if result.significance:
                 row += [r.ci[0] if r.ci else None, r.ci[1] if r.ci else None, r.p, r.q, r.significant]
             t.rows.append(row)
     return to_csv(t)
 
 
-def render(result: DiffResult, fmt: str = "text") -> str:
+def render(result: DiffResult, fmt: str = "text", *, explain: bool = False) -> str:
+    """``explain``: the text ends with the method (Markdown and JSON always carry it)."""
     if fmt == "text":
-        return to_study_text(result)
+        return to_study_text(result, explain)
     if fmt == "markdown":
         return to_markdown_text(result)
     if fmt == "csv":

@@ -254,11 +254,38 @@ def sides_html(result) -> str:
     return "\n".join(f'<p class="note side">{escape(line)}</p>' for line in rdiff.side_lines(result))
 
 
+def members_html(row, ncols: int) -> str:
+    """A role row's members with their own values on each side, as an expandable table row."""
+    trs = "".join(f'<tr><td class="l">{esc(name)}</td><td>{cell(a)}</td><td>{cell(b)}</td>'
+                  f'<td>{rdiff.signed(b - a)}</td><td>{rdiff.times(b / a if a else None)}</td></tr>'
+                  for name, a, b in rdiff.member_rows(row))
+    return (f'<tr class="members"><td colspan="{ncols}" class="l"><details><summary>members of '
+            f'{esc(row.symbol)}</summary><table><tr><th class="l">member</th><th>A</th><th>B</th><th>delta</th>'
+            f'<th>B/A</th></tr>{trs}</table></details></td></tr>')
+
+
 def diff_tables_html(pd: ProfileDiff) -> str:
-    out = "\n".join([sides_html(pd.result)] + [table_html(t) for t in rdiff.tables(pd.result, mark=True)])
-    if not pd.result.significance:
-        return out
-    return out + f'\n<p class="note">{escape(rdiff.legend(pd.result))}</p>'
+    """A diff's side lines, where-the-time-is note, tables (a role row's members expandable under it)
+    and legends."""
+    result = pd.result
+    parts = [sides_html(result)]
+    if result.scope_note:
+        parts.append(f'<p class="note">Note: {esc(result.scope_note)}.</p>')
+    for k, t in enumerate(rdiff.tables(result, mark=True, members=None)):
+        html = table_html(t)
+        if k == 0:
+            lines = html.split("\n")
+            head = 2 + bool(t.title)     # <table>, the caption, the header row
+            for i in reversed(range(len(t.rows))):
+                r = result.common[i]
+                if r.role and r.role != "inferred" and rdiff.member_rows(r):
+                    lines.insert(head + i + 1, members_html(r, len(t.columns)))
+            html = "\n".join(lines)
+        parts.append(html)
+    parts.append(f'<p class="note">{esc(rdiff.columns_legend(result))}</p>')
+    if result.significance:
+        parts.append(f'<p class="note">{escape(rdiff.legend(result))}</p>')
+    return "\n".join(parts)
 
 
 def to_html(data: ReportData) -> str:

@@ -1,0 +1,98 @@
+"""diff's output for a reader: a role row's members with their own shares, where the time is."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from support import DATA, run_cli
+
+XARCH = DATA / "perfdata" / "xarch"
+FORK = (XARCH / "x86_64" / "proc.fork.perf.data.gz", XARCH / "arm64" / "proc.fork.perf.data.gz")
+GUPS = (DATA / "diff" / "gups.a.folded", DATA / "diff" / "gups.b.folded")
+
+
+def _rows(doc) -> dict:
+    return {r["symbol"]: r for r in doc["common"] + doc["only_a"] + doc["only_b"]}
+
+
+@pytest.mark.parametrize("children", [False, True])
+def test_role_row_shows_its_members_with_their_own_shares(children):
+    flags = ["--top", "0"] + (["--children"] if children else [])
+    text = run_cli("diff", *FORK, *flags, check=0).stdout.splitlines()
+    doc = json.loads(run_cli("diff", *FORK, *flags, "--format", "json", check=0).stdout)
+    apart = _rows(json.loads(run_cli("diff", *FORK, *flags, "--no-equivalence", "--format", "json",
+                                     check=0).stdout))
+    tlb = _rows(doc)["[TLB flush]"]
+    # JSON: each member's own value per side; members_a/members_b keep their meaning (names only)
+    assert all(isinstance(n, str) for n in tlb["members_a"] + tlb["members_b"])
+    for side in ("a", "b"):
+        values = {m["name"]: m["value"] for m in tlb[f"member_values_{side}"]}
+        # each member's value is its own row's when the names are compared apart (perf report's number)
+        for name, v in values.items():
+            own = apart.get(name)
+            assert v == pytest.approx(own[f"value_{side}"] if own else 0.0, abs=1e-9), (name, side)
+        if children:     # inclusive: the role counts a sample once, its members each count it
+            assert max(values.values()) <= tlb[f"value_{side}"] + 1e-9 <= sum(values.values()) + 1e-9
+        else:            # self: the members add up to the role
+            assert sum(values.values()) == pytest.approx(tlb[f"value_{side}"])
+    ptep = {m["name"]: m["value"] for m in tlb["member_values_b"]}["ptep_clear_flush"]
+    assert ptep > 0
+    # text: the role row, then its members indented under it with both shares, the delta and the ratio
+    i = next(i for i, ln in enumerate(text) if ln.endswith("  [TLB flush]"))
+    under = text[i + 1:i + 1 + len(set(tlb["members_a"]) | set(tlb["members_b"]))]
+    line = next(ln for ln in under if ln.endswith("    ptep_clear_flush"))
+    a = {m["name"]: m["value"] for m in tlb["member_values_a"]}.get("ptep_clear_flush", 0.0)
+    assert line.split() == [f"{a:.2f}", f"{ptep:.2f}", f"{ptep - a:+.2f}",
+                            f"{ptep / a:.1f}x" if a else "-", "ptep_clear_flush"]
+    # Markdown: the same as sub-rows marked with an arrow
+    md = run_cli("diff", *FORK, *flags, "--format", "markdown", check=0).stdout
+    assert f"| {ptep:.2f} | {ptep - a:+.2f} | " in md and "| \u21b3 ptep_clear_flush |" in md
+
+
+def test_same_single_name_on_both_sides_is_printed_once():
+    from kperfdiff.analysis.profile_diff import Row
+    from kperfdiff.render.diff import _names
+    assert _names(["clear_page_erms"], ["clear_page_erms"], "4k", "huge") == "clear_page_erms"
+    assert _names(["clear_page"], ["clear_page_erms"], "4k", "huge") == "4k: clear_page; huge: clear_page_erms"
+    assert Row("x", 0.0, 1.0, [0.0], [1.0]).ratio is None
+
+
+def test_where_the_time_is_when_user_code_dominates():
+    p = run_cli("diff", *GUPS, check=0)
+    lines = p.stdout.splitlines()
+    assert ", 1,000 samples, 2% kernel, 98% user, " in lines[0]
+    note = next(ln for ln in lines if ln.startswith("Note: "))
+    assert "the kernel holds 2% of A's samples and 2% of B's" in note and "--scope all" in note
+    doc = json.loads(run_cli("diff", *GUPS, "--format", "json", check=0).stdout)
+    s = doc["summary"]
+    assert s["a"] == {"samples": 1000, "kernel_share": pytest.approx(0.02), "user_share": pytest.approx(0.98)}
+    assert "--scope all" in s["note"]
+    md = run_cli("diff", *GUPS, "--format", "markdown", check=0).stdout
+    assert "**Note:** the kernel holds 2%" in md
+    # ranking every function: no note
+    assert "Note: " not in run_cli("diff", *GUPS, "--scope", "all", check=0).stdout
+
+
+def test_no_note_when_the_kernel_holds_the_time():
+    # the equivalence fixtures: 50% and 40% kernel
+    p = run_cli("diff", DATA / "diff" / "arm64.folded", DATA / "diff" / "x86_64.folded", check=0)
+    assert "Note: " not in p.stdout and ", 50% kernel, 50% user, " in p.stdout
+    doc = json.loads(run_cli("diff", DATA / "diff" / "arm64.folded", DATA / "diff" / "x86_64.folded",
+                             "--format", "json", check=0).stdout)
+    assert doc["summary"]["note"] is None and doc["summary"]["b"]["kernel_share"] == pytest.approx(0.4)
+    # the user side of the rule: user code holds 98% of GUPS, so ranking user functions needs no note
+    assert "Note: " not in run_cli("diff", *GUPS, "--scope", "user", check=0).stdout
+
+
+def test_report_section_expands_a_roles_members():
+    from types import SimpleNamespace
+    from kperfdiff.analysis.profile_diff import DiffOptions, diff_profiles
+    from kperfdiff.ingest.load import load
+    from kperfdiff.render.report import diff_tables_html
+    res = diff_profiles([load(DATA / "diff" / "arm64.folded")], [load(DATA / "diff" / "x86_64.folded")],
+                        DiffOptions(labels=("arm64", "x86_64")))
+    html = diff_tables_html(SimpleNamespace(result=res))
+    assert "<details><summary>members of [page fault entry]</summary>" in html
+    assert '<tr><td class="l">exc_page_fault</td><td>0.00</td><td>15.00</td><td>+15.00</td><td>-</td></tr>' in html
+    assert ", 50% kernel, 50% user, " in html
