@@ -247,3 +247,23 @@ def test_cpu_filter_matches_perf_report(system_wide, tmp_path):
     full = load(a, kallsyms=ks, kallsyms_unchecked=True)
     assert 0 < prof.samples <= full.samples
     assert_close(kernel_shares(prof), report_rows(a, ks, "cpu,sym", "--cpu", "0"))
+
+
+def test_diff_says_what_its_rows_are_and_what_was_filtered():
+    """--sort dso rows are DSOs named as perf names them (no [k]/[.] function marks) under titles that
+    say DSOs; --sort comm rows are process names; JSON carries the sort and each side's filters and
+    kept/of counts (null when unfiltered)."""
+    import json
+    plain = str(DATA / "plain.perf.data")
+    ks = str(DATA / "kallsyms.gz")
+    r = support.run_cli("diff", plain, plain, "--kallsyms", ks, "--sort", "dso", "--scope", "all", check=0)
+    assert "Common DSOs: all 3," in r.stdout and re.search(r"B/A +dso\n", r.stdout), r.stdout
+    assert "[k] " not in r.stdout and "[.] " not in r.stdout
+    comm = str(DATA / "comm" / "comm.perf.data")
+    r = support.run_cli("diff", comm, comm, "--sort", "comm", "--comm", "dd,seq", "--format", "json", check=0)
+    doc = json.loads(r.stdout)
+    assert doc["options"]["sort"] == "comm"
+    assert sorted(row["symbol"] for row in doc["common"]) == ["dd", "seq"]
+    assert doc["sides"]["a"]["filters"] and doc["sides"]["a"]["kept"] == {"kept": 45, "of": 122}
+    r = support.run_cli("diff", plain, plain, "--kallsyms", ks, "--format", "json", check=0)
+    assert json.loads(r.stdout)["sides"]["b"]["kept"] is None

@@ -72,6 +72,7 @@ _NS_EVENTS = {"cpu-clock", "task-clock"}
 @dataclass
 class DiffOptions:
     top: int = DEFAULT_TOP           # rows per section when rendering; 0 = all
+    sort: str = "sym"                # what the rows are (--sort): functions, DSOs ("dso") or processes ("comm")
     scope: str = "kernel"
     labels: tuple[str, str] | None = None
     children: bool = False
@@ -372,9 +373,11 @@ def kernel_share(prof: Profile) -> float:
     return prof.kernel_weight / prof.total_weight if prof.total_weight else 0.0
 
 
-def _display(key, scope: str) -> str:
+def _display(key, opts: DiffOptions) -> str:
+    """A row's name: with --scope all, a function is marked [k] (kernel) or [.] (user), as perf
+    report marks them; DSOs and process names (--sort dso|comm) are shown as they are."""
     kernel, name = key
-    if scope == "all":
+    if opts.scope == "all" and opts.sort == "sym":
         return f"[{'k' if kernel else '.'}] {name}"
     return name
 
@@ -432,7 +435,7 @@ def diff_profiles(side_a: list[Profile], side_b: list[Profile], options: DiffOpt
     res.inlined = [_display_inlined(i, ma, mb, opts) for i in inlined]
     res.total_a = float(sum(p.total_weight for p in side_a))
     res.total_b = float(sum(p.total_weight for p in side_b))
-    res.scope_note = scope_note(res.side_a, res.side_b, opts.scope)
+    res.scope_note = scope_note(res.side_a, res.side_b, opts)
     return res
 
 
@@ -578,7 +581,7 @@ def _context_name(c, ms: list[_Measured], opts: DiffOptions) -> str:
         return " > ".join(_context_name(k, ms, opts) for k in c)
     if isinstance(c, tuple):
         names = _origin_names([c], ms)
-        return _display((c[0], names[0] if names else c[1]), opts.scope)
+        return _display((c[0], names[0] if names else c[1]), opts)
     return str(c)
 
 
@@ -669,12 +672,12 @@ def _rows(ma, mb, fa, fb, keys: set, present: tuple[set, set], roles: _RoleMatch
         in_a = {n for m in ma for n in m.origins.get(k, ())}
         in_b = {n for m in mb for n in m.origins.get(k, ())}
         if in_a | in_b == {k[1]} or len(in_a | in_b) == 1 and not (in_a and in_b):
-            return {"symbol": _display((k[0], next(iter(in_a | in_b))), opts.scope)}
+            return {"symbol": _display((k[0], next(iter(in_a | in_b))), opts)}
         na, nb = _origin_names([k], ma), _origin_names([k], mb)
         if set(na) | set(nb) == {k[1]} or len(set(na) | set(nb)) == 1 and not (na and nb):
-            return {"symbol": _display((k[0], (na or nb or [k[1]])[0]), opts.scope)}
+            return {"symbol": _display((k[0], (na or nb or [k[1]])[0]), opts)}
         rules = sorted({r for m in ma + mb for n in m.origins.get(k, {}) for r in m.rules_of(n)})
-        return {"symbol": _display(k, opts.scope), "names_a": na, "names_b": nb, "rules": rules}
+        return {"symbol": _display(k, opts), "names_a": na, "names_b": nb, "rules": rules}
 
     def member_values(keys: set, ms: list[_Measured], f: list[float]) -> list[tuple[str, float]]:
         out = []

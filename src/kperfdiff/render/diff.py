@@ -29,6 +29,9 @@ DIFF_VERSION = 1     # of the JSON document
 
 NOT_SIGNIFICANT = "~"
 
+# the name column's header per --sort: functions, DSOs or process names
+ROW_NAME = {"sym": "symbol", "dso": "dso", "comm": "process"}
+
 
 def legend(result: DiffResult) -> str:
     conf = f"{result.options.confidence:.0%}"
@@ -36,7 +39,13 @@ def legend(result: DiffResult) -> str:
 
 
 def _scope_word(result: DiffResult) -> str:
-    return {"kernel": "kernel functions", "user": "user functions", "all": "functions"}[result.options.scope]
+    """What the rows are, as section titles name them: functions of the scope, or (--sort) DSOs or
+    processes."""
+    o = result.options
+    if o.sort == "comm":
+        return "processes"
+    what = "DSOs" if o.sort == "dso" else "functions"
+    return {"kernel": f"kernel {what}", "user": f"user {what}", "all": what}[o.scope]
 
 
 def _qualifier(result: DiffResult) -> str:
@@ -177,7 +186,7 @@ def tables(result: DiffResult, *, extra: bool = False, mark: bool = False, membe
 
     sig_cols = ["ci low (B-A)", "ci high (B-A)", "q"] if sig else []
     shown = _top(result.common, n)
-    t = Table(columns=[la, lb, "delta", "B/A"] + (["wdiff"] if wdiff else []) + sig_cols + ["symbol"],
+    t = Table(columns=[la, lb, "delta", "B/A"] + (["wdiff"] if wdiff else []) + sig_cols + [ROW_NAME[result.options.sort]],
               title=f"Common {words}{qual}: {_count(len(shown), len(result.common))}, ranked by "
                     f"{_RANKED_BY[result.options.compute]}{unit}" if shown else f"Common {words}{qual}: none",
               align=["r"] * (4 + wdiff + len(sig_cols)) + ["l"])
@@ -191,7 +200,7 @@ def tables(result: DiffResult, *, extra: bool = False, mark: bool = False, membe
     out.append(t)
     for label, rows, which in ((la, result.only_a, "a"), (lb, result.only_b, "b")):
         shown = _top(rows, n)
-        t = Table(columns=[label] + sig_cols + ["symbol"],
+        t = Table(columns=[label] + sig_cols + [ROW_NAME[result.options.sort]],
                   title=f"{words[:1].upper()}{words[1:]} only in {label}{qual}: {_count(len(shown), len(rows))}"
                         f"{unit if shown else ''}",
                   align=["r"] * (1 + len(sig_cols)) + ["l"])
@@ -401,14 +410,16 @@ def to_json_text(result: DiffResult) -> str:
         return {"label": s.label, "arch": s.arch, "sources": s.sources, "events": s.events, "samples": s.samples,
                 "total_weight": s.total_weight, "weight_unit": s.weight_unit,
                 "instructions_per_op": [{"kernel": k, "user": u} for k, u in s.instructions_per_op],
-                "line": side_line(letter, s), "kernel_share": s.kernel_share, "symbols": s.symbols}
+                "line": side_line(letter, s), "kernel_share": s.kernel_share, "symbols": s.symbols,
+                "filters": s.filters,
+                "kept": {"kept": s.kept_of[0], "of": s.kept_of[1]} if s.filters else None}
     doc = {
         "version": DIFF_VERSION,
         "tool": "kperfdiff diff",
         "header": side_lines(result),
         "unit": result.unit,
         "method": result.method,
-        "options": {"top": o.top, "scope": o.scope, "children": o.children, "per_op": o.per_op,
+        "options": {"top": o.top, "sort": o.sort, "scope": o.scope, "children": o.children, "per_op": o.per_op,
                     "compute": o.compute, "wdiff_weights": list(o.wdiff_weights),
                     "equivalence": o.equivalence, "normalise": o.normalise, "confidence": o.confidence,
                     "alpha": o.alpha},
