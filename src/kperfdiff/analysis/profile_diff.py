@@ -435,7 +435,7 @@ def diff_profiles(side_a: list[Profile], side_b: list[Profile], options: DiffOpt
     res.inlined = [_display_inlined(i, ma, mb, opts) for i in inlined]
     res.total_a = float(sum(p.total_weight for p in side_a))
     res.total_b = float(sum(p.total_weight for p in side_b))
-    res.scope_note = scope_note(res.side_a, res.side_b, opts)
+    res.scope_note = scope_note(res.side_a, res.side_b, opts.scope)
     return res
 
 
