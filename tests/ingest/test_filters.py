@@ -267,3 +267,6 @@ def test_diff_says_what_its_rows_are_and_what_was_filtered():
     assert doc["sides"]["a"]["filters"] and doc["sides"]["a"]["kept"] == {"kept": 45, "of": 122}
     r = support.run_cli("diff", plain, plain, "--kallsyms", ks, "--format", "json", check=0)
     assert json.loads(r.stdout)["sides"]["b"]["kept"] is None
+    r = support.run_cli("diff", comm, comm, "--comm", "dd", check=0)
+    assert "(% of the kept samples)" in r.stdout and "share of the kept samples (%)" in r.stdout, r.stdout
+    assert "of all samples" not in r.stdout

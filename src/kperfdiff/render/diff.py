@@ -48,6 +48,11 @@ def _scope_word(result: DiffResult) -> str:
     return {"kernel": f"kernel {what}", "user": f"user {what}", "all": what}[o.scope]
 
 
+def _samples_word(result: DiffResult) -> str:
+    """What a share is of: all samples, or the samples perf report's filters kept (--comm...)."""
+    return "the kept" if result.side_a.filters or result.side_b.filters else "all"
+
+
 def _qualifier(result: DiffResult) -> str:
     q = []
     if result.options.children:
@@ -166,7 +171,7 @@ def tables(result: DiffResult, *, extra: bool = False, mark: bool = False, membe
     la, lb = result.labels
     n = result.options.top
     per_op = result.options.per_op
-    unit = f" ({result.unit})" if per_op else " (% of all samples)"
+    unit = f" ({result.unit})" if per_op else f" (% of {_samples_word(result)} samples)"
     words = _scope_word(result)
     qual = _qualifier(result)
     sig = result.significance and extra
@@ -213,7 +218,7 @@ def tables(result: DiffResult, *, extra: bool = False, mark: bool = False, membe
 def columns_legend(result: DiffResult) -> str:
     """What the columns of the tables are, in one line."""
     la, lb = result.labels
-    what = f"{result.unit} per operation" if result.options.per_op else "share of all samples (%)"
+    what = f"{result.unit} per operation" if result.options.per_op else f"share of {_samples_word(result)} samples (%)"
     words = (f"columns: {la} (A), {lb} (B): {what}{', children (inclusive)' if result.options.children else ''}; "
              f"delta: B - A{' in points' if not result.options.per_op else ''}; B/A: ratio (- where A is 0)")
     if result.options.compute == "wdiff":
