@@ -28,7 +28,7 @@ from kperfdiff.ingest.load import load_stored
 class ProfileDiff:
     variant: str
     reference: str
-    key: str
+    key: str                       # the column's plain name (gups, not the template gups.{pages})
     cores: int
     change: float
     result: DiffResult | None = None
@@ -94,7 +94,7 @@ def diff_stored(cmp: Comparison, reference: str, variant: str, bench_ref: str, b
                 key: str = "", change: float = float("nan"), options: DiffOptions | None = None) -> ProfileDiff:
     """The kperfdiff ranking of two sides' stored profiles of a benchmark at a core count (reference = A);
     problems go to ``error``, so one unreadable profile never loses a report."""
-    pd = ProfileDiff(variant, reference, key or bench_var, cores, change)
+    pd = ProfileDiff(variant, reference, cmp.name(key) if key else bench_var, cores, change)
     a = cmp.side(reference).profiles.get((bench_ref, cores), [])
     b = cmp.side(variant).profiles.get((bench_var, cores), [])
     if not a or not b:
