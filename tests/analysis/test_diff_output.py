@@ -50,11 +50,15 @@ def test_role_row_shows_its_members_with_their_own_shares(children):
     assert f"| {ptep:.2f} | {ptep - a:+.2f} | " in md and "| \u21b3 ptep_clear_flush |" in md
 
 
-def test_same_single_name_on_both_sides_is_printed_once():
+def test_the_same_names_on_both_sides_are_printed_once():
     from kperfdiff.analysis.profile_diff import Row
     from kperfdiff.render.diff import _names
     assert _names(["clear_page_erms"], ["clear_page_erms"], "4k", "huge") == "clear_page_erms"
     assert _names(["clear_page"], ["clear_page_erms"], "4k", "huge") == "4k: clear_page; huge: clear_page_erms"
+    # the same names on both sides, several of them: once (a bisection's parent and culprit)
+    assert _names(["memset_erms", "memset"], ["memset_erms", "memset"], "parent", "culprit") == "memset_erms, memset"
+    assert _names(["memset_erms", "memset"], ["memset"], "parent", "culprit") == \
+        "parent: memset_erms, memset; culprit: memset"
     assert Row("x", 0.0, 1.0, [0.0], [1.0]).ratio is None
 
 

@@ -109,9 +109,10 @@ def _top(rows: list[Row], n: int) -> list[Row]:
 
 
 def _names(a: list[str], b: list[str], la: str, lb: str) -> str:
-    """The original names of a row per side, once when both sides have the same single name."""
-    if len(a) == 1 and a == b:
-        return a[0]
+    """The original names of a row per side, once when both sides have the same names
+    (``clear_page_erms``; ``memset_erms, memset``)."""
+    if a and a == b:
+        return ", ".join(a)
     return "; ".join(f"{label}: {', '.join(names)}" for label, names in ((la, a), (lb, b)) if names)
 
 
@@ -218,7 +219,7 @@ def tables(result: DiffResult, *, extra: bool = False, mark: bool = False, membe
 def columns_legend(result: DiffResult) -> str:
     """What the columns of the tables are, in one line."""
     la, lb = result.labels
-    what = f"{result.unit} per operation" if result.options.per_op else f"share of {_samples_word(result)} samples (%)"
+    what = (result.unit if result.unit.endswith("/op") else f"{result.unit} per operation") if result.options.per_op else f"share of {_samples_word(result)} samples (%)"
     words = (f"columns: {la} (A), {lb} (B): {what}{', children (inclusive)' if result.options.children else ''}; "
              f"delta: B - A{' in points' if not result.options.per_op else ''}; B/A: ratio (- where A is 0)")
     if result.options.compute == "wdiff":
