@@ -158,8 +158,6 @@ class SideInfo:
     # how many, over its profiles (ingest.filters; empty and 0 when unfiltered)
     filters: list[str] = field(default_factory=list)
     kept_of: tuple[int, int] = (0, 0)
-    # what the rows are: "sym" (functions), "dso" or "comm" (--sort)
-    sort: str = "sym"
 
     @property
     def kernel_fraction(self) -> float | None:
@@ -364,8 +362,7 @@ def _side_info(profs: list[Profile], label: str) -> SideInfo:
                     kernel_share=[kernel_share(p) for p in profs], symbols=[p.meta.get("symbols") for p in profs],
                     filters=next((p.meta["filtered"]["filters"] for p in profs if p.meta.get("filtered")), []),
                     kept_of=(sum(p.meta.get("filtered", {}).get("kept", 0) for p in profs),
-                             sum(p.meta.get("filtered", {}).get("of", 0) for p in profs)),
-                    sort=next((p.meta["sort"] for p in profs if p.meta.get("sort")), "sym"))
+                             sum(p.meta.get("filtered", {}).get("of", 0) for p in profs)))
 
 
 def kernel_share(prof: Profile) -> float:

@@ -154,8 +154,8 @@ def _parse_compute(text: str) -> tuple[str, tuple[float, float]]:
 
 def options(args: argparse.Namespace) -> DiffOptions:
     compute, weights = _parse_compute(args.compute or "absdiff")
-    grouped = getattr(args, "sort", "sym") != "sym"    # DSOs or processes: no function rules, roles, twins
-    return DiffOptions(top=args.top, sort=getattr(args, "sort", "sym"), scope="all" if getattr(args, "sort", "sym") == "comm" else args.scope,
+    grouped = args.sort != "sym"    # DSOs or processes: no function rules, roles, twins
+    return DiffOptions(top=args.top, sort=args.sort, scope="all" if args.sort == "comm" else args.scope,
                        labels=_parse_labels(args.labels), children=args.children,
                        per_op=args.per_op, equivalence=not (args.no_equivalence or grouped), maps=tuple(args.map or ()),
                        normalise=not (args.no_normalise or grouped), ops=_parse_ops(args.ops), compute=compute,

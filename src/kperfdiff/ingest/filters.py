@@ -141,18 +141,17 @@ def add_arguments(p) -> None:
 
 # -- what an input can answer -------------------------------------------------------
 
+# what a text input without per-sample facts is, as a refusal names it
+_NO_SAMPLE_FACTS = {"perf-report": "perf report text, which has no per-sample process, thread, CPU or DSO to filter on",
+                    "folded": "folded stacks, which carry no process, thread, CPU or DSO per sample"}
+
+
 def refuse_unanswerable(f: Filters, fmt: str, shown: str) -> None:
     """Refuse the filters an input of format ``fmt`` cannot answer (one sentence)."""
-    if fmt == "perf-report":
-        asked = [a for a in f.asked() if a != "--exclude-idle"]
-        if asked:
-            raise InputError(f"{asked[0]}: {shown} is perf report text, which has no per-sample process, thread, "
-                             f"CPU or DSO to filter on; give the perf.data or perf script output")
-    elif fmt == "folded":
-        asked = [a for a in f.asked() if a != "--exclude-idle"]
-        if asked:
-            raise InputError(f"{asked[0]}: {shown} is folded stacks, which carry no process, thread, CPU or DSO "
-                             f"per sample; give the perf.data or perf script output")
+    what = _NO_SAMPLE_FACTS.get(fmt)
+    asked = [a for a in f.asked() if a != "--exclude-idle"] if what else []
+    if asked:
+        raise InputError(f"{asked[0]}: {shown} is {what}; give the perf.data or perf script output")
 
 
 def check_cpus(f: Filters, event_attr: dict | None, shown: str) -> None:
@@ -172,9 +171,14 @@ def check_script_columns(f: Filters, seen: dict, shown: str) -> None:
 
 # -- the filters on stacks -------------------------------------------------------
 
+def _kernel_image(dso: str, kernel: bool) -> bool:
+    """Whether a symbol of this DSO is in the kernel image itself (perf's ``[kernel.kallsyms]``)."""
+    return kernel and (not dso or dso in ("[kernel]", "[kernel.kallsyms]", "kernel", "vmlinux"))
+
+
 def _dso_matches(dso: str, wanted: tuple[str, ...], kernel: bool) -> bool:
     names = {dso, os.path.basename(dso)}
-    if kernel and (not dso or dso in ("[kernel]", "[kernel.kallsyms]", "kernel", "vmlinux")):
+    if _kernel_image(dso, kernel):
         names.add("[kernel.kallsyms]")
     if dso.startswith("[") and dso.endswith("]"):
         names.add(dso[1:-1])
@@ -197,13 +201,12 @@ def keep_stacks(prof: Profile, f: Filters, shown: str) -> Profile:
     def keeps(stack: tuple[int, ...]) -> bool:
         v = verdict.get(stack)
         if v is None:
-            v = bool(stack)
-            if v and leaf_ok is not None:
-                v = leaf_ok[stack[-1]]
-            if v and table is not None:
-                v = not is_idle([names[i] for i in stack], [kern[i] for i in stack], table)
-            if not stack and not f.dsos:
-                v = True
+            if not stack:                   # no leaf: no DSO to match, not the idle loop
+                v = not f.dsos
+            else:
+                v = leaf_ok is None or leaf_ok[stack[-1]]
+                if v and table is not None:
+                    v = not is_idle([names[i] for i in stack], [kern[i] for i in stack], table)
             verdict[stack] = v
         return v
 
@@ -219,12 +222,8 @@ def keep_stacks(prof: Profile, f: Filters, shown: str) -> Profile:
             b.add(tuple(index[i] for i in st), w, n, comm if named else None)
     if not f.dsos and prof.samples - seen_n > 0:      # the unresolved samples, kept
         b.add((), max(0.0, prof.total_weight - seen_w), prof.samples - seen_n)
-    meta = dict(prof.meta)
-    for k in ("self_count", "children_count"):
-        meta.pop(k, None)
-    out = b.build(prof.source, prof.event, prof.weight_unit, meta)
+    out = _rebuilt(prof, b)
     out.symbols = list(out.symbols)
-    out.label, out.arch = prof.label, prof.arch
     if not prof.has_stacks:        # a flat profile stays flat
         out.stacks, out.stack_counts, out.edges = {}, {}, {}
     return out
@@ -241,8 +240,6 @@ def record(prof: Profile, f: Filters, total: int, shown: str) -> Profile:
     return prof
 
 
-
-
 # -- perf report --sort dso / comm -------------------------------------------------
 
 SORT_KEYS = ("sym", "dso", "comm")
@@ -251,7 +248,7 @@ SORT_KEYS = ("sym", "dso", "comm")
 def dso_name(s) -> str:
     """A symbol's DSO as perf report --sort dso names it: the base name of its file,
     ``[kernel.kallsyms]`` for the kernel, ``[unknown]`` when none is known."""
-    if s.kernel and (not s.dso or s.dso in ("[kernel]", "[kernel.kallsyms]", "kernel", "vmlinux")):
+    if _kernel_image(s.dso, s.kernel):
         return "[kernel.kallsyms]"
     if not s.dso:
         return "[unknown]"
@@ -288,10 +285,15 @@ def regroup(prof: Profile, key: str, shown: str) -> Profile:
             b.add((b.sym(Symbol(comm, "", False)),), w, n, comm)
     if prof.samples - seen_n > 0:       # samples without a stack stay in the total
         b.add((), max(0.0, prof.total_weight - seen_w), prof.samples - seen_n)
+    return _rebuilt(prof, b)
+
+
+def _rebuilt(prof: Profile, b: Builder) -> Profile:
+    """The profile ``b`` built of ``prof``'s samples (some, or regrouped): its source, event, unit,
+    label, architecture and facts, but not the per-symbol counts that were ``prof``'s own."""
     meta = dict(prof.meta)
     for k in ("self_count", "children_count"):
         meta.pop(k, None)
-    meta["sort"] = key
     out = b.build(prof.source, prof.event, prof.weight_unit, meta)
     out.label, out.arch = prof.label, prof.arch
     return out

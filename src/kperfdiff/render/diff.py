@@ -192,7 +192,8 @@ def tables(result: DiffResult, *, extra: bool = False, mark: bool = False, membe
 
     sig_cols = ["ci low (B-A)", "ci high (B-A)", "q"] if sig else []
     shown = _top(result.common, n)
-    t = Table(columns=[la, lb, "delta", "B/A"] + (["wdiff"] if wdiff else []) + sig_cols + [ROW_NAME[result.options.sort]],
+    name_col = ROW_NAME[result.options.sort]
+    t = Table(columns=[la, lb, "delta", "B/A"] + (["wdiff"] if wdiff else []) + sig_cols + [name_col],
               title=f"Common {words}{qual}: {_count(len(shown), len(result.common))}, ranked by "
                     f"{_RANKED_BY[result.options.compute]}{unit}" if shown else f"Common {words}{qual}: none",
               align=["r"] * (4 + wdiff + len(sig_cols)) + ["l"])
@@ -206,7 +207,7 @@ def tables(result: DiffResult, *, extra: bool = False, mark: bool = False, membe
     out.append(t)
     for label, rows, which in ((la, result.only_a, "a"), (lb, result.only_b, "b")):
         shown = _top(rows, n)
-        t = Table(columns=[label] + sig_cols + [ROW_NAME[result.options.sort]],
+        t = Table(columns=[label] + sig_cols + [name_col],
                   title=f"{words[:1].upper()}{words[1:]} only in {label}{qual}: {_count(len(shown), len(rows))}"
                         f"{unit if shown else ''}",
                   align=["r"] * (1 + len(sig_cols)) + ["l"])
@@ -219,7 +220,10 @@ def tables(result: DiffResult, *, extra: bool = False, mark: bool = False, membe
 def columns_legend(result: DiffResult) -> str:
     """What the columns of the tables are, in one line."""
     la, lb = result.labels
-    what = (result.unit if result.unit.endswith("/op") else f"{result.unit} per operation") if result.options.per_op else f"share of {_samples_word(result)} samples (%)"
+    if result.options.per_op:
+        what = result.unit if result.unit.endswith("/op") else f"{result.unit} per operation"
+    else:
+        what = f"share of {_samples_word(result)} samples (%)"
     words = (f"columns: {la} (A), {lb} (B): {what}{', children (inclusive)' if result.options.children else ''}; "
              f"delta: B - A{' in points' if not result.options.per_op else ''}; B/A: ratio (- where A is 0)")
     if result.options.compute == "wdiff":
