@@ -193,14 +193,18 @@ def test_text_layout_and_formats(tmp_path):
     lo, hi = c.blocks[0].cells[("x.lat", 1)].low, c.blocks[0].cells[("x.lat", 1)].high
     ch = ((11 / 6) ** (1 / 3) - 1) * 100
     rows = {tuple(line.split()[:2]): line for line in text.splitlines() if line[:1].isalpha()}
+    x = c.blocks[0].cells[("x.lat", 1)]
+    assert x.detectable > abs(ch) and x.verdict == "unknown" and x.more_reps > 3
     assert rows[("x.lat", "1")].split()[2:] == [f"{1 + ch / 100:.2f}x", "faster", f"{ch:+.1f}%",
-                                                f"[{lo:+.1f},", f"{hi:+.1f}]"]
-    assert rows[("x.lat", "2")].split()[2:] == ["1.83x", "slower", "-45.5%", "[no", "interval]"]
+                                                f"[{lo:+.1f},", f"{hi:+.1f}]", f"±{x.detectable:.1f}%", "unknown",
+                                                f"(~{x.more_reps}", "reps)"]
+    assert rows[("x.lat", "2")].split()[2:] == ["1.83x", "slower", "-45.5%", "[no", "interval]", "-"]
     assert rows[("y.tput", "1")].split()[2:5] == ["2.00x", "faster", "+100.0%"]
     assert "geomean" in text
     assert "too few repetitions for an interval (1 and 1; 3 per side are needed)" in text and "EMULATED" in text
     md = rc.render(c, "markdown")
-    assert "| benchmark | P | change | % | interval | mark |" in md and "| x.lat | 2 | 1.83x slower | -45.5% |" in md
+    assert "| benchmark | P | change | % | interval | detectable | verdict | mark |" in md
+    assert "| x.lat | 2 | 1.83x slower | -45.5% |" in md
     rows = rc.render(c, "csv").splitlines()
     assert rows[0].startswith("variant,reference,kind,column,cores") and ",speed_ratio,direction," in rows[0]
     assert len(rows) == 1 + 3
@@ -211,7 +215,8 @@ def test_text_layout_and_formats(tmp_path):
     slower = next(x for x in j["comparisons"][0]["cells"] if x["key"] == "x.lat" and x["cores"] == 2)
     assert slower["direction"] == "slower" and slower["speed_ratio"] == pytest.approx(1 / (1 + slower["change"] / 100))
     assert j["variants"][1]["emulated"] is True and j["sign"] == "positive change = better"
-    assert j["version"] == 2 and j["alpha"] == 0.05
+    assert j["version"] == 3 and j["alpha"] == 0.05 and j["power"] == 0.8 and j["same_within"] == 5
+    assert cell["detectable"] == pytest.approx(x.detectable) and cell["verdict"] == "unknown"
 
 
 def test_failed_side_is_never_significant(tmp_path):
@@ -281,7 +286,7 @@ def test_tables_are_aligned_and_the_legend_is_said_once(tmp_path):
                     assert not row[a:b].strip() or row[b - 1] != " " and row[b:b + 1] in ("", " "), (name, row)
     assert text.count("--explain for the method") == 1 and text.rstrip().endswith("--explain for the method")
     explained = rc.render(c, "text", explain=True)
-    assert explained.count("interval method: two-level") == 1
+    assert explained.count("interval method: paired rounds") == 1
     assert explained.index("--explain for the method") < explained.index("interval method")
     md = rc.render(c, "markdown", explain=True)
     assert md.count("interval method") == 1 and "&lt;" not in md and "&gt;" not in md and "&amp;" not in md

@@ -73,7 +73,13 @@ def test_gate_judges_each_cell_in_its_units_bad_direction(tmp_path):
     assert got["x.lat"][0] == cm.FAIL and got["y.tput"][0] == cm.FAIL          # time up, throughput down
     assert got["y2.tput"] == (cm.PASS, "no slowdown")                          # throughput up
     assert got["z.lat"] == (cm.PASS, "significant slowdown within the 10% allowed")
-    assert got["u.lat"][0] == cm.PASS and "not significant" in got["u.lat"][1]
+    # u.lat's repetitions are 20% apart: it could not have seen a 10% slowdown, so it is not judged
+    assert got["u.lat"][0] == cm.UNJUDGED and got["u.lat"][1].startswith("could not have seen a 10% slowdown: the "
+                                                                         "smallest change it could detect is ")
+    u = next(x for (k, _), x in c.blocks[0].cells.items() if k == "u.lat")
+    assert u.detectable > 10 and u.verdict == "unknown" and u.more_reps > u.reps_base
+    assert verdicts(cm.gate(c, u.detectable + 1))["u.lat"][0] == cm.PASS      # a gate it could have tripped
+    assert "not significant" in verdicts(cm.gate(c, u.detectable + 1))["u.lat"][1]
     assert got["w.lat"] == (cm.UNJUDGED, "variant not measured")
     # a disturbed cell trips it like any other, and says it was disturbed
     assert got["d.lat"][0] == cm.FAIL and "measured while the machine was disturbed" in got["d.lat"][1]
@@ -100,19 +106,20 @@ def test_gate_on_runs_exit_status_and_stderr(tmp_path, home):
     plain = run_cli("compare", "old", "new", check=0)
     assert p.stdout == plain.stdout                     # the table is unchanged; the verdict is on stderr
     err = p.stderr.splitlines()
-    assert err[0] == ("regression gate (significant slowdown beyond 10%): FAILED: 3 of 6 judged cells tripped it; "
-                      "1 of 7 cells could not be judged (below; --allow-unjudged lets them pass)")
+    assert err[0] == ("regression gate (significant slowdown beyond 10%): FAILED: 3 of 5 judged cells tripped it; "
+                      "2 of 7 cells could not be judged (below; --allow-unjudged lets them pass)")
     x = next(ln for ln in err if "REGRESSION x.lat" in ln)
     cell = cm.from_runs(s, ["old", "new"]).blocks[0].cells[("x.lat", 1)]
     assert x == (f"  REGRESSION x.lat [size=1m] -P 1: new vs old: {cell.change:+.1f}% [{cell.low:+.1f}, "
-                 f"{cell.high:+.1f}], p = {cell.p:.3g}, q = {cell.q:.3g} (x.lat, ns/op, lower is better)")
+                 f"{cell.high:+.1f}], p = {cell.p:.3g}, q = {cell.q:.3g}, detectable ±{cell.detectable:.1f}% (x.lat, "
+                 f"ns/op, lower is better)")
     assert any("REGRESSION y.tput" in ln and "higher is better" in ln for ln in err)
     assert "  not judged: w.lat [size=1m] -P 1: new vs old: variant not measured" in err
     assert sum("REGRESSION" in ln for ln in err) == 3
     d = next(ln for ln in err if "REGRESSION d.lat" in ln)
     assert "lower is better); ! measured while the machine was disturbed: " in d and "6.50 other runnable" in d
     run_cli("compare", "old", "new", "--fail-on-regression", "10", "--skip-disturbed", check=1)
-    assert "FAILED: 2 of 5" in run_cli("compare", "old", "new", "--fail-on-regression", "10",
+    assert "FAILED: 2 of 4" in run_cli("compare", "old", "new", "--fail-on-regression", "10",
                                        "--skip-disturbed").stderr
     # nothing trips at 40%, but w.lat could not be judged: the gate fails closed
     closed = run_cli("compare", "old", "new", "--fail-on-regression", "40", check=1)
@@ -127,7 +134,7 @@ def test_gate_on_runs_exit_status_and_stderr(tmp_path, home):
     # --skip-disturbed sets the disturbed slowdown aside, without failing closed on it
     aside = run_cli("compare", "old", "new", "--fail-on-regression", "30", "--skip-disturbed", "--allow-unjudged",
                     check=0).stderr
-    assert aside.splitlines()[0].endswith("1 not judged, allowed by --allow-unjudged (below); 1 set aside by "
+    assert aside.splitlines()[0].endswith("2 not judged, allowed by --allow-unjudged (below); 1 set aside by "
                                           "--skip-disturbed (below)")
     assert "  set aside: d.lat [size=1m] -P 1: new vs old: significant slowdown beyond 30%, but" in aside
 
@@ -156,11 +163,11 @@ def test_junit_counts_and_structure(tmp_path, home):
     assert [s.get("name") for s in suites] == ["new vs old (baseline)"]
     cases = suites[0].findall("testcase")
     assert len(cases) == 7 == junit_counts(suites[0])["tests"]
-    assert junit_counts(root) == junit_counts(suites[0]) == {"tests": 7, "failures": 3, "errors": 1, "skipped": 0}
+    assert junit_counts(root) == junit_counts(suites[0]) == {"tests": 7, "failures": 3, "errors": 2, "skipped": 0}
     failed = {c.get("classname") for c in cases if c.find("failure") is not None}
     assert failed == {"x.lat", "y.tput", "d.lat"}
-    # the cell it could not judge is an error, not skipped: CI shows it red
-    assert {c.get("classname") for c in cases if c.find("error") is not None} == {"w.lat"}
+    # the cells it could not judge are errors, not skipped: CI shows them red
+    assert {c.get("classname") for c in cases if c.find("error") is not None} == {"w.lat", "u.lat"}
     w = next(c for c in cases if c.get("classname") == "w.lat").find("error")
     assert (w.get("type"), w.get("message")) == ("unjudged", "could not be judged: variant not measured")
     assert not any(c.find("skipped") is not None for c in cases)
@@ -173,11 +180,11 @@ def test_junit_counts_and_structure(tmp_path, home):
     # a reader CI plug-ins use agrees
     xml = junitparser.JUnitXml.fromstring(p.stdout)
     total = [(s.tests, s.failures, s.errors, s.skipped) for s in xml]
-    assert total == [(7, 3, 1, 0)]
+    assert total == [(7, 3, 2, 0)]
     # with --allow-unjudged it is skipped, and says why
     allowed = ET.fromstring(run_cli("compare", "old", "new", "--format", "junit", "--fail-on-regression", "10",
                                     "--allow-unjudged", check=1).stdout)
-    assert junit_counts(allowed) == {"tests": 7, "failures": 3, "errors": 0, "skipped": 1}
+    assert junit_counts(allowed) == {"tests": 7, "failures": 3, "errors": 0, "skipped": 2}
     w = next(c for c in allowed.iter("testcase") if c.get("classname") == "w.lat").find("skipped")
     assert w.get("message") == "not judged, allowed by --allow-unjudged: variant not measured"
     # without a threshold every cell passes, the figures still there
@@ -259,7 +266,7 @@ def test_runs_of_an_experiment_get_its_interval(tmp_path, home):
     by_exp = json.loads(run_cli("compare", "--experiment", "ab", "--format", "json", check=0).stdout)
     (a,), (b,) = by_runs["comparisons"][0]["cells"], by_exp["comparisons"][0]["cells"]
     fields = ("change", "low", "high", "p", "q", "significant", "method", "reps_base", "reps_new")
-    assert a["method"] == "nested" and a["low"] is not None and a["p"] is not None, a
+    assert a["method"] == "paired" and a["low"] is not None and a["p"] is not None, a
     assert {k: a[k] for k in fields} == {k: b[k] for k in fields}
     assert by_runs["experiment"]["name"] == "ab"
     text = run_cli("compare", "ab/A", "ab/B", check=0).stdout

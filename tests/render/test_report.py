@@ -103,7 +103,7 @@ def test_markdown_with_svgs_beside(tmp_path, evil_store):
     md = (tmp_path / "post.md").read_text()
     svgs = sorted(p.name for p in (tmp_path / "post.files").iterdir())
     assert "heatmap-0.svg" in svgs and any(n.startswith("flame-") for n in svgs)
-    assert "(post.files/heatmap-0.svg)" in md and "| benchmark | P | change | % | interval | mark |" in md
+    assert "(post.files/heatmap-0.svg)" in md and "| benchmark | P | change | % | interval | detectable | verdict | mark |" in md
     # the hostile label's tag is escaped (a backslash before its '<'), never written as an HTML entity
     assert not re.search(r"(?<!\\)<script", md) and "&lt;" not in md and str(tmp_path / "post.md") in r.stdout
     for n in svgs:

@@ -107,7 +107,7 @@ def test_result_first_machines_folded_after(report_html):
     # two folds: the method under the tables (compare --explain's text), the machines last
     assert [d["summary"].split(" (")[0] for d in o.details] == [
         "How the changes are computed", "CPU, memory, kernel, knobs and the rest of each machine"]
-    assert "interval method: two-level random-effects" in o.details[0]["text"]
+    assert "interval method: paired rounds" in o.details[0]["text"]
     d = o.details[1]
     assert d["h2_before"][-1] == "machines" and d["tables"] == 1
     # folded, not dropped: every fact and both values of the one that differs are inside

@@ -48,11 +48,13 @@ import re
 from dataclasses import dataclass, field
 
 
+from kperfdiff.core import modes as modemod
 from kperfdiff.core import monitors, stats
 from kperfdiff.core.errors import InputError
 from kperfdiff.core.records import StoredExperiment, StoredProfile, result_names, summarise_disturbance, unresolvable
 
 MIN_REPS = stats.MIN_REPS
+DEFAULT_SAME_WITHIN = 5.0     # percent: a change whose interval lies inside +-this is "same"
 _PLACEHOLDER = re.compile(r"\.?\{[^}]*\}")
 
 
@@ -64,6 +66,7 @@ class Sample:
     unit: str | None
     better: str | None
     reps: list[list[float]] = field(default_factory=list)   # interval values per repetition
+    rounds: list[int] = field(default_factory=list)           # the round each repetition was measured in
     status: str = "ok"             # ok, skipped, failed, missing
     reason: str | None = None
     monitors: dict = field(default_factory=dict)              # summed over repetitions
@@ -98,6 +101,13 @@ class Sample:
     def cv(self) -> float:
         v = self.pooled
         return stats.coefficient_of_variation(v) if len(v) > 1 else math.nan
+
+    @property
+    def modes(self) -> modemod.Modes:
+        """The modes of its intervals (:func:`kperfdiff.core.modes.find_modes`), found once."""
+        if getattr(self, "_modes", None) is None:
+            self._modes = modemod.find_modes(self.pooled) if self.status == "ok" else modemod.single([])
+        return self._modes
 
 
 @dataclass
@@ -134,6 +144,13 @@ class CellChange:
     q: float = math.nan          # Benjamini-Hochberg q-value over the cell's table
     disturbed: list[str] = field(default_factory=list)   # noise reasons of either side
     runs: int = 0                # stored runs the drift between runs was estimated from (separate runs)
+    detectable: float = math.nan     # smallest change the cell could have detected (80% power), percent
+    verdict: str = ""            # different, same or unknown (decide_verdicts); "" without a change
+    more_reps: int = 0           # unknown: about how many repetitions per side would decide it
+    pairs: int = 0               # paired rounds (method "paired")
+    modes_base: list[dict] = field(default_factory=list)   # [{centre, share}] when a side has several modes
+    modes_new: list[dict] = field(default_factory=list)
+    per_mode: list[float | None] = field(default_factory=list)   # the change within each mode, percent
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -165,6 +182,7 @@ class Comparison:
     templates: dict[str, dict[str, str]] = field(default_factory=dict)  # key -> variant -> benchmark
     alpha: float = stats.DEFAULT_ALPHA
     ops: dict[str, str] = field(default_factory=dict)   # benchmark -> what one operation is (the catalogue's op)
+    same_within: float = DEFAULT_SAME_WITHIN            # percent: the "same" verdict's bound
 
     @property
     def baseline(self) -> Side:
@@ -193,15 +211,27 @@ class Comparison:
         return next(s for s in self.sides if s.label == label)
 
 
-def method_text(confidence: float = stats.DEFAULT_CONFIDENCE, alpha: float = stats.DEFAULT_ALPHA) -> str:
-    return (stats.nested_method_text(confidence) + f"; significant = Benjamini-Hochberg q <= {alpha:g} over the "
+def method_text(confidence: float = stats.DEFAULT_CONFIDENCE, alpha: float = stats.DEFAULT_ALPHA,
+                same_within: float = DEFAULT_SAME_WITHIN) -> str:
+    return (stats.PAIRED_METHOD.format(c=confidence, m=MIN_REPS) + "; variants measured in separate rounds: "
+            + stats.nested_method_text(confidence) + "; " + modemod.METHOD
+            + f"; significant = Benjamini-Hochberg q <= {alpha:g} over the "
             f"cells of each table, so on a table where nothing changed any cell is marked with probability "
-            f"at most {alpha:.0%}")
+            f"at most {alpha:.0%}; " + stats.DETECTABLE_METHOD.format(pw=stats.POWER, a=1 - confidence)
+            + f"; verdict: different (significant), same (the interval lies inside +-{same_within:g}%), "
+            f"unknown (neither: more repetitions needed)")
 
 
 def compare_cell(key: str, cores: int, a: Sample | None, b: Sample | None, *,
-                 confidence: float = stats.DEFAULT_CONFIDENCE) -> CellChange:
-    """The change of one column at one core count, B against A (significance is decided per table)."""
+                 confidence: float = stats.DEFAULT_CONFIDENCE, paired: bool = False) -> CellChange:
+    """The change of one column at one core count, B against A (significance is decided per table).
+
+    ``paired``: the two sides were measured in the same rounds (an experiment's variants), so their
+    repetitions are paired by round (:func:`kperfdiff.core.stats.paired_change`) when at least MIN_REPS
+    rounds are on both sides. When either side has several modes, the two are compared within their
+    modes (:func:`kperfdiff.core.modes.within_modes_change`), or not at all when the modes do not line
+    up; separate runs (a stored history) are compared with the drift between runs, or, with several
+    modes, not at all (no drift estimate is made within modes)."""
     nan = math.nan
     ba = a.benchmark if a else ""
     bb = b.benchmark if b else ""
@@ -221,16 +251,77 @@ def compare_cell(key: str, cores: int, a: Sample | None, b: Sample | None, *,
             return cell(_med(a), _med(b), nan, nan, nan, "", f"{who} {s.status}" + (f": {s.reason}" if s.reason else ""))
     if a.unit != b.unit or a.better != b.better:
         return cell(_med(a), _med(b), nan, nan, nan, "", f"units differ ({a.unit} vs {b.unit})")
+    ma, mb = a.modes, b.modes
+    modal = ma.several or mb.several
+    per_mode: list = []
     if a.history is not None and b.history is not None:
+        if modal:
+            out = cell(_med(a), _med(b), nan, nan, nan, "", "separate runs with several modes "
+                       f"({_modes_words(ma, mb)}) are compared within their modes only inside one experiment "
+                       "(kperfdiff run), where the rounds are interleaved: no percentage")
+            return _with_modes(out, ma, mb, [])
         ch = stats.run_level_change(a.reps, b.reps, a.better, [a.history, b.history] if a.history is not b.history
                                     else [a.history], confidence=confidence)
         kind = "runs"
+    elif modal:
+        mc = modemod.within_modes_change(ma, mb, a.reps, b.reps, a.better,
+                                         base_rounds=a.rounds if paired else None,
+                                         new_rounds=b.rounds if paired else None, confidence=confidence)
+        per_mode = [c.change if c is not None else None for c in mc.per_mode]
+        if mc.change is None:
+            out = cell(_med(a), _med(b), nan, nan, nan, "", f"{mc.reason}; {_share_words(ma, mb)}: no percentage")
+            return _with_modes(out, ma, mb, per_mode)
+        ch, kind = mc.change, "modes"
     else:
-        ch = stats.nested_change(a.reps, b.reps, a.better, confidence=confidence)
-        kind = "nested"
+        ch = stats.paired_change(a.reps, b.reps, a.rounds, b.rounds, a.better, confidence=confidence) \
+            if paired else None
+        kind = "paired"
+        if ch is None:
+            ch = stats.nested_change(a.reps, b.reps, a.better, confidence=confidence)
+            kind = "nested"
     out = cell(ch.base, ch.new, ch.change, ch.low, ch.high, "" if math.isnan(ch.low) else kind, ch.reason, ch.p)
-    out.runs = ch.runs
-    return out
+    out.runs, out.pairs = ch.runs, ch.pairs
+    out.detectable = ch.detectable
+    return _with_modes(out, ma, mb, per_mode)
+
+
+def _with_modes(cell: CellChange, ma: modemod.Modes, mb: modemod.Modes, per_mode: list) -> CellChange:
+    if ma.several or mb.several:
+        cell.modes_base, cell.modes_new, cell.per_mode = ma.as_list(), mb.as_list(), per_mode
+    return cell
+
+
+def _modes_words(ma: modemod.Modes, mb: modemod.Modes) -> str:
+    return f"baseline {modemod.describe(ma) or '1 mode'}; variant {modemod.describe(mb) or '1 mode'}"
+
+
+def _share_words(ma: modemod.Modes, mb: modemod.Modes) -> str:
+    """How the modes' proportions compare: the share of the first (fastest or lowest) mode per side."""
+    if len(ma.centres) == len(mb.centres):
+        return f"share of the lowest mode {ma.shares[0]:.0%} in the baseline, {mb.shares[0]:.0%} in the variant"
+    return _modes_words(ma, mb)
+
+
+def decide_verdicts(cells, same_within: float = DEFAULT_SAME_WITHIN) -> None:
+    """Each tested cell's verdict, once its significance is known: *different* when significant,
+    *same* when its interval lies inside +-``same_within`` percent, else *unknown*, with about how many
+    repetitions per side would decide it: the interval's half-width shrinks as 1/sqrt(n), and it must
+    come down to the larger of |change| (to be significant) and same_within - |change| (to be same)."""
+    for c in cells:
+        if math.isnan(c.change) or math.isnan(c.p):
+            c.verdict = "unknown" if c.modes_base or c.modes_new else ""
+            continue
+        if c.significant:
+            c.verdict = "different"
+        elif c.low > -same_within and c.high < same_within:
+            c.verdict = "same"
+        else:
+            c.verdict = "unknown"
+            hw = stats.ratio_half_width(c.low, c.high)
+            target = max(abs(c.change), same_within - abs(c.change))
+            n = min(c.reps_base, c.reps_new)
+            if hw > 0 and target > 0 and n:
+                c.more_reps = max(n + 1, math.ceil(n * (hw / target) ** 2))
 
 
 def _med(s: Sample | None) -> float:
@@ -250,8 +341,10 @@ def control_false_discoveries(cells, alpha: float = stats.DEFAULT_ALPHA) -> int:
 
 def compare(sides: list[Side], pairs: list[tuple[str, str, str]], *, title: str = "",
             experiment: StoredExperiment | None = None, confidence: float = stats.DEFAULT_CONFIDENCE,
-            templates: dict | None = None, alpha: float = stats.DEFAULT_ALPHA) -> Comparison:
-    """Compare sides: ``pairs`` are (variant, reference, kind) labels."""
+            templates: dict | None = None, alpha: float = stats.DEFAULT_ALPHA, paired: bool = False,
+            same_within: float = DEFAULT_SAME_WITHIN) -> Comparison:
+    """Compare sides: ``pairs`` are (variant, reference, kind) labels; ``paired``: the sides were
+    measured in the same rounds (one experiment), so each cell pairs them by round."""
     keys: list[str] = []
     cores: list[int] = []
     for s in sides:
@@ -265,16 +358,18 @@ def compare(sides: list[Side], pairs: list[tuple[str, str, str]], *, title: str 
     by_label = {s.label: s for s in sides}
     for var, ref, kind in pairs:
         a, b = by_label[ref], by_label[var]
-        cells = {(k, c): compare_cell(k, c, a.samples.get((k, c)), b.samples.get((k, c)), confidence=confidence)
+        cells = {(k, c): compare_cell(k, c, a.samples.get((k, c)), b.samples.get((k, c)), confidence=confidence,
+                                      paired=paired)
                  for k in keys for c in cores
                  if (k, c) in a.samples or (k, c) in b.samples}
         tests = control_false_discoveries(cells.values(), alpha)
+        decide_verdicts(cells.values(), same_within)
         gc = {c: stats.geometric_mean_change([x.change for (k, cc), x in cells.items() if cc == c]) for c in cores}
         gk = {k: stats.geometric_mean_change([x.change for (kk, c), x in cells.items() if kk == k]) for k in keys}
         g = stats.geometric_mean_change([x.change for x in cells.values()])
         blocks.append(Block(var, ref, kind, cells, gc, gk, g, tests))
     return Comparison(title=title, sides=sides, keys=keys, cores=cores, blocks=blocks, experiment=experiment,
-                      confidence=confidence, templates=templates or {}, alpha=alpha)
+                      confidence=confidence, templates=templates or {}, alpha=alpha, same_within=same_within)
 
 
 # -- reading the store --------------------------------------------------------------
@@ -293,6 +388,7 @@ def _add_result(side: Side, r, key: str) -> None:
     if r.status == "ok":
         by_rep = r.repetitions
         s.reps.extend(by_rep.values())
+        s.rounds.extend(by_rep)      # an experiment's cell holds one repetition, numbered by its round
         s.status = "ok"
         s.reason = None
         s.unit, s.better, s.params = r.unit, r.better, r.params
@@ -324,7 +420,8 @@ def _side_from_runs(store, label: str, runs, profiles: bool = True) -> Side:
     return side
 
 
-def from_experiment(store, ref: str, *, profiles: bool = True) -> Comparison:
+def from_experiment(store, ref: str, *, profiles: bool = True, same_within: float = DEFAULT_SAME_WITHIN
+                    ) -> Comparison:
     exp = store.find_experiment(ref)
     spec = exp.spec
     runs = store.experiment_runs(exp.id)
@@ -354,8 +451,8 @@ def from_experiment(store, ref: str, *, profiles: bool = True) -> Comparison:
     if state == "running" and not store.experiment_owner_alive(exp) and exp.pid != os.getpid():
         state = "interrupted"
     title = f"experiment {exp.name} (id {exp.id}, {state})"
-    cmp = compare(sides, pairs, title=title, experiment=exp, templates=templates)
-    return cmp
+    return compare(sides, pairs, title=title, experiment=exp, templates=templates, paired=True,
+                   same_within=same_within)
 
 
 def _attach_run_history(store, sides: list[Side]) -> None:
@@ -376,7 +473,8 @@ def _attach_run_history(store, sides: list[Side]) -> None:
             smp.history = history
 
 
-def from_runs(store, refs: list[str], *, stack: bool = False, profiles: bool = True) -> Comparison:
+def from_runs(store, refs: list[str], *, stack: bool = False, profiles: bool = True,
+              same_within: float = DEFAULT_SAME_WITHIN) -> Comparison:
     """Runs compared side by side (the first is the baseline). Runs that each stand alone are judged
     with the drift between runs; runs that all belong to one experiment were interleaved there, so
     they get the experiment's own interval, the same as ``compare --experiment`` gives its variants."""
@@ -409,7 +507,8 @@ def from_runs(store, refs: list[str], *, stack: bool = False, profiles: bool = T
     title = "runs " + ", ".join(str(r.id) for r in runs)
     if exp is not None:
         title += f" (interleaved in experiment {exp.name}, id {exp.id}: its interval, no drift between runs)"
-    return compare(sides, pairs, title=title, experiment=exp, templates=templates)
+    return compare(sides, pairs, title=title, experiment=exp, templates=templates, paired=exp is not None,
+                   same_within=same_within)
 
 
 def top_mover(cmp: Comparison) -> CellChange | None:
@@ -477,13 +576,21 @@ def judge(cell: CellChange, threshold: float, *, skip_disturbed: bool = False) -
     significant (the table's Benjamini-Hochberg test, as the comparison marks it) and its change is
     a slowdown beyond ``threshold`` percent (the change is signed so that negative is worse, for
     times and for throughputs alike). A cell with no test (a side missing or failed, too few
-    repetitions, no drift estimate) could not be judged (UNJUDGED). A cell measured while the machine
+    repetitions, no drift estimate, modes that do not line up) could not be judged (UNJUDGED), and
+    neither could a cell not significant whose detectable change is above ``threshold``: it would
+    have passed a slowdown of ``threshold`` percent unseen (a threshold of 0 asks for significance alone:
+    no test can see a change of 0%). A cell measured while the machine
     was disturbed trips it like any other, its reason saying so (its interval already holds the noise
     it saw); with ``skip_disturbed`` it is set aside instead (SKIP), for shops that would rather rerun."""
     if math.isnan(cell.change):
         return UNJUDGED, cell.note or "not measured on both sides"
     if math.isnan(cell.p):
         return UNJUDGED, cell.note or "no interval, so no test"
+    if not cell.significant and threshold > 0 and cell.detectable > threshold:
+        return UNJUDGED, (f"could not have seen a {threshold:g}% slowdown: the smallest change it could detect is "
+                          f"{cell.detectable:.1f}% ({stats.POWER:.0%} power)"
+                          + (f"; about {cell.more_reps} repetitions per side would decide it" if cell.more_reps
+                             else ""))
     if cell.change >= 0:
         return PASS, "no slowdown"
     if not cell.significant:

@@ -122,6 +122,14 @@ class Change:
     method: str
     reason: str = ""     # why there is no interval, when there is none
     runs: int = 0        # stored runs the drift between runs was estimated from (run_level_change)
+    se: float = math.nan     # standard error of the log ratio the interval was made from
+    df: float = math.nan     # its degrees of freedom
+    pairs: int = 0           # paired rounds (paired_change), 0 for the unpaired methods
+
+    @property
+    def detectable(self) -> float:
+        """The smallest change this comparison could have detected (:func:`detectable_change`)."""
+        return detectable_change(self.se, self.df, confidence=self.confidence)
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -218,11 +226,112 @@ def nested_change(base_reps, new_reps, better: str, *, confidence: float = DEFAU
     if _constant(la) and _constant(lb):       # exact counts (deterministic guests) repeat to the last digit
         lo = hi = d
         p = 0.0 if abs(d) > 1e-12 else 1.0
+        se, df = 0.0, float(la.size + lb.size - 2)
     else:
         _d, lo, hi, p = welch_interval(la, lb, confidence=confidence)
+        se, df = welch_se_df(la, lb)
+    return Change(ca, cb, point, *percent_ends(lo, hi, better), confidence, p, False, method, se=se, df=df)
+
+
+def t_interval(d: float, se: float, df: float, confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float, float]:
+    """(low, high, two-sided p) of a t interval around ``d`` with standard error ``se`` and ``df`` degrees
+    of freedom; with a zero se the interval collapses to ``d`` and p is 0 if it is non-zero, else 1."""
+    if se <= 1e-12 * max(1.0, abs(d)):
+        return d, d, (0.0 if abs(d) > 1e-12 else 1.0)
+    t = t_quantile((1 + confidence) / 2, df)
+    return d - t * se, d + t * se, t_two_sided_p(d / se, df)
+
+
+def percent_ends(lo: float, hi: float, better: str) -> tuple[float, float]:
+    """The ends of an interval of log(new/base) as signed percent changes (:func:`signed_change`), low first."""
     sign = -1.0 if better == "lower" else 1.0    # speed ratio = exp(sign * d)
-    ends = sorted(((math.exp(sign * lo) - 1) * 100, (math.exp(sign * hi) - 1) * 100))
-    return Change(ca, cb, point, ends[0], ends[1], confidence, p, False, method)
+    a, b = sorted(((math.exp(sign * lo) - 1) * 100, (math.exp(sign * hi) - 1) * 100))
+    return a, b
+
+
+def welch_se_df(a, b) -> tuple[float, float]:
+    """Welch's standard error of mean(b) - mean(a) and its Welch-Satterthwaite degrees of freedom
+    (the se and df :func:`welch_interval` uses; df is the pooled n - 2 when the se is zero)."""
+    import numpy as np
+    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    va, vb = x.var(ddof=1) / x.size, y.var(ddof=1) / y.size
+    if va + vb == 0:
+        return 0.0, float(x.size + y.size - 2)
+    df = (va + vb) ** 2 / ((va ** 2 / (x.size - 1) if va else 0) + (vb ** 2 / (y.size - 1) if vb else 0))
+    return math.sqrt(va + vb), float(df)
+
+
+POWER = 0.80     # the power every detectable change is stated at
+
+DETECTABLE_METHOD = ("detectable = the smallest change the cell's test would call significant with {pw:.0%} "
+                     "probability at its noise and repetitions: exp((t(1 - alpha/2) + t({pw:.2f})) * se) - 1 with "
+                     "alpha = {a:g} and se, degrees of freedom those of its interval")
+
+
+def detectable_change(se: float, df: float, *, confidence: float = DEFAULT_CONFIDENCE,
+                      power: float = POWER) -> float:
+    """The smallest change, in percent of the speed ratio, that a two-sided t test at level
+    1 - ``confidence`` with standard error ``se`` of a log ratio and ``df`` degrees of freedom
+    detects with probability ``power``: (exp((t_{1-alpha/2} + t_power) * se) - 1) * 100, the
+    textbook sample-size relation (the shift at which the test statistic's distribution puts
+    ``power`` of its mass beyond the critical value, t quantiles for the estimated se). 0 when the
+    se is 0 (exact counts); nan without a test."""
+    if not (math.isfinite(se) and math.isfinite(df)) or df <= 0 or se < 0:
+        return math.nan
+    if se == 0:
+        return 0.0
+    k = t_quantile((1 + confidence) / 2, df) + t_quantile(power, df)
+    return (math.exp(k * se) - 1) * 100
+
+
+PAIRED_METHOD = ("paired rounds: each repetition (a fresh process) is summarised by the median of its intervals, "
+                 "and the two sides' repetitions measured in the same round (back to back, their order alternating "
+                 "from round to round) are paired; the change is the mean of the per-round differences of the "
+                 "logarithms, and its {c:.0%} interval and p-value come from Student's t on those differences "
+                 "(as scipy.stats.ttest_rel), so a level shift of the machine that lasts a round falls on both "
+                 "sides and cancels; at least {m} paired rounds")
+
+
+def paired_change(base_reps, new_reps, base_rounds, new_rounds, better: str, *,
+                  confidence: float = DEFAULT_CONFIDENCE, min_reps: int = MIN_REPS) -> Change | None:
+    """:func:`nested_change` for two sides measured in the same rounds (an experiment's variants):
+    ``base_rounds``/``new_rounds`` give each repetition's round. The repetitions of one round are
+    paired, and the interval is Student's t on the per-round differences of the log medians
+    (n - 1 degrees of freedom). The centres are those of every repetition, as the tables print them.
+    None when fewer than ``min_reps`` rounds are on both sides (the caller then compares unpaired)."""
+    import numpy as np
+    if better not in ("lower", "higher"):
+        raise ValueError(f"better must be 'lower' or 'higher', not {better!r}")
+    a, b = _by_round(base_reps, base_rounds), _by_round(new_reps, new_rounds)
+    common = sorted(set(a) & set(b))
+    if len(common) < min_reps:
+        return None
+    la, lb = np.log([a[r] for r in common]), np.log([b[r] for r in common])
+    if not (np.all(np.isfinite(la)) and np.all(np.isfinite(lb))):
+        return None
+    diffs = lb - la
+    d = float(diffs.mean())
+    n = diffs.size
+    se = float(diffs.std(ddof=1) / math.sqrt(n))
+    lo, hi, p = t_interval(d, se, n - 1, confidence)
+    if lo == hi:
+        se = 0.0
+    sign = -1.0 if better == "lower" else 1.0
+    ca, cb = nested_centre(base_reps), nested_centre(new_reps)
+    return Change(ca, cb, (math.exp(sign * d) - 1) * 100, *percent_ends(lo, hi, better), confidence, p, False,
+                  PAIRED_METHOD.format(c=confidence, m=min_reps), se=se, df=float(n - 1), pairs=n)
+
+
+def _by_round(reps, rounds) -> dict:
+    """round -> the median of its repetition (the geometric mean of their medians, should a round hold
+    several); repetitions without values, or whose median is not positive, left out."""
+    groups: dict = {}
+    for r, values in zip(rounds, reps):
+        if len(values):
+            m = _median(values)
+            if m > 0:
+                groups.setdefault(r, []).append(m)
+    return {r: (ms[0] if len(ms) == 1 else math.exp(sum(map(math.log, ms)) / len(ms))) for r, ms in groups.items()}
 
 
 def _constant(logs: np.ndarray) -> bool:
@@ -291,16 +400,14 @@ def run_level_change(base_reps, new_reps, better: str, histories, *, confidence:
     if total == 0:
         lo = hi = d
         p = 0.0 if d != 0 else 1.0
+        se, df = 0.0, float(la.size + lb.size - 2)
     else:
         parts = [(sa, la.size - 1), (sb, lb.size - 1), (2 * run_var, df_run)]
         df = total ** 2 / sum(v ** 2 / k for v, k in parts if v > 0 and k > 0)
-        t = t_quantile((1 + confidence) / 2, df)
         se = math.sqrt(total)
-        lo, hi = d - t * se, d + t * se
-        p = t_two_sided_p(d / se, df)
-    sign = -1.0 if better == "lower" else 1.0
-    ends = sorted(((math.exp(sign * lo) - 1) * 100, (math.exp(sign * hi) - 1) * 100))
-    return Change(base.base, base.new, base.change, ends[0], ends[1], confidence, p, False, method, "", runs)
+        lo, hi, p = t_interval(d, se, df, confidence)
+    return Change(base.base, base.new, base.change, *percent_ends(lo, hi, better), confidence, p, False, method,
+                  "", runs, se=se, df=df)
 
 
 def unresolved_difference(values, overhead: float, unit: str = "") -> str | None:
@@ -369,11 +476,9 @@ def welch_interval(a, b, *, confidence: float = DEFAULT_CONFIDENCE) -> tuple[flo
     if x.size < 2 or y.size < 2:
         raise ValueError("Welch's interval needs at least 2 values per side")
     d = float(y.mean() - x.mean())
-    va, vb = x.var(ddof=1) / x.size, y.var(ddof=1) / y.size
-    se = math.sqrt(va + vb)
+    se, df = welch_se_df(x, y)
     if se == 0:
         return d, d, d, (0.0 if d != 0 else 1.0)
-    df = (va + vb) ** 2 / ((va ** 2 / (x.size - 1) if va else 0) + (vb ** 2 / (y.size - 1) if vb else 0))
     t = t_quantile((1 + confidence) / 2, df)
     return d, d - t * se, d + t * se, t_two_sided_p(d / se, df)
 

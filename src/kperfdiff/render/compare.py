@@ -14,6 +14,7 @@ import math
 import re
 import xml.etree.ElementTree as ET
 
+from kperfdiff.core import modes as modemod
 from kperfdiff.core import stats
 from kperfdiff.analysis.bench_compare import (
     FAIL,
@@ -32,7 +33,7 @@ from kperfdiff.render.table import Table, md_escape, number, percent, to_csv, to
 
 SIG = "*"
 DISTURBED = "!"
-COMPARE_VERSION = 2   # of the JSON document
+COMPARE_VERSION = 3   # of the JSON document
 
 
 def _interval(c: CellChange) -> str:
@@ -108,10 +109,20 @@ def legend_lines(cmp: Comparison, more: str = "--explain for the method") -> lis
            for k, per in cmp.templates.items()]
     out.append("change: speed ratio of the centres (x faster / x slower) and in % (positive = better); "
                f"[low, high]: its {cmp.confidence:.0%} interval in %; {SIG} significant (Benjamini-Hochberg "
-               f"q <= {cmp.alpha:g} over its table); {DISTURBED} measured while the machine was disturbed"
-               + (f"; {more}" if more else ""))
+               f"q <= {cmp.alpha:g} over its table); {DISTURBED} measured while the machine was disturbed")
+    out.append(f"detectable: the smallest change the cell could have seen ({stats.POWER:.0%} power); verdict: "
+               f"different (significant), same (interval inside ±{cmp.same_within:g}%), unknown (neither; about "
+               f"how many repetitions per side would decide it)")
+    if any(x.method == "paired" for b in cmp.blocks for x in b.cells.values()):
+        out.append("paired: the variants' repetitions of each round are compared with each other (a level shift "
+                   "of the machine falls on both)")
+    if any(x.modes_base or x.modes_new for b in cmp.blocks for x in b.cells.values()):
+        out.append("modes: a benchmark whose intervals fall into separate clusters is compared within each "
+                   "cluster, never by the mix of clusters")
     if any(x.method == "runs" for b in cmp.blocks for x in b.cells.values()):
         out.append("separate runs: each interval also holds the drift between runs of the benchmark on its machine")
+    if more:
+        out[-1] += f"; {more}"
     return out
 
 
@@ -122,8 +133,8 @@ def explain_lines(cmp: Comparison) -> list[str]:
            f"[low, high] = {cmp.confidence:.0%} confidence interval of the cell alone; {SIG} = significant after "
            f"Benjamini-Hochberg over the cells of its table (q <= {cmp.alpha:g}), no mark = not significant; "
            f"{DISTURBED} = measured while the machine was disturbed (reasons below the table)",
-           "interval method: " + method_text(cmp.confidence, cmp.alpha) + "; centre = geometric mean of the "
-           "per-repetition medians; CV = stdev/mean of all intervals"]
+           "interval method: " + method_text(cmp.confidence, cmp.alpha, cmp.same_within) + "; centre = geometric "
+           "mean of the per-repetition medians; CV = stdev/mean of all intervals"]
     runs = [x.runs for b in cmp.blocks for x in b.cells.values() if x.method == "runs"]
     if runs:
         out.append(f"separate runs: each interval also holds the drift between runs, from {min(runs)}-"
@@ -160,7 +171,34 @@ def centres_table(cmp: Comparison) -> Table:
                     row += [f"{number(smp.centre * ax.factor)} {DISTURBED if smp.disturbed else ' '}",
                             "-" if math.isnan(cv) else f"{cv * 100:.1f}%", len(smp.reps)]
             t.rows.append(row)
+    t.notes = mode_notes(cmp)
     return t
+
+
+def mode_notes(cmp: Comparison) -> list[str]:
+    """A line per sample whose intervals have several modes, naming them in the column's unit."""
+    out = []
+    for k in cmp.keys:
+        ax = column_unit(cmp, k)
+        for c in cmp.cores:
+            for side in cmp.sides:
+                smp = side.samples.get((k, c))
+                if smp is not None and smp.status == "ok" and smp.modes.several:
+                    words = modemod.describe(smp.modes, ax.value)
+                    out.append(f"  {cmp.name(k)} -P {c} {side_label(cmp, side.label)}: {words}")
+    return out
+
+
+def detectable_text(c: CellChange) -> str:
+    """``+-4.1%``: the smallest change the cell could have seen; ``-`` without a test."""
+    return "-" if math.isnan(c.detectable) else f"±{c.detectable:.1f}%" if c.detectable < 1000 else ">±999%"
+
+
+def verdict_text(c: CellChange) -> str:
+    """``different``, ``same``, ``unknown (~24 reps)``."""
+    if c.verdict == "unknown" and c.more_reps:
+        return f"unknown (~{c.more_reps} reps)"
+    return c.verdict
 
 
 def block_title(cmp: Comparison, blk: Block) -> str:
@@ -168,7 +206,7 @@ def block_title(cmp: Comparison, blk: Block) -> str:
     return f"change: {side_label(cmp, blk.variant)} vs {side_label(cmp, blk.reference)} ({ref})"
 
 
-CHANGE_COLUMNS = ["benchmark", "P", "change", "%", "interval", "mark"]
+CHANGE_COLUMNS = ["benchmark", "P", "change", "%", "interval", "detectable", "verdict", "mark"]
 
 
 def block_cells(cmp: Comparison, blk: Block) -> list[tuple[str, int, CellChange]]:
@@ -179,17 +217,17 @@ def block_cells(cmp: Comparison, blk: Block) -> list[tuple[str, int, CellChange]
 def block_table(cmp: Comparison, blk: Block) -> Table:
     """One variant against its reference: a row per column and core count (the speed ratio, the change
     in % and its interval, the marks), then the geometric means; the notes under it."""
-    t = Table(list(CHANGE_COLUMNS), title=block_title(cmp, blk), align=["l", "r", "r", "r", "l", "l"])
+    t = Table(list(CHANGE_COLUMNS), title=block_title(cmp, blk), align=["l", "r", "r", "r", "l", "r", "l", "l"])
     for k, c, x in block_cells(cmp, blk):
         if math.isnan(x.change):
-            t.rows.append([cmp.name(k), c, "n/a" if x.note else "-", "", "", ""])
+            t.rows.append([cmp.name(k), c, "n/a" if x.note else "-", "", "", "", verdict_text(x), ""])
             continue
         t.rows.append([cmp.name(k), c, ratio_text(x.change), percent(x.change, signed=True) + "%",
-                       _interval(x).strip(), marks(x)])
+                       _interval(x).strip(), detectable_text(x), verdict_text(x), marks(x)])
 
     def mean(label, cores, g):
         if not math.isnan(g):
-            t.rows.append([label, cores, ratio_text(g), percent(g, signed=True) + "%", "", ""])
+            t.rows.append([label, cores, ratio_text(g), percent(g, signed=True) + "%", "", "", "", ""])
     if len(cmp.cores) > 1 and len(cmp.keys) > 1:
         for c in cmp.cores:
             mean("geomean", c, blk.geomean_by_cores.get(c, math.nan))
@@ -199,6 +237,9 @@ def block_table(cmp: Comparison, blk: Block) -> Table:
     if len(blk.cells) > 1:
         mean("geomean", "all", blk.geomean)
     notes = sorted({f"  {cmp.name(k)} -P {c}: {x.note}" for (k, c), x in blk.cells.items() if x.note})
+    notes += [f"  {cmp.name(k)} -P {c}: compared within {len(x.per_mode)} modes: " + ", ".join(
+        f"mode {i + 1} {'-' if v is None else percent(v, signed=True) + '%'}" for i, v in enumerate(x.per_mode))
+        for (k, c), x in blk.cells.items() if x.per_mode and not math.isnan(x.change)]
     notes += sorted({f"  {cmp.name(k)} -P {c} {DISTURBED} {r}" for (k, c), x in blk.cells.items() for r in x.disturbed})
     stops = {}
     for (k, c), x in blk.cells.items():
@@ -270,6 +311,8 @@ def verdict_lines(cmp: Comparison, most: int = 4) -> list[str]:
                 x = max(real, key=lambda x: abs(x.change))
                 figures = f"{percent(x.change, signed=True)}%" + (_interval(x) if not math.isnan(x.low) else
                                                                     ", no interval")
+                if not math.isnan(x.detectable):
+                    figures += f", could have seen {detectable_text(x)}, {verdict_text(x)}"
                 flat.append(f"{cmp.name(k)}{f' P={x.cores}' if several else ''}: no significant change ({figures}"
                             + (", disturbed)" if x.disturbed else ")"))
         sig.sort(key=lambda t: -t[0])
@@ -294,6 +337,9 @@ def long_rows(cmp: Comparison) -> list[dict]:
                          "change_pct": x.change, "speed_ratio": ratio(x.change)[0],
                          "direction": ratio(x.change)[1], "ci_low_pct": x.low, "ci_high_pct": x.high,
                          "significant": x.significant, "p": x.p, "q": x.q, "interval_method": x.method,
+                         "detectable_pct": x.detectable, "verdict": x.verdict, "more_reps": x.more_reps,
+                         "pairs": x.pairs, "modes_reference": len(x.modes_base) or 1,
+                         "modes_variant": len(x.modes_new) or 1,
                          "disturbed": "; ".join(x.disturbed), "cv_reference": x.cv_base,
                          "cv_variant": x.cv_new, "reps_reference": x.reps_base, "reps_variant": x.reps_new,
                          "emulated": cmp.side(blk.variant).emulated or cmp.side(blk.reference).emulated,
@@ -317,8 +363,10 @@ def to_json_all(cmp: Comparison) -> str:
         "title": cmp.title,
         "sign": "positive change = better",
         "confidence": cmp.confidence,
-        "method": method_text(cmp.confidence, cmp.alpha),
+        "method": method_text(cmp.confidence, cmp.alpha, cmp.same_within),
         "alpha": cmp.alpha,
+        "same_within": cmp.same_within,
+        "power": stats.POWER,
         "fdr": "benjamini-hochberg per comparison",
         "experiment": {k: getattr(exp, k) for k in ("id", "name", "state", "file_hash", "path")} if exp else None,
         "baseline": cmp.baseline.label,
@@ -326,6 +374,8 @@ def to_json_all(cmp: Comparison) -> str:
                       "medians": [{"column": k, "cores": c, "benchmark": smp.benchmark, "unit": smp.unit,
                                    "better": smp.better, "status": smp.status, "reason": smp.reason,
                                    "centre": smp.centre, "disturbed": smp.disturbed,
+                                   "modes": smp.modes.as_list() if smp.status == "ok" else [],
+                                   "rounds": list(smp.rounds),
                                    "reps": [list(r) for r in smp.reps]}
                                   for (k, c), smp in s.samples.items()]} for s in cmp.sides],
         "columns": cmp.keys, "cores": cmp.cores,
@@ -353,7 +403,8 @@ def cell_figures(c: CellChange) -> str:
         return "no change computed"
     ci = _interval(c)
     tests = f", p = {c.p:.3g}, q = {c.q:.3g}" if not math.isnan(c.p) else ""
-    return f"{percent(c.change, signed=True)}%{ci}{tests}"
+    seen = f", detectable {detectable_text(c)}" if not math.isnan(c.detectable) else ""
+    return f"{percent(c.change, signed=True)}%{ci}{tests}{seen}"
 
 
 def gate_verdict(gate: Gate) -> str:
