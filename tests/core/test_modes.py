@@ -84,7 +84,7 @@ def test_bimodal_fixture_is_compared_within_its_modes():
 
 def test_modes_that_do_not_line_up_give_no_percentage():
     """One side bimodal, the other all in its slow mode: the change would be made by the mix alone, so
-    there is no percentage; the note says the modes differ and the verdict is unknown."""
+    there is no percentage; the note says the proportions differ and the verdict is unknown."""
     rng = np.random.default_rng(3)
     a, _ = bimodal_sides(rng)
     b = [list(1200 * np.exp(rng.normal(0, 0.03, 30))) for _ in range(10)]
@@ -93,11 +93,30 @@ def test_modes_that_do_not_line_up_give_no_percentage():
     cm.decide_verdicts(cells.values())
     c = cells[("x", 1)]
     assert math.isnan(c.change) and math.isnan(c.p) and c.verdict == "unknown"
-    assert c.note.startswith("the sides have different modes (2 modes vs 1 mode)") and c.note.endswith(
-        "no percentage")
+    share = c.modes_base[0]["share"]
+    assert c.note.startswith(f"the modes' proportions differ (mode 1 holds {share:.0%} of the baseline's intervals "
+                             f"and 0% of the variant's) and mode 1 was not measured on both sides in 3 repetitions, "
+                             f"so like cannot be compared with like; baseline 2 modes: "), c.note
+    assert c.note.endswith("; variant 1 mode: no percentage"), c.note
     assert c.modes_base and c.modes_new
     g = cm.judge(c, 5)
     assert g[0] == cm.UNJUDGED and g[1] == c.note
+
+
+def test_a_mode_found_on_one_side_only_is_still_compared_within():
+    """A second, slow mode holding 15% of the baseline's intervals and 4% of the variant's (too few to be
+    found there): both sides are cut at the baseline's valley, the main mode's 5% slowdown is found
+    with the right sign, and the variant's few slow intervals are compared in the slow mode."""
+    rng = np.random.default_rng(9)
+    right = 0
+    for _ in range(10):
+        a = [list(np.where(rng.random(30) < 0.15, 2000, 1000) * np.exp(rng.normal(0, 0.02, 30))) for _ in range(10)]
+        b = [list(np.where(rng.random(30) < 0.04, 2000, 1000) * 1.05 * np.exp(rng.normal(0, 0.02, 30)))
+             for _ in range(10)]
+        c = cm.compare_cell("x", 1, sample(a), sample(b), paired=True)
+        assert len(c.modes_base) == 2 and len(c.modes_new) == 1, (c.modes_base, c.modes_new)
+        right += c.method == "modes" and c.high < 0 and c.change == pytest.approx(-4.76, abs=1.5)
+    assert right >= 9
 
 
 def level_shifted(rng, rounds, effect=1.0, shift_sd=0.08, within_sd=0.01, per_rep=11):

@@ -15,8 +15,8 @@ The test (:func:`find_modes`), on the logarithms of the values:
 2. its local maxima are candidate modes; two neighbours are one mode while the density at the
    valley between them is above ``VALLEY`` (0.6) of the lower peak;
 3. a mode must hold at least ``MIN_SHARE`` (10%) of the values and ``MIN_COUNT`` (10) of them,
-   and lie at least ``SEPARATION`` (4) within-mode robust standard deviations (MAD * 1.4826,
-   pooled over the modes) from its neighbour; otherwise it is merged with the neighbour across
+   and lie at least ``SEPARATION`` (4) robust standard deviations (MAD * 1.4826) of the wider of the
+   two from its neighbour (a scattered tail of disturbed intervals is not a mode); otherwise it is merged with the neighbour across
    its shallower valley, and the checks are made again.
 
 Its false-detection rate on unimodal data is measured by ``tests/core/test_modes.py`` (normal,
@@ -35,12 +35,12 @@ from kperfdiff.core import stats
 VALLEY = 0.6          # two peaks are one mode while the valley between them is above this share of the lower
 MIN_SHARE = 0.10      # of the values, in every mode
 MIN_COUNT = 10        # values, in every mode
-SEPARATION = 4.0      # robust within-mode standard deviations between neighbouring mode centres
+SEPARATION = 4.0      # robust standard deviations of the wider mode between neighbouring mode centres
 GRID = 512
 
 METHOD = ("modes: per side, peaks of a kernel density estimate of the log intervals (Silverman's robust "
           "bandwidth) separated by a valley below {v:.0%} of the lower peak, each with at least {s:.0%} and "
-          "{c} of the values and {k:g} within-mode robust sd from its neighbour; two sides with the same modes "
+          "{c} of the values and {k:g} robust sd of the wider mode from its neighbour; two sides with the same modes "
           "are compared within each mode (each repetition's median of its intervals in that mode) and the "
           "per-mode changes combined with DerSimonian-Laird random-effects weights").format(v=VALLEY, s=MIN_SHARE, c=MIN_COUNT,
                                                                           k=SEPARATION)
@@ -107,13 +107,23 @@ def find_modes(values) -> Modes:
     if len(peaks) < 2:
         return single(v)
     peaks = _merge_shallow(peaks, density)
-    cuts = [grid[int(np.argmin(density[a:b + 1])) + a] for a, b in zip(peaks, peaks[1:])]
+    cuts = [_valley_middle(grid, density, a, b) for a, b in zip(peaks, peaks[1:])]
     cuts = _merge_small_or_close(x, cuts, density, grid)
     if not cuts:
         return single(v)
     parts = np.split(x, np.searchsorted(x, cuts))
     return Modes(tuple(float(np.exp(np.median(p))) for p in parts), tuple(p.size / x.size for p in parts),
                  tuple(float(np.exp(c)) for c in cuts))
+
+
+def _valley_middle(grid, density, a: int, b: int) -> float:
+    """Where to cut between the peaks at grid points a and b: the middle of the valley's floor (the points
+    within 1% of the lower peak of its lowest density), so that a wide empty gap is cut half-way and a
+    side shifted by a few percent stays on its side of the cut."""
+    import numpy as np
+    seg = density[a:b + 1]
+    floor = np.flatnonzero(seg <= seg.min() + 0.01 * min(density[a], density[b]))
+    return float(grid[a + (floor[0] + floor[-1]) // 2])
 
 
 def _merge_shallow(peaks: list[int], density) -> list[int]:
@@ -147,8 +157,7 @@ def _merge_small_or_close(x, cuts: list[float], density, grid) -> list[float]:
         parts = np.split(x, np.searchsorted(x, cuts))
         sizes = [p.size for p in parts]
         meds = [float(np.median(p)) if p.size else math.nan for p in parts]
-        mads = [float(np.median(np.abs(p - m))) * 1.4826 for p, m in zip(parts, meds) if p.size > 1]
-        within = math.sqrt(sum(s * s for s in mads) / len(mads)) if mads else 0.0
+        mads = [float(np.median(np.abs(p - m))) * 1.4826 if p.size > 1 else 0.0 for p, m in zip(parts, meds)]
         bad = None
         for i, n in enumerate(sizes):
             if n < MIN_COUNT or n < MIN_SHARE * x.size:
@@ -156,7 +165,7 @@ def _merge_small_or_close(x, cuts: list[float], density, grid) -> list[float]:
                 break
         if bad is None:
             for i in range(len(parts) - 1):
-                if meds[i + 1] - meds[i] < SEPARATION * within:
+                if meds[i + 1] - meds[i] < SEPARATION * max(mads[i], mads[i + 1]):
                     bad = ("cut", i)
                     break
         if bad is None:
@@ -196,23 +205,27 @@ def within_modes_change(modes_a: Modes, modes_b: Modes, base_reps, new_reps, bet
                         base_rounds=None, new_rounds=None, confidence: float = stats.DEFAULT_CONFIDENCE,
                         min_reps: int = stats.MIN_REPS) -> ModalChange:
     """Compare two samples like with like: when both sides have the same number of modes, the k-th mode
-    of one is compared with the k-th of the other (each side cut at its own valleys), each repetition
+    of one is compared with the k-th of the other (each side cut at its own valleys); when they have not,
+    both sides are cut at the valleys of the side with more modes (a mode that holds too few of the
+    other side's values to be found there is still where they fall). Each repetition
     summarised by the median of its intervals in that mode, paired by round when rounds are given
     (:func:`stats.paired_change`) else unpaired (:func:`stats.nested_change`). The per-mode changes of
     log ratio d_k and standard error se_k are combined by DerSimonian and Laird's random-effects
     weights 1 / (se_k^2 + tau^2), tau^2 the spread between the modes' shifts beyond their standard
     errors (a kernel change is expected to move each mode alike; where they differ, the interval
-    widens); degrees of freedom the smallest of the modes'. When one mode moved significantly one way
-    and another the other way, or the modes do not line up (another count of modes on each side), or
-    no mode has a test, there is no combined change, and the reason says what differs."""
+    widens); degrees of freedom the smallest of the modes'. There is no combined change, and the reason
+    says what differs, when one mode moved significantly one way and another the other way, when a mode
+    holding MIN_SHARE of one side's values cannot be compared and the share of intervals in it differs
+    between the sides (the change would be the mix's), or when no mode has a test."""
     import numpy as np
-    shares_a, shares_b = modes_a.shares, modes_b.shares
-    if len(modes_a.centres) != len(modes_b.centres):
-        return ModalChange(None, (), shares_a, shares_b,
-                           f"the sides have different modes ({_count(modes_a)} vs {_count(modes_b)}), so like "
-                           f"cannot be compared with like")
+    if len(modes_a.centres) != len(modes_b.centres):      # compare within the richer side's modes
+        cut = modes_a if len(modes_a.centres) > len(modes_b.centres) else modes_b
+        split_a, split_b = cut.split(base_reps), cut.split(new_reps)
+    else:                                                   # each side cut at its own valleys
+        split_a, split_b = modes_a.split(base_reps), modes_b.split(new_reps)
+    shares_a, shares_b = _shares(split_a), _shares(split_b)
     per: list[stats.Change | None] = []
-    for ra, rb in zip(modes_a.split(base_reps), modes_b.split(new_reps)):
+    for ra, rb in zip(split_a, split_b):
         ch = None
         if base_rounds is not None and new_rounds is not None:
             ch = stats.paired_change(ra, rb, base_rounds, new_rounds, better, confidence=confidence,
@@ -222,6 +235,14 @@ def within_modes_change(modes_a: Modes, modes_b: Modes, base_reps, new_reps, bet
             if len(ka) >= min_reps and len(kb) >= min_reps:
                 ch = stats.nested_change(ka, kb, better, confidence=confidence, min_reps=min_reps)
         per.append(ch if ch is not None and not math.isnan(ch.p) else None)
+    missing = [i for i, c in enumerate(per) if c is None and max(shares_a[i], shares_b[i]) >= MIN_SHARE]
+    moved = [i for i in missing if _shares_differ(split_a[i], split_b[i], base_reps, new_reps, confidence)]
+    if moved:
+        i = moved[0]
+        return ModalChange(None, tuple(per), shares_a, shares_b,
+                           f"the modes' proportions differ (mode {i + 1} holds {shares_a[i]:.0%} of the baseline's "
+                           f"intervals and {shares_b[i]:.0%} of the variant's) and mode {i + 1} was not measured on "
+                           f"both sides in {min_reps} repetitions, so like cannot be compared with like")
     tested = [c for c in per if c is not None]
     if not tested:
         return ModalChange(None, tuple(per), shares_a, shares_b,
@@ -255,7 +276,22 @@ def within_modes_change(modes_a: Modes, modes_b: Modes, base_reps, new_reps, bet
     return ModalChange(combined, tuple(per), shares_a, shares_b)
 
 
-def _count(m: Modes) -> str:
-    return "1 mode" if not m.several else f"{len(m.centres)} modes"
+def _shares(split) -> tuple[float, ...]:
+    """The share of all the values in each mode of a split (:meth:`Modes.split`)."""
+    counts = [sum(len(r) for r in mode) for mode in split]
+    total = sum(counts) or 1
+    return tuple(c / total for c in counts)
+
+
+def _shares_differ(mode_a, mode_b, reps_a, reps_b, confidence: float) -> bool:
+    """Whether the share of each repetition's intervals that fall in one mode differs between the sides
+    (Welch's t on the per-repetition shares, two-sided at 1 - confidence; a share of 0 on one side
+    against shares above 0 on every repetition of the other, when Welch has no spread to work with)."""
+    sa = [len(m) / len(r) for m, r in zip(mode_a, reps_a) if len(r)]
+    sb = [len(m) / len(r) for m, r in zip(mode_b, reps_b) if len(r)]
+    if len(sa) < 2 or len(sb) < 2:
+        return True
+    _d, _lo, _hi, p = stats.welch_interval(sa, sb, confidence=confidence)
+    return p < 1 - confidence
 
 
