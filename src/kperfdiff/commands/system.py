@@ -7,7 +7,7 @@ import sys
 from kperfdiff.measure import tune as tm
 from kperfdiff.render import system as rs
 from kperfdiff.commands.common import write_output
-from kperfdiff.commands.parsing import Parser, add_format
+from kperfdiff.commands.parsing import Parser, add_format, add_output
 
 
 def add_system(s: Parser) -> None:
@@ -24,6 +24,7 @@ def add_system(s: Parser) -> None:
                         "one, leaving CPU 0 for the rest)")
     sh = sub.add_parser("show", help="each setting a tune touches: its value now, and whether it is tuned")
     add_format(sh, "text", "json")
+    add_output(sh, what="the settings")
     sub.add_parser("reset", help="put back everything the tune changed")
 
 
@@ -37,7 +38,7 @@ def system(args: argparse.Namespace) -> int:
                                          report.cpus))
         return 0
     if args.system_command == "show":
-        write_output(None, rs.state(tm.state(), args.format, tm.tuned()))
+        write_output(args.output, rs.state(tm.state(), args.format, tm.tuned()))
         return 0
     was, problems = tm.reset(log)
     for p in problems:
