@@ -31,6 +31,7 @@ class Placement:
     policy: str = "last"
     pool: tuple[int, ...] = field(default_factory=tuple)   # empty: the CPUs this process may use
     cgroup: str | None = None        # a tuned cpuset's tasks file the copies join first
+    first_round: int = 0             # the round of repetition 0 (an experiment's cell: its rep)
 
     def __post_init__(self):
         if self.policy not in PIN_POLICIES:
@@ -49,5 +50,6 @@ class Placement:
         quiet = [c for c in pool if c != 0]
         if len(pool) > 1 and copies <= len(quiet) and quiet:
             pool = quiet
-        start = len(pool) - min(copies, len(pool)) if self.policy == "last" else round_ % len(pool)
+        start = len(pool) - min(copies, len(pool)) if self.policy == "last" else \
+            (self.first_round + round_) % len(pool)
         return [pool[(start + i) % len(pool)] for i in range(copies)]

@@ -561,11 +561,13 @@ def _measure_cell(exp, v, c, b, binaries, overrides, facts, swap_ready, swap, pr
             return list(words) or None
         return words + prof.prefix_for(run, b, c.cores)(rep)
 
-    if v.cpus:      # the variant's own CPU list (taskset) wins over pinning
+    where = getattr(bopts, "placement", None)
+    if where is not None and v.cpus:      # the variant's own CPU list (taskset) wins over pinning
         bopts = dataclasses.replace(bopts, placement=None)
-    # the round (rep) picks the CPUs: every variant of one round runs on the same ones
-    return measure(b, binaries[b.family], params, c.cores, 1, bopts, prefix_for_rep,
-                   first_round=rep).as_repetition(rep)
+    elif where is not None:
+        # the round (rep) picks the CPUs: every variant of one round runs on the same ones
+        bopts = dataclasses.replace(bopts, placement=dataclasses.replace(where, first_round=rep))
+    return measure(b, binaries[b.family], params, c.cores, 1, bopts, prefix_for_rep).as_repetition(rep)
 
 
 def _measure_remote(exp, v, batch, bench_by_name, overrides, run, store, said):

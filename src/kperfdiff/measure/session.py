@@ -156,7 +156,7 @@ def unmet_requirement(b: Benchmark, facts: dict, swap_ready: bool) -> str | None
 
 
 def measure_repetition(b: Benchmark, binary, params: dict[str, str], copies: int, opts: BenchOptions, rep: int,
-                       prefix=None, *, round_: int | None = None) -> tuple:
+                       prefix=None) -> tuple:
     """One repetition: ``copies`` fresh worker processes, with the kernel's counters read around them,
     each pinned to its CPU of round ``rep`` (``opts.placement``; none without one).
     Returns (rep, outputs, monitor deltas, wall seconds), what :func:`aggregate` pools."""
@@ -165,20 +165,19 @@ def measure_repetition(b: Benchmark, binary, params: dict[str, str], copies: int
     where = opts.placement
     before = machine.counter_snapshot()
     outs = worker.run_copies(argv, copies, opts.timeout or b.timeout, prefix=prefix,
-                             cpus=where.cpus(copies, rep if round_ is None else round_) if where else None, cgroup=where.cgroup if where else None)
+                             cpus=where.cpus(copies, rep) if where else None, cgroup=where.cgroup if where else None)
     after = machine.counter_snapshot()
     return rep, outs, monitors.delta(before, after), outs[0].wall_s if outs else 0.0
 
 
 def measure(b: Benchmark, binary, params: dict[str, str], copies: int, reps: int, opts: BenchOptions,
-            prefix_for_rep=None, *, first_round: int = 0) -> Measurement:
-    """Run one benchmark ``reps`` times with ``copies`` copies on this machine; pool and summarise.
-    ``first_round``: the round of the first repetition (an experiment's cell), which picks its CPUs."""
+            prefix_for_rep=None) -> Measurement:
+    """Run one benchmark ``reps`` times with ``copies`` copies on this machine; pool and summarise."""
     started = time.time()
     done: list[tuple] = []
     for rep in range(reps):
         done.append(measure_repetition(b, binary, params, copies, opts, rep,
-                                       prefix_for_rep(rep) if prefix_for_rep else None, round_=first_round + rep))
+                                       prefix_for_rep(rep) if prefix_for_rep else None))
         if any(o.status != "ok" for o in done[-1][1]):
             break
     return aggregate(b, done, started, params=params, copies=copies)
