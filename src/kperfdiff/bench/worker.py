@@ -222,7 +222,8 @@ class _Rusage:
 
 
 def run_copies(argv: list[str], copies: int, timeout: float, *, env: dict | None = None,
-               prefix: list[str] | None = None, sampler: bool = True) -> list[WorkerOutput]:
+               prefix: list[str] | None = None, sampler: bool = True, cpus: list[int] | None = None,
+               cgroup: str | None = None) -> list[WorkerOutput]:
     """Run ``copies`` workers at once (through kpd-run, the copy runner targets use too) and
     return their parsed outputs.
 
@@ -235,13 +236,16 @@ def run_copies(argv: list[str], copies: int, timeout: float, *, env: dict | None
     Every output carries its copy's :class:`~kperfdiff.bench.noise.ProcessNoise` (``noise``);
     with ``sampler`` each also carries the repetition's :class:`~kperfdiff.bench.noise.Noise`
     (``rep_noise``, the same object), see :func:`run_copies_with_noise`.
+    ``cpus``: pin copy i to ``cpus[i]`` before it starts (its info then says ``cpu``); ``cgroup``: a
+    cgroup's tasks (or cgroup.procs) file every copy joins first (a tuned machine's isolated cpuset).
     """
-    return run_copies_with_noise(argv, copies, timeout, env=env, prefix=prefix, sampler=sampler)[0]
+    return run_copies_with_noise(argv, copies, timeout, env=env, prefix=prefix, sampler=sampler, cpus=cpus,
+                                 cgroup=cgroup)[0]
 
 
 def run_copies_with_noise(argv: list[str], copies: int, timeout: float, *, env: dict | None = None,
-                          prefix: list[str] | None = None,
-                          sampler: bool = True) -> tuple[list[WorkerOutput], nz.Noise | None]:
+                          prefix: list[str] | None = None, sampler: bool = True, cpus: list[int] | None = None,
+                          cgroup: str | None = None) -> tuple[list[WorkerOutput], nz.Noise | None]:
     """:func:`run_copies`, also returning the repetition's noise: with ``sampler``, system
     snapshots before and after and a :class:`~kperfdiff.bench.noise.RunnableSampler` during the
     copies (None without). The copies' sched counters are read every ``SAMPLE_EVERY`` s, and
@@ -250,7 +254,9 @@ def run_copies_with_noise(argv: list[str], copies: int, timeout: float, *, env: 
     cmd = list(argv) + (["--sync"] if copies > 1 and "--sync" not in argv else [])
     with tempfile.TemporaryDirectory(prefix="kpd-copies-") as out:
         runner = [str(build_runner()), "-o", out, "-n", str(copies), "-t", f"{timeout:g}", "-w"]
-        runner += (["-s"] if copies > 1 else []) + ["--"] + list(prefix or []) + cmd
+        runner += (["-s"] if copies > 1 else [])
+        runner += (["-c", ",".join(str(c) for c in cpus)] if cpus else []) + (["-g", cgroup] if cgroup else [])
+        runner += ["--"] + list(prefix or []) + cmd
         tracker = nz.TaskTracker()
         pids: dict[int, int] = {}
         proc = subprocess.Popen(runner, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -281,6 +287,8 @@ def run_copies_with_noise(argv: list[str], copies: int, timeout: float, *, env: 
                             st.exit.get(c), bench=bench, wall_s=st.wall_s, timed_out=st.timed_out, timeout=timeout)
             ru = st.rusage.get(c)
             o.noise = tracker.process_noise(pids.get(c, -1), _Rusage(*ru) if ru else None)
+            if cpus:
+                o.info["cpu"] = str(cpus[c % len(cpus)])
             outs.append(o)
     rep = None
     if sampler:

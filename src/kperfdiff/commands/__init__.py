@@ -31,6 +31,7 @@ COMMANDS = (
     ("show", "show one run: machine facts, results, monitors", "runs"),
     ("history", "a benchmark's stored results in time order, per machine (text, JSON, a plot)", "history"),
     ("changes", "change points in the stored series of benchmarks, and the ranking across each", "history"),
+    ("system", "tune this machine for benchmarks (isolated CPUs, governor, IRQs), show it, reset it", "system"),
     ("target", "check a target, or time a guest kernel's boot", "bench"),
     ("diff", "rank the kernel functions whose share of time differs between two profiles", "diff"),
     ("export", "write a profile in a format other tools load (speedscope, pprof, Firefox Profiler, folded)",

@@ -55,6 +55,12 @@ def add_bench(b: Parser) -> None:
                         "artefact folder, with kallsyms, build ids and hardware counts where available")
     b.add_argument("--profile-freq", type=whole(limits.MAX_PROFILE_FREQ), default=None, metavar="HZ",
                    help="sampling frequency for --profile (default: perf's, 4000 Hz)")
+    pin = b.add_mutually_exclusive_group()
+    pin.add_argument("--pin", choices=["last", "rotate"], default="last",
+                     help="which CPU each repetition's processes are pinned to: the last CPUs, leaving CPU 0 "
+                          "(default), or the next CPU each round; on a tuned machine, its isolated CPUs")
+    pin.add_argument("--no-pin", dest="pin", action="store_const", const="off",
+                     help="do not pin benchmark processes to CPUs")
     b.add_argument("--target", default="local", metavar="SPEC",
                    help="where to run: local (default), qemu:arm64 or qemu:x86_64 (an emulated guest; options "
                         "kernel=VERSION|PATH, mem=, cpus=, deterministic), ssh://user@host[:port], or "
@@ -111,7 +117,7 @@ def bench_options(args: argparse.Namespace) -> BenchOptions:
                         label=args.label, params=args.param, allow_swap_setup=args.allow_swap_setup,
                         timeout=args.timeout, progress=not args.no_progress,
                         profile=args.profile, profile_freq=args.profile_freq, target=args.target or "local",
-                        precision=args.precision, max_time=args.max_time,
+                        precision=args.precision, max_time=args.max_time, pin=args.pin,
                         command=command_line())
 
 

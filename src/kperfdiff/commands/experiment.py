@@ -47,6 +47,9 @@ def add_run(e: Parser) -> None:
     add_output(e, what="the comparison table")
     e.add_argument("--explain", action="store_true", help=EXPLAIN_HELP)
     e.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    e.add_argument("--no-pin", action="store_true",
+                   help="do not pin benchmark processes to CPUs (by default each repetition's copies are pinned, "
+                        "the same CPUs for every variant of a round; see docs/benchmarks.md)")
 
 
 def add_compare(c: Parser) -> None:
@@ -146,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     store = open_store(args)
     outcome = exp_run.run_experiment(store, exp, exp_run.RunOptions(
-        restart=args.restart, progress=not args.no_progress, command=command_line()))
+        restart=args.restart, progress=not args.no_progress, command=command_line(), pin=not args.no_pin))
     cmp = load_comparison(store, experiment=str(outcome.experiment.id), runs=[], profiles=bool(args.report),
                           ops=operations())
     text = rcompare.render(cmp, args.format, explain=args.explain)

@@ -21,6 +21,8 @@ An experiment file (TOML; commented examples in ``examples/``)::
     tiny = false                         # use the benchmarks' tiny parameters
     allow_swap_setup = false             # temporary swap for benchmarks that need it (this machine:
                                          # zram or a swap file; a guest or board: zram set up by its job)
+    pin = true                           # pin each local benchmark process to a CPU (the same CPU for
+                                         # every variant of a round; a variant's cpus wins)
     params = { "gups.*:log2_words" = 22 }   # overrides for every variant
 
     [[variant]]
@@ -63,7 +65,7 @@ UNSAFE_ENV_PREFIXES = ("LD_",)
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=-]*$")
 TOP_KEYS = {"name", "description", "baseline", "stack", "benchmarks", "cores", "reps", "precision", "max_time",
             "intervals", "min_batch_ms",
-            "timeout", "profile", "profile_freq", "tiny", "allow_swap_setup", "params", "variant", "variants", "study"}
+            "timeout", "profile", "profile_freq", "tiny", "allow_swap_setup", "pin", "params", "variant", "variants", "study"}
 VARIANT_KEYS = {"label", "target", "vars", "knobs", "cmdline", "env", "cpus", "params", "description"}
 
 
@@ -103,6 +105,7 @@ class Experiment:
     profile_freq: int | None = None
     tiny: bool = False
     allow_swap_setup: bool = False
+    pin: bool = True
     params: dict[str, str] = field(default_factory=dict)
     description: str = ""
     study: dict = field(default_factory=dict)     # the [study] table (kperfdiff.studies reads it)
@@ -113,6 +116,8 @@ class Experiment:
         d.pop("path")
         d.pop("description")
         d.pop("study")
+        if d["pin"]:        # the default: files written before `pin` existed keep their identity
+            d.pop("pin")
         for v in d["variants"]:
             v.pop("description")
         return d
@@ -328,8 +333,8 @@ def parse_data(data: dict, p: Path | str = "<experiment>", allow_knobs=frozenset
             raise field_error(p, key, f"must be a number above 0 and at most {most}")
         return float(v)
 
-    def flag(key):
-        v = data.get(key, False)
+    def flag(key, default=False):
+        v = data.get(key, default)
         if not isinstance(v, bool):
             raise field_error(p, key, "must be true or false")
         return v
@@ -343,7 +348,7 @@ def parse_data(data: dict, p: Path | str = "<experiment>", allow_knobs=frozenset
                       min_batch_ms=pos_num("min_batch_ms", limits.MAX_MIN_BATCH_MS),
                       timeout=pos_num("timeout", limits.MAX_TIMEOUT_S), profile=flag("profile"),
                       profile_freq=pos_int("profile_freq", None, limits.MAX_PROFILE_FREQ), tiny=flag("tiny"),
-                      allow_swap_setup=flag("allow_swap_setup"),
+                      allow_swap_setup=flag("allow_swap_setup"), pin=flag("pin", True),
                       params=_params_table(p, "params", data.get("params")),
                       description=desc if isinstance(desc, str) else "", study=_study_table(p, data.get("study")))
 

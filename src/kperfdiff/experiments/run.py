@@ -39,6 +39,7 @@ are known precisely: :mod:`kperfdiff.experiments.adaptive`; variants on LAVA lab
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -61,6 +62,7 @@ from kperfdiff.experiments.file import Experiment, Variant
 from kperfdiff.experiments.lava import LavaVariants, is_lava
 from kperfdiff.experiments.matrix import Cell, matrix
 from kperfdiff.measure import knobs as knobmod
+from kperfdiff.measure import tune
 from kperfdiff.measure.session import BenchOptions, measure, store_target_profiles, unmet_requirement
 from kperfdiff.targets import machine
 from kperfdiff.targets.boot import measure_batch
@@ -94,6 +96,7 @@ class RunOptions:
     restart: bool = False
     progress: bool = True
     command: str = ""
+    pin: bool = True        # False: --no-pin (the file's `pin = false` too turns pinning off)
 
 
 @dataclass
@@ -320,7 +323,7 @@ class _MatrixRun:
         for v in self.exp.variants:
             if v.target == "local":
                 self.guard.apply(v.knobs)
-                facts[v.label] = machine.facts()
+                facts[v.label] = {**machine.facts(), "tuned": tune.fact()}
             else:
                 facts[v.label] = None
         self.guard.apply({})
@@ -377,6 +380,7 @@ class _MatrixRun:
                                 machine_id=mid, command=self.opts.command, experiment_hash=exp.file_hash(),
                                 options={"experiment": exp.name, "experiment_id": self.eid,
                                          "knobs": v.knobs, "env": v.env, "cpus": v.cpus,
+                                         "pin": exp.pin and self.opts.pin and not v.cpus,
                                          "vars": v.vars, "cmdline": v.cmdline, "params": v.params})
             store.link_run(r.id, self.eid)
             runs[v.label] = r
@@ -390,7 +394,9 @@ class _MatrixRun:
         self.binaries = self._build() if todo else {}
         self.bopts = BenchOptions(intervals=exp.intervals,
                                   min_batch_ns=int(exp.min_batch_ms * 1e6) if exp.min_batch_ms else None,
-                                  timeout=exp.timeout, progress=self.opts.progress)
+                                  timeout=exp.timeout, progress=self.opts.progress,
+                                  pin="last" if exp.pin and self.opts.pin else "off")
+        self.bopts.placement = tune.placement(self.bopts.pin)
         if exp.profile:
             self.profilers = {label: BenchProfiler(f, freq=exp.profile_freq) for label, f in self.facts.items() if f}
         self.swap_ready = {label: (f or {}).get("swap_active", False) for label, f in self.facts.items()}
@@ -555,6 +561,12 @@ def _measure_cell(exp, v, c, b, binaries, overrides, facts, swap_ready, swap, pr
             return list(words) or None
         return words + prof.prefix_for(run, b, c.cores)(rep)
 
+    where = getattr(bopts, "placement", None)
+    if where is not None and v.cpus:      # the variant's own CPU list (taskset) wins over pinning
+        bopts = dataclasses.replace(bopts, placement=None)
+    elif where is not None:
+        # the round (rep) picks the CPUs: every variant of one round runs on the same ones
+        bopts = dataclasses.replace(bopts, placement=dataclasses.replace(where, first_round=rep))
     return measure(b, binaries[b.family], params, c.cores, 1, bopts, prefix_for_rep).as_repetition(rep)
 
 

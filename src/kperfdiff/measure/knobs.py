@@ -21,6 +21,16 @@ Pending restores live in one file per machine (``pending-knobs.json`` under
 ``$XDG_STATE_HOME/kperfdiff``), written before a knob is changed and emptied
 once it is restored. Any kperfdiff command that finds an entry whose process
 is gone puts that knob back first, whatever store it was given.
+
+``kperfdiff system tune`` (:mod:`kperfdiff.measure.tune`) keeps its changes in
+the same file: saved as its own while it applies them (so a kill -9 half-way
+is repaired like any other), then *held* once the whole tune is applied, with
+a note of what the tune is (``tuned``). Held entries are not repaired: they
+stay until ``kperfdiff system reset`` restores them (:meth:`PendingRestores.release_held`),
+or until a reboot, which undoes them anyway. Besides files (``kind`` "file"),
+an entry may be a cgroup kperfdiff created (``kind`` "cgroup", ``original`` the
+parent's tasks file): restoring it moves its tasks back to the parent and
+removes it. Entries are restored newest first.
 """
 from __future__ import annotations
 
@@ -248,6 +258,47 @@ def _start_time(pid: int) -> str:
         return ""
 
 
+def move_tasks(source: str, dest: str) -> int:
+    """Move every task listed in the cgroup file ``source`` (tasks or cgroup.procs) into the cgroup
+    of the file ``dest``, one at a time; tasks the kernel refuses to move (per-CPU kernel threads) or
+    that have gone are left. Returns how many moved."""
+    try:
+        ids = Path(source).read_text().split()
+    except OSError:
+        return 0
+    moved = 0
+    fd = os.open(dest, os.O_WRONLY)
+    try:
+        for t in ids:
+            try:
+                os.write(fd, t.encode())
+                moved += 1
+            except OSError:
+                continue
+    finally:
+        os.close(fd)
+    return moved
+
+
+def dissolve_cgroup(path: str, parent_tasks: str) -> None:
+    """Move the tasks of the cgroup directory ``path`` into the cgroup of ``parent_tasks`` and
+    remove it (nothing to do if it is gone)."""
+    if not os.path.isdir(path):
+        return
+    name = "tasks" if os.path.exists(os.path.join(path, "tasks")) else "cgroup.procs"
+    for _ in range(50):       # tasks forked meanwhile: move again until it is empty
+        move_tasks(os.path.join(path, name), parent_tasks)
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            err = e
+            time.sleep(0.02)
+    raise BenchError(f"cannot remove the cgroup {path}: {err.strerror}")
+
+
 @dataclass
 class Pending:
     path: str
@@ -256,9 +307,24 @@ class Pending:
     started: str
     boot_id: str
     saved_at: float
+    kind: str = "file"        # file | cgroup
+    held: bool = False        # kept by `system tune` until `system reset`
 
     def owner_alive(self) -> bool:
         return self.boot_id == boot_id() and self.started != "" and _start_time(self.pid) == self.started
+
+    def restore(self) -> None:
+        if self.kind == "cgroup":
+            dissolve_cgroup(self.path, self.original)
+        elif self.kind == "controller":      # a cgroup2 controller kperfdiff enabled: disable it again
+            try:
+                Path(self.path).write_text("-" + self.original)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                raise BenchError(f"cannot disable {self.original} in {self.path}: {e.strerror}") from None
+        else:
+            write_knob(self.path, self.original)
 
 
 class PendingRestores:
@@ -282,25 +348,37 @@ class PendingRestores:
         finally:
             os.close(fd)
 
-    def entries(self) -> list[Pending]:
+    def _read(self) -> tuple[list[Pending], dict | None]:
         try:
             data = json.loads(self.file.read_text())
-            return [Pending(**e) for e in data["pending"]]
+            return [Pending(**e) for e in data["pending"]], data.get("tuned")
         except FileNotFoundError:
-            return []
-        except (OSError, ValueError, KeyError, TypeError) as e:
+            return [], None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise BenchError(f"{self.file} is damaged ({e}); check the knobs it names by hand, then delete "
                              f"it") from None
 
-    def _write(self, entries: list[Pending]) -> None:
-        if not entries:
+    def entries(self) -> list[Pending]:
+        return self._read()[0]
+
+    def tuned(self) -> dict | None:
+        """The note of the tune held now (``system tune``), or None; a tune from before the last
+        boot does not count."""
+        t = self._read()[1]
+        return t if t and t.get("boot_id") == boot_id() else None
+
+    def _write(self, entries: list[Pending], tuned: dict | None | bool = False) -> None:
+        """Write ``entries`` and the tune note (``tuned`` False: keep the one the file has)."""
+        if tuned is False:
+            tuned = self._read()[1] if self.file.exists() else None
+        if not entries and not tuned:
             with contextlib.suppress(FileNotFoundError):
                 self.file.unlink()
             return
         self.dir.mkdir(parents=True, exist_ok=True)
         tmp = self.file.with_name(self.file.name + f".{os.getpid()}.tmp")
         with open(tmp, "w") as f:
-            json.dump({"pending": [e.__dict__ for e in entries]}, f, indent=1)
+            json.dump({"pending": [e.__dict__ for e in entries], **({"tuned": tuned} if tuned else {})}, f, indent=1)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.file)
@@ -310,21 +388,56 @@ class PendingRestores:
         finally:
             os.close(dfd)
 
-    def remember(self, path: str, original: str) -> None:
-        """Before ``path`` changes: save its original, or refuse if another live process has it changed."""
+    def remember(self, path: str, original: str, kind: str = "file") -> None:
+        """Before ``path`` changes: save its original, or refuse if another live process has it changed
+        (or a tune holds it)."""
         me = os.getpid()
         with self._locked():
             entries = self.entries()
             for e in entries:
                 if e.path == path:
+                    if e.held and e.boot_id == boot_id():
+                        raise BenchError(f"the knob {path} is held by kperfdiff system tune; run kperfdiff "
+                                         f"system reset first")
                     if e.pid == me:
                         return
                     if e.owner_alive():
                         raise BenchError(f"the knob {path} is set by kperfdiff process {e.pid} now; wait for "
                                          f"it to finish")
             entries = [e for e in entries if e.path != path]
-            entries.append(Pending(path, original, me, _start_time(me), boot_id(), time.time()))
+            entries.append(Pending(path, original, me, _start_time(me), boot_id(), time.time(), kind))
             self._write(entries)
+
+    def hold_mine(self, tuned: dict) -> None:
+        """Make this process's entries held (kept until ``system reset``) and note the tune."""
+        me = os.getpid()
+        with self._locked():
+            entries = self.entries()
+            for e in entries:
+                if e.pid == me and not e.held:
+                    e.held = True
+            self._write(entries, {**tuned, "boot_id": boot_id()})
+
+    def release_held(self, log) -> list[str]:
+        """Restore every held entry, newest first, and drop the tune note; returns the problems (the
+        entries that could not be restored stay)."""
+        problems = []
+        with self._locked():
+            entries = self.entries()
+            keep = [e for e in entries if not e.held]
+            failed = []
+            for e in reversed([e for e in entries if e.held]):
+                if e.boot_id != boot_id():
+                    continue
+                try:
+                    e.restore()
+                except KperfdiffError as err:
+                    problems.append(f"{e.path} cannot be restored ({err}); set it to {e.original!r} by hand")
+                    failed.append(e)
+                    continue
+                log(f"kperfdiff: restored {e.path}" + ("" if e.kind == "cgroup" else f" to {e.original!r}"))
+            self._write(keep + failed[::-1], None)
+        return problems
 
     def forget(self, path: str) -> None:
         me = os.getpid()
@@ -338,24 +451,26 @@ class PendingRestores:
         problems = []
         with self._locked():
             keep = []
-            for e in self.entries():
-                if e.owner_alive():
+            for e in reversed(self.entries()):      # newest first: a cgroup before its parent's files
+                if e.held and e.boot_id == boot_id():
+                    keep.append(e)
+                elif e.owner_alive():
                     keep.append(e)
                 elif e.boot_id != boot_id():
                     log(f"kperfdiff: {e.path} was changed by a kperfdiff process before the machine rebooted; "
                         f"it has its boot value now (it was {e.original!r} before)")
                 else:
                     try:
-                        write_knob(e.path, e.original)
+                        e.restore()
                     except KperfdiffError as err:
                         problems.append(f"{e.path} was left changed by kperfdiff process {e.pid}, which stopped "
                                         f"without restoring it, and cannot be restored now ({err}); set it to "
                                         f"{e.original!r} by hand")
                         keep.append(e)
                         continue
-                    log(f"kperfdiff: restored {e.path} to {e.original!r} (left changed by kperfdiff process "
-                        f"{e.pid}, which stopped without restoring it)")
-            self._write(keep)
+                    log(f"kperfdiff: restored {e.path}" + ("" if e.kind == "cgroup" else f" to {e.original!r}")
+                        + f" (left changed by kperfdiff process {e.pid}, which stopped without restoring it)")
+            self._write(keep[::-1])
         return problems
 
 

@@ -33,6 +33,8 @@ from kperfdiff.bench import build, catalogue, rounds, worker
 from kperfdiff.bench.measurement import Measurement, aggregate, store_measurement
 from kperfdiff.bench.swap import temporary_swap
 from kperfdiff.bench.catalogue import Benchmark
+from kperfdiff.bench.pinning import Placement
+from kperfdiff.measure import tune
 
 
 @dataclass
@@ -57,6 +59,8 @@ class BenchOptions:
     precision: float | None = None   # percent: add repetitions until every interval is this tight
     max_time: float | None = None    # seconds: stop adding repetitions after this long
     annotations: dict = field(default_factory=dict)   # more facts the run keeps (a bisection's commit)
+    pin: str = "last"                # which CPU each copy is pinned to (kperfdiff.bench.pinning): last, rotate, off
+    placement: Placement | None = None   # decided when the run starts (the tuned CPUs, if a tune is held)
 
     def policy(self) -> rounds.RepetitionPolicy:
         return rounds.RepetitionPolicy(reps=self.reps, precision=self.precision, max_time=self.max_time)
@@ -66,7 +70,7 @@ class BenchOptions:
         return {"suite": self.suite, "only": self.only, "parallel": self.parallel, "reps": self.reps,
                 "intervals": self.intervals, "params": self.params, "min_batch_ns": self.min_batch_ns,
                 "profile": self.profile, "target": self.target, "precision": self.precision,
-                "max_time": self.max_time, **self.annotations}
+                "max_time": self.max_time, "pin": self.pin, **self.annotations}
 
 
 
@@ -153,12 +157,15 @@ def unmet_requirement(b: Benchmark, facts: dict, swap_ready: bool) -> str | None
 
 def measure_repetition(b: Benchmark, binary, params: dict[str, str], copies: int, opts: BenchOptions, rep: int,
                        prefix=None) -> tuple:
-    """One repetition: ``copies`` fresh worker processes, with the kernel's counters read around them.
+    """One repetition: ``copies`` fresh worker processes, with the kernel's counters read around them,
+    each pinned to its CPU of round ``rep`` (``opts.placement``; none without one).
     Returns (rep, outputs, monitor deltas, wall seconds), what :func:`aggregate` pools."""
     argv = worker.worker_argv(binary, b.name, params, intervals=opts.intervals or b.intervals,
                               min_batch_ns=opts.min_batch_ns)
+    where = opts.placement
     before = machine.counter_snapshot()
-    outs = worker.run_copies(argv, copies, opts.timeout or b.timeout, prefix=prefix)
+    outs = worker.run_copies(argv, copies, opts.timeout or b.timeout, prefix=prefix,
+                             cpus=where.cpus(copies, rep) if where else None, cgroup=where.cgroup if where else None)
     after = machine.counter_snapshot()
     return rep, outs, monitors.delta(before, after), outs[0].wall_s if outs else 0.0
 
@@ -210,7 +217,8 @@ def run_bench(store: Store, opts: BenchOptions) -> Outcome:
     overrides = parse_param_overrides(opts.params, benches)
     if parse_target_spec(opts.target)[0] != "local":
         return run_bench_on_target(store, opts, benches, overrides)
-    facts = machine.facts()
+    facts = {**machine.facts(), "tuned": tune.fact()}
+    opts.placement = tune.placement(opts.pin)
     profiler = None
     if opts.profile:
         profiler = BenchProfiler(facts, freq=opts.profile_freq)

@@ -3,7 +3,11 @@
  * to files, an optional start barrier (every copy prints "ready", then all
  * get one byte on stdin), a timeout that kills every copy's process group.
  *
- *   kpd-run -o OUTDIR -n COPIES -t TIMEOUT_S [-s] [-w] -- ARGV...
+ *   kpd-run -o OUTDIR -n COPIES -t TIMEOUT_S [-s] [-w] [-c CPUS] [-g FILE] -- ARGV...
+ *
+ * -c CPUS (a comma-separated list of CPU numbers) pins copy I to CPU number
+ * I of the list (modulo its length) before it starts; -g FILE first moves each
+ * copy into a cgroup by writing 0 to FILE (that cgroup's tasks or cgroup.procs).
  *
  * A word of ARGV containing @COPY@ has it replaced by the copy index (one
  * perf.data per copy). Writes OUTDIR/c<i>.out, OUTDIR/c<i>.err and
@@ -18,6 +22,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -63,18 +68,33 @@ int main(int argc, char **argv)
 	int copies = 1, sync = 0, opt;
 	double timeout = 120;
 	int watched = 0;
-	while ((opt = getopt(argc, argv, "+o:n:t:sw")) != -1) {
+	int pin[MAXCOPIES], npin = 0;
+	const char *cgfile = NULL;
+	while ((opt = getopt(argc, argv, "+o:n:t:swc:g:")) != -1) {
 		switch (opt) {
 		case 'o': outdir = optarg; break;
 		case 'n': copies = atoi(optarg); break;
 		case 't': timeout = atof(optarg); break;
 		case 's': sync = 1; break;
 		case 'w': watched = 1; break;
+		case 'c':
+			for (char *p = optarg; *p && npin < MAXCOPIES;) {
+				char *end;
+				long c = strtol(p, &end, 10);
+				if (end == p || c < 0 || c >= CPU_SETSIZE) {
+					fprintf(stderr, "kpd-run: -c takes CPU numbers like 1,3: %s\n", optarg);
+					return 125;
+				}
+				pin[npin++] = (int)c;
+				p = *end == ',' ? end + 1 : end;
+			}
+			break;
+		case 'g': cgfile = optarg; break;
 		default: return 125;
 		}
 	}
 	if (!outdir || optind >= argc || copies < 1 || copies > MAXCOPIES) {
-		fprintf(stderr, "usage: kpd-run -o OUTDIR -n COPIES -t TIMEOUT_S [-s] [-w] -- ARGV...\n");
+		fprintf(stderr, "usage: kpd-run -o OUTDIR -n COPIES -t TIMEOUT_S [-s] [-w] [-c CPUS] [-g FILE] -- ARGV...\n");
 		return 125;
 	}
 	char **cmd = argv + optind;
@@ -111,6 +131,25 @@ int main(int argc, char **argv)
 			dup2(po[1], 1);
 			dup2(errfd, 2);
 			close(pi[0]); close(pi[1]); close(po[0]); close(po[1]); close(errfd);
+			if (cgfile) {
+				int fd = open(cgfile, O_WRONLY);
+				if (fd < 0 || write(fd, "0", 1) != 1) {
+					fprintf(stderr, "kpd-run: cannot move copy %d into the cgroup of %s: %s\n", i, cgfile,
+						strerror(errno));
+					_exit(126);
+				}
+				close(fd);
+			}
+			if (npin) {
+				cpu_set_t set;
+				CPU_ZERO(&set);
+				CPU_SET(pin[i % npin], &set);
+				if (sched_setaffinity(0, sizeof set, &set)) {
+					fprintf(stderr, "kpd-run: cannot pin copy %d to CPU %d: %s\n", i, pin[i % npin],
+						strerror(errno));
+					_exit(126);
+				}
+			}
 			execvp(av[0], av);
 			fprintf(stderr, "kpd-run: cannot run %s: %s\n", av[0], strerror(errno));
 			_exit(127);
