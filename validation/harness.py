@@ -27,11 +27,13 @@ class HarnessError(Exception):
 
 
 def kperfdiff(kpd: list[str], store: Path, *args: str, ok=(0,), env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run ``kpd --store STORE ARGS`` (kpd: the command prefix of one kperfdiff version)."""
+    """Run ``kpd --store STORE ARGS`` (kpd: the command prefix of one kperfdiff version); a failure is
+    its last line of stderr (a traceback's is the exception)."""
     p = subprocess.run([*kpd, "--store", str(store), *args], capture_output=True, text=True,
                        stdin=subprocess.DEVNULL, env=env)
     if p.returncode not in ok:
-        raise HarnessError(f"kperfdiff {' '.join(args)} failed ({p.returncode}): {p.stderr.strip()[-300:]}")
+        last = (p.stderr.strip().splitlines() or ["no message"])[-1].strip()
+        raise HarnessError(f"kperfdiff {' '.join(args)} failed ({p.returncode}): {last[-300:]}")
     return p
 
 
