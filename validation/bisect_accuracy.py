@@ -5,10 +5,11 @@ Builds small git series (tests/support/bisect_repo.py): a base commit (GOOD) and
 commits after it, one of which, at a random position (``--seed``), switches the build command's
 output from ``param=select.file.100:n=100`` to ``n=N_BAD``. `select.file.100`'s time per
 operation grows linearly with n (one more descriptor to scan per select()), so N_BAD is chosen
-for each effect from a calibration measured in the same session: the benchmark at n = 100, 200
-and 300, ``--calibrate`` interleaved rounds, a least-squares line time = a + b*n, and N_BAD such
-that (a + b*N_BAD) / (a + b*100) = 1 + effect. Null series change nothing a probe runs: their
-bisection must be refused (exit status 3), and any culprit named on one is a false culprit.
+for each effect from a calibration measured in the same session (validation/harness.py, shared
+with sensitivity.py): the benchmark at n = 100, 200 and 300, ``--calibrate`` interleaved rounds,
+a least-squares line time = a + b*n, and N_BAD such that (a + b*N_BAD) / (a + b*100) = 1 + effect.
+Null series change nothing a probe runs: their bisection must be refused (exit status 3), and any
+culprit named on one is a false culprit.
 
     .venv/bin/python validation/bisect_accuracy.py --series 10 --null 10
     .venv/bin/python validation/bisect_accuracy.py --quick
@@ -37,53 +38,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from support.bisect_repo import make_series  # noqa: E402
+from harness import BASE as N_GOOD, BENCH, HarnessError, calibrate, effects_arg, pct, table  # noqa: E402
 
-BENCH = "select.file.100"
-N_GOOD = 100
-CALIBRATION_N = (100, 200, 300)
 KPD = [str(Path(sys.executable).with_name("kperfdiff"))]
-
-
-def fail(msg: str) -> SystemExit:
-    return SystemExit(f"bisect_accuracy: {msg}")
-
-
-def kperfdiff(store: Path, *args: str, ok=(0,)) -> subprocess.CompletedProcess:
-    p = subprocess.run(KPD + ["--store", str(store), *args], capture_output=True, text=True,
-                       stdin=subprocess.DEVNULL)
-    if p.returncode not in ok:
-        raise fail(f"kperfdiff {' '.join(args)} failed ({p.returncode}): {p.stderr.strip()[-300:]}")
-    return p
-
-
-def calibrate(store: Path, rounds: int) -> tuple[float, float, dict[int, list[float]]]:
-    """Time per operation at each n of CALIBRATION_N (interleaved rounds of 3 repetitions each, their
-    fastest timed interval), and the least-squares line a + b*n through the median of each n. The
-    fastest of a run's 33 intervals is the one other tasks disturbed least: on a busy machine the
-    centre of one run moves by tens of percent, its minimum by a few."""
-    seen: dict[int, list[float]] = {n: [] for n in CALIBRATION_N}
-    for _ in range(rounds):
-        for n in CALIBRATION_N:
-            out = kperfdiff(store, "bench", "--only", BENCH, "--reps", "3", "--param", f"{BENCH}:n={n}",
-                            "--label", f"calibrate-n{n}", "--format", "json", "--no-progress").stdout
-            res = [r for r in json.loads(out)["results"] if r["benchmark"] == BENCH and r["status"] == "ok"]
-            if not res:
-                raise fail(f"{BENCH} did not run at n={n}")
-            seen[n].append(res[0]["summary"]["min"])
-    xs = list(CALIBRATION_N)
-    ys = [statistics.median(seen[n]) for n in xs]
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    a = my - b * mx
-    if not b > 0:
-        raise fail(f"{BENCH} did not get slower with more descriptors (slope {b:.3g} ns per descriptor): "
-                   f"the machine is too noisy to calibrate")
-    return a, b, seen
-
-
-def n_bad(a: float, b: float, effect: float) -> int:
-    """The descriptors for which the line gives 1 + effect times the time at N_GOOD."""
-    return max(N_GOOD + 1, round(N_GOOD + effect * (a + b * N_GOOD) / b))
 
 
 def bisect(store: Path, series, extra: list[str]) -> dict:
@@ -110,10 +67,6 @@ def position(series, commit: str | None) -> str:
     return "-" if commit is None else str(series.commits.index(commit)) if commit in series.commits else "?"
 
 
-def pct(k: int, n: int) -> str:
-    return f"{k}/{n} ({k / n:.0%})" if n else "-"
-
-
 def summary(group: str, rows: list[dict], bound: int) -> list[str]:
     n = len(rows)
     probes = [r["probes"] for r in rows if r["probes"] is not None]
@@ -131,22 +84,6 @@ def summary(group: str, rows: list[dict], bound: int) -> list[str]:
             (f"{(statistics.fmean(ratios) - 1) * 100:+.1f}% [{(min(ratios) - 1) * 100:+.1f}, "
              f"{(max(ratios) - 1) * 100:+.1f}]") if ratios else "-",
             f"{sum(r['seconds'] for r in rows):.0f}"]
-
-
-def table(head: list[str], rows: list[list[str]]) -> str:
-    w = [max(len(x) for x in col) for col in zip(head, *rows)]
-    line = lambda cells: "  ".join(c.ljust(k) if i == 0 else c.rjust(k) for i, (c, k) in enumerate(zip(cells, w)))
-    return "\n".join([line(head), line(["-" * k for k in w]), *map(line, rows)])
-
-
-def effects_arg(text: str) -> list[float]:
-    try:
-        out = [float(x) / 100 for x in text.split(",") if x.strip()]
-    except ValueError:
-        out = []
-    if not out or any(not 0 < e <= 5 for e in out):
-        raise argparse.ArgumentTypeError(f"{text!r}: give percentages between 0 and 500, comma-separated (5,10,50)")
-    return out
 
 
 def main() -> int:
@@ -189,16 +126,16 @@ def main() -> int:
           f"bisect {' '.join(extra) or 'with its default repetitions'}; "
           f"load average at start {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} on {os.cpu_count()} CPUs", flush=True)
 
-    ca, cb, seen = calibrate(store, a.calibrate)
-    base = ca + cb * N_GOOD
-    print(f"calibration ({a.calibrate} rounds, fastest interval of each): " + "; ".join(
-        f"n={n}: {statistics.median(v):.0f} ns/op (fit {ca + cb * n:.0f})" for n, v in seen.items())
-        + f"; time = {ca:.0f} + {cb:.2f}*n ns", flush=True)
+    try:
+        line = calibrate(KPD, store, a.calibrate)
+    except HarnessError as e:
+        raise SystemExit(f"bisect_accuracy: {e}")
+    print(line.describe(), flush=True)
     groups = []                       # (name, effect or None, n_bad or None)
     for e in a.effects:
-        nb = n_bad(ca, cb, e)
+        nb = line.value_for(e)
         groups.append((f"{e * 100:g}%", e, nb, a.series))
-        print(f"  {e * 100:g}%: n = {N_GOOD} -> {nb} (expected {((ca + cb * nb) / base - 1) * 100:+.1f}%)")
+        print(f"  {e * 100:g}%: n = {N_GOOD} -> {nb} (expected {line.expected(nb) * 100:+.1f}%)")
     if a.null:
         groups.append(("null", None, None, a.null))
 
