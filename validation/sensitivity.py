@@ -124,9 +124,12 @@ def remove_checkout(into: Path) -> None:
 
 
 def experiment_file(path: Path, name: str, bench: str, param: str, base: int, value: int, reps: int,
-                    quick: bool) -> Path:
+                    quick: bool, detect: float | None = None, budget: float = 120) -> Path:
+    """The trial's experiment file; with ``detect``, its repetitions go on until the change could detect
+    that percent or ``budget`` seconds of measuring are spent (the version must know `detect`)."""
     path.write_text(f'name = "{name}"\nbenchmarks = ["{bench}"]\nreps = {reps}\nbaseline = "base"\n'
                     + (QUICK_RUN if quick else "")
+                    + (f"detect = {detect:g}\nmax_time = {budget:g}\n" if detect else "")
                     + "".join(f'\n[[variant]]\nlabel = "{label}"\nparams = {{ "{bench}:{param}" = "{v}" }}\n'
                               for label, v in (("base", base), ("test", value))))
     return path
@@ -228,6 +231,11 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true",
                     help="a small check of the harness: one 10%% trial and one null trial, one calibration "
                          "round, --reps 3 and 5 intervals of 2 ms per process unless given")
+    ap.add_argument("--detect", type=float, default=None, metavar="P",
+                    help="'after' adds repetitions until each trial's change could detect P%% (its experiment "
+                         "file's detect = P), within --budget seconds of measuring; 'before' has no such rule")
+    ap.add_argument("--budget", type=float, default=120, metavar="S",
+                    help="with --detect: the seconds of measuring a trial may spend (default 120)")
     ap.add_argument("--format", choices=("text", "json"), default="text",
                     help="json: the whole result on stdout, the lines per trial on stderr")
     a = ap.parse_args()
@@ -266,8 +274,10 @@ def measure(a: argparse.Namespace, work: Path, versions: list[Version], say) -> 
     done = 0
     for gi, g, i in schedule:
         name = f"sens-{g.name.replace('%', 'pct')}-{i + 1}"
-        path = experiment_file(work / f"{name}.toml", name, bench, param, base, g.value, a.reps, a.quick)
         for v in (versions if (i + gi) % 2 == 0 else versions[::-1]):
+            detect = a.detect if v.name == "after" else None
+            path = experiment_file(work / f"{name}.{v.name}.toml", name, bench, param, base, g.value, a.reps,
+                                   a.quick, detect, a.budget)
             row = {"version": v.name, "group": g.name, "trial": i + 1, "value": g.value, **trial(v, path, name, bench)}
             rows.append(row)
             done += 1

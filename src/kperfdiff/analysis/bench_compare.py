@@ -104,9 +104,9 @@ class Sample:
 
     @property
     def modes(self) -> modemod.Modes:
-        """The modes of its intervals (:func:`kperfdiff.core.modes.find_modes`), found once."""
+        """The modes of its intervals (:func:`kperfdiff.core.modes.find_modes_in`), found once."""
         if getattr(self, "_modes", None) is None:
-            self._modes = modemod.find_modes(self.pooled) if self.status == "ok" else modemod.single([])
+            self._modes = modemod.find_modes_in(self.reps) if self.status == "ok" else modemod.single([])
         return self._modes
 
 

@@ -19,6 +19,10 @@ How many rounds (:class:`RepetitionPolicy`):
   ``max_reps`` repetitions, and :func:`run_rounds` says which for every group.
   Stopping on precision (never on the change itself) keeps the intervals
   honest: the half-width does not depend on the sign or size of the change.
+* With ``detect`` P (percent) instead, a group goes on while the smallest change it
+  could detect is above P (:func:`kperfdiff.core.stats.detectable_change` at 80% power: of
+  a comparison with a run like it in ``bench``, of its changes in an experiment), with
+  the same limits. Like precision, it never looks at the change itself.
 * A group whose repetition failed or was skipped is not measured again.
 """
 from __future__ import annotations
@@ -38,18 +42,37 @@ class RepetitionPolicy:
     precision: float | None = None     # percent half-width, or None for a fixed count
     max_time: float | None = None      # seconds for the whole loop (fixed rounds included)
     max_reps: int = DEFAULT_MAX_REPS
+    detect: float | None = None        # percent detectable change, or None
 
     def __post_init__(self):
         if self.reps < 1:
             raise ValueError("reps must be 1 or more")
-        if self.precision is not None and not (math.isfinite(self.precision) and self.precision > 0):
-            raise ValueError("precision must be a positive number of percent")
+        if self.precision is not None and self.detect is not None:
+            raise ValueError("precision and detect are two stopping rules: give one")
+        for what, v in (("precision", self.precision), ("detect", self.detect)):
+            if v is not None and not (math.isfinite(v) and v > 0):
+                raise ValueError(f"{what} must be a positive number of percent")
         if self.max_time is not None and not (math.isfinite(self.max_time) and self.max_time > 0):
             raise ValueError("max_time must be a positive number of seconds")
 
     @property
     def adaptive(self) -> bool:
-        return self.precision is not None
+        return self.precision is not None or self.detect is not None
+
+    @property
+    def target(self) -> float:
+        """The percent the adaptive rule stops at (precision's half-width or detect's change)."""
+        return self.precision if self.precision is not None else self.detect
+
+    def shown(self, value: float) -> str:
+        """A group's current figure as the rule states it: ``+-1.2%`` or ``detectable 1.2%``."""
+        if self.detect is not None:
+            return "nothing detectable yet" if math.isnan(value) else f"detectable {value:.1f}%"
+        return "no interval yet" if math.isnan(value) else f"+-{value:.1f}%"
+
+    @property
+    def goal(self) -> str:
+        return f"{self.detect:g}%" if self.detect is not None else f"+-{self.precision:g}%"
 
     @property
     def time_limit(self) -> float | None:
@@ -62,8 +85,9 @@ class RepetitionPolicy:
     def describe(self) -> str:
         if not self.adaptive:
             return f"{self.reps} repetitions"
-        return (f"at least {self.reps} repetitions, more until every interval half-width is at most "
-                f"{self.precision:g}% (at most {self.max_reps} repetitions, "
+        until = f"every interval half-width is at most {self.precision:g}%" if self.detect is None else \
+            f"every cell could detect a change of {self.detect:g}%"
+        return (f"at least {self.reps} repetitions, more until {until} (at most {self.max_reps} repetitions, "
                 f"{self.max_time or DEFAULT_MAX_TIME:g} s)")
 
 
@@ -82,8 +106,9 @@ def run_rounds(groups: Sequence[Hashable], measure_round: Callable[[list, int], 
 
     ``measure_round(groups_in_order, r)`` measures repetition r of those groups and
     returns the set of groups that failed or were skipped (not measured again).
-    ``half_widths(groups)`` gives each group's current interval half-width in percent
-    (nan when there is none yet); only called when ``policy.precision`` is set.
+    ``half_widths(groups)`` gives each group's current figure in percent, the interval
+    half-width (``policy.precision``) or the detectable change (``policy.detect``), nan when
+    there is none yet; only called when the policy is adaptive.
     ``first``: the repetition to start at (an experiment's adaptive rounds follow
     the repetitions its matrix already measured).
     """
@@ -100,15 +125,16 @@ def run_rounds(groups: Sequence[Hashable], measure_round: Callable[[list, int], 
                 break
             hw = half_widths(list(active))
             out_of_time = limit is not None and clock() - t0 >= limit
+            reached = "precision reached" if policy.detect is None else "detectable change reached"
             for g in list(active):
                 h = hw.get(g, math.nan)
-                shown = "no interval yet" if math.isnan(h) else f"+-{h:.1f}%"
-                if not math.isnan(h) and h <= policy.precision:
-                    why[g] = f"precision reached: {shown} <= +-{policy.precision:g}% after {r} repetitions"
+                shown = policy.shown(h)
+                if not math.isnan(h) and h <= policy.target:
+                    why[g] = f"{reached}: {shown} <= {policy.goal} after {r} repetitions"
                 elif r >= policy.max_reps:
-                    why[g] = f"repetition limit: {shown} > +-{policy.precision:g}% after {r} repetitions"
+                    why[g] = f"repetition limit: {shown} > {policy.goal} after {r} repetitions"
                 elif out_of_time:
-                    why[g] = f"time limit ({limit:g} s): {shown} > +-{policy.precision:g}% after {r} repetitions"
+                    why[g] = f"time limit ({limit:g} s): {shown} > {policy.goal} after {r} repetitions"
                 else:
                     continue
                 active.remove(g)

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from kperfdiff.core import limits
+from kperfdiff.core.errors import UsageError
 from kperfdiff.bench.catalogue import load_catalogue, operations
 from kperfdiff.measure.session import BenchOptions, run_bench, run_boot_timing
 from kperfdiff.targets.perf_record import record_command
@@ -35,8 +36,13 @@ def add_bench(b: Parser) -> None:
                    help="after --reps, add repetitions (fresh processes, one round of every benchmark at a time) "
                         "until the 95%% interval of every benchmark's centre is within +-P%% of it, or --max-time "
                         "runs out; each result says which ended it")
+    b.add_argument("--detect", type=number(limits.MAX_PRECISION_PCT), default=None, metavar="P",
+                   help="after --reps, add repetitions until every benchmark could detect a change of P%% against a "
+                        "run like it (80%% power), or --max-time runs out; each result says which ended it "
+                        "(instead of --precision)")
     b.add_argument("--max-time", type=number(limits.MAX_TIMEOUT_S), default=None, metavar="S",
-                   help="with --precision: stop adding repetitions after S seconds of measuring (default: 600)")
+                   help="with --precision or --detect: stop adding repetitions after S seconds of measuring "
+                        "(default: 600)")
     b.add_argument("--intervals", type=whole(limits.MAX_INTERVALS), default=None,
                    help="timed intervals per process (default: 11, or the benchmark's own)")
     b.add_argument("--min-batch-ms", type=number(limits.MAX_MIN_BATCH_MS), default=10.0,
@@ -117,7 +123,7 @@ def bench_options(args: argparse.Namespace) -> BenchOptions:
                         label=args.label, params=args.param, allow_swap_setup=args.allow_swap_setup,
                         timeout=args.timeout, progress=not args.no_progress,
                         profile=args.profile, profile_freq=args.profile_freq, target=args.target or "local",
-                        precision=args.precision, max_time=args.max_time, pin=args.pin,
+                        precision=args.precision, detect=args.detect, max_time=args.max_time, pin=args.pin,
                         command=command_line())
 
 
@@ -125,6 +131,8 @@ def run_bench_command(args: argparse.Namespace) -> int:
     if args.list:
         write_output(args.output, rb.catalogue(load_catalogue(), args.format))
         return 0
+    if args.precision is not None and args.detect is not None:
+        raise UsageError("--precision and --detect are two rules for adding repetitions: give one")
     opts = bench_options(args)
     store = open_store(args)
     outcome = run_bench(store, opts)

@@ -17,7 +17,9 @@ The test (:func:`find_modes`), on the logarithms of the values:
 3. a mode must hold at least ``MIN_SHARE`` (10%) of the values and ``MIN_COUNT`` (10) of them,
    and lie at least ``SEPARATION`` (4) robust standard deviations (MAD * 1.4826) of the wider of the
    two from its neighbour (a scattered tail of disturbed intervals is not a mode); otherwise it is merged with the neighbour across
-   its shallower valley, and the checks are made again.
+   its shallower valley, and the checks are made again;
+4. for a sample of repetitions (:func:`find_modes_in`), at least half of the repetitions must hold
+   intervals in more than one mode: a level that shifts between repetitions is not a mode.
 
 Its false-detection rate on unimodal data is measured by ``tests/core/test_modes.py`` (normal,
 log-normal, Student's t with 3 degrees of freedom, gamma and a normal with 5% outliers, at 30 to
@@ -38,7 +40,8 @@ MIN_COUNT = 10        # values, in every mode
 SEPARATION = 4.0      # robust standard deviations of the wider mode between neighbouring mode centres
 GRID = 512
 
-METHOD = ("modes: per side, peaks of a kernel density estimate of the log intervals (Silverman's robust "
+METHOD = ("modes: per side, clusters the intervals of one process fall into (at least half of the "
+          "repetitions hold intervals in more than one): peaks of a kernel density estimate of the log intervals (Silverman's robust "
           "bandwidth) separated by a valley below {v:.0%} of the lower peak, each with at least {s:.0%} and "
           "{c} of the values and {k:g} robust sd of the wider mode from its neighbour; two sides with the same modes "
           "are compared within each mode (each repetition's median of its intervals in that mode) and the "
@@ -114,6 +117,23 @@ def find_modes(values) -> Modes:
     parts = np.split(x, np.searchsorted(x, cuts))
     return Modes(tuple(float(np.exp(np.median(p))) for p in parts), tuple(p.size / x.size for p in parts),
                  tuple(float(np.exp(c)) for c in cuts))
+
+
+MIXED_REPS = 0.5      # of the repetitions must hold intervals in more than one mode
+
+
+def find_modes_in(reps) -> Modes:
+    """The modes of a nested sample (a list of repetitions' interval values): :func:`find_modes` on all
+    its intervals, kept only when at least MIXED_REPS of the repetitions hold intervals in more than one
+    mode. Modes are clusters the intervals of one process fall into; a machine whose level shifts
+    between repetitions (each one wholly at one level) has no modes: the repetitions' own spread, and
+    pairing by round, deal with that."""
+    m = find_modes([v for r in reps for v in r])
+    if not m.several:
+        return m
+    filled = [r for r in reps if len(r)]
+    mixed = sum(1 for r in filled if len({m.index(float(v)) for v in r}) > 1)
+    return m if filled and mixed >= MIXED_REPS * len(filled) else single([v for r in reps for v in r])
 
 
 def _valley_middle(grid, density, a: int, b: int) -> float:

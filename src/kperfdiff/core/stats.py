@@ -437,6 +437,20 @@ def centre_half_width(reps, *, confidence: float = DEFAULT_CONFIDENCE, min_reps:
     return (math.exp(t_quantile((1 + confidence) / 2, lg.size - 1) * se) - 1) * 100
 
 
+def sample_detectable(reps, *, confidence: float = DEFAULT_CONFIDENCE, min_reps: int = MIN_REPS) -> float:
+    """The smallest change, in percent, an unpaired comparison of this nested sample with another like it
+    (as many repetitions, the same spread) would detect at 80% power (:func:`detectable_change`): se =
+    sqrt(2) * the standard error of its log per-repetition medians, 2(n - 1) degrees of freedom. What a
+    `bench` run or a stored result could tell apart from a run like it; nan under ``min_reps``."""
+    import numpy as np
+    m = repetition_medians(reps)
+    if m.size < min_reps or np.any(m <= 0):
+        return math.nan
+    lg = np.log(m)
+    se = float(lg.std(ddof=1) / math.sqrt(lg.size)) * math.sqrt(2)
+    return detectable_change(0.0 if _constant(lg) else se, 2.0 * (lg.size - 1), confidence=confidence)
+
+
 def ratio_half_width(low_pct: float, high_pct: float) -> float:
     """Relative half-width, in percent, of an interval of a change given as signed percents
     (speed ratio - 1): (sqrt(high ratio / low ratio) - 1) * 100, the half-width on the log

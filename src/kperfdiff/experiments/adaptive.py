@@ -1,5 +1,6 @@
 """Adaptive repetition: after an experiment's matrix, more repetitions until every change's speed
-ratio is known to the file's ``precision`` (or its ``max_time`` is spent)."""
+ratio is known to the file's ``precision``, or every change could detect the file's ``detect`` percent
+(or its ``max_time`` is spent)."""
 from __future__ import annotations
 
 import math
@@ -14,7 +15,8 @@ from kperfdiff.experiments.matrix import Cell
 def repeat_until_precise(store, exp: Experiment, eid: int, columns, measure_cells, progress, log) -> dict:
     """After the matrix: more repetitions of the (column, core count) groups whose changes are not
     yet known to +-``exp.precision`` percent of their speed ratio (:func:`kperfdiff.core.stats.ratio_half_width`
-    of the 95% interval), one round of every such group at a time, all variants
+    of the 95% interval), or, with ``exp.detect``, whose changes could not yet detect that percent (the cell's
+    detectable change, at 80% power, as compare states it), one round of every such group at a time, all variants
     interleaved and rotated (:func:`kperfdiff.bench.rounds.run_rounds`). Returns why each group stopped."""
     labels = [v.label for v in exp.variants]
     ended = store.cell_stops(eid)      # a run that finished (or a rerun of a complete one) measures no more
@@ -37,11 +39,13 @@ def repeat_until_precise(store, exp: Experiment, eid: int, columns, measure_cell
         cmp = compare.from_experiment(store, str(eid))
         out = {}
         for g in gs:
-            hw = [stats.ratio_half_width(x.low, x.high) for blk in cmp.blocks for k, x in blk.cells.items() if k == g]
+            hw = [stats.ratio_half_width(x.low, x.high) if exp.detect is None else x.detectable
+                  for blk in cmp.blocks for k, x in blk.cells.items() if k == g]
             out[g] = max(hw) if hw and not any(math.isnan(h) for h in hw) else math.nan
         return out
 
-    policy = rounds.RepetitionPolicy(reps=exp.reps, precision=exp.precision, max_time=exp.max_time)
+    policy = rounds.RepetitionPolicy(reps=exp.reps, precision=exp.precision, max_time=exp.max_time,
+                                     detect=exp.detect)
     progress.set_time_limit(policy.time_limit)
     why = rounds.run_rounds(groups, measure_round, half_widths, policy, first=exp.reps) if groups else {}
     progress.close()        # the bar's line cleared before the notes below

@@ -12,6 +12,8 @@ An experiment file (TOML; commented examples in ``examples/``)::
     reps = 3                             # fresh processes per cell
     precision = 3                        # optional: more repetitions (interleaved, all variants) until
                                          # every change's speed ratio is known to +-3% (95% interval)
+    detect = 5                           # optional, instead of precision: more repetitions until every
+                                         # change could detect 5% (80% power), or max_time runs out
     max_time = 300                       # optional: seconds of measuring for those (default 600)
     intervals = 5                        # optional: timed intervals per process
     min_batch_ms = 10                    # optional: minimum batch length
@@ -63,7 +65,7 @@ UNSAFE_ENV = {"PATH", "IFS", "ENV", "BASH_ENV", "SHELLOPTS", "BASHOPTS", "PS4", 
               "NODE_OPTIONS", "NODE_PATH"}
 UNSAFE_ENV_PREFIXES = ("LD_",)
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=-]*$")
-TOP_KEYS = {"name", "description", "baseline", "stack", "benchmarks", "cores", "reps", "precision", "max_time",
+TOP_KEYS = {"name", "description", "baseline", "stack", "benchmarks", "cores", "reps", "precision", "detect", "max_time",
             "intervals", "min_batch_ms",
             "timeout", "profile", "profile_freq", "tiny", "allow_swap_setup", "pin", "params", "variant", "variants", "study"}
 VARIANT_KEYS = {"label", "target", "vars", "knobs", "cmdline", "env", "cpus", "params", "description"}
@@ -98,6 +100,7 @@ class Experiment:
     stack: list[str] = field(default_factory=list)
     precision: float | None = None
     max_time: float | None = None
+    detect: float | None = None
     intervals: int | None = None
     min_batch_ms: float | None = None
     timeout: float | None = None
@@ -118,6 +121,8 @@ class Experiment:
         d.pop("study")
         if d["pin"]:        # the default: files written before `pin` existed keep their identity
             d.pop("pin")
+        if d["detect"] is None:      # likewise for `detect`
+            d.pop("detect")
         for v in d["variants"]:
             v.pop("description")
         return d
@@ -340,10 +345,14 @@ def parse_data(data: dict, p: Path | str = "<experiment>", allow_knobs=frozenset
         return v
 
     desc = data.get("description", "")
+    detect = pos_num("detect", limits.MAX_PRECISION_PCT)
+    if detect is not None and data.get("precision") is not None:
+        raise field_error(p, "detect", "and precision are two rules for adding repetitions: give one")
     return Experiment(name=name, path=str(p), variants=variants, baseline=baseline, benchmarks=list(benches),
                       cores=list(cores), reps=pos_int("reps", 3, limits.MAX_REPS), stack=list(stack),
                       precision=pos_num("precision", limits.MAX_PRECISION_PCT),
                       max_time=pos_num("max_time", limits.MAX_TIMEOUT_S),
+                      detect=detect,
                       intervals=pos_int("intervals", None, limits.MAX_INTERVALS),
                       min_batch_ms=pos_num("min_batch_ms", limits.MAX_MIN_BATCH_MS),
                       timeout=pos_num("timeout", limits.MAX_TIMEOUT_S), profile=flag("profile"),

@@ -292,7 +292,7 @@ class _MatrixRun:
                 self._prepare(done_before)
                 try:
                     self.measure_cells(self.todo)
-                    if exp.precision:
+                    if exp.precision or exp.detect:
                         self.binaries = self.binaries or self._build()
                         for (key, cores), text in repeat_until_precise(store, exp, eid, self.columns, self.measure_cells,
                                                                    self.progress, self.log).items():

@@ -57,19 +57,21 @@ class BenchOptions:
     target: str = "local"
     command: str = ""
     precision: float | None = None   # percent: add repetitions until every interval is this tight
+    detect: float | None = None      # percent: add repetitions until every result could detect this change
     max_time: float | None = None    # seconds: stop adding repetitions after this long
     annotations: dict = field(default_factory=dict)   # more facts the run keeps (a bisection's commit)
     pin: str = "last"                # which CPU each copy is pinned to (kperfdiff.bench.pinning): last, rotate, off
     placement: Placement | None = None   # decided when the run starts (the tuned CPUs, if a tune is held)
 
     def policy(self) -> rounds.RepetitionPolicy:
-        return rounds.RepetitionPolicy(reps=self.reps, precision=self.precision, max_time=self.max_time)
+        return rounds.RepetitionPolicy(reps=self.reps, precision=self.precision, max_time=self.max_time,
+                                       detect=self.detect)
 
     def recorded(self) -> dict:
         """The options a run keeps in the store."""
         return {"suite": self.suite, "only": self.only, "parallel": self.parallel, "reps": self.reps,
                 "intervals": self.intervals, "params": self.params, "min_batch_ns": self.min_batch_ns,
-                "profile": self.profile, "target": self.target, "precision": self.precision,
+                "profile": self.profile, "target": self.target, "precision": self.precision, "detect": self.detect,
                 "max_time": self.max_time, "pin": self.pin, **self.annotations}
 
 
@@ -275,8 +277,8 @@ def run_bench(store: Store, opts: BenchOptions) -> Outcome:
             return stop
 
         def half_widths(groups):
-            return {c: stats.centre_half_width([[v for o in outs for v in o.values] for _r, outs, *_ in done[c]])
-                    for c in groups}
+            figure = stats.centre_half_width if policy.detect is None else stats.sample_detectable
+            return {c: figure([[v for o in outs for v in o.values] for _r, outs, *_ in done[c]]) for c in groups}
 
         why: dict = {}
         progress.set_time_limit(policy.time_limit)     # bench's --max-time counts from the first round
