@@ -49,7 +49,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from kperfdiff.core import stats
+from kperfdiff.core import modes, stats
 from kperfdiff.core.errors import InputError
 from kperfdiff.core.records import Machine, Result, Run
 
@@ -87,6 +87,8 @@ class Point:
     reps: int
     n: int                      # interval values
     machine: Machine
+    detectable_pct: float = math.nan     # what a comparison with a run like it would see (stats.sample_detectable)
+    modes: tuple = ()                    # its modes (kperfdiff.core.modes.Modes) when it has several
 
     @property
     def kernel(self) -> str | None:
@@ -179,9 +181,12 @@ def build_series(results: list[Result], runs: dict[int, Run], machines: dict[int
             run = runs[run_id]
             m = machines.get(run.machine_id) or Machine()
             reps = [v for r in rs for v in r.repetitions.values()]
+            found = modes.find_modes_in(reps) if reps else None
             s.points.append(Point(run, [r.id for r in rs], stats.nested_centre(reps) if reps else math.nan,
                                   stats.centre_half_width(reps) if reps else math.nan, len(reps),
-                                  sum(len(v) for v in reps), m))
+                                  sum(len(v) for v in reps), m,
+                                  stats.sample_detectable(reps) if reps else math.nan,
+                                  found if found is not None and found.several else ()))
         if machine is None or any(machine_matches(machine, p.run, p.machine, s.host) for p in s.points):
             out.append(s)
     out.sort(key=lambda s: (s.benchmark, s.copies, json.dumps(s.params, sort_keys=True), s.host))

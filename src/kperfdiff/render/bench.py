@@ -7,7 +7,7 @@ import math
 import statistics
 from typing import TYPE_CHECKING
 
-from kperfdiff.core import monitors, stats
+from kperfdiff.core import modes, monitors, stats
 from kperfdiff.core.records import (
     Result,
     ResultGroup,
@@ -96,6 +96,8 @@ def group_summary(g: ResultGroup) -> dict:
             "status": "ok" if reps else failed.status, "reason": None if reps else failed.reason,
             "unit": first.unit, "better": first.better,
             "centre": stats.nested_centre(reps) if reps else math.nan, "half_width_pct": hw, "no_interval": why or None,
+            "detectable_pct": stats.sample_detectable(reps) if reps else math.nan,
+            "modes": modes.find_modes_in(reps).as_list() if reps else [],
             "reps": len(reps), "cv": stats.coefficient_of_variation(pooled) if len(pooled) > 1 else math.nan,
             "n": len(pooled), "min": min(pooled) if pooled else math.nan, "max": max(pooled) if pooled else math.nan,
             "unmeasured": [{"result": r.id, "status": r.status, "reason": r.reason} for r in g.results
@@ -130,8 +132,8 @@ def results_table(results: list[Result], ops: dict[str, str] | None = None, coun
     stopped, counted instructions, why there is no interval) once, under the table. The unit says
     what one operation is when ``ops`` (benchmark -> the catalogue's op) knows; ``counted``: a
     deterministic guest's, whose virtual ns are instructions."""
-    t = Table(["benchmark", "P", "centre", "unit", "+-95%", "reps", "CV", "min", "max", "n", "note"],
-              align=["l", "r", "r", "l", "r", "r", "r", "r", "r", "r", "l"])
+    t = Table(["benchmark", "P", "centre", "unit", "+-95%", "detect", "reps", "CV", "min", "max", "n", "note"],
+              align=["l", "r", "r", "l", "r", "r", "r", "r", "r", "r", "r", "l"])
     notes: list[str] = []
     short: list[str] = []
     for g in group_results(results):
@@ -141,13 +143,18 @@ def results_table(results: list[Result], ops: dict[str, str] | None = None, coun
         label = f"{g.name} -P {s['copies']}"
         if s["status"] != "ok":
             more = f" (all {len(g.results)} repetitions)" if len(g.results) > 1 and not g.unresolved else ""
-            t.rows.append([g.name, s["copies"], "-", s["unit"] or "", "-", 0, "-", "-", "-", "-",
+            t.rows.append([g.name, s["copies"], "-", s["unit"] or "", "-", "-", 0, "-", "-", "-", "-",
                            f"{s['status']}: {s['reason']}{more}"])
             continue
         t.rows.append([g.name, s["copies"], number(s["centre"] * ax.factor), s["unit"],
-                       percent(s["half_width_pct"], mark=True), s["reps"], percent(s["cv"], fraction=True, mark=True),
+                       percent(s["half_width_pct"], mark=True), percent(s["detectable_pct"], mark=True), s["reps"],
+                       percent(s["cv"], fraction=True, mark=True),
                        number(s["min"] * ax.factor), number(s["max"] * ax.factor),
                        s["n"], _group_note(g, s)])
+        if len(s["modes"]) > 1:
+            notes.append(f"  {label}: " + modes.describe(modes.Modes(tuple(m["centre"] for m in s["modes"]),
+                                                                     tuple(m["share"] for m in s["modes"])),
+                                                         lambda v: ax.value(v)))
         if s["disturbed"]:
             notes.append(f"  {label}: {DISTURBED} {s['disturbed']}")
         if s["stop"] and not s["stop"].endswith("(fixed count)"):
@@ -158,7 +165,8 @@ def results_table(results: list[Result], ops: dict[str, str] | None = None, coun
             short.append(f"{label} ({s['no_interval']})")
     if any(row[2] != "-" for row in t.rows):
         notes.append("  centre: geometric mean of the per-repetition medians; +-95%: half-width of its 95% "
-                     "interval over the repetitions; CV: of every interval")
+                     "interval over the repetitions; detect: the smallest change a comparison with a run like it "
+                     "would see (80% power); CV: of every interval")
     if short:
         notes.append("  no +-95% for " + ", ".join(short) + "; more repetitions: bench --reps N, or reps = N in "
                      "an experiment")

@@ -9,6 +9,7 @@ import math
 from typing import TYPE_CHECKING
 
 from kperfdiff.analysis.history import Detection, Point, Series, point_of
+from kperfdiff.core import modes
 from kperfdiff.render import svgplot
 from kperfdiff.render.diff import side_lines, tables
 from kperfdiff.render.diff import to_json_text as diff_json_text
@@ -44,7 +45,8 @@ def _point_json(p: Point) -> dict:
     return {"time": p.run.started_at, "run": p.run.id, "label": p.run.label, "variant": p.run.variant,
             "target": p.run.target, "machine": p.machine.id, "fingerprint": p.machine.fingerprint,
             "kernel": p.kernel, "commit": p.commit, "commit_subject": p.subject, "results": p.results,
-            "centre": p.centre, "half_width_pct": p.half_width_pct, "reps": p.reps, "n": p.n}
+            "centre": p.centre, "half_width_pct": p.half_width_pct, "reps": p.reps, "n": p.n,
+            "detectable_pct": p.detectable_pct, "modes": p.modes.as_list() if p.modes else []}
 
 
 def _series_json(s: Series) -> dict:
@@ -68,14 +70,15 @@ def series_unit(s: Series, ops: dict[str, str] | None = None) -> svgplot.AxisUni
 def history_table(s: Series, ops: dict[str, str] | None = None) -> Table:
     ax = series_unit(s, ops)
     t = Table(["time", "run", "label", "variant", "machine", "kernel", "commit", "centre", "unit", "+-95%",
-               "reps", "n"], align=["l", "r", "l", "l", "l", "l", "l", "r", "l", "r", "r", "r"],
+               "detect", "reps", "n"], align=["l", "r", "l", "l", "l", "l", "l", "r", "l", "r", "r", "r", "r"],
               title=f"{s.name}: {len(s.points)} result{'s' if len(s.points) != 1 else ''}"
                     + (", higher is better" if s.better == "higher" else ""))
     for p in s.points:
         t.rows.append([_when(p.run.started_at), p.run.id, p.run.label or "-", p.run.variant or "-",
                        (p.machine.fingerprint or "-")[:8], p.kernel or "-", _commit(p), number(p.centre * ax.factor),
                        ax.title,
-                       percent(p.half_width_pct, mark=True), p.reps, p.n])
+                       percent(p.half_width_pct, mark=True), percent(p.detectable_pct, mark=True), p.reps, p.n])
+    t.notes = [f"  run {p.run.id}: {modes.describe(p.modes, ax.value)}" for p in s.points if p.modes]
     return t
 
 
