@@ -85,3 +85,19 @@ def test_a_lava_probe_deploys_its_own_kernel_and_arguments(tmp_path):
     validate_spec(spec)
     ls = parse_spec(spec)
     assert (ls.kernel, ls.append, ls.arch) == (str(img), "init_on_alloc=1", "x86_64")
+
+
+def test_paired_difference_sees_through_level_shifts():
+    """GOOD and BAD measured one after the other, the machine's level moving 10% between rounds: the
+    paired test finds BAD's 3% slowdown that Welch's test on the same values does not, and two
+    equal commits measured that way stay not significant."""
+    levels = [1.00, 1.10, 0.95, 1.08, 0.92, 1.05]
+    good = Sample(tuple(1000 * x for x in levels))
+    bad = Sample(tuple(1030 * x * (1 + 0.002 * (-1) ** i) for i, x in enumerate(levels)))
+    paired = difference(good, bad, paired=True)
+    assert paired.significant and paired.ratio == pytest.approx(1.03, abs=0.002) and paired.low > 1
+    assert not difference(good, bad).significant
+    same = Sample(tuple(1000 * x * (1 + 0.002 * (-1) ** i) for i, x in enumerate(levels)))
+    assert not difference(good, same, paired=True).significant
+    # unequal counts (a resumed side): the unpaired test
+    assert difference(good, Sample(bad.values[:5]), paired=True).p == difference(good, Sample(bad.values[:5])).p

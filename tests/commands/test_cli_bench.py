@@ -147,6 +147,22 @@ def test_precision_adds_repetitions_and_says_why_it_stopped(home):
         assert_one_sentence_error(run_cli("bench", "--only", "syscall.null", "--precision", bad, *TINY))
 
 
+def test_detect_adds_repetitions_until_a_change_of_p_could_be_seen(home):
+    """--detect P: repetitions until a comparison with a run like it could see P% (80% power), each result
+    saying which ended it; show gives every result's detectable change; one rule at a time."""
+    loose = json.loads(run_cli("bench", "--only", "syscall.null", "--reps", "3", "--detect", "9999",
+                               "--format", "json", *TINY, check=0).stdout)["results"][0]
+    assert loose["reps"] == 3 and loose["stop"].startswith("detectable change reached: detectable ")
+    assert 0 < loose["detectable_pct"] <= 9999 and loose["stop"].endswith("<= 9999% after 3 repetitions")
+    tight = json.loads(run_cli("bench", "--only", "syscall.null", "--reps", "3", "--detect", "0.0001",
+                               "--max-time", "1", "--format", "json", *TINY, check=0).stdout)["results"][0]
+    assert tight["stop"].startswith(("time limit (1 s): detectable ", "repetition limit: detectable "))
+    text = run_cli("show", "2", check=0).stdout
+    assert " detect " in text.splitlines()[next(i for i, ln in enumerate(text.splitlines())
+                                               if ln.startswith("benchmark"))]
+    assert_one_sentence_error(run_cli("bench", "--only", "syscall.null", "--detect", "5", "--precision", "5", *TINY))
+
+
 def test_noise_is_recorded_and_a_disturbed_result_is_marked(home):
     """Two busy loops beside the benchmark: every repetition is marked disturbed, with the reason, in
     the table, the JSON and compare; the busy machine is announced before the run."""

@@ -345,6 +345,21 @@ def test_precision_adds_interleaved_repetitions(tmp_path, home):
     assert "precision reached" in r.stderr and len(_cells(home / "kperfdiff.db", "loose")) == 2 * 3
 
 
+def test_detect_adds_repetitions_until_every_change_could_see_p(tmp_path, home):
+    """detect = P: rounds until every change's detectable change (80% power) is at most P, or max_time;
+    the table says which ended it; detect and precision together are refused, naming the field."""
+    loose = write(tmp_path, fast(name="det", reps=3, extra="detect = 9999"), name="d.toml")
+    r = run_cli("run", loose, "--no-progress", check=0)
+    assert "detectable change reached: detectable " in r.stderr and len(_cells(home / "kperfdiff.db", "det")) == 6
+    tight = write(tmp_path, fast(name="det2", reps=3, extra="detect = 0.0001\nmax_time = 2"), name="t.toml")
+    r = run_cli("run", tight, "--no-progress", check=0)
+    assert "time limit (2 s): detectable " in r.stderr or "repetition limit: detectable " in r.stderr
+    assert len(_cells(home / "kperfdiff.db", "det2")) > 6
+    both = write(tmp_path, fast(name="both", extra="detect = 5\nprecision = 5"), name="b.toml")
+    p = run_cli("run", both, "--no-progress")
+    assert p.returncode == 2 and "detect" in p.stderr and "Traceback" not in p.stderr
+
+
 def test_guest_variants_set_up_their_own_swap_and_the_host_is_never_touched(monkeypatch):
     """allow_swap_setup: a local variant's cell enters this machine's temporary_swap and marks only the
     local variants swap-ready; a guest variant's job is asked to set up its own zram swap."""

@@ -12,6 +12,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 from kperfdiff.analysis.bench_compare import (
+    DEFAULT_SAME_WITHIN,
     Block,
     CellChange,
     Comparison,
@@ -51,18 +52,20 @@ class ReportData:
 
 
 def load_comparison(store, *, experiment: str | None, runs: list[str], stack: bool = False,
-                    profiles: bool = True, ops: dict[str, str] | None = None) -> Comparison:
+                    profiles: bool = True, ops: dict[str, str] | None = None,
+                    same_within: float = DEFAULT_SAME_WITHIN) -> Comparison:
     """The comparison of an experiment's variants, or of runs (the first is the baseline); with
     ``profiles``, each side also lists its stored profiles (for the report's profile diffs);
-    ``ops``: what one operation of each benchmark is (the catalogue's, for the units printed)."""
+    ``ops``: what one operation of each benchmark is (the catalogue's, for the units printed);
+    ``same_within``: the percent inside which a change's interval makes its verdict "same"."""
     if experiment and runs:
         raise InputError("give either --experiment or RUNs, not both")
     if experiment:
-        cmp = from_experiment(store, experiment, profiles=profiles)
+        cmp = from_experiment(store, experiment, profiles=profiles, same_within=same_within)
     elif not runs:
         raise InputError("name the runs to compare (the first is the baseline) or --experiment ID|NAME")
     else:
-        cmp = from_runs(store, runs, stack=stack, profiles=profiles)
+        cmp = from_runs(store, runs, stack=stack, profiles=profiles, same_within=same_within)
     cmp.ops = dict(ops or {})
     return cmp
 

@@ -77,10 +77,14 @@ def _exactly_equal(a: Sample, b: Sample) -> bool:
     return max(a.values + b.values) - min(a.values + b.values) <= 1e-9 * max(a.values + b.values)
 
 
-def difference(base: Sample, new: Sample, *, alpha: float = ALPHA, min_reps: int = stats.MIN_REPS) -> Difference:
+def difference(base: Sample, new: Sample, *, alpha: float = ALPHA, min_reps: int = stats.MIN_REPS,
+               paired: bool = False) -> Difference:
     """Is ``new`` different from ``base``? Exact counts differ when they are not equal (one value
     each is enough); measured values by Welch's t-test on the logarithms, with at least
-    ``min_reps`` repetitions per side."""
+    ``min_reps`` repetitions per side, or, with ``paired`` (the i-th values of the two were measured
+    one after the other, in turn) and as many values on each side, by Student's t on the differences
+    of their logarithms (as compare pairs an experiment's rounds): a level shift of the machine
+    that lasts a round then falls on both values of the pair and cancels."""
     ratio = new.centre() / base.centre()
     if base.exact and new.exact:
         same = _exactly_equal(base, new)
@@ -88,6 +92,12 @@ def difference(base: Sample, new: Sample, *, alpha: float = ALPHA, min_reps: int
     if base.n < min_reps or new.n < min_reps:
         return Difference(ratio, math.nan, math.nan, math.nan, False,
                           f"too few repetitions for a test ({base.n} and {new.n}; {min_reps} per side are needed)")
+    if paired and base.n == new.n:
+        diffs = [y - x for x, y in zip(base.logs(), new.logs())]
+        d = _mean(diffs)
+        lo, hi, p = stats.t_interval(d, math.sqrt(_ss(diffs) / (len(diffs) - 1) / len(diffs)), len(diffs) - 1,
+                                     1 - alpha)
+        return Difference(math.exp(d), math.exp(lo), math.exp(hi), p, p < alpha)
     d, lo, hi, p = stats.welch_interval(base.logs(), new.logs(), confidence=1 - alpha)
     return Difference(math.exp(d), math.exp(lo), math.exp(hi), p, p < alpha)
 

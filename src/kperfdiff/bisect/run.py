@@ -227,7 +227,7 @@ def _reference(m: _Measurer, g: git.Commit, b: git.Commit, reps: int, max_reps: 
                 measured[c.hash] = measured.get(c.hash, 0) + m.ensure(c, i, checkout=c.hash)
         note(f"GOOD {g.short} and BAD {b.short}: {len(m.have(g.hash, 'probe')[0])} and "
              f"{len(m.have(b.hash, 'probe')[0])} repetitions, one of each in turn")
-        d = decide.difference(m.sample(g.hash), m.sample(b.hash))
+        d = decide.difference(m.sample(g.hash), m.sample(b.hash), paired=True)
         if d.significant or n >= max_reps:
             break
         n = min(max_reps, n + max(2, reps // 2))
@@ -296,7 +296,7 @@ def _verify(m: _Measurer, repo: git.Repo, out: Outcome, reps: int, note) -> None
         for x in (p, c):
             now[x.hash] += m.ensure(x, n, "verify", checkout=x.hash)
     sp, sc = m.sample(p.hash, "verify"), m.sample(c.hash, "verify")
-    out.verification = decide.difference(sp, sc)
+    out.verification = decide.difference(sp, sc, paired=True)
     out.verified = out.verification.significant and decide.same_direction(out.reference, out.verification)
     pv, pr = m.have(p.hash, "verify")
     cv, cr = m.have(c.hash, "verify")

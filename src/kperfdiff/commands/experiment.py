@@ -77,9 +77,15 @@ def add_compare(c: Parser) -> None:
                         "so that negative is worse, times up or throughputs down), else 0; the cells that "
                         "tripped it are listed on stderr; cells measured while the machine was disturbed (!) "
                         "count, and say so. It fails closed: a cell it could not judge (no interval, a side "
-                        "missing or failed) fails it too, listed with the reason, unless --allow-unjudged; a "
+                        "missing or failed, modes that cannot be compared, or a detectable change above PCT: "
+                        "it could not have seen the slowdown) fails it too, listed with the reason, unless "
+                        "--allow-unjudged; a "
                         "gate that judged no cell never passes. Runs of one experiment are judged with the "
                         "experiment's interval, as --experiment judges them")
+    c.add_argument("--same-within", type=percent, default=None, metavar="PCT",
+                   help="a change whose 95%% interval lies inside +-PCT%% is called same (default: the "
+                        "--fail-on-regression threshold, else 5); one whose interval is neither significant nor "
+                        "inside it is unknown, with about how many repetitions would decide it")
     c.add_argument("--allow-unjudged", action="store_true",
                    help="with --fail-on-regression: cells it could not judge do not fail it; it says how many "
                         "there were (a gate that judged no cell still fails)")
@@ -171,8 +177,10 @@ def compare(args: argparse.Namespace) -> int:
         if given and args.fail_on_regression is None:
             raise UsageError(f"{flag} needs --fail-on-regression PCT", prog="kperfdiff compare")
     store = open_store(args, create=False)
+    same = args.same_within if args.same_within is not None else \
+        args.fail_on_regression if args.fail_on_regression else cm.DEFAULT_SAME_WITHIN
     cmp = load_comparison(store, experiment=args.experiment, runs=args.runs, stack=args.stack, profiles=False,
-                          ops=operations())
+                          ops=operations(), same_within=same)
     gate = cm.gate(cmp, args.fail_on_regression, skip_disturbed=args.skip_disturbed,
                    allow_unjudged=args.allow_unjudged)
     write_output(args.output, rcompare.render(cmp, args.format, gate, explain=args.explain))

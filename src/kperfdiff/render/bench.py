@@ -51,6 +51,7 @@ def _result_json(r: Result) -> dict:
             "monitors": r.monitors, "info": _shown_reps(r.info), "reps": len(reps),
             "centre": stats.nested_centre(reps) if r.raw else None,
             "half_width_pct": _none_nan(stats.centre_half_width(reps)) if r.raw else None,
+            "detectable_pct": _none_nan(stats.sample_detectable(reps)) if r.raw else None,
             "stop": r.stop, "noise": _shown_reps(r.noise), "disturbed": r.disturbed,
             "intervals": [{"rep": shown_rep(x[0]), "copy": x[1], "value": x[3], "ops": x[4], "ns": x[5]} for x in r.raw]}
 
