@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from kperfdiff.bisect.decide import BAD, GOOD, UNDECIDED, Sample, classify, difference, same_direction
+from kperfdiff.bisect.decide import BAD, GOOD, UNDECIDED, Sample, classify, classify_in_rounds, difference, same_direction
 
 
 def noisy(centre, spread, n, seed):
@@ -101,3 +101,35 @@ def test_paired_difference_sees_through_level_shifts():
     assert not difference(good, same, paired=True).significant
     # unequal counts (a resumed side): the unpaired test
     assert difference(good, Sample(bad.values[:5]), paired=True).p == difference(good, Sample(bad.values[:5])).p
+
+
+def test_a_probe_in_rounds_is_judged_against_its_own_good_and_bad():
+    """GOOD, the probe and BAD measured one after the other in each round while the machine's level
+    moves 10% between rounds: the rounds decide a probe at BAD's level (5% above GOOD) and one at
+    GOOD's level in 5 rounds, where the pooled interval over the same values cannot; a probe half-way
+    stays undecided; exact counts decide on their values."""
+    levels = [1.00, 1.10, 0.95, 1.08, 0.92]
+    jitter = [1.002, 0.998, 1.001, 0.999, 1.0]
+    good = Sample(tuple(1000 * x * j for x, j in zip(levels, jitter)))
+    bad = Sample(tuple(1050 * x * j for x, j in zip(levels, jitter[::-1])))
+    like_bad = Sample(tuple(1050 * x * j for x, j in zip(levels, jitter[1:] + jitter[:1])))
+    like_good = Sample(tuple(1000 * x * j for x, j in zip(levels, jitter[2:] + jitter[:2])))
+    v = classify_in_rounds(like_bad, good, bad)
+    assert v.verdict == BAD and v.ratio == pytest.approx(1.05, abs=0.005) and v.low > v.midpoint
+    assert v.midpoint == pytest.approx(math.sqrt(1.05), abs=0.003)
+    assert classify_in_rounds(like_good, good, bad).verdict == GOOD
+    assert classify(like_bad, good, bad).verdict == UNDECIDED          # the pooled interval: shifts are noise
+    half = Sample(tuple(1000 * math.sqrt(1.05) * x for x in levels))
+    assert classify_in_rounds(half, good, bad).verdict == UNDECIDED
+    assert classify_in_rounds(Sample((2.0, 2.0), True), Sample((1.0, 1.0), True), Sample((2.0, 2.0), True)).verdict == BAD
+    with pytest.raises(ValueError):
+        classify_in_rounds(Sample((1.0, 2.0, 3.0)), Sample((1.0, 2.0)), Sample((1.0, 2.0)))
+
+
+def test_a_difference_states_what_it_could_detect():
+    levels = [1.00, 1.10, 0.95, 1.08, 0.92, 1.05]
+    good = Sample(tuple(1000 * x for x in levels))
+    bad = Sample(tuple(1030 * x * (1 + 0.002 * (-1) ** i) for i, x in enumerate(levels)))
+    paired, welch = difference(good, bad, paired=True), difference(good, bad)
+    assert 0 < paired.detectable < 3 < welch.detectable and paired.df == 5
+    assert difference(Sample((1.0,), True), Sample((2.0,), True)).detectable == 0

@@ -8,7 +8,10 @@ logarithms, so a change is a ratio whatever the unit.
 
 A probe is decided against the midpoint between GOOD's and BAD's means (in logs): like-BAD when
 its whole confidence interval lies on BAD's side of the midpoint, like-GOOD when it lies on
-GOOD's side, undecided otherwise (more repetitions, up to the probe's budget). The noise of one
+GOOD's side, undecided otherwise (more repetitions, up to the probe's budget). When GOOD, the
+probe and BAD were measured in rounds, one value of each in turn (:func:`classify_in_rounds`), each
+round is judged against its own GOOD and BAD, so a level shift of the machine cancels; otherwise
+(exact counts, old stored bisections) by the pooled interval below. The noise of one
 benchmark on one target is the same for every commit, so the interval of a probe's mean uses the
 standard deviation pooled over GOOD, BAD and the probe (the degrees of freedom of all three):
 three repetitions of a probe then decide as well as the many of the end points allow, which a
@@ -58,10 +61,18 @@ class Difference:
     p: float
     significant: bool
     reason: str = ""      # why there is no test, when there is none
+    se: float = math.nan  # standard error of the log ratio, and its degrees of freedom
+    df: float = math.nan
 
     @property
     def percent(self) -> float:
         return (self.ratio - 1) * 100
+
+    @property
+    def detectable(self) -> float:
+        """The smallest change, in percent, this test would have found at 80% power
+        (:func:`kperfdiff.core.stats.detectable_change`); 0 for exact counts."""
+        return stats.detectable_change(self.se, self.df)
 
 
 def _mean(xs):
@@ -88,18 +99,19 @@ def difference(base: Sample, new: Sample, *, alpha: float = ALPHA, min_reps: int
     ratio = new.centre() / base.centre()
     if base.exact and new.exact:
         same = _exactly_equal(base, new)
-        return Difference(ratio, ratio, ratio, 1.0 if same else 0.0, not same)
+        return Difference(ratio, ratio, ratio, 1.0 if same else 0.0, not same, se=0.0, df=1.0)
     if base.n < min_reps or new.n < min_reps:
         return Difference(ratio, math.nan, math.nan, math.nan, False,
                           f"too few repetitions for a test ({base.n} and {new.n}; {min_reps} per side are needed)")
     if paired and base.n == new.n:
         diffs = [y - x for x, y in zip(base.logs(), new.logs())]
         d = _mean(diffs)
-        lo, hi, p = stats.t_interval(d, math.sqrt(_ss(diffs) / (len(diffs) - 1) / len(diffs)), len(diffs) - 1,
-                                     1 - alpha)
-        return Difference(math.exp(d), math.exp(lo), math.exp(hi), p, p < alpha)
+        se = math.sqrt(_ss(diffs) / (len(diffs) - 1) / len(diffs))
+        lo, hi, p = stats.t_interval(d, se, len(diffs) - 1, 1 - alpha)
+        return Difference(math.exp(d), math.exp(lo), math.exp(hi), p, p < alpha, se=se, df=len(diffs) - 1)
     d, lo, hi, p = stats.welch_interval(base.logs(), new.logs(), confidence=1 - alpha)
-    return Difference(math.exp(d), math.exp(lo), math.exp(hi), p, p < alpha)
+    se, df = stats.welch_se_df(base.logs(), new.logs())
+    return Difference(math.exp(d), math.exp(lo), math.exp(hi), p, p < alpha, se=se, df=df)
 
 
 @dataclass(frozen=True)
@@ -145,6 +157,35 @@ def classify(probe: Sample, good: Sample, bad: Sample, *, confidence: float = CO
     else:
         v = UNDECIDED
     return Verdict(v, ratio, math.exp(lo - mg), math.exp(hi - mg), midpoint)
+
+
+def classify_in_rounds(probe: Sample, good: Sample, bad: Sample, *, confidence: float = CONFIDENCE) -> Verdict:
+    """Like GOOD, like BAD, or undecided, from rounds: the i-th values of GOOD, the probe and BAD were
+    measured one after the other (GOOD just before the probe, BAD just after), so a level shift of the
+    machine that lasts a round moves all three. Each round gives the probe's position against the
+    midpoint of its own GOOD and BAD, z = log(probe) - (log(GOOD) + log(BAD)) / 2; Student's t interval
+    of the mean z (n - 1 degrees of freedom) decides: wholly on BAD's side of 0, like-BAD; wholly on
+    GOOD's side, like-GOOD; else undecided. Needs as many values on each side, 2 or more."""
+    lg, lb, lp = good.logs(), bad.logs(), probe.logs()
+    n = len(lp)
+    if not (n >= 2 and len(lg) == len(lb) == n):
+        raise ValueError("rounds need as many values of GOOD, BAD and the probe, 2 or more")
+    z = [p - (g + b) / 2 for g, b, p in zip(lg, lb, lp)]
+    half_gap = _mean([b - g for g, b in zip(lg, lb)]) / 2
+    mz = _mean(z)
+    if probe.exact and good.exact and bad.exact:
+        lo = hi = mz
+    else:
+        lo, hi, _p = stats.t_interval(mz, math.sqrt(_ss(z) / (n - 1) / n), n - 1, confidence)
+    up = half_gap > 0
+    if (lo > 0) if up else (hi < 0):
+        v = BAD
+    elif (hi < 0) if up else (lo > 0):
+        v = GOOD
+    else:
+        v = UNDECIDED
+    return Verdict(v, math.exp(mz + half_gap), math.exp(lo + half_gap), math.exp(hi + half_gap),
+                   math.exp(half_gap))
 
 
 def same_direction(reference: Difference, found: Difference) -> bool:

@@ -103,8 +103,8 @@ class _Measurer:
             if vals:
                 self.pool.setdefault((tag["commit"], pool), []).append((run.id, vals))
         self.exact = plan.metric == "instructions"
-        # repetitions each of GOOD and BAD measured around every round of a probe (0: none)
-        self.bracket = 0 if self.exact or not opts.bracket else max(1, math.ceil((opts.reps or 5) / 2))
+        # GOOD and BAD measured around every repetition of a probe, one of each in turn (time metric)
+        self.bracket = not self.exact and opts.bracket
 
     def have(self, commit: str, pool: str) -> tuple[list[float], list[int]]:
         got = self.pool.get((commit, pool), [])
@@ -121,6 +121,9 @@ class _Measurer:
         if not self.bracket:
             return decide.classify(p, self.sample(good), self.sample(bad))
         around = f"for:{probe}"
+        g, b = self.sample(good, around), self.sample(bad, around)
+        if p.n >= 2 and g.n == b.n == p.n:        # measured in rounds: each against its own GOOD and BAD
+            return decide.classify_in_rounds(p, g, b)
         others = [decide.Sample(tuple(vs)) for (_c, _pool), got in self.pool.items()
                   for vs in [[v for _, values in got for v in values]] if len(vs) > 1]
         return decide.classify(p, self.sample(good, around), self.sample(bad, around), noise=others)
@@ -199,7 +202,7 @@ def bisect(store: Store, opts: Options, note=lambda text: None) -> Outcome:
              f"{len(commits)} commits to search, about {math.ceil(math.log2(max(len(commits), 2)))} probes")
         _walk(m, repo, out, said, g, b, reps, max_reps, note)
         if out.culprit:
-            _verify(m, repo, out, verify_reps, note)
+            _verify(m, repo, out, verify_reps, note, max_reps)
             if opts.verify_revert:
                 _verify_revert(m, repo, out, g, b, reps, max_reps, note)
     finally:
@@ -216,7 +219,12 @@ def _p(p: float) -> str:
 def _reference(m: _Measurer, g: git.Commit, b: git.Commit, reps: int, max_reps: int, note,
                measured: dict) -> decide.Difference:
     """BAD against GOOD, with repetitions added (both alike) until they differ or the budget is spent;
-    NothingToBisect when they do not differ. ``measured``: repetitions measured now, per commit."""
+    NothingToBisect when they do not differ. ``measured``: repetitions measured now, per commit.
+    The test is made at every look (reps, then more up to max_reps), so each look is at alpha divided
+    by the number of looks there may be (Bonferroni): a bisection of two equal commits goes on with
+    probability at most alpha, however many looks it took."""
+    step = max(2, reps // 2)
+    looks = 1 + math.ceil(max(0, max_reps - reps) / step)
     n = reps
     while True:
         # one repetition of each in turn, as the verification does: a burst of load or a drift of
@@ -227,10 +235,10 @@ def _reference(m: _Measurer, g: git.Commit, b: git.Commit, reps: int, max_reps: 
                 measured[c.hash] = measured.get(c.hash, 0) + m.ensure(c, i, checkout=c.hash)
         note(f"GOOD {g.short} and BAD {b.short}: {len(m.have(g.hash, 'probe')[0])} and "
              f"{len(m.have(b.hash, 'probe')[0])} repetitions, one of each in turn")
-        d = decide.difference(m.sample(g.hash), m.sample(b.hash), paired=True)
+        d = decide.difference(m.sample(g.hash), m.sample(b.hash), paired=True, alpha=decide.ALPHA / looks)
         if d.significant or n >= max_reps:
             break
-        n = min(max_reps, n + max(2, reps // 2))
+        n = min(max_reps, n + step)
     if not d.significant:
         sg, sb = m.sample(g.hash), m.sample(b.hash)
         how = (f"{d.percent:+.2f}%, p={_p(d.p)}" if not d.reason else d.reason)
@@ -256,12 +264,13 @@ def _walk(m: _Measurer, repo: git.Repo, out: Outcome, said: str, g: git.Commit, 
         try:
             n = reps
             while True:
-                if m.bracket:       # GOOD just before the probe's repetitions, BAD just after
-                    k = len(m.have(g.hash, f"for:{c.hash}")[0]) + m.bracket
-                    m.ensure(g, k, f"for:{c.hash}", checkout=g.hash)
-                step.measured_now += m.ensure(c, n, checkout=c.hash)
-                if m.bracket:
-                    m.ensure(b, k, f"for:{c.hash}", checkout=b.hash)
+                if m.bracket:       # rounds: GOOD just before each repetition of the probe, BAD just after
+                    for i in range(1, n + 1):
+                        m.ensure(g, i, f"for:{c.hash}", checkout=g.hash)
+                        step.measured_now += m.ensure(c, i, checkout=c.hash)
+                        m.ensure(b, i, f"for:{c.hash}", checkout=b.hash)
+                else:
+                    step.measured_now += m.ensure(c, n, checkout=c.hash)
                 sample = m.sample(c.hash)
                 step.verdict = m.classify(c.hash, g.hash, b.hash)
                 if step.verdict.verdict != decide.UNDECIDED or sample.n >= max_reps:
@@ -282,9 +291,11 @@ def _walk(m: _Measurer, repo: git.Repo, out: Outcome, said: str, g: git.Commit, 
         said = repo.bisect_mark({decide.GOOD: "good", decide.BAD: "bad"}.get(verdict, "skip"), c.hash)
 
 
-def _verify(m: _Measurer, repo: git.Repo, out: Outcome, reps: int, note) -> None:
-    """The culprit against its first parent, both measured afresh (interleaved), significant in the
-    direction GOOD -> BAD moved."""
+def _verify(m: _Measurer, repo: git.Repo, out: Outcome, reps: int, note, max_reps: int | None = None) -> None:
+    """The culprit against its first parent, both measured afresh (interleaved, paired), significant in
+    the direction GOOD -> BAD moved. Pairs are added (up to ``max_reps``) while the test could not yet
+    detect the change BAD showed against GOOD: the stopping rule looks at its spread only, never at
+    the change, so the one test at the end keeps its level."""
     c = out.culprit
     parents = repo.parents(c.hash)
     if not parents:
@@ -292,11 +303,16 @@ def _verify(m: _Measurer, repo: git.Repo, out: Outcome, reps: int, note) -> None
     p = repo.commit(parents[0])
     # one repetition of each in turn, so drift of the machine falls on both alike
     now = {p.hash: 0, c.hash: 0}
-    for n in range(1, reps + 1):
-        for x in (p, c):
-            now[x.hash] += m.ensure(x, n, "verify", checkout=x.hash)
-    sp, sc = m.sample(p.hash, "verify"), m.sample(c.hash, "verify")
-    out.verification = decide.difference(sp, sc, paired=True)
+    n, top = reps, max(reps, max_reps or reps)
+    while True:
+        for i in range(1, n + 1):
+            for x in (p, c):
+                now[x.hash] += m.ensure(x, i, "verify", checkout=x.hash)
+        sp, sc = m.sample(p.hash, "verify"), m.sample(c.hash, "verify")
+        out.verification = decide.difference(sp, sc, paired=True)
+        if n >= top or out.reference.detectable == 0 or not out.verification.detectable > abs(out.reference.percent):
+            break
+        n = min(top, n + max(2, reps // 2))
     out.verified = out.verification.significant and decide.same_direction(out.reference, out.verification)
     pv, pr = m.have(p.hash, "verify")
     cv, cr = m.have(c.hash, "verify")
