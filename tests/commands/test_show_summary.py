@@ -39,10 +39,11 @@ def test_show_of_an_experiment_run_is_one_row_per_benchmark_over_its_repetitions
     text = run_cli("show", "summ/A", check=0).stdout
     rows = rows_of(text, "benchmark")
     assert len(rows) == 1, text
-    name, cores, centre, unit, hw, n_reps = rows[0][:6]
+    name, cores, centre, unit, hw, detect, n_reps = rows[0][:7]
     assert (name, cores, unit, n_reps) == ("syscall.null", "1", "ns per getppid() call", "4")
     assert float(centre) == float(f"{stats.nested_centre(reps):#.4g}")
     assert hw == f"{stats.centre_half_width(reps):.1f}%"
+    assert detect == f"{stats.sample_detectable(reps):.1f}%"
     assert text.count("precision reached") == 1, text
     assert "--reps" not in text.split("kernel counters")[0].split("centre:")[0]   # no advice to pass --reps
 
@@ -70,10 +71,11 @@ def test_too_few_repetitions_give_no_interval_and_say_why(tmp_path, home):
     run_cli("run", exp, "--no-progress", check=0)
     text = run_cli("show", "two/B", check=0).stdout
     (row,) = rows_of(text, "benchmark")
-    assert row[4:6] == ["-", "2"]
+    assert row[4:7] == ["-", "-", "2"]
     assert "syscall.null -P 1 (2 repetitions; an interval needs 3 or more)" in text
     doc = validate("show", run_cli("show", "two/B", "--format", "json", check=0).stdout)
     assert doc["summary"][0]["half_width_pct"] is None and "needs 3" in doc["summary"][0]["no_interval"]
+    assert doc["summary"][0]["detectable_pct"] is None
 
 
 def test_failed_and_skipped_repetitions_are_counted_in_their_row(home):
@@ -94,8 +96,8 @@ def test_failed_and_skipped_repetitions_are_counted_in_their_row(home):
     s.finish_run(r.id, "complete")
     text = run_cli("show", "mix/A", check=0).stdout
     rows = rows_of(text, "benchmark")
-    assert [x[:6] for x in rows] == [["x.lat", "1", "2.359", "ns/op", rows[0][4], "3"],
-                                     ["y.lat", "1", "-", "ns/op", "-", "0"]]
+    assert [x[:7] for x in rows] == [["x.lat", "1", "2.359", "ns/op", rows[0][4], rows[0][5], "3"],
+                                     ["y.lat", "1", "-", "ns/op", "-", "-", "0"]]
     assert "1 repetition failed: broke" in text and text.count("no swap") == 1
     doc = validate("show", run_cli("show", "mix/A", "--format", "json", check=0).stdout)
     assert [(x["status"], x["reps"], len(x["unmeasured"])) for x in doc["summary"]] == [("ok", 3, 1), ("skipped", 0, 0)]

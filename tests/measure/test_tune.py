@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from kperfdiff.measure import tune as tm
+from schemas.test_schemas import validate
 from support import ROOT, run_cli
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="system tune needs root")
@@ -43,7 +44,7 @@ def test_tune_show_reset_restores_every_file(home):
         assert "tuned for benchmarks on CPUs" in p.stdout
         lines = p.stdout.splitlines()[1:]
         assert lines and all(ln.split()[0] in ("changed", "unchanged", "not") for ln in lines)
-        show = json.loads(run_cli("system", "show", "--format", "json", check=0).stdout)
+        show = validate("system show", run_cli("system", "show", "--format", "json", check=0).stdout)
         assert show["tuned"]["cpus"] == tm.default_cpus()
         if len(tm.online_cpus()) > 1 and tm.cpuset_v1_root():
             assert show["tuned"]["cgroup"]

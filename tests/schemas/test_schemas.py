@@ -147,5 +147,6 @@ def test_real_outputs_validate(tmp_path, home):
     js("place model", "place", "model", prof, *common, "--placement", placement)
     js("place simulate", "place", "simulate", prof, *common, "--events", "2000")
     js("place groups", "place", "groups", prof, arm / "proc.fork.perf.data", *common, "--events", "2000")
+    js("system show", "system", "show", "--format", "json")
 
     assert done | VALIDATED_ELSEWHERE == set(OUTPUTS)

@@ -57,7 +57,8 @@ def test_quick_harness_prints_a_line_per_trial_and_a_row_per_version_and_effect(
             assert c["false positives"] == "-" and re.fullmatch(r"-\d+\.\d%", c["expected"]), c
             assert re.fullmatch(r"[01]/1 \((0|100)%\)", c["detected"]) and c["wrong sign"] in ("0", "1"), c
     assert re.search(r"^load average at end [\d.]+ [\d.]+ [\d.]+; \d+ s in all$", out, re.M)
-    assert {f.name for f in tmp_path.iterdir()} >= {"before.db", "after.db", "calibrate.db", "sens-10pct-1.toml"}
+    assert {f.name for f in tmp_path.iterdir()} >= {"before.db", "after.db", "calibrate.db", "sens-10pct-1.before.toml",
+                                                    "sens-10pct-1.after.toml"}
     assert worktrees() == before
 
 

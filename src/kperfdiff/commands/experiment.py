@@ -83,9 +83,9 @@ def add_compare(c: Parser) -> None:
                         "gate that judged no cell never passes. Runs of one experiment are judged with the "
                         "experiment's interval, as --experiment judges them")
     c.add_argument("--same-within", type=percent, default=None, metavar="PCT",
-                   help="a change whose 95%% interval lies inside +-PCT%% is called same (default: the "
-                        "--fail-on-regression threshold, else 5); one whose interval is neither significant nor "
-                        "inside it is unknown, with about how many repetitions would decide it")
+                   help="a change whose 95%% interval lies inside +-PCT%% is called same (default: 5); one whose "
+                        "interval is neither significant nor inside it is unknown, with about how many repetitions "
+                        "would decide it")
     c.add_argument("--allow-unjudged", action="store_true",
                    help="with --fail-on-regression: cells it could not judge do not fail it; it says how many "
                         "there were (a gate that judged no cell still fails)")
@@ -177,8 +177,7 @@ def compare(args: argparse.Namespace) -> int:
         if given and args.fail_on_regression is None:
             raise UsageError(f"{flag} needs --fail-on-regression PCT", prog="kperfdiff compare")
     store = open_store(args, create=False)
-    same = args.same_within if args.same_within is not None else \
-        args.fail_on_regression if args.fail_on_regression else cm.DEFAULT_SAME_WITHIN
+    same = args.same_within if args.same_within is not None else cm.DEFAULT_SAME_WITHIN
     cmp = load_comparison(store, experiment=args.experiment, runs=args.runs, stack=args.stack, profiles=False,
                           ops=operations(), same_within=same)
     gate = cm.gate(cmp, args.fail_on_regression, skip_disturbed=args.skip_disturbed,

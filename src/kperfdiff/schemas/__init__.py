@@ -30,6 +30,7 @@ OUTPUTS = {
     "place model": "place-model",
     "place simulate": "place-simulate",
     "place groups": "place-groups",
+    "system show": "system",
 }
 
 
