@@ -41,6 +41,7 @@ Method
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -102,12 +103,10 @@ class Sample:
         v = self.pooled
         return stats.coefficient_of_variation(v) if len(v) > 1 else math.nan
 
-    @property
+    @functools.cached_property
     def modes(self) -> modemod.Modes:
         """The modes of its intervals (:func:`kperfdiff.core.modes.find_modes_in`), found once."""
-        if getattr(self, "_modes", None) is None:
-            self._modes = modemod.find_modes_in(self.reps) if self.status == "ok" else modemod.single([])
-        return self._modes
+        return modemod.find_modes_in(self.reps) if self.status == "ok" else modemod.single([])
 
 
 @dataclass
