@@ -45,6 +45,8 @@ def test_two_modes_are_found_and_named(share):
     assert len(m.centres) == 2 and m.centres[0] == pytest.approx(700, rel=0.03)
     assert m.centres[1] == pytest.approx(1200, rel=0.03) and m.shares[0] == pytest.approx(share, abs=0.08)
     assert 700 < m.cuts[0] < 1200 and m.index(650) == 0 and m.index(1300) == 1
+    back = modes.Modes.from_list(m.as_list())
+    assert (back.centres, back.shares) == (m.centres, m.shares)
     assert modes.describe(m, lambda v: f"{v:.0f} ns") == (f"2 modes: {m.centres[0]:.0f} ns ({m.shares[0]:.0%}), "
                                                          f"{m.centres[1]:.0f} ns ({m.shares[1]:.0%})")
     assert not modes.find_modes([5.0] * 100).several and not modes.find_modes([1.0, 2.0]).several

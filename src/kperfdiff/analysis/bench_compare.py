@@ -272,12 +272,9 @@ def compare_cell(key: str, cores: int, a: Sample | None, b: Sample | None, *,
             return _with_modes(out, ma, mb, per_mode)
         ch, kind = mc.change, "modes"
     else:
-        ch = stats.paired_change(a.reps, b.reps, a.rounds, b.rounds, a.better, confidence=confidence) \
-            if paired else None
-        kind = "paired"
-        if ch is None:
-            ch = stats.nested_change(a.reps, b.reps, a.better, confidence=confidence)
-            kind = "nested"
+        ch = stats.change_in_rounds(a.reps, b.reps, a.better, base_rounds=a.rounds if paired else None,
+                                    new_rounds=b.rounds if paired else None, confidence=confidence)
+        kind = "paired" if ch.pairs else "nested"
     out = cell(ch.base, ch.new, ch.change, ch.low, ch.high, "" if math.isnan(ch.low) else kind, ch.reason, ch.p)
     out.runs, out.pairs = ch.runs, ch.pairs
     out.detectable = ch.detectable

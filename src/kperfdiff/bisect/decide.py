@@ -104,11 +104,8 @@ def difference(base: Sample, new: Sample, *, alpha: float = ALPHA, min_reps: int
         return Difference(ratio, math.nan, math.nan, math.nan, False,
                           f"too few repetitions for a test ({base.n} and {new.n}; {min_reps} per side are needed)")
     if paired and base.n == new.n:
-        diffs = [y - x for x, y in zip(base.logs(), new.logs())]
-        d = _mean(diffs)
-        se = math.sqrt(_ss(diffs) / (len(diffs) - 1) / len(diffs))
-        lo, hi, p = stats.t_interval(d, se, len(diffs) - 1, 1 - alpha)
-        return Difference(math.exp(d), math.exp(lo), math.exp(hi), p, p < alpha, se=se, df=len(diffs) - 1)
+        d, lo, hi, p, se, df = stats.mean_interval([y - x for x, y in zip(base.logs(), new.logs())], 1 - alpha)
+        return Difference(math.exp(d), math.exp(lo), math.exp(hi), p, p < alpha, se=se, df=df)
     d, lo, hi, p = stats.welch_interval(base.logs(), new.logs(), confidence=1 - alpha)
     se, df = stats.welch_se_df(base.logs(), new.logs())
     return Difference(math.exp(d), math.exp(lo), math.exp(hi), p, p < alpha, se=se, df=df)
@@ -170,13 +167,10 @@ def classify_in_rounds(probe: Sample, good: Sample, bad: Sample, *, confidence: 
     n = len(lp)
     if not (n >= 2 and len(lg) == len(lb) == n):
         raise ValueError("rounds need as many values of GOOD, BAD and the probe, 2 or more")
-    z = [p - (g + b) / 2 for g, b, p in zip(lg, lb, lp)]
     half_gap = _mean([b - g for g, b in zip(lg, lb)]) / 2
-    mz = _mean(z)
+    mz, lo, hi, _p, _se, _df = stats.mean_interval([p - (g + b) / 2 for g, b, p in zip(lg, lb, lp)], confidence)
     if probe.exact and good.exact and bad.exact:
         lo = hi = mz
-    else:
-        lo, hi, _p = stats.t_interval(mz, math.sqrt(_ss(z) / (n - 1) / n), n - 1, confidence)
     up = half_gap > 0
     if (lo > 0) if up else (hi < 0):
         v = BAD

@@ -128,6 +128,16 @@ class _Measurer:
                   for vs in [[v for _, values in got for v in values]] if len(vs) > 1]
         return decide.classify(p, self.sample(good, around), self.sample(bad, around), noise=others)
 
+    def in_turn(self, order: list[tuple[git.Commit, str]], n: int) -> dict[str, int]:
+        """Repetitions 1 to ``n`` of each (commit, pool) of ``order``, one of each in turn (round i measures
+        repetition i of every one, in that order), so that a burst of load or a drift of the machine falls
+        on all alike and the i-th values can be paired; returns the repetitions measured now, per commit."""
+        now: dict[str, int] = {}
+        for i in range(1, n + 1):
+            for c, pool in order:
+                now[c.hash] = now.get(c.hash, 0) + self.ensure(c, i, pool, checkout=c.hash)
+        return now
+
     def ensure(self, commit: git.Commit, n: int, pool: str = "probe", *, checkout: str | None = None) -> int:
         """At least ``n`` values of ``commit`` in ``pool``; returns how many were measured now. The
         tree is at ``commit`` already unless ``checkout`` says what to check out (or 'revert').
@@ -202,7 +212,7 @@ def bisect(store: Store, opts: Options, note=lambda text: None) -> Outcome:
              f"{len(commits)} commits to search, about {math.ceil(math.log2(max(len(commits), 2)))} probes")
         _walk(m, repo, out, said, g, b, reps, max_reps, note)
         if out.culprit:
-            _verify(m, repo, out, verify_reps, note, max_reps)
+            _verify(m, repo, out, verify_reps, max_reps, note)
             if opts.verify_revert:
                 _verify_revert(m, repo, out, g, b, reps, max_reps, note)
     finally:
@@ -230,9 +240,8 @@ def _reference(m: _Measurer, g: git.Commit, b: git.Commit, reps: int, max_reps: 
         # one repetition of each in turn, as the verification does: a burst of load or a drift of
         # the machine then falls on both alike, not on one side (a whole side measured in one go
         # can come out tens of percent off, or a fraction of a percent off with a tiny spread)
-        for i in range(1, n + 1):
-            for c in (g, b):
-                measured[c.hash] = measured.get(c.hash, 0) + m.ensure(c, i, checkout=c.hash)
+        for h, k in m.in_turn([(g, "probe"), (b, "probe")], n).items():
+            measured[h] = measured.get(h, 0) + k
         note(f"GOOD {g.short} and BAD {b.short}: {len(m.have(g.hash, 'probe')[0])} and "
              f"{len(m.have(b.hash, 'probe')[0])} repetitions, one of each in turn")
         d = decide.difference(m.sample(g.hash), m.sample(b.hash), paired=True, alpha=decide.ALPHA / looks)
@@ -265,10 +274,8 @@ def _walk(m: _Measurer, repo: git.Repo, out: Outcome, said: str, g: git.Commit, 
             n = reps
             while True:
                 if m.bracket:       # rounds: GOOD just before each repetition of the probe, BAD just after
-                    for i in range(1, n + 1):
-                        m.ensure(g, i, f"for:{c.hash}", checkout=g.hash)
-                        step.measured_now += m.ensure(c, i, checkout=c.hash)
-                        m.ensure(b, i, f"for:{c.hash}", checkout=b.hash)
+                    around = f"for:{c.hash}"
+                    step.measured_now += m.in_turn([(g, around), (c, "probe"), (b, around)], n).get(c.hash, 0)
                 else:
                     step.measured_now += m.ensure(c, n, checkout=c.hash)
                 sample = m.sample(c.hash)
@@ -291,7 +298,7 @@ def _walk(m: _Measurer, repo: git.Repo, out: Outcome, said: str, g: git.Commit, 
         said = repo.bisect_mark({decide.GOOD: "good", decide.BAD: "bad"}.get(verdict, "skip"), c.hash)
 
 
-def _verify(m: _Measurer, repo: git.Repo, out: Outcome, reps: int, note, max_reps: int | None = None) -> None:
+def _verify(m: _Measurer, repo: git.Repo, out: Outcome, reps: int, max_reps: int, note) -> None:
     """The culprit against its first parent, both measured afresh (interleaved, paired), significant in
     the direction GOOD -> BAD moved. Pairs are added (up to ``max_reps``) while the test could not yet
     detect the change BAD showed against GOOD: the stopping rule looks at its spread only, never at
@@ -303,11 +310,10 @@ def _verify(m: _Measurer, repo: git.Repo, out: Outcome, reps: int, note, max_rep
     p = repo.commit(parents[0])
     # one repetition of each in turn, so drift of the machine falls on both alike
     now = {p.hash: 0, c.hash: 0}
-    n, top = reps, max(reps, max_reps or reps)
+    n, top = reps, max(reps, max_reps)
     while True:
-        for i in range(1, n + 1):
-            for x in (p, c):
-                now[x.hash] += m.ensure(x, i, "verify", checkout=x.hash)
+        for h, k in m.in_turn([(p, "verify"), (c, "verify")], n).items():
+            now[h] += k
         sp, sc = m.sample(p.hash, "verify"), m.sample(c.hash, "verify")
         out.verification = decide.difference(sp, sc, paired=True)
         if n >= top or out.reference.detectable == 0 or not out.verification.detectable > abs(out.reference.percent):

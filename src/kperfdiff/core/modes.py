@@ -77,6 +77,11 @@ class Modes:
     def as_list(self) -> list[dict]:
         return [{"centre": c, "share": s} for c, s in zip(self.centres, self.shares)]
 
+    @classmethod
+    def from_list(cls, items: list[dict]) -> "Modes":
+        """The modes :meth:`as_list` wrote (their cuts are not kept)."""
+        return cls(tuple(m["centre"] for m in items), tuple(m["share"] for m in items))
+
 
 def single(values) -> Modes:
     import numpy as np
@@ -246,14 +251,8 @@ def within_modes_change(modes_a: Modes, modes_b: Modes, base_reps, new_reps, bet
     shares_a, shares_b = _shares(split_a), _shares(split_b)
     per: list[stats.Change | None] = []
     for ra, rb in zip(split_a, split_b):
-        ch = None
-        if base_rounds is not None and new_rounds is not None:
-            ch = stats.paired_change(ra, rb, base_rounds, new_rounds, better, confidence=confidence,
-                                     min_reps=min_reps)
-        if ch is None:
-            ka, kb = [r for r in ra if r], [r for r in rb if r]
-            if len(ka) >= min_reps and len(kb) >= min_reps:
-                ch = stats.nested_change(ka, kb, better, confidence=confidence, min_reps=min_reps)
+        ch = stats.change_in_rounds(ra, rb, better, base_rounds=base_rounds, new_rounds=new_rounds,
+                                    confidence=confidence, min_reps=min_reps)
         per.append(ch if ch is not None and not math.isnan(ch.p) else None)
     missing = [i for i, c in enumerate(per) if c is None and max(shares_a[i], shares_b[i]) >= MIN_SHARE]
     moved = [i for i in missing if _shares_differ(split_a[i], split_b[i], base_reps, new_reps, confidence)]

@@ -242,6 +242,21 @@ def t_interval(d: float, se: float, df: float, confidence: float = DEFAULT_CONFI
     return d - t * se, d + t * se, t_two_sided_p(d / se, df)
 
 
+def mean_interval(xs, confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float, float, float, float, int]:
+    """Student's t interval of the mean of ``xs`` (2 values or more), as scipy.stats.ttest_1samp states it
+    against 0: (mean, low, high, two-sided p, se, degrees of freedom n - 1); the se is 0 when the values do
+    not spread (:func:`t_interval` then collapses the interval). The paired tests of rounds (compare's
+    and the bisection's) are this on per-round differences."""
+    x = [float(v) for v in xs]
+    n = len(x)
+    if n < 2:
+        raise ValueError("a t interval of a mean needs 2 values or more")
+    m = sum(x) / n
+    se = math.sqrt(sum((v - m) ** 2 for v in x) / (n - 1) / n)
+    lo, hi, p = t_interval(m, se, n - 1, confidence)
+    return m, lo, hi, p, (0.0 if lo == hi else se), n - 1
+
+
 def percent_ends(lo: float, hi: float, better: str) -> tuple[float, float]:
     """The ends of an interval of log(new/base) as signed percent changes (:func:`signed_change`), low first."""
     sign = -1.0 if better == "lower" else 1.0    # speed ratio = exp(sign * d)
@@ -299,27 +314,33 @@ def paired_change(base_reps, new_reps, base_rounds, new_rounds, better: str, *,
     paired, and the interval is Student's t on the per-round differences of the log medians
     (n - 1 degrees of freedom). The centres are those of every repetition, as the tables print them.
     None when fewer than ``min_reps`` rounds are on both sides (the caller then compares unpaired)."""
-    import numpy as np
     if better not in ("lower", "higher"):
         raise ValueError(f"better must be 'lower' or 'higher', not {better!r}")
     a, b = _by_round(base_reps, base_rounds), _by_round(new_reps, new_rounds)
     common = sorted(set(a) & set(b))
     if len(common) < min_reps:
         return None
-    la, lb = np.log([a[r] for r in common]), np.log([b[r] for r in common])
-    if not (np.all(np.isfinite(la)) and np.all(np.isfinite(lb))):
-        return None
-    diffs = lb - la
-    d = float(diffs.mean())
-    n = diffs.size
-    se = float(diffs.std(ddof=1) / math.sqrt(n))
-    lo, hi, p = t_interval(d, se, n - 1, confidence)
-    if lo == hi:
-        se = 0.0
+    d, lo, hi, p, se, df = mean_interval([math.log(b[r]) - math.log(a[r]) for r in common], confidence)
     sign = -1.0 if better == "lower" else 1.0
     ca, cb = nested_centre(base_reps), nested_centre(new_reps)
     return Change(ca, cb, (math.exp(sign * d) - 1) * 100, *percent_ends(lo, hi, better), confidence, p, False,
-                  PAIRED_METHOD.format(c=confidence, m=min_reps), se=se, df=float(n - 1), pairs=n)
+                  PAIRED_METHOD.format(c=confidence, m=min_reps), se=se, df=float(df), pairs=len(common))
+
+
+def change_in_rounds(base_reps, new_reps, better: str, *, base_rounds=None, new_rounds=None,
+                     confidence: float = DEFAULT_CONFIDENCE, min_reps: int = MIN_REPS) -> Change | None:
+    """Two nested samples compared as their design allows: paired by round (:func:`paired_change`) when
+    rounds are given and at least ``min_reps`` are on both sides, else unpaired (:func:`nested_change`,
+    whose ``pairs`` is 0). Repetitions without values are left out; None when a side has none."""
+    if base_rounds is not None and new_rounds is not None:
+        ch = paired_change(base_reps, new_reps, base_rounds, new_rounds, better, confidence=confidence,
+                           min_reps=min_reps)
+        if ch is not None:
+            return ch
+    ka, kb = [r for r in base_reps if len(r)], [r for r in new_reps if len(r)]
+    if not (ka and kb):
+        return None
+    return nested_change(ka, kb, better, confidence=confidence, min_reps=min_reps)
 
 
 def _by_round(reps, rounds) -> dict:

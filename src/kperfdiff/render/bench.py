@@ -153,9 +153,7 @@ def results_table(results: list[Result], ops: dict[str, str] | None = None, coun
                        number(s["min"] * ax.factor), number(s["max"] * ax.factor),
                        s["n"], _group_note(g, s)])
         if len(s["modes"]) > 1:
-            notes.append(f"  {label}: " + modes.describe(modes.Modes(tuple(m["centre"] for m in s["modes"]),
-                                                                     tuple(m["share"] for m in s["modes"])),
-                                                         lambda v: ax.value(v)))
+            notes.append(f"  {label}: " + modes.describe(modes.Modes.from_list(s["modes"]), ax.value))
         if s["disturbed"]:
             notes.append(f"  {label}: {DISTURBED} {s['disturbed']}")
         if s["stop"] and not s["stop"].endswith("(fixed count)"):
