@@ -13,6 +13,11 @@ culprit named on one is a false culprit.
 
     .venv/bin/python validation/bisect_accuracy.py --series 10 --null 10
     .venv/bin/python validation/bisect_accuracy.py --quick
+    .venv/bin/python validation/bisect_accuracy.py --effects 5 --values median,p10
+
+With ``--values A,B`` every series is bisected once per ``--value`` (what a repetition contributes:
+the median or the 10th percentile of its intervals), one right after the other and in alternating
+order, each into its own store, so the two are compared on the same series in the same hour.
 
 Every bisection runs the real command line (`kperfdiff bisect ... --target local --no-profile
 --format json`) into a temporary store (or ``--store``, kept for inspection); the series of all
@@ -74,10 +79,10 @@ def summary(group: str, rows: list[dict], bound: int) -> list[str]:
     named = [r for r in rows if r["culprit"]]
     exact = sum(1 for r in named if r["culprit"] == r["truth"])
     return [group, str(n),
-            "-" if group == "null" else pct(exact, n),
+            "-" if group.startswith("null") else pct(exact, n),
             f"{statistics.fmean(probes):.1f} / {max(probes)}" if probes else "-", str(bound),
             pct(sum(1 for r in rows if r["verified"]), n),
-            str(len(named) - exact) if group != "null" else pct(len(named), n),
+            str(len(named) - exact) if not group.startswith("null") else pct(len(named), n),
             pct(sum(1 for r in rows if r["exit"] == 3), n),
             str(sum(1 for r in rows if r["exit"] == 1)),
             str(sum(1 for r in rows if r["error"])),
@@ -99,7 +104,11 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=None, help="pass --reps N to bisect (default: its own, 5)")
     ap.add_argument("--max-reps", type=int, default=None, help="pass --max-reps N to bisect (default: its own, 15)")
     ap.add_argument("--verify-reps", type=int, default=None, help="pass --verify-reps N to bisect")
-    ap.add_argument("--store", type=Path, default=None, help="keep the runs in this store")
+    ap.add_argument("--values", default=None, metavar="V,...",
+                    help="bisect every series with each of these --value settings (p10, median), interleaved "
+                         "(default: bisect's own)")
+    ap.add_argument("--store", type=Path, default=None,
+                    help="keep the runs in this store (with --values, one store per value: FILE.VALUE)")
     ap.add_argument("--quick", action="store_true",
                     help="a small check of the harness: 8 commits, one 50%% series and one null series, one "
                          "calibration round, --reps 3 --max-reps 9 --verify-reps 3 unless given")
@@ -111,6 +120,10 @@ def main() -> int:
         a.reps, a.max_reps, a.verify_reps = a.reps or 3, a.max_reps or 9, a.verify_reps or 3
     a.effects = a.effects or [0.05, 0.10, 0.50]
     a.null = a.series if a.null is None else a.null
+    values = a.values.split(",") if a.values else [None]
+    if any(v not in (None, "p10", "median") for v in values) or len(set(values)) != len(values):
+        print("bisect_accuracy: --values takes distinct names among p10 and median", file=sys.stderr)
+        return 2
     if a.series < 0 or a.null < 0 or a.commits < 2 or a.calibrate < 1:
         print("bisect_accuracy: --series and --null must be 0 or more, --commits 2 or more, --calibrate 1 or more",
               file=sys.stderr)
@@ -120,6 +133,7 @@ def main() -> int:
     tmp = tempfile.TemporaryDirectory(prefix="kpd-bisect-acc-")
     work = Path(tmp.name)
     store = a.store or work / "acc.db"
+    stores = {v: store if v is None else store.with_name(f"{store.name}.{v}") for v in values}
     load0 = os.getloadavg()
     t0 = time.monotonic()
     print(f"bisect accuracy: {BENCH} on the local target, {a.commits} commits per series, seed {a.seed}; "
@@ -143,30 +157,34 @@ def main() -> int:
     rng = random.Random(a.seed)
     schedule = [(g, i, rng.randint(1, a.commits)) for i in range(max(c for *_, c in groups))
                 for g in groups if i < g[3]]
-    rows: dict[str, list[dict]] = {g[0]: [] for g in groups}
-    print(f"\n{len(schedule)} bisections", flush=True)
-    for k, ((name, effect, nb, _), i, at) in enumerate(schedule):
+    label = (lambda name, v: name) if values == [None] else (lambda name, v: f"{name} {v}")
+    rows = {label(g[0], v): [] for g in groups for v in values}
+    print(f"\n{len(schedule) * len(values)} bisections", flush=True)
+    k = 0
+    for j, ((name, effect, nb, _), i, at) in enumerate(schedule):
         good = [f"param={BENCH}:n={N_GOOD}"]
         series = make_series(work / f"{name.rstrip('%')}-{i}", a.commits, at if effect else None, good=good,
                              bad=[f"param={BENCH}:n={nb}"] if effect else [])
-        row = bisect(store, series, extra)
-        row.update(group=name, series=i, truth=series.culprit, at=at if effect else None,
-                   found=position(series, row["culprit"]))
-        rows[name].append(row)
-        verdict = ("ERROR " + row["error"] if row["error"] else "refused" if row["exit"] == 3
-                   else "no culprit" if row["culprit"] is None
-                   else "exact" if row["culprit"] == series.culprit else "WRONG" if effect else "FALSE CULPRIT")
-        print(f"{k + 1:3}/{len(schedule)} {name:>5} #{i + 1}: culprit at {row['at'] or '-':>2}, found {row['found']:>2}"
-              f" ({verdict}{', verified' if row['verified'] else ''}); BAD/GOOD "
-              + (f"{(row['ratio'] - 1) * 100:+.1f}%" if row["ratio"] else "n/a")
-              + (f"; {row['probes']} probes" if row["probes"] is not None else "")
-              + f"; {row['seconds']:.0f} s", flush=True)
+        for v in values if j % 2 == 0 else values[::-1]:
+            k += 1
+            row = bisect(stores[v], series, extra + (["--value", v] if v else []))
+            row.update(group=label(name, v), value=v, series=i, truth=series.culprit, at=at if effect else None,
+                       found=position(series, row["culprit"]))
+            rows[label(name, v)].append(row)
+            verdict = ("ERROR " + row["error"] if row["error"] else "refused" if row["exit"] == 3
+                       else "no culprit" if row["culprit"] is None
+                       else "exact" if row["culprit"] == series.culprit else "WRONG" if effect else "FALSE CULPRIT")
+            print(f"{k:3}/{len(schedule) * len(values)} {label(name, v):>5} #{i + 1}: culprit at {row['at'] or '-':>2}, "
+                  f"found {row['found']:>2} ({verdict}{', verified' if row['verified'] else ''}); BAD/GOOD "
+                  + (f"{(row['ratio'] - 1) * 100:+.1f}%" if row["ratio"] else "n/a")
+                  + (f"; {row['probes']} probes" if row["probes"] is not None else "")
+                  + f"; {row['seconds']:.0f} s", flush=True)
 
     load1 = os.getloadavg()
     bound = math.ceil(math.log2(a.commits)) + 2
     head = ["effect", "bisections", "exact culprit", "probes mean/max", "bound", "verified", "wrong/false",
             "refused", "no culprit", "errors", "measured BAD/GOOD [min, max]", "wall s"]
-    print("\n" + table(head, [summary(g[0], rows[g[0]], bound) for g in groups]))
+    print("\n" + table(head, [summary(label(g[0], v), rows[label(g[0], v)], bound) for g in groups for v in values]))
     print(f"\nbound: ceil(log2 {a.commits}) + 2 probes; wrong/false: a culprit other than the one that changed "
           f"(for null series: any culprit, as a share); verified: culprit significantly slower than its parent")
     print(f"load average at end {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}; {time.monotonic() - t0:.0f} s in all")

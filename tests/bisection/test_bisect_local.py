@@ -8,6 +8,9 @@ import sqlite3
 import subprocess
 import time
 
+import numpy as np
+import pytest
+
 from support import KPERFDIFF, assert_one_sentence_error, run_cli
 from support.bisect_repo import git, make_series
 from schemas.test_schemas import validate
@@ -60,6 +63,18 @@ def test_finds_verifies_and_resumes_after_a_kill(tmp_path):
     assert len(probes[0]["values"]) > probes[0]["measured_now"]
     assert out["measured_probes"] <= 3 + 2                      # ceil(log2 6) + 2
     assert out["reference"]["ratio"] > 1.3
+    # each repetition contributes the 10th percentile of its intervals (not their median)
+    assert out["value"] == "p10" and out["modes"] == []
+    good = steps["good"]
+    with sqlite3.connect(store) as c:
+        reps = {}
+        for run in good["runs"]:
+            for rep, v in c.execute("SELECT i.rep, i.value FROM interval i JOIN result r ON r.id = i.result_id "
+                                    "WHERE r.run_id = ? AND r.benchmark = ?", (run, BENCH)):
+                reps.setdefault((run, rep), []).append(v)
+    low = sorted(float(np.percentile(v, 10)) for v in reps.values())
+    assert sorted(good["values"]) == pytest.approx(low, rel=1e-12)
+    assert sorted(good["values"]) != pytest.approx(sorted(float(np.median(v)) for v in reps.values()), rel=1e-9)
     # git is back where it was: no bisection in progress, the branch checked out
     assert git(s.path, "symbolic-ref", "--short", "HEAD") == "main"
     assert not (s.path / ".git" / "BISECT_START").exists()
@@ -75,8 +90,22 @@ def test_a_pair_with_no_difference_is_refused(tmp_path):
     assert r.returncode == 3, r.stderr
     assert_one_sentence_error(r)
     assert "do not differ significantly" in r.stderr and "no commit is blamed" in r.stderr
+    assert "could have seen a change of" in r.stderr          # what the refusal could have detected
     assert r.stdout == ""
     assert git(s.path, "symbolic-ref", "--short", "HEAD") == "main"
+
+
+def test_detect_ends_the_reference_once_it_could_see_that_much(tmp_path):
+    """--detect P: GOOD and BAD get no more repetitions once their test could see P% (here a loose
+    50%, reached at the first look), and the refusal says so; the same with --value median."""
+    s = make_series(tmp_path / "repo", 3, None, good=[f"param={BENCH}:n=100"], bad=[])
+    for value in ("p10", "median"):
+        store = str(tmp_path / f"{value}.db")
+        r = run_cli(*bisect_args(store, s, "--max-reps", "9", "--detect", "50", "--value", value))
+        assert r.returncode == 3, r.stderr
+        assert_one_sentence_error(r)
+        assert "3 and 3 repetitions" in r.stderr and "within --detect 50%" in r.stderr
+        assert tagged_runs(store) == 6
 
 
 def test_bad_input_is_one_sentence(tmp_path):

@@ -184,3 +184,35 @@ def test_statistics_of_a_comparison_do_not_import_scipy_stats():
             "print('scipy.stats' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_repetition_quantiles_match_numpy():
+    rng = np.random.default_rng(3)
+    reps = [list(rng.lognormal(7, 0.1, n)) for n in (1, 2, 11, 40)] + [[]]
+    for q in (0.0, 0.1, 0.5, 0.9, 1.0):
+        got = stats.repetition_quantiles(reps, q)
+        assert got.tolist() == pytest.approx([float(np.percentile(r, q * 100)) for r in reps if r], rel=1e-12)
+    assert stats.repetition_quantiles(reps, 0.5).tolist() == pytest.approx(stats.repetition_medians(reps).tolist())
+    # half of a repetition slowed by 30% moves its median, hardly its low decile
+    calm = [1000.0 + i for i in range(11)]
+    hit = calm[:5] + [v * 1.3 for v in calm[5:]]
+    assert stats.repetition_medians([hit])[0] / stats.repetition_medians([calm])[0] > 1.25
+    assert stats.repetition_quantiles([hit], 0.1)[0] == stats.repetition_quantiles([calm], 0.1)[0]
+    with pytest.raises(ValueError):
+        stats.repetition_quantiles(reps, 1.5)
+
+
+def test_trimmed_mean_interval_keeps_its_level_and_cuts_a_value_far_out():
+    rng = np.random.default_rng(11)
+    # under 5 values nothing is cut: Student's interval of the mean
+    x = [0.01, -0.02, 0.03, 0.00]
+    assert stats.trimmed_mean_interval(x) == pytest.approx(stats.mean_interval(x))
+    # its level on normal null samples of 5 to 15 values: near 5% (binomial sd ~0.5 points over 2,000)
+    for n in (5, 9, 15):
+        rejected = sum(stats.trimmed_mean_interval(rng.normal(0, 1, n))[3] < 0.05 for _ in range(2000))
+        assert 0.03 <= rejected / 2000 <= 0.075, (n, rejected)
+    # one round far out (a whole process slowed by half): Student's t loses the shift, the trimmed mean not
+    d = [0.05, 0.047, 0.052, 0.049, 0.051, 0.048, 0.05, 0.053, 0.046, -0.49]
+    m, lo, hi, p, se, df = stats.trimmed_mean_interval(d)
+    assert 0.045 < m < 0.055 and lo > 0 and p < 0.001 and df == 5
+    assert stats.mean_interval(d)[3] > 0.5

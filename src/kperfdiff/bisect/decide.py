@@ -93,9 +93,10 @@ def difference(base: Sample, new: Sample, *, alpha: float = ALPHA, min_reps: int
     """Is ``new`` different from ``base``? Exact counts differ when they are not equal (one value
     each is enough); measured values by Welch's t-test on the logarithms, with at least
     ``min_reps`` repetitions per side, or, with ``paired`` (the i-th values of the two were measured
-    one after the other, in turn) and as many values on each side, by Student's t on the differences
-    of their logarithms (as compare pairs an experiment's rounds): a level shift of the machine
-    that lasts a round then falls on both values of the pair and cancels."""
+    one after the other, in turn) and as many values on each side, by the 20%-trimmed mean of the
+    differences of their logarithms (:func:`kperfdiff.core.stats.trimmed_mean_interval`; Student's
+    t under 5 pairs): a level shift of the machine that lasts a round then falls on both values of
+    the pair and cancels, and a round where one side's whole process was slowed is cut, not averaged."""
     ratio = new.centre() / base.centre()
     if base.exact and new.exact:
         same = _exactly_equal(base, new)
@@ -104,7 +105,8 @@ def difference(base: Sample, new: Sample, *, alpha: float = ALPHA, min_reps: int
         return Difference(ratio, math.nan, math.nan, math.nan, False,
                           f"too few repetitions for a test ({base.n} and {new.n}; {min_reps} per side are needed)")
     if paired and base.n == new.n:
-        d, lo, hi, p, se, df = stats.mean_interval([y - x for x, y in zip(base.logs(), new.logs())], 1 - alpha)
+        d, lo, hi, p, se, df = stats.trimmed_mean_interval([y - x for x, y in zip(base.logs(), new.logs())],
+                                                           1 - alpha)
         return Difference(math.exp(d), math.exp(lo), math.exp(hi), p, p < alpha, se=se, df=df)
     d, lo, hi, p = stats.welch_interval(base.logs(), new.logs(), confidence=1 - alpha)
     se, df = stats.welch_se_df(base.logs(), new.logs())
@@ -160,15 +162,17 @@ def classify_in_rounds(probe: Sample, good: Sample, bad: Sample, *, confidence: 
     """Like GOOD, like BAD, or undecided, from rounds: the i-th values of GOOD, the probe and BAD were
     measured one after the other (GOOD just before the probe, BAD just after), so a level shift of the
     machine that lasts a round moves all three. Each round gives the probe's position against the
-    midpoint of its own GOOD and BAD, z = log(probe) - (log(GOOD) + log(BAD)) / 2; Student's t interval
-    of the mean z (n - 1 degrees of freedom) decides: wholly on BAD's side of 0, like-BAD; wholly on
+    midpoint of its own GOOD and BAD, z = log(probe) - (log(GOOD) + log(BAD)) / 2; the interval of the
+    20%-trimmed mean z (:func:`kperfdiff.core.stats.trimmed_mean_interval`, so a round with one value
+    far out is cut) decides: wholly on BAD's side of 0, like-BAD; wholly on
     GOOD's side, like-GOOD; else undecided. Needs as many values on each side, 2 or more."""
     lg, lb, lp = good.logs(), bad.logs(), probe.logs()
     n = len(lp)
     if not (n >= 2 and len(lg) == len(lb) == n):
         raise ValueError("rounds need as many values of GOOD, BAD and the probe, 2 or more")
     half_gap = _mean([b - g for g, b in zip(lg, lb)]) / 2
-    mz, lo, hi, _p, _se, _df = stats.mean_interval([p - (g + b) / 2 for g, b, p in zip(lg, lb, lp)], confidence)
+    mz, lo, hi, _p, _se, _df = stats.trimmed_mean_interval([p - (g + b) / 2 for g, b, p in zip(lg, lb, lp)],
+                                                           confidence)
     if probe.exact and good.exact and bad.exact:
         lo = hi = mz
     up = half_gap > 0

@@ -41,6 +41,14 @@ BOOTING = ("qemu", "lava")
 
 METRICS = ("time", "instructions")
 
+# What one repetition contributes with --metric time: the 10th percentile of its intervals (the
+# default: interference such as another task on the CPU, an interrupt or a migration only adds time,
+# so a low quantile follows what the code costs and not how much of the repetition was disturbed;
+# a repetition of a few hundred milliseconds that was slowed for half its intervals moves its median
+# by tens of percent and its low decile by a few), or their median (a change in the slow part of the
+# distribution, which the low decile does not see).
+VALUES = ("p10", "median")
+
 
 class BuildFailed(KperfdiffError):
     """The commit did not build: a probe that is skipped, not a failed bisection."""
@@ -232,14 +240,25 @@ def stored_runs(store: Store, plan: Plan) -> list[Run]:
             and (r.options.get("bisect") or {}).get("key") == plan.key]
 
 
-def values(store: Store, plan: Plan, run: Run) -> list[float]:
-    """One value per repetition of the run's result: the median of its intervals (time), or its
-    exact kernel instructions per operation (instructions: one value, a run of one repetition)."""
+def intervals(store: Store, plan: Plan, run: Run) -> list[list[float]]:
+    """The run's timed intervals, one list per repetition (none when the benchmark did not run)."""
+    res = _result(store, run.id, plan)
+    if res is None or res.status != "ok":
+        return []
+    return [list(map(float, r)) for r in res.repetitions.values() if len(r)]
+
+
+def values(store: Store, plan: Plan, run: Run, value: str = VALUES[0]) -> list[float]:
+    """One value per repetition of the run's result (time): the low decile of its intervals
+    (``value = "p10"``, see :data:`VALUES`) or their median; or its exact kernel instructions per
+    operation (instructions: one value, a run of one repetition)."""
     res = _result(store, run.id, plan)
     if res is None or res.status != "ok":
         return []
     if plan.metric == "time":
-        return [float(v) for v in stats.repetition_medians(list(res.repetitions.values()))]
+        reps = list(res.repetitions.values())
+        got = stats.repetition_medians(reps) if value == "median" else stats.repetition_quantiles(reps, 0.1)
+        return [float(v) for v in got]
     counted = store.kernel_instructions_per_op(res.id)
     if counted is None:
         raise KperfdiffError(f"run {run.id} has no exact instruction counts: --metric instructions needs a "

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kperfdiff.bisect import decide, git
-from kperfdiff.bisect.probe import Build, BuildFailed, Plan, build_probe, check_metric, measure, require_clean, \
-    stored_runs, values
-from kperfdiff.core.errors import KperfdiffError
+from kperfdiff.bisect.probe import VALUES, Build, BuildFailed, Plan, build_probe, check_metric, intervals, measure, \
+    require_clean, stored_runs, values
+from kperfdiff.core import modes, stats
+from kperfdiff.core.errors import KperfdiffError, UsageError
 from kperfdiff.store import Store
 
 
@@ -36,6 +37,8 @@ class Options:
     cores: int = 1
     target: str = "local"
     metric: str = "time"
+    value: str = VALUES[0]           # what a repetition contributes with --metric time (probe.VALUES)
+    detect: float | None = None      # reference and verification: repetitions until this % could be seen
     build: str | None = None
     config: str | None = None
     params: tuple[str, ...] = ()
@@ -78,6 +81,8 @@ class Outcome:
     seconds: float = 0.0
     unit: str = ""
     bracketed: bool = False                      # probes judged against GOOD and BAD measured around them
+    value: str = VALUES[0]                       # what a repetition contributes (time metric)
+    modes: modes.Modes | None = None             # the modes of GOOD's and BAD's intervals, when several
 
     @property
     def probes(self) -> list[Step]:
@@ -99,12 +104,19 @@ class _Measurer:
             tag = run.options["bisect"]
             pool = f"for:{tag['for']}" if tag.get("for") else tag["role"] if tag["role"] in ("verify", "revert") \
                 else "probe"
-            vals = values(store, plan, run)
+            vals = values(store, plan, run, opts.value)
             if vals:
                 self.pool.setdefault((tag["commit"], pool), []).append((run.id, vals))
         self.exact = plan.metric == "instructions"
         # GOOD and BAD measured around every repetition of a probe, one of each in turn (time metric)
         self.bracket = not self.exact and opts.bracket
+
+    def modes(self, commits: list[git.Commit]) -> modes.Modes:
+        """The modes of these commits' intervals (the probe pool), each compared within its own
+        repetitions (:func:`kperfdiff.core.modes.find_modes_in`)."""
+        reps = [r for c in commits for rid in self.have(c.hash, "probe")[1]
+                for r in intervals(self.store, self.plan, self.store.get_run(rid))]
+        return modes.find_modes_in(reps)
 
     def have(self, commit: str, pool: str) -> tuple[list[float], list[int]]:
         got = self.pool.get((commit, pool), [])
@@ -170,7 +182,7 @@ class _Measurer:
         run = measure(self.store, self.plan, self.builds[build_key], commit=commit.hash, subject=commit.subject,
                       role=role, reps=reps, profile=self.opts.profile and role != "bracket",
                       progress=self.opts.progress, bracket_for=pool[4:] if role == "bracket" else None)
-        vals = values(self.store, self.plan, run)
+        vals = values(self.store, self.plan, run, self.opts.value)
         self.pool.setdefault((commit.hash, pool), []).append((run.id, vals))
         return len(vals)
 
@@ -192,6 +204,8 @@ def bisect(store: Store, opts: Options, note=lambda text: None) -> Outcome:
     plan = Plan(repo=str(repo.path), good=good, bad=bad, bench=opts.bench, cores=opts.cores, target=opts.target,
                 metric=opts.metric, build=opts.build, config=opts.config, params=tuple(opts.params))
     check_metric(plan)
+    if opts.value not in VALUES:
+        raise UsageError(f"--value {opts.value!r} is not one of {', '.join(VALUES)}")
     exact = plan.metric == "instructions"
     reps = opts.reps or (1 if exact else 5)
     max_reps = reps if exact else max(opts.max_reps, reps)
@@ -205,7 +219,15 @@ def bisect(store: Store, opts: Options, note=lambda text: None) -> Outcome:
         said = repo.bisect_start(good, bad)
         measured: dict[str, int] = {}
         reference = _reference(m, g, b, reps, max_reps, note, measured)
-        out = Outcome(plan=plan, commits=len(commits), reference=reference, bracketed=bool(m.bracket))
+        out = Outcome(plan=plan, commits=len(commits), reference=reference, bracketed=bool(m.bracket),
+                      value=opts.value)
+        if not exact:
+            found = m.modes([g, b])
+            if found.several:
+                out.modes = found
+                note(f"{plan.bench} has {modes.describe(found)}" + (
+                    "; each repetition's low decile follows the fastest mode while it holds a tenth of the "
+                    "repetition" if opts.value == "p10" else "; repetition medians follow the mix of modes"))
         out.steps += [Step(c, role, *m.have(c.hash, "probe"), measured_now=measured.get(c.hash, 0))
                       for c, role in ((g, "good"), (b, "bad"))]
         note(f"BAD is {reference.percent:+.1f}% against GOOD (p={_p(reference.p)}); "
@@ -245,15 +267,21 @@ def _reference(m: _Measurer, g: git.Commit, b: git.Commit, reps: int, max_reps: 
         note(f"GOOD {g.short} and BAD {b.short}: {len(m.have(g.hash, 'probe')[0])} and "
              f"{len(m.have(b.hash, 'probe')[0])} repetitions, one of each in turn")
         d = decide.difference(m.sample(g.hash), m.sample(b.hash), paired=True, alpha=decide.ALPHA / looks)
-        if d.significant or n >= max_reps:
+        seen = stats.detectable_change(d.se, d.df, confidence=1 - decide.ALPHA / looks)   # at this test's level
+        if d.significant or n >= max_reps or (m.opts.detect and seen <= m.opts.detect):
             break
         n = min(max_reps, n + step)
     if not d.significant:
         sg, sb = m.sample(g.hash), m.sample(b.hash)
         how = (f"{d.percent:+.2f}%, p={_p(d.p)}" if not d.reason else d.reason)
+        could = (f"; at this noise the test could have seen a change of {seen:.1f}% or more"
+                 if math.isfinite(seen) and seen > 0 else "")
+        if m.opts.detect and could:
+            could += (f", within --detect {m.opts.detect:g}%" if seen <= m.opts.detect else
+                      f", not the {m.opts.detect:g}% of --detect: more repetitions (--max-reps) would be needed")
         raise NothingToBisect(
             f"GOOD {g.short} and BAD {b.short} do not differ significantly in {m.plan.bench} ({how}; "
-            f"{sg.n} and {sb.n} repetitions): there is no regression to bisect, so no commit is blamed")
+            f"{sg.n} and {sb.n} repetitions{could}): there is no regression to bisect, so no commit is blamed")
     return d
 
 
@@ -316,7 +344,8 @@ def _verify(m: _Measurer, repo: git.Repo, out: Outcome, reps: int, max_reps: int
             now[h] += k
         sp, sc = m.sample(p.hash, "verify"), m.sample(c.hash, "verify")
         out.verification = decide.difference(sp, sc, paired=True)
-        if n >= top or out.reference.detectable == 0 or not out.verification.detectable > abs(out.reference.percent):
+        wanted = abs(out.reference.percent) if not m.opts.detect else min(abs(out.reference.percent), m.opts.detect)
+        if n >= top or out.reference.detectable == 0 or not out.verification.detectable > wanted:
             break
         n = min(top, n + max(2, reps // 2))
     out.verified = out.verification.significant and decide.same_direction(out.reference, out.verification)

@@ -7,13 +7,14 @@ import sys
 
 from kperfdiff.analysis.profile_diff import DiffOptions, add_folded, diff_profiles
 from kperfdiff.bisect import run as bisect_run
-from kperfdiff.bisect.probe import METRICS, parse_bench
+from kperfdiff.bisect.probe import METRICS, VALUES, parse_bench
+from kperfdiff.core import limits
 from kperfdiff.core.errors import KperfdiffError
 from kperfdiff.ingest.load import load_sides
 from kperfdiff.render import bisect as render
 from kperfdiff.commands.common import open_store, write_file, write_output
 from kperfdiff.commands.diff import store_lookup
-from kperfdiff.commands.parsing import Parser, add_format, add_output, add_top, whole
+from kperfdiff.commands.parsing import Parser, add_format, add_output, add_top, number, whole
 
 # Kernel counters worth a line in the explanation: per operation, the ones that moved most.
 COUNTERS_SHOWN = 8
@@ -48,6 +49,15 @@ def add_bisect(b: Parser) -> None:
                    help="time: the benchmark's time per operation, repeated until decided (default); "
                         "instructions: exact kernel instructions per operation in a deterministic guest, one "
                         "repetition per probe")
+    b.add_argument("--value", choices=VALUES, default=VALUES[0],
+                   help="what each repetition contributes with --metric time: p10, the 10th percentile of its "
+                        "intervals (default: interference only adds time, so a low quantile follows the code and "
+                        "not the load), or median (a change in the slow part of the distribution, which p10 "
+                        "does not see)")
+    b.add_argument("--detect", type=number(limits.MAX_PRECISION_PCT), metavar="PCT",
+                   help="GOOD against BAD, and the culprit against its parent, get repetitions (up to --max-reps) "
+                        "until their test could detect PCT%% (80%% power); a refusal then says whether PCT%% "
+                        "could have been seen")
     b.add_argument("--reps", type=whole(1000), metavar="N",
                    help="repetitions of each commit to start with (default: 5; 1 with --metric instructions)")
     b.add_argument("--max-reps", type=whole(1000), default=15, metavar="N",
@@ -131,7 +141,8 @@ def _counters(store, outcome) -> list[tuple[str, float, float]]:
 def run(args: argparse.Namespace) -> int:
     bench, cores = parse_bench(args.bench)
     opts = bisect_run.Options(repo=args.repo, good=args.good, bad=args.bad, bench=bench, cores=cores,
-                              target=args.target, metric=args.metric, build=args.build, config=args.config,
+                              target=args.target, metric=args.metric, value=args.value, detect=args.detect,
+                              build=args.build, config=args.config,
                               params=tuple(args.param), reps=args.reps, max_reps=args.max_reps,
                               verify_reps=args.verify_reps, verify_revert=args.verify_revert,
                               bracket=not args.no_bracket,

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from html import escape
 
+from kperfdiff.core import modes
 from kperfdiff.render import diff as rdiff
 from kperfdiff.render import flamegraph, flamescript
 from kperfdiff.render.report import html_page, table_html
@@ -37,8 +38,22 @@ def _pct(ratio: float) -> str:
 def _metric_words(outcome) -> str:
     if outcome.plan.metric == "instructions":
         return "kernel instructions per operation, exact (deterministic guest)"
-    return (f"time per operation ({outcome.unit or 'the benchmark unit'}), the median of each repetition"
+    each = ("the median of each repetition's intervals" if getattr(outcome, "value", "p10") == "median"
+            else "the 10th percentile of each repetition's intervals")
+    return (f"time per operation ({outcome.unit or 'the benchmark unit'}), {each}"
             + (", each probe against GOOD and BAD measured around it" if getattr(outcome, "bracketed", False) else ""))
+
+
+def modes_line(outcome) -> str:
+    """``modes of GOOD and BAD: 2 modes: ...``, or empty when their intervals have one."""
+    m = getattr(outcome, "modes", None)
+    if m is None or not m.several:
+        return ""
+    unit = outcome.unit or ""
+    return (f"modes of GOOD and BAD: {modes.describe(m, lambda v: f'{v:.4g}' + (' ' + unit if unit else ''))}" +
+            ("; each repetition's 10th percentile follows the fastest mode while that mode holds a tenth of the "
+             "repetition's intervals" if getattr(outcome, "value", "p10") == "p10" else
+             "; repetition medians follow the mix of modes: --value p10 compares within the fastest mode"))
 
 
 def steps_table(outcome) -> Table:
@@ -130,6 +145,7 @@ def to_text_report(outcome, ex: Explanation | None) -> str:
     out = [f"bisect {p.bench}{'@' + str(p.cores) if p.cores > 1 else ''} on {p.target}: {_metric_words(outcome)}",
            f"GOOD {p.good[:12]} -> BAD {p.bad[:12]}: {_pct(r.ratio)}"
            + (f" (95% interval [{_pct(r.low)}, {_pct(r.high)}], p={r.p:.2g})" if p.metric == "time" else " (exact)"),
+           *([modes_line(outcome)] if modes_line(outcome) else []),
            "", to_text(steps_table(outcome)).rstrip("\n"), ""]
     out += verdict_lines(outcome)
     out.append(summary_line(outcome))
@@ -164,7 +180,8 @@ def to_json_report(outcome, ex: Explanation | None) -> str:
     p = outcome.plan
     doc = {
         "key": p.key, "repo": p.repo, "good": p.good, "bad": p.bad, "benchmark": p.bench, "cores": p.cores,
-        "target": p.target, "metric": p.metric, "commits": outcome.commits,
+        "target": p.target, "metric": p.metric,
+        "value": getattr(outcome, "value", "p10") if p.metric == "time" else None, "commits": outcome.commits,
         "reference": _difference(outcome.reference),
         "steps": [{"role": s.role, "commit": _commit(s.commit), "values": s.values, "runs": s.runs,
                    "verdict": _verdict(s.verdict), "reason": s.reason, "measured_now": s.measured_now}
@@ -174,6 +191,7 @@ def to_json_report(outcome, ex: Explanation | None) -> str:
         "revert": None if outcome.revert is None else {"verdict": _verdict(outcome.revert.verdict),
                                                        "runs": outcome.revert.runs, "reason": outcome.revert.reason},
         "measured_probes": outcome.measured_probes, "seconds": outcome.seconds, "bracketed": outcome.bracketed,
+        "modes": outcome.modes.as_list() if getattr(outcome, "modes", None) is not None else [],
         "explanation": None if ex is None else {
             "command": ex.command, "error": ex.error or None,
             "ranking": json.loads(rdiff.render(ex.diff, "json")) if ex.diff is not None else None,
@@ -191,6 +209,8 @@ def to_html_report(outcome, ex: Explanation | None) -> str:
     body += [f'<p class="note">{escape(line)}</p>' for line in head[1:]]
     body.append(f'<p class="note">{escape(_metric_words(outcome))} on {escape(p.target)}; '
                 f'GOOD to BAD {_pct(outcome.reference.ratio)}; {escape(summary_line(outcome))}</p>')
+    if modes_line(outcome):
+        body.append(f'<p class="note">{escape(modes_line(outcome))}</p>')
     if "qemu:" in p.target:
         body.append('<p class="emulated">Measured in an EMULATED guest: its times are not those of real '
                     'hardware.</p>')
