@@ -100,9 +100,13 @@ test: setup test-native test-python
 test-native: setup
 	cargo test --release -q --manifest-path native/Cargo.toml -- --show-output
 
-# The Python tests must not depend on HOME: .ci/run runs them with an empty one.
+# The Python tests must not depend on HOME: .ci/run runs them with an empty one. They run in parallel
+# workers (pytest-xdist, one per CPU up to 4); tests that change the machine's own state (sysctls,
+# cgroups) share one group and so one worker, one after the other (tests/conftest.py). The 20 slowest
+# are printed at the end, so every run shows where the time goes.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
 test-python: setup
-	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadgroup --durations=20 $(PYTEST_ARGS)
 
 test-slow: setup
 	$(BIN)/python -m pytest -q -m "slow and not lab and not bisect" $(PYTEST_ARGS)

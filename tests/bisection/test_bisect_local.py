@@ -97,15 +97,18 @@ def test_a_pair_with_no_difference_is_refused(tmp_path):
 
 def test_detect_ends_the_reference_once_it_could_see_that_much(tmp_path):
     """--detect P: GOOD and BAD get no more repetitions once their test could see P% (here a loose
-    50%, reached at the first look), and the refusal says so; the same with --value median."""
+    5000%, reached at the first look even on a very busy machine), and the refusal says so; the same with
+    --value median. A --detect that 9 repetitions cannot reach says that more are needed."""
     s = make_series(tmp_path / "repo", 3, None, good=[f"param={BENCH}:n=100"], bad=[])
     for value in ("p10", "median"):
         store = str(tmp_path / f"{value}.db")
-        r = run_cli(*bisect_args(store, s, "--max-reps", "9", "--detect", "50", "--value", value))
+        r = run_cli(*bisect_args(store, s, "--max-reps", "9", "--detect", "5000", "--value", value))
         assert r.returncode == 3, r.stderr
         assert_one_sentence_error(r)
-        assert "3 and 3 repetitions" in r.stderr and "within --detect 50%" in r.stderr
+        assert "3 and 3 repetitions" in r.stderr and "within --detect 5000%" in r.stderr
         assert tagged_runs(store) == 6
+    r = run_cli(*bisect_args(str(tmp_path / "tight.db"), s, "--reps", "3", "--max-reps", "3", "--detect", "0.001"))
+    assert r.returncode == 3 and "not the 0.001% of --detect: more repetitions (--max-reps)" in r.stderr, r.stderr
 
 
 def test_bad_input_is_one_sentence(tmp_path):

@@ -16,6 +16,10 @@ def exp_file(tmp_path, variant="", top="", benches='["syscall.null"]'):
     return p
 
 
+# dry runs name the machine's own sysctls (the one tests/experiments/test_experiment.py writes): one worker
+pytestmark = pytest.mark.xdist_group("machine-state")
+
+
 def dry_run(path, *extra):
     return run_cli("run", path, "--dry-run", *extra, timeout=30)
 

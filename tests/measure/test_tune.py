@@ -15,7 +15,9 @@ from kperfdiff.measure import tune as tm
 from schemas.test_schemas import validate
 from support import ROOT, run_cli
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="system tune needs root")
+# the machine's own cgroups and IRQs: one worker runs these (and the other tests of the group) in turn
+pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="system tune needs root"),
+              pytest.mark.xdist_group("machine-state")]
 
 
 def snapshot() -> dict[str, str]:
