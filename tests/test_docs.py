@@ -33,13 +33,22 @@ def pages() -> list[Path]:
     return [README, *sorted(DOCS.glob("*.md"))]
 
 
+# A step of a walk-through (docs/development.md): an HTML comment naming the walk-through and what the
+# fenced block right after it is: a new file (write PATH), a change as `git diff` prints it (apply), or
+# command lines (run). Those blocks are about the tree the walk-through makes, not this one:
+# tests/test_development.py performs them in a copy, and the checks here leave them out.
+STEP = re.compile(r"^<!-- walk-through (?P<name>[\w-]+): (?P<action>write|apply|run)(?: (?P<path>\S+))? -->\n"
+                  r"(?P<fence>```|~~~)[^\n]*\n(?P<body>.*?)^(?P=fence)[ \t]*(?:\n|\Z)", re.M | re.S)
+
+
 def written(page: Path) -> str:
-    """A page's text as people wrote it: without the generated module table, whose text is the
-    modules' own docstrings (test_architecture_page_lists_every_module_and_no_other checks it)."""
+    """A page's text as people wrote it about this tree: without the generated module table, whose
+    text is the modules' own docstrings (test_architecture_page_lists_every_module_and_no_other checks
+    it), and without the steps of walk-throughs (STEP), which tests/test_development.py performs."""
     text = page.read_text()
     if BEGIN in text and END in text:
         text = text.split(BEGIN, 1)[0] + text.split(END, 1)[1]
-    return text
+    return STEP.sub("", text)
 
 
 def _id(p: Path) -> str:
@@ -471,6 +480,11 @@ def test_checks_catch_planted_mistakes(tmp_path):
     page.write_text("`kperfdiff.ingest.profile.Profile`, `kperfdiff.profile.Profile`, `kperfdiff.ingest.nosuch`, "
                     "`demo-out/kperfdiff.db`, `kperfdiff.artefacts/`\n")
     assert stale_names(page) == ["kperfdiff.ingest.nosuch", "kperfdiff.profile.Profile"]
+    step = "<!-- walk-through toy: {} -->\n```\nkperfdiff nosuch --bogus\nexamples/nosuch.toml kperfdiff.nosuch\n```\n"
+    page.write_text(step.format("write src/kperfdiff/nosuch.py") + step.format("run"))
+    assert flag_problems(page) == missing_paths(page) == stale_names(page) == []
+    page.write_text(step.format("run").replace("<!-- walk-through toy: run -->\n", ""))
+    assert flag_problems(page) and missing_paths(page) and stale_names(page)
     block = written_block(f"x\n{BEGIN}\n| s | `nosuch.py` | x |\n| `nosuch.rs` | x |\n{END}\n")
     assert named_modules(block) == ({"nosuch.py"}, {"nosuch.rs"})
 
