@@ -73,5 +73,5 @@ def test_every_unit_says_what_an_operation_is(tmp_path):
     (tmp_path / "x.c").write_text("")
     (tmp_path / "x.toml").write_text('family = "x"\n[[bench]]\nname = "x.a"\nexercises = "e"\nunit = "ns/op"\n'
                                      'better = "lower"\n')
-    with pytest.raises(ValueError, match="x.a: no op"):
+    with pytest.raises(catalogue.CatalogueError, match="x.a: no op"):
         catalogue.load_families(tmp_path)

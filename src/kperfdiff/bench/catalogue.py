@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from kperfdiff.core.errors import UsageError
+from kperfdiff.core.errors import InputError, UsageError
 from kperfdiff.core.files import read_toml
 
 FAMILIES_DIR = Path(__file__).with_name("families")
@@ -68,9 +68,14 @@ class Family:
     cflags: tuple[str, ...] = ()
     static: bool = False
 
+class CatalogueError(InputError):
+    """A benchmark family's TOML file is wrong: every command that reads the catalogue stops on it,
+    in one sentence that names the file (exit status 2)."""
+
+
 def _check(cond: bool, path: Path, msg: str) -> None:
     if not cond:
-        raise ValueError(f"{path.name}: {msg}")
+        raise CatalogueError(f"the benchmark family file {path}: {msg}")
 
 @lru_cache(maxsize=None)
 def load_families(directory: Path = FAMILIES_DIR) -> tuple[dict[str, Family], tuple[Benchmark, ...]]:
@@ -91,7 +96,9 @@ def load_families(directory: Path = FAMILIES_DIR) -> tuple[dict[str, Family], tu
             seen.add(name)
             _check(b.get("better") in ("lower", "higher"), toml_path, f"{name}: better must be lower or higher")
             _check(bool(b.get("exercises")), toml_path, f"{name}: says nothing of what it exercises")
-            _check(bool(b.get("unit")), toml_path, f"{name}: no unit")
+            _check(b.get("unit") in UNITS, toml_path,
+                   f"{name}: unit {b.get('unit')!r} is not one of {', '.join(sorted(UNITS))}" if b.get("unit")
+                   else f"{name}: no unit")
             _check(bool(b.get("op")), toml_path, f"{name}: no op (what one operation of its unit is)")
             req = tuple(b.get("requires", ()))
             _check(set(req) <= REQUIREMENTS, toml_path, f"{name}: unknown requirement in {req}")
