@@ -57,7 +57,7 @@ from kperfdiff.core import limits
 from kperfdiff.core.errors import InputError, KperfdiffError, StoreError
 from kperfdiff.core.progress import Progress
 from kperfdiff.core.records import StoredExperiment
-from kperfdiff.experiments.adaptive import repeat_until_precise
+from kperfdiff.experiments import adaptive
 from kperfdiff.experiments.file import Experiment, Variant
 from kperfdiff.experiments.lava import LavaVariants, is_lava
 from kperfdiff.experiments.matrix import Cell, matrix
@@ -294,8 +294,9 @@ class _MatrixRun:
                     self.measure_cells(self.todo)
                     if exp.precision or exp.detect:
                         self.binaries = self.binaries or self._build()
-                        for (key, cores), text in repeat_until_precise(store, exp, eid, self.columns, self.measure_cells,
-                                                                   self.progress, self.log).items():
+                        why = adaptive.repeat_until_precise(store, exp, eid, self.columns, self.measure_cells,
+                                                            self.progress, self.log)
+                        for (key, cores), text in why.items():
                             store.set_cell_stop(eid, key, cores, text)
                 finally:
                     self.progress.close()
@@ -405,11 +406,18 @@ class _MatrixRun:
             if busy:
                 self.log(busy)
         self.progress = Progress(len(todo), enabled=self.opts.progress)
+        then = ""
+        if exp.precision or exp.detect:
+            # the estimate counts the adaptive rounds that may follow, at most
+            adaptive.expect(self.store, exp, self.eid, self.columns, self.progress)
+            pol = adaptive.policy(exp)
+            then = (f", then more rounds until every change {'is known to' if exp.detect is None else 'could detect'} "
+                    f"{pol.goal}, for at most {pol.time_limit:g} s")
         if todo:
             self.log(f"kperfdiff: experiment {exp.name} (id {self.eid}): {len(todo)} cells to measure "
                      f"({len(exp.variants)} variants x {len(self.columns[exp.variants[0].label])} benchmarks x "
                      f"{len(exp.cores)} core counts x {exp.reps} reps"
-                     + (f", {done_before} done before" if done_before else "") + ")")
+                     + (f", {done_before} done before" if done_before else "") + ")" + then)
 
     def stored(self, c: Cell, m: Measurement, profile_store) -> None:
         """One measured cell into the store at once (so a rerun resumes after it), with the identity of
@@ -447,7 +455,7 @@ class _MatrixRun:
                 # every LAVA variant's cells still to measure, as jobs in flight on the lab's devices
                 batch = [x for x in batch_cells if is_lava(exp.variant(x.variant).target) and x.id not in self.finished]
                 self.progress.step(f"{len(batch)} cells as LAVA jobs ({len({(x.variant, x.rep) for x in batch})} "
-                                   f"jobs){eta}")
+                                   f"jobs){eta}", steps=len(batch))
                 for x, m, keep in self.lava.measure(batch, self.runs, self.store, self.target_said, self.progress.note):
                     self.stored(x, m, keep)
                 continue
@@ -455,7 +463,8 @@ class _MatrixRun:
                 # a guest boots (or a board connects) once for all of this variant's cells of this rep
                 batch = [x for x in batch_cells
                          if x.variant == c.variant and x.rep == c.rep and x.id not in self.finished]
-                self.progress.step(f"{c.variant}: {len(batch)} cells on {v.target}, {self.progress.rep_words(c.rep, exp.reps)}{eta}")
+                self.progress.step(f"{c.variant}: {len(batch)} cells on {v.target}, "
+                                   f"{self.progress.rep_words(c.rep, exp.reps)}{eta}", steps=len(batch))
                 for x, m, keep in _measure_remote(exp, v, batch, self.bench_by_name, self.overrides,
                                                   self.runs[v.label], self.store, self.target_said):
                     self.stored(x, m, keep)

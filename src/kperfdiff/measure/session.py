@@ -232,6 +232,10 @@ def run_bench(store: Store, opts: BenchOptions) -> Outcome:
     cells = [(b.name, p) for b in benches for p in opts.parallel]     # (benchmark, copies)
     policy = opts.policy()
     progress = Progress(len(cells) * policy.reps, enabled=opts.progress)
+    if policy.adaptive:
+        # the estimate counts the rounds --precision/--detect may add, at most (rounds of every cell, up to
+        # the repetition limit, none started past --max-time from the first round)
+        progress.expect_adaptive(len(cells), rounds=max(0, policy.max_reps - policy.reps))
     busy = noise.busy_check()
     if busy:
         progress.note(busy)
@@ -253,7 +257,8 @@ def run_bench(store: Store, opts: BenchOptions) -> Outcome:
             for cell in order:
                 b, copies = by_name[cell[0]], cell[1]
                 progress.step(f"{b.name} -P {copies}" + (f" {progress.rep_words(rep, policy.reps)}"
-                                                         if policy.reps > 1 or rep else ""))
+                                                         if policy.reps > 1 or rep or policy.adaptive else "")
+                              + progress.eta_words())
                 if "swap" in b.requires and not swap_ready and opts.allow_swap_setup:
                     swap.enter_context(temporary_swap())
                     swap_ready = True
