@@ -102,11 +102,11 @@ test-native: setup
 
 # The Python tests must not depend on HOME: .ci/run runs them with an empty one. They run in parallel
 # workers (pytest-xdist, one per CPU up to 4); tests that change the machine's own state (sysctls,
-# cgroups) share one group and so one worker, one after the other (tests/conftest.py). The 20 slowest
-# are printed at the end, so every run shows where the time goes.
+# cgroups; marked machine_state) hold one lock file, so they run one at a time whichever worker has
+# them (tests/conftest.py). The 20 slowest are printed at the end, so every run shows where the time goes.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
 test-python: setup
-	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadgroup --durations=20 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --durations=20 $(PYTEST_ARGS)
 
 test-slow: setup
 	$(BIN)/python -m pytest -q -m "slow and not lab and not bisect" $(PYTEST_ARGS)

@@ -2,7 +2,10 @@
 besides fixtures (paths, run_cli, assertions) is in tests/support/."""
 from __future__ import annotations
 
+import fcntl
 import importlib.util
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +16,19 @@ def private_state_dir(tmp_path, monkeypatch):
     d = tmp_path / "state"
     monkeypatch.setenv("KPERFDIFF_STATE_DIR", str(d))
     return d
+
+
+@pytest.fixture(autouse=True)
+def machine_state_lock(request):
+    """Tests marked machine_state change the machine's own state (sysctls, cgroups, IRQ affinities) and
+    check it byte for byte afterwards: they hold one lock file for their whole length, so parallel
+    workers (make test-python runs pytest-xdist) run them one at a time whichever worker has them."""
+    if request.node.get_closest_marker("machine_state") is None:
+        yield
+        return
+    with open(Path(tempfile.gettempdir()) / "kperfdiff-tests-machine-state.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 @pytest.fixture

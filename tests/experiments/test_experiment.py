@@ -16,8 +16,8 @@ from kperfdiff.core.errors import InputError
 from kperfdiff.core import hosts
 
 KNOB = "/proc/sys/vm/stat_interval"
-# the machine's own sysctl: one worker writes it at a time (tests/measure/test_tune.py is in the group too)
-pytestmark = pytest.mark.xdist_group("machine-state")
+# the machine's own sysctl: one test at a time of all those so marked writes it (tests/conftest.py)
+pytestmark = pytest.mark.machine_state
 root_only = pytest.mark.skipif(os.geteuid() != 0 or not os.access(KNOB, os.W_OK),
                                reason="needs root to write /proc/sys/vm/stat_interval")
 

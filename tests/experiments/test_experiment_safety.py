@@ -16,8 +16,9 @@ def exp_file(tmp_path, variant="", top="", benches='["syscall.null"]'):
     return p
 
 
-# dry runs name the machine's own sysctls (the one tests/experiments/test_experiment.py writes): one worker
-pytestmark = pytest.mark.xdist_group("machine-state")
+# dry runs name the machine's own sysctls (the one tests/experiments/test_experiment.py writes): one test at
+# a time of all those so marked (tests/conftest.py)
+pytestmark = pytest.mark.machine_state
 
 
 def dry_run(path, *extra):

@@ -15,9 +15,8 @@ from kperfdiff.measure import tune as tm
 from schemas.test_schemas import validate
 from support import ROOT, run_cli
 
-# the machine's own cgroups and IRQs: one worker runs these (and the other tests of the group) in turn
-pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="system tune needs root"),
-              pytest.mark.xdist_group("machine-state")]
+# the machine's own cgroups and IRQs: one test at a time of all those so marked (tests/conftest.py)
+pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="system tune needs root"), pytest.mark.machine_state]
 
 
 def snapshot() -> dict[str, str]:
