@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Time `kperfdiff diff A B --children` against `perf diff A B` on the recording shapes of
-``benchmarks/shapes.py`` (fork, shell, threads, kernel; ``--shapes`` picks some): per shape, two
+``benchmarks/shapes.py`` (fork, shell, lsr, threads, kernel; ``--shapes`` picks some): per shape, two
 files of that shape (sides a and b, about 1.2M samples each with call chains) recorded once
 into ``--dir`` and reused, with the kallsyms beside them passed explicitly to both tools.
 
@@ -13,7 +13,7 @@ under 150 MB), with the 1-minute load average before and after the shape. For on
 side (the same two files named ten times each; they should take at most ten times one).
 Not a pass/fail test.
 
-    .venv/bin/python benchmarks/bench_diff.py [--shapes fork,shell,threads,kernel] [--dir /tmp/kpd-shapes]
+    .venv/bin/python benchmarks/bench_diff.py [--shapes fork,shell,lsr,threads,kernel] [--dir /tmp/kpd-shapes]
         [--rerecord] [--seconds 30] [--repeat 5] [--detail fork|none] [--replicates 10]
         [--before DIR]   (also time another checkout of kperfdiff, built with make setup, in the same run)
 """
