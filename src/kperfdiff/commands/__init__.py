@@ -123,13 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         _repair_pending_knobs()
         _, run = command_module(args.command).DEFINES[args.command]
-        status = run(args)
-        if argv is None:
-            # The process exits next, and its exit collects every object it holds (a diff's: the
-            # profiles' symbols, rows and arrays, ~10 ms). They are moved out of the collector's
-            # reach; those no longer referenced are still freed by their reference counts.
-            gc.freeze()
-        return status
+        return run(args)
     except KperfdiffError as e:
         if debug:
             raise
