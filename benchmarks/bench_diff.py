@@ -1,19 +1,20 @@
 #!/usr/bin/env python3
 """Time `kperfdiff diff A B --children` against `perf diff A B` on the recording shapes of
-``benchmarks/shapes.py`` (fork, shell, threads, kernel; ``--shapes`` picks some): per shape, two
+``benchmarks/shapes.py`` (fork, shell, lsr, threads, kernel; ``--shapes`` picks some): per shape, two
 files of that shape (sides a and b, about 1.2M samples each with call chains) recorded once
 into ``--dir`` and reused, with the kallsyms beside them passed explicitly to both tools.
 
 Each command runs end to end (``kperfdiff`` is the entry point beside this interpreter, start-up
 included) --repeat times, each in a fresh wrapper process so its peak RSS (getrusage of
-children) is its own; the harness prints per shape the median and best wall time of each, the
+children) is its own, the commands of a shape in turns (one run of each per round, so that a
+burst of the machine's other work falls on all of them alike); the harness prints per shape the median and best wall time of each, the
 ratio (medians) and peak memory against the targets (kperfdiff at most 0.4x perf diff's time,
 under 150 MB), with the 1-minute load average before and after the shape. For one shape
 (``--detail``, default fork) it also times `kperfdiff diff --children -j 1` and 10 profiles a
 side (the same two files named ten times each; they should take at most ten times one).
 Not a pass/fail test.
 
-    .venv/bin/python benchmarks/bench_diff.py [--shapes fork,shell,threads,kernel] [--dir /tmp/kpd-shapes]
+    .venv/bin/python benchmarks/bench_diff.py [--shapes fork,shell,lsr,threads,kernel] [--dir /tmp/kpd-shapes]
         [--rerecord] [--seconds 30] [--repeat 5] [--detail fork|none] [--replicates 10]
         [--before DIR]   (also time another checkout of kperfdiff, built with make setup, in the same run)
 """
@@ -55,17 +56,27 @@ def samples(path: Path) -> int:
     return -1
 
 
-def measure(cmd: list[str], repeat: int) -> tuple[list[float], int]:
-    """Wall seconds of each run and the largest peak RSS (KiB) of ``cmd``."""
-    times, rss = [], 0
-    for _ in range(repeat):
-        p = subprocess.run([sys.executable, "-c", WRAPPER, *cmd], capture_output=True, text=True)
-        if p.returncode:
-            raise SystemExit(f"{' '.join(cmd)} failed:\n{p.stderr}")
-        t, m = p.stdout.split()
-        times.append(float(t))
-        rss = max(rss, int(m))
-    return times, rss
+def measure_once(cmd: list[str]) -> tuple[float, int]:
+    """Wall seconds and peak RSS (KiB) of one run of ``cmd``, in a fresh wrapper process."""
+    p = subprocess.run([sys.executable, "-c", WRAPPER, *cmd], capture_output=True, text=True)
+    if p.returncode:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{p.stderr}")
+    t, m = p.stdout.split()
+    return float(t), int(m)
+
+
+def measure_in_turns(cmds: dict[str, tuple[list[str], int]]) -> dict[str, tuple[list[float], int]]:
+    """Each named command (argv, runs) run in turns, one run of each per round, so that a burst of
+    the machine's other work falls on all of them alike: name -> (wall seconds of each run, the
+    largest peak RSS in KiB)."""
+    out: dict[str, tuple[list[float], int]] = {name: ([], 0) for name in cmds}
+    for turn in range(max(n for _, n in cmds.values())):
+        for name, (cmd, n) in cmds.items():
+            if turn < n:
+                t, m = measure_once(cmd)
+                times, rss = out[name]
+                out[name] = (times + [t], max(rss, m))
+    return out
 
 
 def warm(*files: Path) -> None:
@@ -82,17 +93,18 @@ def time_shape(shape: str, a: Path, b: Path, ks: Path, args, detail: bool) -> di
     kd = [str(KPERFDIFF), "diff", str(a), str(b), "--children", "--kallsyms", str(ks)]
     pd = ["perf", "diff", "--kallsyms", str(ks), str(a), str(b)]
     load_before = os.getloadavg()[0]
-    runs = {"kperfdiff diff --children": measure(kd, args.repeat), "perf diff": measure(pd, args.repeat)}
+    cmds = {"kperfdiff diff --children": (kd, args.repeat), "perf diff": (pd, args.repeat)}
     if args.before:
         before = str(args.before / ".venv" / "bin" / "kperfdiff")
-        runs["before: kperfdiff diff --children"] = measure([before, *kd[1:]], args.repeat)
+        cmds["before: kperfdiff diff --children"] = ([before, *kd[1:]], args.repeat)
     if detail:
         many = [str(KPERFDIFF), "diff", ",".join([str(a)] * args.replicates),
                 ",".join([str(b)] * args.replicates), "--children", "--kallsyms", str(ks)]
-        runs["kperfdiff diff --children -j 1"] = measure(kd + ["-j", "1"], args.repeat)
-        runs[f"kperfdiff diff --children, {args.replicates} a side"] = measure(many, max(1, args.repeat // 2))
+        cmds["kperfdiff diff --children -j 1"] = (kd + ["-j", "1"], args.repeat)
+        cmds[f"kperfdiff diff --children, {args.replicates} a side"] = (many, max(1, args.repeat // 2))
         if args.before:
-            runs[f"before: {args.replicates} a side"] = measure([before, *many[1:]], max(1, args.repeat // 2))
+            cmds[f"before: {args.replicates} a side"] = ([before, *many[1:]], max(1, args.repeat // 2))
+    runs = measure_in_turns(cmds)
     return {"shape": shape, "samples": [samples(a), samples(b)], "mb": [a.stat().st_size / 1e6, b.stat().st_size / 1e6],
             "load_before": load_before, "load_after": os.getloadavg()[0],
             "runs": {name: {"seconds": t, "rss_kb": r} for name, (t, r) in runs.items()}}

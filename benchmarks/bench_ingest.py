@@ -1,7 +1,7 @@
 """Harness (not a test): how fast kperfdiff reads the perf.data files users record, against ``cat`` and perf.
 
-By default it times every recording shape of ``benchmarks/shapes.py`` (fork, shell, threads,
-kernel; ``--shapes`` picks some), each recorded once into ``--dir`` and reused. Per shape, in
+By default it times every recording shape of ``benchmarks/shapes.py`` (fork, shell, lsr,
+threads, kernel; ``--shapes`` picks some), each recorded once into ``--dir`` and reused. Per shape, in
 one run: the file at page-cache speed (``cat > /dev/null``, the floor), kperfdiff's native
 ingest on one core (``native.read_perf_data`` in a fresh child process, timed by the child
 itself, best of ``--repeat``), Msamples/s and the ratio to ``cat``, with the 1-minute load

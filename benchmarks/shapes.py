@@ -8,6 +8,8 @@ at 20 kHz for about 30 s (at least 800,000 samples on 2 CPUs):
 * ``shell``: system-wide while one shell loop per CPU runs ``ls -R`` over each folder of
   ``/usr/share/doc``: thousands of short-lived processes, each mapping the same libraries
   at new addresses (address-space randomisation);
+* ``lsr``: system-wide while one shell loop per CPU runs ``ls -R /usr`` (output to ``/dev/null``):
+  a few long-lived processes deep in the kernel's directory and stat paths, with deep call chains;
 * ``threads``: one long-running multi-threaded program (``xz -T<CPUs>`` compressing the
   system's libraries), recorded by command, user frames in shared libraries;
 * ``kernel``: system-wide, kernel samples only (``cpu-clock:k``), one ``dd`` per CPU
@@ -27,7 +29,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SHAPES = ("fork", "shell", "threads", "kernel")
+SHAPES = ("fork", "shell", "lsr", "threads", "kernel")
 MIN_SAMPLES = 800_000
 
 FORK_C = r"""
@@ -77,6 +79,10 @@ def record_argv(shape: str, folder: Path, out: Path, seconds: int, freq: int) ->
         return common + ["-e", "cpu-clock", "-a", "--", "sh", "-c", f"{loops}; wait"]
     if shape == "shell":
         loop = ("while :; do for d in /usr/share/doc/*; do ls -R \"$d\" > /dev/null; done; done")
+        loops = " & ".join([f"timeout {seconds} sh -c '{loop}'"] * n)
+        return common + ["-e", "cpu-clock", "-a", "--", "sh", "-c", f"{loops}; wait"]
+    if shape == "lsr":
+        loop = "while :; do ls -R /usr > /dev/null; done"
         loops = " & ".join([f"timeout {seconds} sh -c '{loop}'"] * n)
         return common + ["-e", "cpu-clock", "-a", "--", "sh", "-c", f"{loops}; wait"]
     if shape == "threads":

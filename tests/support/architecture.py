@@ -77,6 +77,9 @@ DEFERRED = {
                         "of profile files never opens it, only one naming a stored run does",
     f"{PACKAGE}.render.flamegraph": "flame graphs and folded files (xml.sax.saxutils pulls in urllib, "
                                     "http.client and ssl: ~14 ms): a diff writes them only when asked to",
+    f"{PACKAGE}.measure.knobs": "the knobs and their pending restores (socket, urllib, the noise monitor: "
+                                "~15 ms): every command repairs pending restores, but imports it only when "
+                                "a pending-restore file exists",
 }
 # Modules that import modules of their own package by name, from a table: module -> the table
 # (a dict whose values name the modules, or a tuple of tuples whose last item does).

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+import threading
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -160,13 +160,43 @@ def load_many(jobs: list[Callable[[], Profile]], workers: int | None = None,
             if meanwhile is not None:
                 meanwhile()
             return [job() for job in jobs]
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(job) for job in jobs]
-            if meanwhile is not None:
-                meanwhile()
-            return [f.result() for f in futures]
+        return _in_threads(jobs, workers, meanwhile)
     finally:
         perfdata.threads_per_file = before
+
+
+def _in_threads(jobs: list[Callable[[], Profile]], workers: int,
+                meanwhile: Callable[[], object] | None) -> list[Profile]:
+    """The jobs on ``workers`` threads, each taking the next job not yet taken; their results in
+    order, or the first failure in order raised. (Plain threads: concurrent.futures would import
+    logging, a few ms of every diff's start-up.)"""
+    results: list = [None] * len(jobs)
+    failed: list = [None] * len(jobs)
+    todo = iter(range(len(jobs)))
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                i = next(todo, None)
+            if i is None:
+                return
+            try:
+                results[i] = jobs[i]()
+            except BaseException as e:   # noqa: BLE001 - raised in the calling thread, in order
+                failed[i] = e
+
+    threads = [threading.Thread(target=work, name=f"kperfdiff-load-{n}") for n in range(workers)]
+    for t in threads:
+        t.start()
+    if meanwhile is not None:
+        meanwhile()
+    for t in threads:
+        t.join()
+    first = next((e for e in failed if e is not None), None)
+    if first is not None:
+        raise first
+    return results
 
 
 # -- sides of a diff: files or store references -----------------------------------

@@ -47,6 +47,7 @@ from pathlib import Path
 
 from kperfdiff.core.errors import BenchError, KperfdiffError
 from kperfdiff.core.hosts import boot_id
+from kperfdiff.core.state import PENDING_FILE, state_dir
 from kperfdiff.bench.noise import stat_fields
 
 KNOB_ROOTS = ("/sys/", "/proc/sys/")
@@ -239,17 +240,6 @@ def write_knob(path: str, value: str) -> None:
 
 # -- the machine's pending restores -----------------------------------------------
 
-def state_dir() -> Path:
-    """Where this machine's kperfdiff state lives (pending knob restores)."""
-    d = os.environ.get("KPERFDIFF_STATE_DIR")
-    if d:
-        return Path(d)
-    if os.geteuid() == 0:
-        return Path("/var/lib/kperfdiff")
-    xdg = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(xdg) / "kperfdiff"
-
-
 def _start_time(pid: int) -> str:
     """A process's start time in clock ticks since boot ('' if it is gone): tells a reused pid apart."""
     try:
@@ -332,7 +322,7 @@ class PendingRestores:
 
     def __init__(self, directory: Path | None = None):
         self.dir = directory or state_dir()
-        self.file = self.dir / "pending-knobs.json"
+        self.file = self.dir / PENDING_FILE
 
     @contextlib.contextmanager
     def _locked(self):
