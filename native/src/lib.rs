@@ -19,6 +19,7 @@ pub mod elf;
 mod elfsyms;
 mod error;
 mod header;
+mod history;
 mod intern;
 pub mod kallsyms;
 mod layout;
@@ -29,6 +30,7 @@ mod parallel;
 mod procmaps;
 pub mod reader;
 mod symbolize;
+mod timing;
 mod warnings;
 
 pyo3::create_exception!(native, PerfDataError, pyo3::exceptions::PyException, "A perf.data file cannot be read.");
@@ -108,8 +110,11 @@ fn read_perf_data<'py>(
             )))
         }
     };
+    let clock = timing::Clock::start();
     let profile = to_python(py, out);
+    clock.mark(format_args!("to_python (the dict)"));
     give_back_freed_memory();
+    clock.mark(format_args!("malloc_trim"));
     profile
 }
 

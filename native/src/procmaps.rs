@@ -3,8 +3,19 @@
 //! shares its parent's mappings and generation until one of them changes, so a
 //! user call chain can be cached per generation (what its addresses mean), and a
 //! fork-heavy file's children reuse their parent's chains.
+//!
+//! The reader of a later part of a file read on several threads (`parallel`) starts with
+//! none of the processes the records before its part made: it asks them (`Earlier`, which
+//! `history` answers) for a process's mappings the first time it meets the process, and
+//! keeps the answer.
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
+
+/// What the records before a part of the file made of the processes (`history::Prefix`).
+pub trait Earlier: Send + Sync {
+    /// The mappings of process `pid` when the part begins (None when no record names it).
+    fn maps(&self, pid: i32) -> Option<Vec<Map>>;
+}
 
 #[derive(Clone, Copy)]
 pub struct Map {
@@ -76,11 +87,44 @@ pub struct Processes {
     /// (pid, maps generation, next_gen when cached), by pid % 16: valid while
     /// no process changed (every change takes a new generation).
     gen_cache: [(i32, u64, u64); 16],
+    /// What the records before this reader's part made of the processes (a later part's
+    /// reader: `parallel`), asked the first time a process is met.
+    pub prefix: Option<Arc<dyn Earlier>>,
 }
 
 impl Processes {
     pub fn new() -> Self {
-        Processes { procs: PidTable::default(), next_gen: 0, gen_cache: [(0, 0, u64::MAX); 16] }
+        Processes { procs: PidTable::default(), next_gen: 0, gen_cache: [(0, 0, u64::MAX); 16], prefix: None }
+    }
+
+    /// A process met for the first time by a later part's reader: its mappings as the
+    /// records before the part left them, kept (an empty entry when they name none, so it
+    /// is asked once). Returns its generation.
+    #[cold]
+    #[inline(never)]
+    fn fill(&mut self, pid: i32) -> u64 {
+        let Some(prefix) = &self.prefix else {
+            return 0;
+        };
+        match prefix.maps(pid) {
+            None => {
+                self.procs.insert(pid, Proc::default());
+                0
+            }
+            Some(maps) => {
+                let gen = self.new_gen();
+                self.procs.insert(pid, Proc { maps: Arc::new(maps), gen });
+                gen
+            }
+        }
+    }
+
+    /// `fill` for a process not met yet, before it changes or is forked from.
+    #[inline]
+    fn ensure(&mut self, pid: i32) {
+        if self.prefix.is_some() && self.procs.get(pid).is_none() {
+            self.fill(pid);
+        }
     }
 
     fn new_gen(&mut self) -> u64 {
@@ -95,7 +139,10 @@ impl Processes {
         if slot.0 == pid && slot.2 == self.next_gen {
             slot.1
         } else {
-            let gen = self.procs.get(pid).map(|p| p.gen).unwrap_or(0);
+            let gen = match self.procs.get(pid).map(|p| p.gen) {
+                Some(g) => g,
+                None => self.fill(pid),
+            };
             self.gen_cache[pid as usize & 15] = (pid, gen, self.next_gen);
             gen
         }
@@ -111,12 +158,13 @@ impl Processes {
         self.generation(pid) ^ (1 << 63)
     }
 
-    /// The mapping of `addr` in process `pid`.
+    /// The mapping of `addr` in process `pid` (met before: `space`).
     pub fn map_of(&self, pid: i32, addr: u64) -> Option<Map> {
         self.maps(pid).and_then(|maps| map_in(maps, addr))
     }
 
-    /// The mappings of process `pid`, sorted by address (None for a process never seen).
+    /// The mappings of process `pid`, sorted by address (None for a process never seen; a
+    /// later part's reader asks `space` first, which fills it in).
     #[inline]
     pub fn maps(&self, pid: i32) -> Option<&[Map]> {
         self.procs.get(pid).map(|p| &p.maps[..])
@@ -124,25 +172,10 @@ impl Processes {
 
     /// A new mapping, over whatever it overlaps.
     pub fn add_map(&mut self, pid: i32, start: u64, len: u64, pgoff: u64, dso: u32) {
-        let end = start.saturating_add(len);
+        self.ensure(pid);
         let gen = self.new_gen();
         let p = self.procs.get_or_default(pid);
-        let mut maps = Vec::with_capacity(p.maps.len() + 2);
-        for &m in p.maps.iter() {
-            if m.end <= start || m.start >= end {
-                maps.push(m);
-            } else {
-                if m.start < start {
-                    maps.push(Map { end: start, ..m });
-                }
-                if m.end > end {
-                    maps.push(Map { start: end, pgoff: m.pgoff + (end - m.start), ..m });
-                }
-            }
-        }
-        maps.push(Map { start, end, pgoff, dso });
-        maps.sort_unstable_by_key(|m| m.start);
-        p.maps = Arc::new(maps);
+        p.maps = Arc::new(overlay(&p.maps, start, len, pgoff, dso));
         p.gen = gen;
     }
 
@@ -155,11 +188,33 @@ impl Processes {
     /// A new process with its parent's mappings: it shares them, and their generation,
     /// until it or its parent maps or execs.
     pub fn fork(&mut self, pid: i32, ppid: i32) {
+        self.ensure(ppid);
         let child = self.procs.get(ppid).cloned().unwrap_or_default();
         self.procs.insert(pid, child);
         // The cached generation of `pid` may be an earlier process's with that pid.
         self.gen_cache[pid as usize & 15].2 = u64::MAX;
     }
+}
+
+/// `maps` (sorted by address) with a new mapping over whatever it overlaps.
+pub fn overlay(maps: &[Map], start: u64, len: u64, pgoff: u64, dso: u32) -> Vec<Map> {
+    let end = start.saturating_add(len);
+    let mut out = Vec::with_capacity(maps.len() + 2);
+    for &m in maps {
+        if m.end <= start || m.start >= end {
+            out.push(m);
+        } else {
+            if m.start < start {
+                out.push(Map { end: start, ..m });
+            }
+            if m.end > end {
+                out.push(Map { start: end, pgoff: m.pgoff + (end - m.start), ..m });
+            }
+        }
+    }
+    out.push(Map { start, end, pgoff, dso });
+    out.sort_unstable_by_key(|m| m.start);
+    out
 }
 
 /// The mapping of `addr` among `maps` (sorted by address).

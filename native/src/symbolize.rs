@@ -11,7 +11,7 @@ use crate::procmaps::Processes;
 use crate::options::Options;
 use rustc_hash::FxHashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// No id yet.
 const NONE: u32 = u32::MAX;
@@ -19,7 +19,7 @@ const NONE: u32 = u32::MAX;
 enum SymState {
     NotTried,
     Missing,
-    Loaded(ElfSyms),
+    Loaded(Arc<ElfSyms>),
 }
 
 struct Dso {
@@ -38,7 +38,8 @@ pub struct Symbols<'o> {
     sym_names: Vec<String>,
     sym_dso: Vec<u32>,
     sym_kernel: Vec<u8>,
-    sym_intern: FxHashMap<(u32, String), u32>,
+    /// DSO -> name -> symbol id (looked up without copying the name: a merge looks up every symbol).
+    sym_intern: FxHashMap<u32, FxHashMap<String, u32>>,
     dsos: Vec<Dso>,
     dso_by_path: FxHashMap<String, u32>,
     header_build_ids: BuildIds,
@@ -60,6 +61,8 @@ pub struct Symbols<'o> {
     dso_unknown: u32,
     dso_kernel: u32,
     pub procs: Processes,
+    /// The ELF symbols shared with the other threads reading the same file (`parallel`).
+    pub shared: Option<Arc<SharedSyms>>,
     /// Kernel addresses looked up, and those kallsyms does not hold.
     pub kernel_addrs: u64,
     pub kernel_unresolved: u64,
@@ -145,6 +148,54 @@ fn basename(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)
 }
 
+/// The ELF symbols of a DSO's file (`path`, with `build_id` when recorded): the first image
+/// found that parses (and matches the build id), or its separate debug file's symbols when
+/// that has any; None when no candidate has symbols.
+fn load_elf_syms(path: &str, build_id: Option<&[u8]>, opts: &Options) -> Option<ElfSyms> {
+    let (dbgs, images) = elfsyms::candidates(path, build_id, &opts.symfs, &opts.debug_dirs);
+    let open = |c: &PathBuf| -> Option<memmap2::Mmap> {
+        let f = std::fs::File::open(c).ok()?;
+        if !f.metadata().ok()?.is_file() {
+            return None;
+        }
+        // SAFETY: read-only map of a regular file, parsed right away.
+        unsafe { memmap2::Mmap::map(&f) }.ok()
+    };
+    // The first image that parses (and matches the build id); its symbols
+    // are kept for when no separate debug file has any.
+    let image = images.iter().find_map(|c| open(c).and_then(|m| ElfSyms::parse(m, None, build_id)))?;
+    for c in &dbgs {
+        if let Some(m) = open(c) {
+            if let Some(s) = ElfSyms::parse(m, Some(image.bytes()), build_id) {
+                if !s.is_empty() {
+                    return Some(s);
+                }
+            }
+        }
+    }
+    Some(image)
+}
+
+/// The ELF symbols of the DSOs met by the threads that read one file (`parallel`), so that
+/// each file's table is read once, by the first thread that needs it (the others wait for
+/// it): every thread reading it again cost each its time, and the maps and releases of the
+/// files' pages stopped every thread of the process.
+#[derive(Default)]
+pub struct SharedSyms {
+    #[allow(clippy::type_complexity)]
+    files: Mutex<FxHashMap<(String, Option<Vec<u8>>), Arc<OnceLock<Option<Arc<ElfSyms>>>>>>,
+}
+
+impl SharedSyms {
+    fn get(&self, path: &str, build_id: Option<&[u8]>, load: impl FnOnce() -> Option<ElfSyms>) -> Option<Arc<ElfSyms>> {
+        let cell = {
+            let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+            files.entry((path.to_string(), build_id.map(<[u8]>::to_vec))).or_default().clone()
+        };
+        cell.get_or_init(|| load().map(Arc::new)).clone()
+    }
+}
+
 impl<'o> Symbols<'o> {
     pub fn new(opts: &'o Options, kallsyms: Option<Arc<Kallsyms>>, header_build_ids: BuildIds) -> Self {
         let mut s = Symbols {
@@ -169,6 +220,7 @@ impl<'o> Symbols<'o> {
             dso_unknown: 0,
             dso_kernel: 0,
             procs: Processes::new(),
+            shared: None,
             kernel_addrs: 0,
             kernel_unresolved: 0,
             warnings: Vec::new(),
@@ -257,15 +309,27 @@ impl<'o> Symbols<'o> {
         sym_map
     }
 
+    /// The DSO of a user mapping of `path` (`mmap`), added when new, taking `build_id` when it
+    /// has none yet: what the mappings before a later part's reader's part gave (`history`).
+    pub fn seed_dso(&mut self, path: &str, build_id: Option<&[u8]>) -> u32 {
+        let d = self.add_dso(basename(path), path, false);
+        if let Some(b) = build_id {
+            if self.dsos[d as usize].build_id.is_none() {
+                self.dsos[d as usize].build_id = Some(b.to_vec());
+            }
+        }
+        d
+    }
+
     fn intern_sym(&mut self, dso: u32, name: &str) -> u32 {
-        if let Some(&id) = self.sym_intern.get(&(dso, name.to_string())) {
+        if let Some(&id) = self.sym_intern.get(&dso).and_then(|m| m.get(name)) {
             return id;
         }
         let id = self.sym_names.len() as u32;
         self.sym_names.push(name.to_string());
         self.sym_dso.push(dso);
         self.sym_kernel.push(self.dsos[dso as usize].kernel as u8);
-        self.sym_intern.insert((dso, name.to_string()), id);
+        self.sym_intern.entry(dso).or_default().insert(name.to_string(), id);
         id
     }
 
@@ -445,48 +509,19 @@ impl<'o> Symbols<'o> {
         if !matches!(dso.syms, SymState::NotTried) {
             return;
         }
-        let (dbgs, images) = elfsyms::candidates(&dso.path, dso.build_id.as_deref(), &self.opts.symfs, &self.opts.debug_dirs);
-        let bid = dso.build_id.clone();
-        let open = |c: &PathBuf| -> Option<memmap2::Mmap> {
-            let f = std::fs::File::open(c).ok()?;
-            if !f.metadata().ok()?.is_file() {
-                return None;
-            }
-            // SAFETY: read-only map of a regular file, parsed right away.
-            unsafe { memmap2::Mmap::map(&f) }.ok()
+        let (path, bid, opts) = (dso.path.clone(), dso.build_id.clone(), self.opts);
+        let loaded = match &self.shared {
+            Some(shared) => shared.get(&path, bid.as_deref(), || load_elf_syms(&path, bid.as_deref(), opts)),
+            None => load_elf_syms(&path, bid.as_deref(), opts).map(Arc::new),
         };
-        // The first image that parses (and matches the build id); its symbols
-        // are kept for when no separate debug file has any.
-        let mut image: Option<ElfSyms> = None;
-        for c in &images {
-            if let Some(m) = open(c) {
-                if let Some(s) = ElfSyms::parse(m, None, bid.as_deref()) {
-                    image = Some(s);
-                    break;
-                }
-            }
-        }
-        let mut state = SymState::Missing;
-        if let Some(img_syms) = image {
-            for c in &dbgs {
-                if let Some(m) = open(c) {
-                    if let Some(s) = ElfSyms::parse(m, Some(img_syms.bytes()), bid.as_deref()) {
-                        if !s.is_empty() {
-                            state = SymState::Loaded(s);
-                            break;
-                        }
-                    }
-                }
-            }
-            if matches!(state, SymState::Missing) {
-                state = SymState::Loaded(img_syms);
-            }
-        }
         let dso = &mut self.dsos[d as usize];
-        if let SymState::Loaded(s) = &state {
-            dso.sym_ids = vec![NONE; s.len()];
+        match loaded {
+            Some(s) => {
+                dso.sym_ids = vec![NONE; s.len()];
+                dso.syms = SymState::Loaded(s);
+            }
+            None => dso.syms = SymState::Missing,
         }
-        dso.syms = state;
     }
 
     /// An MMAP or MMAP2 record. Returns whether the kernel's symbols moved
