@@ -165,6 +165,7 @@ pub fn index<T: ByteOrder>(region: &[u8], map: Option<&memmap2::Mmap>, base: usi
                           rounds: Vec::new(), tail_max: 0, states: Vec::new() };
     let mut max = 0u64;
     let mut pos = start;
+    let same_layout = events.time_layout();
     while pos < region.len() {
         window.populate(pos);
         let (ty, size) = match record_at::<T>(region, pos, base) {
@@ -189,8 +190,11 @@ pub fn index<T: ByteOrder>(region: &[u8], map: Option<&memmap2::Mmap>, base: usi
             break;
         } else if ty < 64 {
             let body = &region[pos + 8..pos + size];
-            let ai = events.attr_index::<T>(ty, body);
-            let t = time_of::<T>(&events.attrs[ai], ty, body);
+            let a = match same_layout {
+                Some(a) => a,
+                None => &events.attrs[events.attr_index::<T>(ty, body)],
+            };
+            let t = time_of::<T>(a, ty, body);
             max = max.max(t);
             if changes_state(ty) {
                 s.states.push((pos, t));

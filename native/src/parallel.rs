@@ -18,9 +18,10 @@
 //! 4. Merge: symbols, stacks and names get their ids in order of first appearance; since
 //!    the parts are consecutive stretches of one reader's order, merging each part's
 //!    tables into the earlier parts' in part order gives the ids one reader would
-//!    (`Symbols::absorb`, `Aggregator::absorb`, `Comms::absorb`). Sums are sums. What cannot
-//!    be merged so (the kernel's symbols moving after samples were read, or a total
-//!    overflowing) makes the caller read the file on one thread.
+//!    (`Symbols::absorb`, `Aggregator::absorb`, `Comms::absorb`), and so does merging
+//!    neighbours pairwise, on threads, level by level. Sums are sums. What cannot be merged
+//!    so (the kernel's symbols moving after samples were read, or a total overflowing) makes
+//!    the caller read the file on one thread.
 //!
 //! No thread replays what comes before its part: the work is the same on any number of
 //! threads, but for the walk of the round before each part, the processes and threads a
@@ -276,7 +277,8 @@ pub fn read<'o, T: ByteOrder>(
                     if let Some(c) = &mut dec.comms {
                         c.prefix = None;
                     }
-                    clock.mark(format_args!("part {i}: read ({} samples)", dec.counts.samples));
+                    clock.mark(format_args!("part {i}: read ({} samples, {} chain parts symbolized, {} KB)", dec.counts.samples,
+                                            dec.agg.symbolized_parts(), (pp.part.to.unwrap_or(len) - pp.part.from.map_or(0, |r| r.at)) >> 10));
                     Ok(Some((dec, cut)))
                 })
             })
@@ -285,7 +287,7 @@ pub fn read<'o, T: ByteOrder>(
     });
     clock.mark(format_args!("every part read"));
     let trace = std::env::var_os("KPERFDIFF_TRACE_PARTS").is_some();
-    let mut merged: Option<(Decoder<'o>, Option<Cut>)> = None;
+    let mut level: Vec<(Decoder<'o>, Option<Cut>)> = Vec::with_capacity(n);
     for (i, r) in results.into_iter().enumerate() {
         let Some((dec, cut)) = r? else {
             return Ok(None);
@@ -297,23 +299,50 @@ pub fn read<'o, T: ByteOrder>(
         if dec.relocated_after_samples || dec.agg.overflowed > 0 {
             return Ok(None);
         }
-        merged = match merged {
-            None => Some((dec, cut)),
-            Some((mut first, first_cut)) => {
-                let Decoder { syms, agg, counts, comms, .. } = dec;
-                let sym_map = first.syms.absorb(syms);
-                let comm_map = match (&mut first.comms, comms) {
-                    (Some(mine), Some(theirs)) => mine.absorb(theirs),
-                    _ => Vec::new(),
-                };
-                if !first.agg.absorb(agg, &sym_map, &comm_map) {
-                    return Ok(None);
-                }
-                first.counts.absorb(&counts);
-                Some((first, first_cut.or(cut)))
-            }
+        level.push((dec, cut));
+    }
+    // 4. the merge, as a tree: each part absorbs the next, pairs at once, until one is left (in
+    // order: absorbing B then C into A gives what absorbing C into B, then that into A, gives)
+    while level.len() > 1 {
+        let mut pairs = Vec::with_capacity(level.len() / 2 + 1);
+        let mut it = level.into_iter();
+        while let Some(a) = it.next() {
+            pairs.push((a, it.next()));
+        }
+        let merged: Vec<Option<(Decoder<'o>, Option<Cut>)>> = std::thread::scope(|scope| {
+            let mut pairs = pairs.into_iter();
+            let here = pairs.next();
+            let handles: Vec<_> = pairs.map(|(a, b)| scope.spawn(move || merge(a, b))).collect();
+            let mut out = vec![here.and_then(|(a, b)| merge(a, b))];
+            out.extend(handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))));
+            out
+        });
+        level = match merged.into_iter().collect::<Option<Vec<_>>>() {
+            Some(l) => l,
+            None => return Ok(None),
         };
     }
+    let merged = level.pop();
     clock.mark(format_args!("parts merged"));
     Ok(merged)
+}
+
+/// Part `a` with the part after it, `b`, absorbed (`a` alone without one); None when a total
+/// would overflow (the file is read on one thread, which skips the samples that would).
+fn merge<'o>(a: (Decoder<'o>, Option<Cut>), b: Option<(Decoder<'o>, Option<Cut>)>) -> Option<(Decoder<'o>, Option<Cut>)> {
+    let (mut first, first_cut) = a;
+    let Some((dec, cut)) = b else {
+        return Some((first, first_cut));
+    };
+    let Decoder { syms, agg, counts, comms, .. } = dec;
+    let sym_map = first.syms.absorb(syms);
+    let comm_map = match (&mut first.comms, comms) {
+        (Some(mine), Some(theirs)) => mine.absorb(theirs),
+        _ => Vec::new(),
+    };
+    if !first.agg.absorb(agg, &sym_map, &comm_map) {
+        return None;
+    }
+    first.counts.absorb(&counts);
+    Some((first, first_cut.or(cut)))
 }

@@ -91,21 +91,20 @@ fn read_impl<T: ByteOrder>(
     let mut layout = layout::check::<T>(name, data)?;
     let Header { events, mut facts, build_ids, compressed, mut perf_file, mut record_iter } =
         header::read(name, data, &layout, endian)?;
+    let span = (layout.data_off as usize, (layout.data_off + layout.data_size) as usize);
+    // One file on several threads when it is large enough (a part per `parallel::threads_for`
+    // bytes), its records are not compressed and its samples need no order among themselves
+    // (no PERF_SAMPLE_READ); its kallsyms is then parsed on those threads too.
+    let threads = parallel::threads_for(span.1 - span.0, opts.threads);
+    let on_threads = threads > 1 && !compressed && events.samples_commute();
     let kallsyms = match &opts.kallsyms {
-        Some(p) => Some(Kallsyms::load_shared(p)?),
+        Some(p) => Some(Kallsyms::load_shared(p, if on_threads { threads } else { 1 })?),
         None => None,
     };
     clock.mark(format_args!("layout, header and kallsyms"));
     if let Some(p) = &opts.kallsyms {
         facts.push(("kallsyms".into(), Fact::Str(p.display().to_string())));
     }
-
-    let span = (layout.data_off as usize, (layout.data_off + layout.data_size) as usize);
-    // One file on several threads when it is large enough (a part per `parallel::threads_for`
-    // bytes), its records are not compressed and its samples need no order among themselves
-    // (no PERF_SAMPLE_READ).
-    let threads = parallel::threads_for(span.1 - span.0, opts.threads);
-    let on_threads = threads > 1 && !compressed && events.samples_commute();
     let parallel = if on_threads {
         parallel::read::<T>(name, data, map, span, &events, opts, &kallsyms, &build_ids, threads, &clock)?
     } else {
@@ -120,7 +119,7 @@ fn read_impl<T: ByteOrder>(
             } else {
                 order::read_mapped::<T, _>(name, data, map, span, &events, order::Part::default(), &mut dec)?
             };
-            clock.mark(format_args!("records read on one thread"));
+            clock.mark(format_args!("records read on one thread ({} chain parts symbolized)", dec.agg.symbolized_parts()));
             (dec, cut)
         }
     };

@@ -271,7 +271,8 @@ impl<'o> Symbols<'o> {
     /// in the order the other reader met them, which is the order one reader of the whole
     /// file would have. The state (mappings, the kernel's relocation, its warnings) is the
     /// later reader's, which has seen more of the file; the kernel addresses looked up are
-    /// the union of both, counted once.
+    /// the union of both, counted once; a DSO's symbols are what the first reader that looked
+    /// for them found. Absorbing B then C gives what absorbing C into B, then that, gives.
     pub fn absorb(&mut self, other: Symbols) -> Vec<u32> {
         let dso_map: Vec<u32> = other
             .dsos
@@ -282,8 +283,16 @@ impl<'o> Symbols<'o> {
                 if mine.build_id.is_none() {
                     mine.build_id = d.build_id.clone();
                 }
-                if matches!(mine.syms, SymState::NotTried) && matches!(d.syms, SymState::Missing) {
-                    mine.syms = SymState::Missing;
+                // what the first part that looked for the DSO's symbols found (one reader looks once)
+                if matches!(mine.syms, SymState::NotTried) {
+                    match &d.syms {
+                        SymState::Missing => mine.syms = SymState::Missing,
+                        SymState::Loaded(s) => {
+                            mine.syms = SymState::Loaded(s.clone());
+                            mine.sym_ids = Vec::new(); // sized when a symbol is looked up (`file_sym`)
+                        }
+                        SymState::NotTried => {}
+                    }
                 }
                 id
             })
@@ -470,7 +479,13 @@ impl<'o> Symbols<'o> {
         };
         let id = match found {
             Some(i) => {
-                let have = self.dsos[dso as usize].sym_ids[i];
+                let d = &mut self.dsos[dso as usize];
+                if d.sym_ids.is_empty() {
+                    if let SymState::Loaded(s) = &d.syms {
+                        d.sym_ids = vec![NONE; s.len()];
+                    }
+                }
+                let have = d.sym_ids[i];
                 if have != NONE {
                     have
                 } else {
