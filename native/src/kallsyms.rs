@@ -625,6 +625,10 @@ impl Kallsyms {
         bounds.dedup();
         let ranges = bounds.len() + 1;
         let parts: Vec<Table> = on_threads(ranges, |r| {
+            if chunks.len() == 1 {
+                // one chunk: its symbols are sorted, its modules numbered as the table numbers them
+                return Table::of(data, &chunks[0].entries);
+            }
             let lo = if r == 0 { None } else { Some(bounds[r - 1]) };
             let hi = bounds.get(r).copied();
             let mut entries: Vec<Entry> = Vec::new();

@@ -68,16 +68,21 @@ impl RecordSink for Nothing {
 
 /// The part of a file's records one reader hands over when several threads read it
 /// (`parallel`): the flushes after the FINISHED_ROUND at `from.at` (all from the start when
-/// None) up to the one at the first FINISHED_ROUND at or after `to` (to the end when None).
-/// A later part's reader resumes where one reader of the whole file would be after that
-/// flush (`Resume`), with the state (mappings, names) that the records before its part give
-/// put in place by the caller (`history`); after its part, it stops. The parts of consecutive
-/// readers (one's `to` the next one's `from.at`) hand every record over exactly once, and
-/// count each of perf's own records once (by where they lie in the file).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Part {
+/// None) up to the one at the FINISHED_ROUND where `ends` says it ends (to the end when it
+/// never does). A later part's reader resumes where one reader of the whole file would be
+/// after that flush (`Resume`), with the state (mappings, names) that the records before its
+/// part give put in place by the caller (`history`); after its part, it stops. The parts of
+/// consecutive readers (where one ends, the next one's `from.at`) hand every record over
+/// exactly once, and count each of perf's own records once (by where they lie in the file).
+pub struct Part<E: FnMut(usize) -> bool> {
     pub from: Option<Resume>,
-    pub to: Option<usize>,
+    /// Called with the region offset of each FINISHED_ROUND after its flush: whether the part ends there.
+    pub ends: E,
+}
+
+/// The whole file, one reader.
+pub fn whole() -> Part<fn(usize) -> bool> {
+    Part { from: None, ends: |_| false }
 }
 
 /// Where one reader of the whole file stands just after the flush at the FINISHED_ROUND at
@@ -242,23 +247,23 @@ pub fn read_compressed<T: ByteOrder, S: RecordSink>(
 /// The records of `data[off..end]` (a map of the file when `map` is given),
 /// in time order: those of `part` (every one by default). Returns why they stopped early,
 /// when they did.
-pub fn read_mapped<T: ByteOrder, S: RecordSink>(
+pub fn read_mapped<T: ByteOrder, S: RecordSink, E: FnMut(usize) -> bool>(
     name: &str,
     data: &[u8],
     map: Option<&memmap2::Mmap>,
     (off, end): (usize, usize),
     events: &Events,
-    part: Part,
+    mut part: Part<E>,
     sink: &mut S,
+    whole: bool,
 ) -> Result<Option<Cut>, Error> {
     let region = &data[off..end];
     if region.len() as u64 > PENDING_OFF_MASK || events.len() as u64 > PENDING_AI_MASK {
         return Err(Error::TooLarge { name: name.into() });
     }
-    // One reader of the whole file keeps only a window of the map resident; the readers of
-    // a file's parts leave its pages mapped (the index walk mapped them all), since a
-    // release by one thread stops every thread of the process for the TLB flush.
-    let whole = part.from.is_none() && part.to.is_none();
+    // One reader of the whole file (`whole`) keeps only a window of the map resident; the
+    // readers of a file's parts leave its pages mapped (the index walk mapped them all), since
+    // a release by one thread stops every thread of the process for the TLB flush.
     let mut window = Window { map, base: off, end, ahead: off, behind: off };
     // Samples add up the same in any order, so among themselves they need none; only
     // the records that change what a sample resolves to (mappings, processes) need
@@ -308,8 +313,7 @@ pub fn read_mapped<T: ByteOrder, S: RecordSink>(
             if whole && window.map.is_some() {
                 window.release(rounds.oldest().unwrap_or(pos));
             }
-            // The part ends with the flush at the first round's end at or after `to`.
-            if part.to.is_some_and(|t| pos >= t) {
+            if (part.ends)(pos) {
                 return Ok(None);
             }
         } else if ty == REC_COMPRESSED || ty == REC_COMPRESSED2 {

@@ -1,5 +1,5 @@
-//! One file on several threads: its records split into consecutive parts at FINISHED_ROUND
-//! records, each part read by a thread of its own, and the parts' profiles merged into
+//! One file on several threads: its records split into consecutive chunks at FINISHED_ROUND
+//! records, runs of chunks read by threads of their own, and the runs' profiles merged into
 //! exactly what one reader of the whole file gives.
 //!
 //! 1. Index, on every thread: thread i finds the first FINISHED_ROUND at or after its share's
@@ -8,31 +8,35 @@
 //!    (`order::index`): where the rounds end, the latest time in each, where the state
 //!    records (mappings, exec, fork, names) lie. The walk of the thread before confirms the
 //!    guess: it must end exactly where the next walk began (`Plan::new`); otherwise the
-//!    file is read on one thread.
-//! 2. History, on every thread: what its part's state records do, in the order one reader
+//!    file is read on one thread. The file is then cut into `CHUNKS_PER_THREAD` chunks a
+//!    thread, at round ends.
+//! 2. History, on every thread: what each chunk's state records do, in the order one reader
 //!    applies them (`history::History`).
-//! 3. Read, on every thread: a later part's reader resumes where one reader would be after
-//!    the flush its part begins with (`order::Resume`: the round before it pending, the
-//!    latest time so far), and asks the histories of the parts before it for a process's
-//!    mappings or a thread's name the first time it meets one (`history::Prefix`).
+//! 3. Read, on every thread: each thread reads a run of consecutive chunks, taking the next
+//!    chunk of its share as long as it has one, then the back half of the share with the most
+//!    chunks left (work stealing: how long a chunk takes varies threefold, with the new call
+//!    chains in it). A run's reader resumes where one reader would be after the flush its
+//!    first chunk begins with (`order::Resume`: the round before it pending, the latest time
+//!    so far), and asks the histories of the chunks before it for a process's mappings or a
+//!    thread's name the first time it meets one (`history::Prefix`).
 //! 4. Merge: symbols, stacks and names get their ids in order of first appearance; since
-//!    the parts are consecutive stretches of one reader's order, merging each part's
-//!    tables into the earlier parts' in part order gives the ids one reader would
+//!    the runs are consecutive stretches of one reader's order, merging each run's
+//!    tables into the earlier runs' in order gives the ids one reader would
 //!    (`Symbols::absorb`, `Aggregator::absorb`, `Comms::absorb`), and so does merging
 //!    neighbours pairwise, on threads, level by level. Sums are sums. What cannot be merged
 //!    so (the kernel's symbols moving after samples were read, or a total overflowing) makes
 //!    the caller read the file on one thread.
 //!
-//! No thread replays what comes before its part: the work is the same on any number of
-//! threads, but for the walk of the round before each part, the processes and threads a
-//! part meets that were made before it, and each thread's set-up and its cold caches.
+//! No thread replays what comes before its run: the work is the same on any number of
+//! threads, but for the index, the walk of the round before each run, the processes and
+//! threads a run meets that were made before it, and each run's set-up and its cold caches.
 use crate::decode::Decoder;
 use crate::error::Error;
 use crate::header::{BuildIds, Events};
 use crate::history::{Flushes, History, Prefix};
 use crate::kallsyms::Kallsyms;
 use crate::options::Options;
-use crate::order::{self, Cut, Part, RecordSink, Resume, Stretch};
+use crate::order::{self, Cut, RecordSink, Resume, Stretch};
 use crate::symbolize::{SharedSyms, Symbols};
 use crate::timing::Clock;
 use byteorder::ByteOrder;
@@ -57,25 +61,35 @@ pub fn threads_for(len: usize, asked: usize) -> usize {
     asked.min(len / per).max(1)
 }
 
-/// The parts of a file read on several threads, and the rounds that order its records.
+/// Chunks a thread: more than one, so that a thread that is done early takes over part of
+/// another's share.
+const CHUNKS_PER_THREAD: usize = 4;
+
+/// The chunks of a file read on several threads, and the rounds that order its records.
 struct Plan {
     flushes: Flushes,
-    parts: Vec<PartPlan>,
+    /// Every state record (region offset, time), in file order.
+    states: Vec<(usize, u64)>,
+    chunks: Vec<Chunk>,
 }
 
-struct PartPlan {
-    /// Its stretch in the index.
-    stretch: usize,
-    part: Part,
-    /// The flush it ends with (None: it runs to the end).
+struct Chunk {
+    /// Where one reader is when the chunk begins (None: at the region's start).
+    from: Option<Resume>,
+    /// The FINISHED_ROUND it ends with (None: it runs to the end, or to a record that cannot be read).
+    to: Option<usize>,
+    /// Its flush there (for `history`: which of its records are handed over after it).
     last_flush: Option<u32>,
+    /// Its state records (indices into `Plan::states`).
+    states: std::ops::Range<usize>,
 }
 
 impl Plan {
-    /// The parts, when the stretches chain into the whole region (each begins where the one
-    /// before ends, the last reaches the end or a record that cannot be read); None when a
-    /// guess was wrong or a record is compressed (the caller reads the file on one thread).
-    fn new(stretches: &[Option<Stretch>]) -> Option<Plan> {
+    /// The chunks, about `count` of them, when the stretches chain into the whole region
+    /// (each begins where the one before ends, the last reaches the end or a record that
+    /// cannot be read); None when a guess was wrong or a record is compressed (the caller
+    /// reads the file on one thread).
+    fn new(stretches: &[Option<Stretch>], len: usize, count: usize) -> Option<Plan> {
         let mut chain = vec![0usize];
         let mut cur = stretches.first()?.as_ref()?;
         if cur.compressed {
@@ -96,7 +110,8 @@ impl Plan {
         if cur.end_is_round && cur.cut.is_none() {
             return None;
         }
-        let (mut ends, mut cummax) = (Vec::new(), Vec::new());
+        let last_end = cur.end;
+        let (mut ends, mut cummax, mut states) = (Vec::new(), Vec::new(), Vec::new());
         let (mut carry, mut max) = (0u64, 0u64);
         for &i in &chain {
             let s = stretches[i].as_ref()?;
@@ -107,31 +122,40 @@ impl Plan {
                 cummax.push(max);
             }
             carry = if s.rounds.is_empty() { carry.max(s.tail_max) } else { s.tail_max };
+            states.extend_from_slice(&s.states);
         }
         let flushes = Flushes { ends, cummax };
-        let mut parts = Vec::new();
-        for &i in &chain {
-            let s = stretches[i].as_ref()?;
-            if s.end == s.start {
-                continue;
+        // chunk boundaries: the first round end at or after each share of the region (a
+        // round end at 0 begins the first chunk)
+        let mut bounds = vec![0usize];
+        for k in 1..count {
+            let target = k * len / count;
+            let r = flushes.ends.partition_point(|&e| e < target);
+            match flushes.ends.get(r) {
+                Some(&e) if e > *bounds.last().unwrap() && e < last_end => bounds.push(e),
+                _ => {}
             }
-            // a part at the region's start reads from there (and counts a round ending at 0)
-            let from = if s.start == 0 {
+        }
+        let mut chunks = Vec::with_capacity(bounds.len());
+        for (k, &start) in bounds.iter().enumerate() {
+            let end = bounds.get(k + 1).copied();
+            let from = if start == 0 {
                 None
             } else {
-                let a = flushes.ends.binary_search(&s.start).ok()?;
-                // from the start of the round before the one that ends where the part begins
+                let a = flushes.ends.binary_search(&start).ok()?;
+                // from the start of the round before the one that ends where the chunk begins
                 let (from, max) = if a >= 2 { (flushes.ends[a - 2] + 8, flushes.cummax[a - 2]) } else { (0, 0) };
-                Some(Resume { at: s.start, from, max })
+                Some(Resume { at: start, from, max })
             };
-            let (to, last_flush) = if s.end_is_round {
-                (Some(s.end), Some(flushes.ends.binary_search(&s.end).ok()? as u32))
-            } else {
-                (None, None)
+            let last_flush = match end {
+                Some(e) => Some(flushes.ends.binary_search(&e).ok()? as u32),
+                None => None,
             };
-            parts.push(PartPlan { stretch: i, part: Part { from, to }, last_flush });
+            let lo = states.partition_point(|s| s.0 < start);
+            let hi = end.map_or(states.len(), |e| states.partition_point(|s| s.0 < e));
+            chunks.push(Chunk { from, to: end, last_flush, states: lo..hi });
         }
-        Some(Plan { flushes, parts })
+        Some(Plan { flushes, states, chunks })
     }
 }
 
@@ -222,86 +246,127 @@ pub fn read<'o, T: ByteOrder>(
             .collect();
         handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
     });
-    let Some(plan) = Plan::new(&stretches) else {
+    let Some(plan) = Plan::new(&stretches, len, threads * CHUNKS_PER_THREAD) else {
         clock.mark(format_args!("index: not read in parts (a part's start unconfirmed, or compressed records)"));
         return Ok(None);
     };
-    let n = plan.parts.len();
-    clock.mark(format_args!("index: {n} parts, {} rounds", plan.flushes.ends.len()));
+    let n = plan.chunks.len();
+    clock.mark(format_args!("index: {n} chunks, {} rounds", plan.flushes.ends.len()));
     if n < 2 {
         return Ok(None);
     }
-    // 2 and 3: each thread builds its part's history, then reads its part
+    // 2 and 3: the threads build the chunks' histories, then read runs of chunks
+    let threads = threads.min(n);
     let hists: Arc<Vec<OnceLock<History>>> = Arc::new((0..n).map(|_| OnceLock::new()).collect());
     let ready = Ready::new(n);
     let names = opts.by_process || opts.filter.comms.is_some();
     let shared = Arc::new(SharedSyms::default());
-    let results: Vec<Result<Option<(Decoder<'o>, Option<Cut>)>, Error>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = plan
-            .parts
-            .iter()
-            .enumerate()
-            .map(|(i, pp)| {
-                let (hists, ready, plan, stretches, shared) = (hists.clone(), &ready, &plan, &stretches, shared.clone());
-                scope.spawn(move || {
-                    if i + 1 < n {
-                        let mut guard = Building { ready, i, built: false };
-                        let states = &stretches[pp.stretch].as_ref().expect("a chained stretch").states;
-                        let h = History::build::<T>(region, states, &plan.flushes, pp.last_flush, names);
-                        let _ = hists[i].set(h);
+    // each thread's share of the chunks still to read: (next, end)
+    let shares: Vec<Mutex<(usize, usize)>> = (0..threads).map(|t| Mutex::new((t * n / threads, (t + 1) * n / threads))).collect();
+    let next_history = std::sync::atomic::AtomicUsize::new(0);
+    type Run<'o> = (usize, Decoder<'o>, Option<Cut>);
+    let results: Vec<Result<Vec<Run<'o>>, Error>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (hists, ready, plan, shares, shared, next_history) =
+                    (hists.clone(), &ready, &plan, &shares, shared.clone(), &next_history);
+                scope.spawn(move || -> Result<Vec<Run<'o>>, Error> {
+                    // the histories (of every chunk but the last), taken in turn
+                    loop {
+                        let c = next_history.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if c + 1 >= n {
+                            break;
+                        }
+                        let mut guard = Building { ready, i: c, built: false };
+                        let ch = &plan.chunks[c];
+                        let h = History::build::<T>(region, &plan.states[ch.states.clone()], &plan.flushes,
+                                                    ch.last_flush, names);
+                        let _ = hists[c].set(h);
                         guard.built = true;
-                        clock.mark(format_args!("part {i}: history of {} state records", states.len()));
                     }
-                    let mut syms = Symbols::new(opts, kallsyms.clone(), build_ids.clone());
-                    syms.shared = Some(shared);
-                    let mut dec = Decoder::new(events, syms, opts);
-                    if i > 0 {
-                        if !ready.wait(i) {
-                            return Ok(None); // a history failed: its thread's panic comes out of the join
+                    clock.mark(format_args!("thread {t}: histories built"));
+                    let mut runs = Vec::new();
+                    let mut first = take(&shares[t]);
+                    loop {
+                        let Some(c) = first.take().or_else(|| steal(shares, t)) else {
+                            break;
+                        };
+                        let mut syms = Symbols::new(opts, kallsyms.clone(), build_ids.clone());
+                        syms.shared = Some(shared.clone());
+                        let mut dec = Decoder::new(events, syms, opts);
+                        if c > 0 {
+                            if !ready.wait(c) {
+                                return Ok(runs); // a history failed: its thread's panic comes out of the join
+                            }
+                            let prefix = Arc::new(Prefix::new(hists.clone(), c, &mut dec.syms));
+                            for off in prefix.kernel_records() {
+                                let ty = T::read_u32(&region[off..off + 4]);
+                                let misc = T::read_u16(&region[off + 4..off + 6]);
+                                let body = &region[off + 8..off + T::read_u16(&region[off + 6..off + 8]) as usize];
+                                dec.replay::<T>(ty, misc, body, events.attr_index::<T>(ty, body));
+                            }
+                            dec.syms.procs.prefix = Some(prefix.clone() as Arc<dyn crate::procmaps::Earlier>);
+                            if let Some(c) = &mut dec.comms {
+                                c.attach(prefix);
+                            }
                         }
-                        let prefix = Arc::new(Prefix::new(hists.clone(), i, &mut dec.syms));
-                        for off in prefix.kernel_records() {
-                            let ty = T::read_u32(&region[off..off + 4]);
-                            let misc = T::read_u16(&region[off + 4..off + 6]);
-                            let body = &region[off + 8..off + T::read_u16(&region[off + 6..off + 8]) as usize];
-                            dec.replay::<T>(ty, misc, body, events.attr_index::<T>(ty, body));
-                        }
-                        dec.syms.procs.prefix = Some(prefix.clone() as Arc<dyn crate::procmaps::Earlier>);
+                        clock.mark(format_args!("thread {t}: run from chunk {c} set up"));
+                        // the run goes on into the next chunk of this thread's share while there is one
+                        let mut cur = c;
+                        let ends = |pos: usize| {
+                            if plan.chunks[cur].to != Some(pos) {
+                                return false;
+                            }
+                            let mut share = shares[t].lock().unwrap_or_else(|e| e.into_inner());
+                            if share.0 == cur + 1 && share.0 < share.1 {
+                                share.0 += 1;
+                                cur += 1;
+                                false
+                            } else {
+                                true
+                            }
+                        };
+                        let part = order::Part { from: plan.chunks[c].from, ends };
+                        let cut = order::read_mapped::<T, _, _>(name, data, map, span, events, part, &mut dec, false)?;
+                        dec.syms.procs.prefix = None;
                         if let Some(c) = &mut dec.comms {
-                            c.attach(prefix);
+                            c.prefix = None;
                         }
-                        clock.mark(format_args!("part {i}: set up, prefix ready"));
+                        clock.mark(format_args!("thread {t}: run from chunk {c} read ({} samples, {} chain parts symbolized)",
+                                                dec.counts.samples, dec.agg.symbolized_parts()));
+                        runs.push((c, dec, cut));
                     }
-                    let cut = order::read_mapped::<T, _>(name, data, map, span, events, pp.part, &mut dec)?;
-                    dec.syms.procs.prefix = None;
-                    if let Some(c) = &mut dec.comms {
-                        c.prefix = None;
-                    }
-                    clock.mark(format_args!("part {i}: read ({} samples, {} chain parts symbolized, {} KB)", dec.counts.samples,
-                                            dec.agg.symbolized_parts(), (pp.part.to.unwrap_or(len) - pp.part.from.map_or(0, |r| r.at)) >> 10));
-                    Ok(Some((dec, cut)))
+                    Ok(runs)
                 })
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
     });
-    clock.mark(format_args!("every part read"));
+    clock.mark(format_args!("every chunk read"));
     let trace = std::env::var_os("KPERFDIFF_TRACE_PARTS").is_some();
-    let mut level: Vec<(Decoder<'o>, Option<Cut>)> = Vec::with_capacity(n);
-    for (i, r) in results.into_iter().enumerate() {
-        let Some((dec, cut)) = r? else {
-            return Ok(None);
-        };
+    let mut runs: Vec<Run<'o>> = Vec::new();
+    for (t, r) in results.into_iter().enumerate() {
+        let r = r?;
         if trace {
-            // What each thread read (tests check that every part did work): stderr only.
-            eprintln!("kperfdiff reader part {} of {n}: {} samples", i + 1, dec.counts.samples);
+            // What each thread read (tests check that every thread did work): stderr only.
+            let samples: u64 = r.iter().map(|run| run.1.counts.samples).sum();
+            eprintln!("kperfdiff reader part {} of {threads}: {samples} samples", t + 1);
         }
+        runs.extend(r);
+    }
+    runs.sort_by_key(|r| r.0);
+    // every chunk read (none is missing when no history failed)
+    if runs.first().map(|r| r.0) != Some(0) {
+        return Ok(None);
+    }
+    let mut level: Vec<(Decoder<'o>, Option<Cut>)> = Vec::with_capacity(runs.len());
+    for (_, dec, cut) in runs {
         if dec.relocated_after_samples || dec.agg.overflowed > 0 {
             return Ok(None);
         }
         level.push((dec, cut));
     }
-    // 4. the merge, as a tree: each part absorbs the next, pairs at once, until one is left (in
+    // 4. the merge, as a tree: each run absorbs the next, pairs at once, until one is left (in
     // order: absorbing B then C into A gives what absorbing C into B, then that into A, gives)
     while level.len() > 1 {
         let mut pairs = Vec::with_capacity(level.len() / 2 + 1);
@@ -325,6 +390,42 @@ pub fn read<'o, T: ByteOrder>(
     let merged = level.pop();
     clock.mark(format_args!("parts merged"));
     Ok(merged)
+}
+
+/// The next chunk of a share, taken.
+fn take(share: &Mutex<(usize, usize)>) -> Option<usize> {
+    let mut s = share.lock().unwrap_or_else(|e| e.into_inner());
+    (s.0 < s.1).then(|| {
+        s.0 += 1;
+        s.0 - 1
+    })
+}
+
+/// For thread `t`, whose share is done: the back half of the share with the most chunks left
+/// (two at least: the owner is reading one), which becomes `t`'s share; its first chunk, taken.
+fn steal(shares: &[Mutex<(usize, usize)>], t: usize) -> Option<usize> {
+    loop {
+        let left = |s: &Mutex<(usize, usize)>| {
+            let s = s.lock().unwrap_or_else(|e| e.into_inner());
+            s.1 - s.0
+        };
+        let (victim, most) = (0..shares.len()).filter(|&v| v != t).map(|v| (v, left(&shares[v]))).max_by_key(|e| e.1)?;
+        if most < 2 {
+            return None;
+        }
+        let (from, to) = {
+            let mut s = shares[victim].lock().unwrap_or_else(|e| e.into_inner());
+            if s.1 - s.0 < 2 {
+                continue; // its owner got there first: look again
+            }
+            let mid = s.0 + (s.1 - s.0) / 2;
+            let to = s.1;
+            s.1 = mid;
+            (mid, to)
+        };
+        *shares[t].lock().unwrap_or_else(|e| e.into_inner()) = (from + 1, to);
+        return Some(from);
+    }
 }
 
 /// Part `a` with the part after it, `b`, absorbed (`a` alone without one); None when a total
