@@ -392,6 +392,40 @@ pub fn read<'o, T: ByteOrder>(
     Ok(merged)
 }
 
+/// While a file is read on several threads: glibc's heaps grow by this much at a time. Each
+/// thread allocates from a heap of its own (an arena), which grows by `M_TOP_PAD` (128 KB by
+/// default) at a time, with an mprotect that stops every thread faulting a page in: 16 threads
+/// made 1,250 of them per read of a 71 MB file; with 32 MB, 38 (measured with strace -f -c),
+/// and half the voluntary context switches. Untouched, the pad costs no memory, and the
+/// `malloc_trim` after the read gives it back.
+const HEAP_PAD: i32 = 32 << 20;
+
+/// `HEAP_PAD` for the life of the guard (the caller's: kallsyms is parsed on the threads too), then glibc's default again (unless the environment
+/// sets the pad, `MALLOC_TOP_PAD_`: then it is left alone).
+pub struct HeapPad(bool);
+
+impl HeapPad {
+    pub fn set() -> HeapPad {
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        if std::env::var_os("MALLOC_TOP_PAD_").is_none() {
+            // SAFETY: mallopt only sets a parameter of the allocator; it takes no pointers.
+            unsafe { libc::mallopt(libc::M_TOP_PAD, HEAP_PAD) };
+            return HeapPad(true);
+        }
+        HeapPad(false)
+    }
+}
+
+impl Drop for HeapPad {
+    fn drop(&mut self) {
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        if self.0 {
+            // SAFETY: as above; 128 KB is glibc's DEFAULT_TOP_PAD.
+            unsafe { libc::mallopt(libc::M_TOP_PAD, 128 << 10) };
+        }
+    }
+}
+
 /// The next chunk of a share, taken.
 fn take(share: &Mutex<(usize, usize)>) -> Option<usize> {
     let mut s = share.lock().unwrap_or_else(|e| e.into_inner());

@@ -97,6 +97,7 @@ fn read_impl<T: ByteOrder>(
     // (no PERF_SAMPLE_READ); its kallsyms is then parsed on those threads too.
     let threads = parallel::threads_for(span.1 - span.0, opts.threads);
     let on_threads = threads > 1 && !compressed && events.samples_commute();
+    let _pad = on_threads.then(parallel::HeapPad::set);
     let kallsyms = match &opts.kallsyms {
         Some(p) => Some(Kallsyms::load_shared(p, if on_threads { threads } else { 1 })?),
         None => None,
@@ -130,7 +131,7 @@ fn read_impl<T: ByteOrder>(
     warnings::closing(name, cut, &layout, &counts, agg.overflowed, &syms, &mut warnings);
     closing_facts(&mut facts, &layout, &counts, &agg, &syms);
     let comm_names = comms.map(|c| c.into_names()).unwrap_or_default();
-    let out = agg.into_output(&events, syms, &counts.records, facts, warnings, comm_names);
+    let out = agg.into_output(&events, syms, &counts.records, facts, warnings, comm_names, if on_threads { threads } else { 1 });
     clock.mark(format_args!("output built"));
     Ok(out)
 }

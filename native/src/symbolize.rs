@@ -46,6 +46,8 @@ pub struct Symbols<'o> {
     // kernel
     kallsyms: Option<Arc<Kallsyms>>,
     kallsyms_dso: Vec<u32>,
+    /// Each kallsyms symbol's id + 1 (0: none yet): zeroed, so that its pages are the
+    /// system's zero pages until written (a thread of a read on several threads touches few).
     kallsyms_sym: Vec<u32>,
     pub kernel_reloc: i64,
     pub kernel_ref: Option<(String, u64)>,
@@ -208,7 +210,7 @@ impl<'o> Symbols<'o> {
             dso_by_path: FxHashMap::default(),
             header_build_ids,
             kallsyms_dso: Vec::new(),
-            kallsyms_sym: vec![NONE; kallsyms.as_ref().map(|k| k.addrs.len()).unwrap_or(0)],
+            kallsyms_sym: vec![0; kallsyms.as_ref().map(|k| k.addrs.len()).unwrap_or(0)],
             kallsyms,
             kernel_reloc: 0,
             kernel_ref: None,
@@ -424,13 +426,13 @@ impl<'o> Symbols<'o> {
         let id = match &self.kallsyms {
             Some(ks) => match ks.lookup((addr as i64).wrapping_sub(self.kernel_reloc) as u64) {
                 Some(i) => {
-                    if self.kallsyms_sym[i] == NONE {
+                    if self.kallsyms_sym[i] == 0 {
                         let dso = self.kallsyms_dso[ks.module[i] as usize];
                         let name = ks.name(i).to_string();
                         let id = self.intern_sym(dso, &name);
-                        self.kallsyms_sym[i] = id;
+                        self.kallsyms_sym[i] = id + 1;
                     }
-                    self.kallsyms_sym[i]
+                    self.kallsyms_sym[i] - 1
                 }
                 None => {
                     self.kernel_unresolved += 1;
