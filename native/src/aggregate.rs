@@ -153,7 +153,7 @@ impl Aggregator {
         let split = if shared_head { words.iter().position(|&a| a == CTX_USER).unwrap_or(words.len()) } else { 0 };
         // Kernel-only chains are shared by every process; the others depend on the
         // process's mappings at that time (pid + generation).
-        let space = if split == words.len() && shared_head { 0 } else { syms.procs.space(pid) };
+        let space = if split == words.len() && shared_head { 0 } else { syms.space(pid) };
         // A chain whose first address repeats the ip (perf's layout) is keyed by the ip's
         // symbol instead of the ip: samples at different places in one function, under the
         // same callers, resolve to the same stack and share one entry. The ip only sets the
@@ -204,7 +204,7 @@ impl Aggregator {
     #[allow(clippy::too_many_arguments)]
     fn frames_of(syms: &mut Symbols, frames: &mut Vec<u32>, pid: i32, mode: u8, ip: u64, with_ip: bool,
                  skip_first: bool, words: &[u64]) {
-        let space = syms.procs.space(pid);
+        let space = syms.space(pid);
         walk(mode, ip, with_ip, skip_first, words, |ctx, a| frames.push(syms.frame_sym(ctx, pid, space, a)));
     }
 

@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 /// What the records before a part of the file named the threads (`history::Prefix`).
 pub trait EarlierNames: Send + Sync {
-    /// The name of thread `tid` when the part begins (None when it has none).
-    fn comm(&self, tid: i32) -> Option<&str>;
+    /// The name of thread `tid` when the part begins (None when it has none), as `clean` makes it.
+    fn comm(&self, tid: i32) -> Option<String>;
 }
 
 /// A thread known to have no name (`by_tid`): named `:TID`.
@@ -25,7 +25,7 @@ const UNNAMED: u32 = u32::MAX;
 /// The longest name kept, in bytes (the kernel's TASK_COMM_LEN is 16 with its NUL).
 pub const MAX_COMM: usize = 256;
 
-pub struct Comms {
+pub struct Comms<'o> {
     /// Interned names; a comm id is an index.
     names: Vec<String>,
     ids: FxHashMap<String, u32>,
@@ -35,16 +35,16 @@ pub struct Comms {
     last: Option<(i32, u32)>,
     /// What the records before this reader's part named the threads (a later part's
     /// reader: `parallel`), asked the first time a thread is met.
-    pub prefix: Option<Arc<dyn EarlierNames>>,
+    pub prefix: Option<Arc<dyn EarlierNames + 'o>>,
 }
 
-impl Default for Comms {
+impl Default for Comms<'_> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl Comms {
+impl<'o> Comms<'o> {
     pub fn new() -> Self {
         let mut c =
             Comms { names: Vec::new(), ids: FxHashMap::default(), by_tid: FxHashMap::default(), last: None, prefix: None };
@@ -55,7 +55,7 @@ impl Comms {
 
     /// Makes this the reader of a later part (`prefix`): a thread's name is asked of the
     /// records before the part the first time the thread is met, `swapper`'s too.
-    pub fn attach(&mut self, prefix: Arc<dyn EarlierNames>) {
+    pub fn attach(&mut self, prefix: Arc<dyn EarlierNames + 'o>) {
         self.by_tid.clear();
         self.last = None;
         self.prefix = Some(prefix);
@@ -74,7 +74,7 @@ impl Comms {
     /// Takes in the names of a reader of a later part of the same file (`parallel`):
     /// its comm ids in this table (new names added in the order it met them). The
     /// threads' names now are the later reader's.
-    pub fn absorb(&mut self, other: Comms) -> Vec<u32> {
+    pub fn absorb(&mut self, other: Comms<'o>) -> Vec<u32> {
         let map = other.names.into_iter().map(|n| self.intern(n)).collect();
         self.by_tid = other.by_tid;
         self.last = None;
@@ -111,7 +111,7 @@ impl Comms {
     #[cold]
     #[inline(never)]
     fn fill(&mut self, tid: i32) -> Option<u32> {
-        let name = self.prefix.as_ref().and_then(|p| p.comm(tid)).map(str::to_string);
+        let name = self.prefix.as_ref().and_then(|p| p.comm(tid));
         // tid 0 is `swapper` until a record names it otherwise (`new`)
         let name = name.or_else(|| (tid == 0).then(|| "swapper".to_string()));
         let id = name.map(|n| self.intern(n));

@@ -70,7 +70,7 @@ pub struct Decoder<'a> {
     /// Ids whose next value only restarts counting (after one that went backwards).
     read_resync: FxHashSet<u64>,
     /// The threads' names, when samples are also aggregated per process or filtered by comm.
-    pub comms: Option<Comms>,
+    pub comms: Option<Comms<'a>>,
     /// Whether samples are aggregated per process (`comms` may also serve the filter alone).
     by_process: bool,
     /// Which samples to keep (None: every one).
@@ -231,7 +231,7 @@ impl Decoder<'_> {
             }
             Some(StateOp::Fork { pid, ppid, tid, ptid }) => {
                 if pid != ppid {
-                    self.syms.procs.fork(pid, ppid);
+                    self.syms.fork(pid, ppid);
                 }
                 if let Some(c) = &mut self.comms {
                     c.fork(tid, ptid);
@@ -328,6 +328,39 @@ pub fn parse_state<T: ByteOrder>(ty: u32, misc: u16, body: &[u8]) -> Option<Stat
             let r = ForkOrExitRecord::parse::<T>(raw).ok()?;
             Some(StateOp::Fork { pid: r.pid, ppid: r.ppid, tid: r.tid, ptid: r.ptid })
         }
+        _ => None,
+    }
+}
+
+/// Whom a state record concerns (`history`): the records `parse_state` parses (the same
+/// checks of their length), read without their names and paths.
+pub enum StateIds {
+    /// An MMAP or MMAP2 record of process `pid` (-1: the kernel's), with a build id or not.
+    Map { pid: i32, build_id: bool },
+    /// A COMM record of thread `tid` of process `pid`, made by an exec or not.
+    Comm { pid: i32, tid: i32, exec: bool },
+    Fork { pid: i32, ppid: i32, tid: i32, ptid: i32 },
+}
+
+/// `parse_state`'s record, whom it concerns only (None for a record it does not parse, or an
+/// MMAP2 record with an impossible build id).
+#[inline]
+pub fn state_ids<T: ByteOrder>(ty: u32, misc: u16, body: &[u8]) -> Option<StateIds> {
+    let word = |i: usize| T::read_u32(&body[4 * i..4 * i + 4]) as i32;
+    match ty {
+        // pid, tid, address, length, page offset
+        REC_MMAP if body.len() >= 32 => Some(StateIds::Map { pid: word(0), build_id: false }),
+        REC_MMAP2 => {
+            let build_id = misc & MISC_MMAP_BUILD_ID != 0;
+            if build_id && body.get(32).is_some_and(|&n| n > 20) {
+                return None;
+            }
+            // and the file's id (24 bytes), protection and flags
+            (body.len() >= 64).then(|| StateIds::Map { pid: word(0), build_id })
+        }
+        REC_COMM if body.len() >= 8 => Some(StateIds::Comm { pid: word(0), tid: word(1), exec: misc & MISC_COMM_EXEC != 0 }),
+        // and a time
+        REC_FORK if body.len() >= 24 => Some(StateIds::Fork { pid: word(0), ppid: word(1), tid: word(2), ptid: word(3) }),
         _ => None,
     }
 }

@@ -4,26 +4,28 @@
 //! A later part's reader needs the processes' mappings and the threads' names as one reader
 //! of the whole file would have them when the part begins. Replaying every record before the
 //! part on every thread made the work grow with the threads (the last of 16 threads replayed
-//! nearly the whole file), so instead each part's reader notes, once, what its part's state
-//! records do (`History`, built while the others build theirs), and a later part's reader
+//! nearly the whole file), so instead each chunk of the file has its state records noted once,
+//! by whom they concern (`History`, built by the threads at once), and a later part's reader
 //! asks those notes (`Prefix`) for a process or a thread only the first time it meets one:
 //! most processes of a system-wide recording live inside one part and are never asked for.
+//! Only then are the records that made it read in full (its mappings' files, its name).
 //!
 //! One reader hands a record over at a flush (a FINISHED_ROUND, `order::Rounds`), in time
 //! order within it; when it does is the record's `Key`, the order one reader applies the state
-//! records in. A record of the round that ends a part may be handed over only at the next
-//! round's end, in the next part (`late`).
+//! records in. A record of the round that ends a chunk may be handed over only at the next
+//! round's end, in the next chunk (`late`).
 use crate::comms::{self, EarlierNames};
-use crate::decode::{parse_state, StateOp};
-use crate::procmaps::{overlay, Earlier, Map};
+use crate::decode::{parse_state, state_ids, StateIds, StateOp};
+use crate::procmaps::{Earlier, EarlierMap};
 use crate::symbolize::Symbols;
 use byteorder::ByteOrder;
 use rustc_hash::FxHashMap;
+use std::marker::PhantomData;
 use std::sync::{Arc, OnceLock};
 
 /// When one reader of the whole file hands a record over: at which flush (the index of its
 /// FINISHED_ROUND among the file's, or their number for the flush at the end), then by time,
-/// then by offset (`order::Rounds::flush`).
+/// then by its region offset (`order::Rounds::flush`).
 pub type Key = (u32, u64, u64);
 
 /// The FINISHED_ROUND records of the whole file and the latest time before each: what the
@@ -51,44 +53,42 @@ impl Flushes {
     }
 }
 
-/// What a state record does to one process (by pid) or one thread's name (by tid).
+/// What a state record does to one process (by pid) or one thread's name (by tid); the
+/// record is at the entry's key's offset.
 #[derive(Clone, Copy)]
 enum Op {
-    /// An executable mapping of the part's DSO `dso` (`History::paths`), with the record's
-    /// build id when it has one (`History::build_ids`).
-    Map { start: u64, len: u64, pgoff: u64, dso: u32, build_id: u32 },
+    /// A mapping (executable or not: its record says).
+    Map,
     /// The process execs: its mappings are gone.
     Exec,
     /// A new process forked from `ppid`: its mappings are its parent's.
     Fork { ppid: i32 },
-    /// The thread is named the part's name `name` (`History::names`).
-    Comm { name: u32 },
+    /// The thread is named.
+    Comm,
     /// A new thread from `ptid`: its name is its parent thread's (or none).
     ForkT { ptid: i32 },
 }
 
-const NONE: u32 = u32::MAX;
-
 #[derive(Clone, Copy)]
 struct Entry {
     key: Key,
-    /// Handed over in the next part.
+    /// Handed over in the next chunk.
     late: bool,
     op: Op,
 }
 
-/// The first mapping of a DSO in a part, or its first with a build id (separately for the
-/// records handed over in the part and the late ones): all that the DSO table of a later
-/// part's reader needs of the part's mappings.
-#[derive(Clone, Copy)]
-struct DsoEvent {
+/// The first executable mapping of a file with a build id in a chunk (apart for the records
+/// handed over in the chunk and the late ones): what the DSO table of a later part's reader
+/// takes in before it reads (the build id a file's symbols are looked up by is the first
+/// one met, wherever it was met).
+struct BuildId {
     key: Key,
     late: bool,
-    dso: u32,
-    build_id: u32,
+    path: String,
+    build_id: Vec<u8>,
 }
 
-/// What one part's state records do, in the order one reader applies them.
+/// What one chunk's state records do, in the order one reader applies them.
 pub struct History {
     /// By key.
     entries: Vec<Entry>,
@@ -96,78 +96,51 @@ pub struct History {
     by_pid: FxHashMap<i32, Vec<u32>>,
     /// The entries of each thread's name (Comm, ForkT), by key.
     by_tid: FxHashMap<i32, Vec<u32>>,
-    paths: Vec<String>,
-    build_ids: Vec<Vec<u8>>,
     /// By key.
-    dso_events: Vec<DsoEvent>,
-    names: Vec<String>,
+    build_ids: Vec<BuildId>,
     /// The kernel's mappings (pid -1: the kernel image and modules): key, late, region offset.
     kernel: Vec<(Key, bool, usize)>,
 }
 
 impl History {
-    /// The history of one part, from its state records (`order::Stretch::states`): `last_flush`
-    /// is the flush its part ends with (None for the last part); `names` whether threads'
-    /// names are kept (per process or filtered by comm).
+    /// The history of one chunk, from its state records (region offset, time): `last_flush` is
+    /// the flush it ends with (None for the last chunk); `names` whether threads' names are
+    /// kept (per process or filtered by comm).
     pub fn build<T: ByteOrder>(region: &[u8], states: &[(usize, u64)], flushes: &Flushes, last_flush: Option<u32>,
                                names: bool) -> History {
-        let mut h = History {
-            entries: Vec::with_capacity(states.len()),
-            by_pid: FxHashMap::default(),
-            by_tid: FxHashMap::default(),
-            paths: Vec::new(),
-            build_ids: Vec::new(),
-            dso_events: Vec::new(),
-            names: Vec::new(),
-            kernel: Vec::new(),
-        };
-        let mut path_ids: FxHashMap<String, u32> = FxHashMap::default();
-        let mut name_ids: FxHashMap<String, u32> = FxHashMap::default();
+        let mut h = History { entries: Vec::with_capacity(states.len()), by_pid: FxHashMap::default(),
+                              by_tid: FxHashMap::default(), build_ids: Vec::new(), kernel: Vec::new() };
         // (entry, its pid or tid, whether by tid)
         let mut raw: Vec<(Entry, i32, bool)> = Vec::with_capacity(states.len());
+        let mut with_build_id: FxHashMap<(&[u8], bool), ()> = FxHashMap::default();
         for &(off, t) in states {
             let key = (flushes.flush_of(off, t), t, off as u64);
             let late = last_flush.is_some_and(|l| key.0 > l);
-            let ty = T::read_u32(&region[off..off + 4]);
-            let misc = T::read_u16(&region[off + 4..off + 6]);
-            let size = T::read_u16(&region[off + 6..off + 8]) as usize;
+            let (ty, misc, body) = record::<T>(region, off);
             let entry = |op| Entry { key, late, op };
-            match parse_state::<T>(ty, misc, &region[off + 8..off + size]) {
-                Some(StateOp::Map { pid: -1, .. }) => h.kernel.push((key, late, off)),
-                Some(StateOp::Map { pid, start, len, pgoff, path, exec: true, build_id }) => {
-                    let path = String::from_utf8_lossy(&path);
-                    let dso = match path_ids.get(&*path) {
-                        Some(&d) => d,
-                        None => {
-                            let d = h.paths.len() as u32;
-                            h.paths.push(path.to_string());
-                            path_ids.insert(path.into_owned(), d);
-                            d
+            match state_ids::<T>(ty, misc, body) {
+                Some(StateIds::Map { pid: -1, .. }) => h.kernel.push((key, late, off)),
+                Some(StateIds::Map { pid, build_id }) => {
+                    raw.push((entry(Op::Map), pid, false));
+                    if build_id {
+                        if let Some(StateOp::Map { path, exec: true, build_id: Some(b), .. }) = parse_state::<T>(ty, misc, body) {
+                            let raw_path = path_in(body, &path);
+                            if with_build_id.insert((raw_path, late), ()).is_none() {
+                                let path = String::from_utf8_lossy(&path).into_owned();
+                                h.build_ids.push(BuildId { key, late, path, build_id: b });
+                            }
                         }
-                    };
-                    let build_id = match build_id {
-                        Some(b) => {
-                            h.build_ids.push(b);
-                            h.build_ids.len() as u32 - 1
-                        }
-                        None => NONE,
-                    };
-                    raw.push((entry(Op::Map { start, len, pgoff, dso, build_id }), pid, false));
+                    }
                 }
-                Some(StateOp::Comm { pid, tid, exec, name }) => {
+                Some(StateIds::Comm { pid, tid, exec }) => {
                     if exec && pid == tid {
                         raw.push((entry(Op::Exec), pid, false));
                     }
                     if names {
-                        let name = comms::clean(&name);
-                        let id = *name_ids.entry(name).or_insert_with_key(|n| {
-                            h.names.push(n.clone());
-                            h.names.len() as u32 - 1
-                        });
-                        raw.push((entry(Op::Comm { name: id }), tid, true));
+                        raw.push((entry(Op::Comm), tid, true));
                     }
                 }
-                Some(StateOp::Fork { pid, ppid, tid, ptid }) => {
+                Some(StateIds::Fork { pid, ppid, tid, ptid }) => {
                     if pid != ppid {
                         raw.push((entry(Op::Fork { ppid }), pid, false));
                     }
@@ -175,41 +148,46 @@ impl History {
                         raw.push((entry(Op::ForkT { ptid }), tid, true));
                     }
                 }
-                Some(StateOp::Map { .. }) | Some(StateOp::BadMap) | None => {}
+                None => {}
             }
         }
         // The records come in file order and a round's records are handed over in time order:
-        // nearly sorted already.
-        raw.sort_by_key(|r| r.0.key);
-        h.kernel.sort_by_key(|k| k.0);
-        // the first mapping of each DSO, and its first with a build id, apart for the late ones
-        let mut seen = vec![[false; 4]; h.paths.len()];
+        // nearly sorted already. Two entries of one record (an exec's, a fork's) go to two lists.
+        raw.sort_unstable_by_key(|r| r.0.key);
+        h.kernel.sort_unstable_by_key(|k| k.0);
+        h.build_ids.sort_by_key(|b| b.key);
         for (ix, &(e, id, by_tid)) in raw.iter().enumerate() {
             let list = if by_tid { h.by_tid.entry(id) } else { h.by_pid.entry(id) };
             list.or_default().push(ix as u32);
             h.entries.push(e);
-            if let Op::Map { dso, build_id, .. } = e.op {
-                let s = &mut seen[dso as usize];
-                let (first, with_id) = if e.late { (2, 3) } else { (0, 1) };
-                let new_id = build_id != NONE && !s[with_id];
-                if !s[first] || new_id {
-                    s[first] = true;
-                    s[with_id] |= build_id != NONE;
-                    h.dso_events.push(DsoEvent { key: e.key, late: e.late, dso, build_id });
-                }
-            }
         }
         h
     }
+}
 
-    fn is_reset(op: Op) -> bool {
-        matches!(op, Op::Exec | Op::Fork { .. })
+/// The record at region offset `off`: type, misc and body.
+fn record<T: ByteOrder>(region: &[u8], off: usize) -> (u32, u16, &[u8]) {
+    let ty = T::read_u32(&region[off..off + 4]);
+    let misc = T::read_u16(&region[off + 4..off + 6]);
+    let size = T::read_u16(&region[off + 6..off + 8]) as usize;
+    (ty, misc, &region[off + 8..off + size])
+}
+
+/// A path as the record's bytes (a key that needs no copy).
+fn path_in<'b>(body: &'b [u8], path: &[u8]) -> &'b [u8] {
+    // the parser's path is a slice of the body when the record is in one piece
+    let (start, end) = (body.as_ptr() as usize, body.as_ptr() as usize + body.len());
+    let p = path.as_ptr() as usize;
+    if p >= start && p + path.len() <= end {
+        &body[p - start..p - start + path.len()]
+    } else {
+        body
     }
 }
 
-/// Visits the items of the parts before part `k` that one reader hands over before part `k`
-/// begins, in the order it does: each part's items (`list`) are sorted by key, its late ones
-/// (handed over in the next part) last, merged with the next part's.
+/// Visits the items of the chunks before chunk `k` that one reader hands over before chunk `k`
+/// begins, in the order it does: each chunk's items (`list`) are sorted by key, its late ones
+/// (handed over in the next chunk) last, merged with the next chunk's.
 fn visit_prefix<'a, E: 'a>(k: usize, list: impl Fn(usize) -> &'a [E], key: impl Fn(&E) -> Key,
                            late: impl Fn(&E) -> bool, mut f: impl FnMut(usize, &E)) {
     let mut carry: &[E] = &[];
@@ -226,43 +204,37 @@ fn visit_prefix<'a, E: 'a>(k: usize, list: impl Fn(usize) -> &'a [E], key: impl 
                 b += 1;
             }
         }
-        // the late items of the last part before `k` are handed over in part `k` itself
+        // the late items of the last chunk before `k` are handed over in chunk `k` itself
         carry = if j + 1 < k { later } else { &[] };
     }
 }
 
-/// What the records before part `k` made of the processes, the threads' names and the DSO
-/// table, for that part's reader.
-pub struct Prefix {
+/// What the records before chunk `k` made of the processes and the threads' names, for the
+/// reader that begins there: it reads the records it needs from the file's `region`.
+pub struct Prefix<'o, T> {
     hists: Arc<Vec<OnceLock<History>>>,
     k: usize,
-    /// Per part before `k`: its DSOs' ids in the reader's table.
-    dso_ids: Vec<Vec<u32>>,
+    region: &'o [u8],
+    order: PhantomData<fn() -> T>,
 }
 
-impl Prefix {
-    /// For the reader of part `k` (the histories of the parts before it built): adds to its
-    /// DSO table the DSOs the mappings before its part name, with the build id the first
-    /// mapping that has one gives (as one reader's table has them then).
-    pub fn new(hists: Arc<Vec<OnceLock<History>>>, k: usize, syms: &mut Symbols) -> Prefix {
-        let mut p = Prefix { hists, k, dso_ids: Vec::new() };
-        p.dso_ids = (0..k).map(|j| vec![NONE; p.hist(j).paths.len()]).collect();
-        let mut ids = std::mem::take(&mut p.dso_ids);
-        let pr = &p;
-        visit_prefix(k, move |j| &pr.hist(j).dso_events[..], |e| e.key, |e| e.late, |j, e| {
-            let h = pr.hist(j);
-            let b = (e.build_id != NONE).then(|| &h.build_ids[e.build_id as usize][..]);
-            ids[j][e.dso as usize] = syms.seed_dso(&h.paths[e.dso as usize], b);
+impl<'o, T: ByteOrder> Prefix<'o, T> {
+    /// For the reader of chunk `k` (the histories of the chunks before it built): puts in its
+    /// DSO table the build ids the mappings before its chunk give, the first one of each file
+    /// (as one reader's table has them then).
+    pub fn new(hists: Arc<Vec<OnceLock<History>>>, k: usize, region: &'o [u8], syms: &mut Symbols) -> Self {
+        let p = Prefix { hists, k, region, order: PhantomData };
+        visit_prefix(k, |j| &p.hist(j).build_ids[..], |e| e.key, |e| e.late, |_, e| {
+            syms.seed_dso(&e.path, Some(&e.build_id));
         });
-        p.dso_ids = ids;
         p
     }
 
     fn hist(&self, j: usize) -> &History {
-        self.hists[j].get().expect("the histories of the parts before are built")
+        self.hists[j].get().expect("the histories of the chunks before are built")
     }
 
-    /// The region offsets of the kernel's mapping records before the part, in the order one
+    /// The region offsets of the kernel's mapping records before the chunk, in the order one
     /// reader applies them (the reader replays them in full: there are few).
     pub fn kernel_records(&self) -> Vec<usize> {
         let mut out = Vec::new();
@@ -270,19 +242,20 @@ impl Prefix {
         out
     }
 
-    /// Whether part `j`'s entry is handed over before part `k` begins, and before `before`.
+    /// Whether chunk `j`'s entry is handed over before chunk `k` begins, and before `before`.
     #[inline]
     fn visible(&self, j: usize, e: &Entry, before: Option<Key>) -> bool {
         (j + 1 < self.k || !e.late) && before.is_none_or(|b| e.key < b)
     }
 
-    /// The entries of `id` (a pid in `by_pid`, or a tid in `by_tid`) handed over before part
+    /// The entries of `id` (a pid in `by_pid`, or a tid in `by_tid`) handed over before chunk
     /// `k` and before `before`, from the last one that `reset` says starts afresh (returned
     /// apart) on, in key order.
+    #[allow(clippy::type_complexity)]
     fn since_reset(&self, id: i32, before: Option<Key>, by_tid: bool, reset: impl Fn(Op) -> bool)
-                   -> (Option<(usize, Entry)>, Vec<(usize, Entry)>) {
-        let mut got: Vec<(usize, Entry)> = Vec::new();
-        // once a part holds a reset, only the part before it can still hold later entries (its late ones)
+                   -> (Option<Entry>, Vec<Entry>) {
+        let mut got: Vec<Entry> = Vec::new();
+        // once a chunk holds a reset, only the chunk before it can still hold later entries (its late ones)
         let mut reset_in: Option<usize> = None;
         for j in (0..self.k).rev() {
             let h = self.hist(j);
@@ -293,15 +266,15 @@ impl Prefix {
                     if reset(e.op) && reset_in.is_none() {
                         reset_in = Some(j);
                     }
-                    got.push((j, e));
+                    got.push(e);
                 }
             }
             if reset_in.is_some_and(|r| j + 1 == r || r == 0) {
                 break;
             }
         }
-        got.sort_by_key(|g| g.1.key);
-        match got.iter().rposition(|g| reset(g.1.op)) {
+        got.sort_by_key(|e| e.key);
+        match got.iter().rposition(|e| reset(e.op)) {
             Some(i) => {
                 let r = got[i];
                 got.drain(..=i);
@@ -310,66 +283,60 @@ impl Prefix {
             None => (None, got),
         }
     }
+}
 
-    /// The mappings of process `pid` as the records before the part leave them (None when
-    /// none of them names it): from its last exec or fork (its parent's mappings then) on.
-    fn proc_maps(&self, pid: i32) -> Option<Vec<Map>> {
-        let mut layers: Vec<Vec<(usize, Entry)>> = Vec::new();
+impl<T: ByteOrder> Earlier for Prefix<'_, T> {
+    /// From the process's last exec or fork (its parent's mappings then) on.
+    fn maps(&self, pid: i32) -> Option<Vec<EarlierMap>> {
+        let mut layers: Vec<Vec<Entry>> = Vec::new();
         let (mut p, mut before) = (pid, None);
         loop {
-            let (reset, ops) = self.since_reset(p, before, false, History::is_reset);
+            let (reset, ops) = self.since_reset(p, before, false, |op| matches!(op, Op::Exec | Op::Fork { .. }));
             if layers.is_empty() && reset.is_none() && ops.is_empty() {
                 return None;
             }
             layers.push(ops);
             match reset {
                 // the keys go down from one parent to the next: the walk ends
-                Some((_, Entry { key, op: Op::Fork { ppid }, .. })) => {
+                Some(Entry { key, op: Op::Fork { ppid }, .. }) => {
                     p = ppid;
                     before = Some(key);
                 }
                 _ => break,
             }
         }
-        let mut maps: Vec<Map> = Vec::new();
-        for layer in layers.iter().rev() {
-            for (j, e) in layer {
-                if let Op::Map { start, len, pgoff, dso, .. } = e.op {
-                    maps = overlay(&maps, start, len, pgoff, self.dso_ids[*j][dso as usize]);
-                }
+        let mut maps = Vec::new();
+        for e in layers.iter().rev().flatten() {
+            let (ty, misc, body) = record::<T>(self.region, e.key.2 as usize);
+            if let Some(StateOp::Map { start, len, pgoff, path, exec: true, build_id, .. }) = parse_state::<T>(ty, misc, body) {
+                maps.push(EarlierMap { start, len, pgoff, path: String::from_utf8_lossy(&path).into_owned(), build_id });
             }
         }
         Some(maps)
     }
+}
 
-    /// The name of thread `tid` as the records before the part leave it (None: none).
-    fn thread_name(&self, tid: i32) -> Option<&str> {
+impl<T: ByteOrder> EarlierNames for Prefix<'_, T> {
+    fn comm(&self, tid: i32) -> Option<String> {
         let (mut t, mut before) = (tid, None);
         loop {
             // the latest entry of the thread: every one sets its name afresh
             let (last, _) = self.since_reset(t, before, true, |_| true);
             match last {
                 None => return None,
-                Some((j, Entry { op: Op::Comm { name }, .. })) => return Some(&self.hist(j).names[name as usize]),
-                Some((_, Entry { key, op: Op::ForkT { ptid }, .. })) => {
+                Some(Entry { op: Op::ForkT { ptid }, key, .. }) => {
                     t = ptid;
                     before = Some(key);
                 }
-                Some(_) => return None,
+                Some(e) => {
+                    let (ty, misc, body) = record::<T>(self.region, e.key.2 as usize);
+                    return match parse_state::<T>(ty, misc, body) {
+                        Some(StateOp::Comm { name, .. }) => Some(comms::clean(&name)),
+                        _ => None,
+                    };
+                }
             }
         }
-    }
-}
-
-impl Earlier for Prefix {
-    fn maps(&self, pid: i32) -> Option<Vec<Map>> {
-        self.proc_maps(pid)
-    }
-}
-
-impl EarlierNames for Prefix {
-    fn comm(&self, tid: i32) -> Option<&str> {
-        self.thread_name(tid)
     }
 }
 
@@ -391,16 +358,16 @@ mod tests {
     }
 
     #[test]
-    fn the_prefix_is_visited_in_key_order_without_the_last_parts_late_items() {
-        // (key, late): part 0's late item comes after part 1's first
-        let parts: Vec<Vec<(Key, bool)>> = vec![
+    fn the_prefix_is_visited_in_key_order_without_the_last_chunks_late_items() {
+        // (key, late): chunk 0's late item comes after chunk 1's first
+        let chunks: Vec<Vec<(Key, bool)>> = vec![
             vec![((0, 1, 0), false), ((1, 9, 8), true)],
             vec![((1, 2, 16), false), ((1, 10, 24), false), ((2, 3, 32), true)],
             vec![((3, 4, 40), false)],
         ];
         let visit = |k| {
             let mut got = Vec::new();
-            visit_prefix(k, |j| &parts[j][..], |e| e.0, |e| e.1, |j, e| got.push((j, e.0)));
+            visit_prefix(k, |j| &chunks[j][..], |e| e.0, |e| e.1, |j, e| got.push((j, e.0)));
             got
         };
         assert_eq!(visit(1), vec![(0, (0, 1, 0))]);

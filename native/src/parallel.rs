@@ -215,9 +215,9 @@ impl Drop for Building<'_> {
 /// file on one thread. With `KPERFDIFF_TRACE_PARTS` set, each part's samples are written to
 /// stderr.
 #[allow(clippy::too_many_arguments)]
-pub fn read<'o, T: ByteOrder>(
+pub fn read<'o, T: ByteOrder + 'o>(
     name: &str,
-    data: &[u8],
+    data: &'o [u8],
     map: Option<&memmap2::Mmap>,
     span: (usize, usize),
     events: &'o Events,
@@ -298,14 +298,14 @@ pub fn read<'o, T: ByteOrder>(
                             if !ready.wait(c) {
                                 return Ok(runs); // a history failed: its thread's panic comes out of the join
                             }
-                            let prefix = Arc::new(Prefix::new(hists.clone(), c, &mut dec.syms));
+                            let prefix = Arc::new(Prefix::<T>::new(hists.clone(), c, region, &mut dec.syms));
                             for off in prefix.kernel_records() {
                                 let ty = T::read_u32(&region[off..off + 4]);
                                 let misc = T::read_u16(&region[off + 4..off + 6]);
                                 let body = &region[off + 8..off + T::read_u16(&region[off + 6..off + 8]) as usize];
                                 dec.replay::<T>(ty, misc, body, events.attr_index::<T>(ty, body));
                             }
-                            dec.syms.procs.prefix = Some(prefix.clone() as Arc<dyn crate::procmaps::Earlier>);
+                            dec.syms.procs.prefix = Some(prefix.clone() as Arc<dyn crate::procmaps::Earlier + 'o>);
                             if let Some(c) = &mut dec.comms {
                                 c.attach(prefix);
                             }

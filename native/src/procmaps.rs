@@ -6,15 +6,25 @@
 //!
 //! The reader of a later part of a file read on several threads (`parallel`) starts with
 //! none of the processes the records before its part made: it asks them (`Earlier`, which
-//! `history` answers) for a process's mappings the first time it meets the process, and
-//! keeps the answer.
+//! `history` answers) for a process's mappings the first time it meets the process
+//! (`Symbols::space`, which also numbers their files), and keeps the answer.
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
+/// One executable mapping of a file, as a record before a part of the file made it.
+pub struct EarlierMap {
+    pub start: u64,
+    pub len: u64,
+    pub pgoff: u64,
+    pub path: String,
+    pub build_id: Option<Vec<u8>>,
+}
+
 /// What the records before a part of the file made of the processes (`history::Prefix`).
 pub trait Earlier: Send + Sync {
-    /// The mappings of process `pid` when the part begins (None when no record names it).
-    fn maps(&self, pid: i32) -> Option<Vec<Map>>;
+    /// The mappings of process `pid` when the part begins, in the order they were made over
+    /// an empty process (None when no record names the process).
+    fn maps(&self, pid: i32) -> Option<Vec<EarlierMap>>;
 }
 
 #[derive(Clone, Copy)]
@@ -81,7 +91,7 @@ impl PidTable {
     }
 }
 
-pub struct Processes {
+pub struct Processes<'o> {
     procs: PidTable,
     next_gen: u64,
     /// (pid, maps generation, next_gen when cached), by pid % 16: valid while
@@ -89,41 +99,31 @@ pub struct Processes {
     gen_cache: [(i32, u64, u64); 16],
     /// What the records before this reader's part made of the processes (a later part's
     /// reader: `parallel`), asked the first time a process is met.
-    pub prefix: Option<Arc<dyn Earlier>>,
+    pub prefix: Option<Arc<dyn Earlier + 'o>>,
 }
 
-impl Processes {
+impl<'o> Processes<'o> {
     pub fn new() -> Self {
         Processes { procs: PidTable::default(), next_gen: 0, gen_cache: [(0, 0, u64::MAX); 16], prefix: None }
     }
 
-    /// A process met for the first time by a later part's reader: its mappings as the
-    /// records before the part left them, kept (an empty entry when they name none, so it
-    /// is asked once). Returns its generation.
-    #[cold]
-    #[inline(never)]
-    fn fill(&mut self, pid: i32) -> u64 {
-        let Some(prefix) = &self.prefix else {
-            return 0;
-        };
-        match prefix.maps(pid) {
-            None => {
-                self.procs.insert(pid, Proc::default());
-                0
-            }
+    /// Whether process `pid` is still to be asked of the records before the part (a later
+    /// part's reader that has not met it).
+    #[inline]
+    pub fn unmet(&self, pid: i32) -> bool {
+        self.prefix.is_some() && self.procs.get(pid).is_none()
+    }
+
+    /// A process met for the first time by a later part's reader, with the mappings the
+    /// records before the part left it (None: none of them names it; it is kept as an empty
+    /// process, so that it is asked once).
+    pub fn met(&mut self, pid: i32, maps: Option<Vec<Map>>) {
+        match maps {
+            None => self.procs.insert(pid, Proc::default()),
             Some(maps) => {
                 let gen = self.new_gen();
                 self.procs.insert(pid, Proc { maps: Arc::new(maps), gen });
-                gen
             }
-        }
-    }
-
-    /// `fill` for a process not met yet, before it changes or is forked from.
-    #[inline]
-    fn ensure(&mut self, pid: i32) {
-        if self.prefix.is_some() && self.procs.get(pid).is_none() {
-            self.fill(pid);
         }
     }
 
@@ -139,10 +139,7 @@ impl Processes {
         if slot.0 == pid && slot.2 == self.next_gen {
             slot.1
         } else {
-            let gen = match self.procs.get(pid).map(|p| p.gen) {
-                Some(g) => g,
-                None => self.fill(pid),
-            };
+            let gen = self.procs.get(pid).map(|p| p.gen).unwrap_or(0);
             self.gen_cache[pid as usize & 15] = (pid, gen, self.next_gen);
             gen
         }
@@ -158,13 +155,12 @@ impl Processes {
         self.generation(pid) ^ (1 << 63)
     }
 
-    /// The mapping of `addr` in process `pid` (met before: `space`).
+    /// The mapping of `addr` in process `pid`.
     pub fn map_of(&self, pid: i32, addr: u64) -> Option<Map> {
         self.maps(pid).and_then(|maps| map_in(maps, addr))
     }
 
-    /// The mappings of process `pid`, sorted by address (None for a process never seen; a
-    /// later part's reader asks `space` first, which fills it in).
+    /// The mappings of process `pid`, sorted by address (None for a process never seen).
     #[inline]
     pub fn maps(&self, pid: i32) -> Option<&[Map]> {
         self.procs.get(pid).map(|p| &p.maps[..])
@@ -172,7 +168,6 @@ impl Processes {
 
     /// A new mapping, over whatever it overlaps.
     pub fn add_map(&mut self, pid: i32, start: u64, len: u64, pgoff: u64, dso: u32) {
-        self.ensure(pid);
         let gen = self.new_gen();
         let p = self.procs.get_or_default(pid);
         p.maps = Arc::new(overlay(&p.maps, start, len, pgoff, dso));
@@ -188,7 +183,6 @@ impl Processes {
     /// A new process with its parent's mappings: it shares them, and their generation,
     /// until it or its parent maps or execs.
     pub fn fork(&mut self, pid: i32, ppid: i32) {
-        self.ensure(ppid);
         let child = self.procs.get(ppid).cloned().unwrap_or_default();
         self.procs.insert(pid, child);
         // The cached generation of `pid` may be an earlier process's with that pid.

@@ -7,7 +7,7 @@ use crate::abi::*;
 use crate::elfsyms::{self, ElfSyms};
 use crate::header::BuildIds;
 use crate::kallsyms::Kallsyms;
-use crate::procmaps::Processes;
+use crate::procmaps::{overlay, Map, Processes};
 use crate::options::Options;
 use rustc_hash::FxHashMap;
 use std::path::PathBuf;
@@ -62,7 +62,7 @@ pub struct Symbols<'o> {
     recent: AddrCache,
     dso_unknown: u32,
     dso_kernel: u32,
-    pub procs: Processes,
+    pub procs: Processes<'o>,
     /// The ELF symbols shared with the other threads reading the same file (`parallel`).
     pub shared: Option<Arc<SharedSyms>>,
     /// Kernel addresses looked up, and those kallsyms does not hold.
@@ -275,7 +275,7 @@ impl<'o> Symbols<'o> {
     /// later reader's, which has seen more of the file; the kernel addresses looked up are
     /// the union of both, counted once; a DSO's symbols are what the first reader that looked
     /// for them found. Absorbing B then C gives what absorbing C into B, then that, gives.
-    pub fn absorb(&mut self, other: Symbols) -> Vec<u32> {
+    pub fn absorb(&mut self, other: Symbols<'o>) -> Vec<u32> {
         let dso_map: Vec<u32> = other
             .dsos
             .iter()
@@ -371,6 +371,39 @@ impl<'o> Symbols<'o> {
         let id = self.intern_sym(dso, "[unknown]");
         self.dsos[dso as usize].unknown = id;
         id
+    }
+
+    /// A key for what a user address of `pid` means now (`Processes::space`); a later part's
+    /// reader meets the process first (`meet`).
+    #[inline(always)]
+    pub fn space(&mut self, pid: i32) -> u64 {
+        if self.procs.prefix.is_some() && self.procs.unmet(pid) {
+            self.meet(pid);
+        }
+        self.procs.space(pid)
+    }
+
+    /// A process met for the first time by a later part's reader: its mappings as the
+    /// records before the part left them, their files in this table.
+    #[cold]
+    #[inline(never)]
+    fn meet(&mut self, pid: i32) {
+        let found = self.procs.prefix.as_ref().and_then(|p| p.maps(pid));
+        let maps = found.map(|list| {
+            list.into_iter().fold(Vec::<Map>::new(), |maps, m| {
+                let d = self.seed_dso(&m.path, m.build_id.as_deref());
+                overlay(&maps, m.start, m.len, m.pgoff, d)
+            })
+        });
+        self.procs.met(pid, maps);
+    }
+
+    /// A FORK record's new process, from its parent's mappings.
+    pub fn fork(&mut self, pid: i32, ppid: i32) {
+        if self.procs.unmet(ppid) {
+            self.meet(ppid);
+        }
+        self.procs.fork(pid, ppid);
     }
 
     /// The symbol of an address of the call chain in context `mode`, in process `pid`
@@ -569,6 +602,9 @@ impl<'o> Symbols<'o> {
             if self.dsos[d as usize].build_id.is_none() {
                 self.dsos[d as usize].build_id = Some(b);
             }
+        }
+        if self.procs.unmet(pid) {
+            self.meet(pid);
         }
         self.procs.add_map(pid, start, len, pgoff, d);
         false
