@@ -42,11 +42,12 @@ use crate::timing::Clock;
 use byteorder::ByteOrder;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
-/// Each thread's part is at least this large: a thread's set-up (its tables and caches,
-/// about 1 ms) and the processes it meets that were made before its part cost more than a
-/// smaller part saves. Measured on the four recording shapes of `benchmarks/shapes.py` and
-/// the 71 MB recording of docs/figures.md: see `threads_for`.
-const MIN_PART_BYTES: usize = 8 << 20;
+/// Each thread's share is at least this large. A thread costs about 9M instructions of its
+/// own (its tables, its caches filling again, its share of the index and the merge; measured
+/// with callgrind on the 71 MB recording of docs/figures.md: 727M on one thread, 928M on 16),
+/// what reading 0.9 MB costs: a 4 MB share keeps that under a quarter of the thread's work, and
+/// more threads are then still faster (the merge grows by one level each time they double).
+const MIN_PART_BYTES: usize = 4 << 20;
 
 /// `MIN_PART_BYTES`, or the environment's `KPERFDIFF_PARALLEL_MIN_BYTES` (tests read small
 /// files on several threads with it, to hold every fixture to one thread's output).
