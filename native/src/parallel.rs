@@ -49,17 +49,20 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 /// more threads are then still faster (the merge grows by one level each time they double).
 const MIN_PART_BYTES: usize = 4 << 20;
 
-/// `MIN_PART_BYTES`, or the environment's `KPERFDIFF_PARALLEL_MIN_BYTES` (tests read small
-/// files on several threads with it, to hold every fixture to one thread's output).
-pub fn min_part_bytes() -> usize {
-    std::env::var("KPERFDIFF_PARALLEL_MIN_BYTES").ok().and_then(|v| v.parse().ok()).unwrap_or(MIN_PART_BYTES)
-}
-
-/// How many threads read `len` bytes of records when `asked` may: one per `min_part_bytes`,
-/// at most `asked`.
+/// How many threads read `len` bytes of records when `asked` may: one per `MIN_PART_BYTES`, and
+/// no more than the CPUs this process may run on (more threads than CPUs only add their cost).
+/// With `KPERFDIFF_PARALLEL_MIN_BYTES` in the environment, one per that many bytes however few
+/// the CPUs (tests read small files on more threads than CPUs with 0, to hold every fixture to one
+/// thread's output; benchmarks measure what more threads than CPUs cost).
 pub fn threads_for(len: usize, asked: usize) -> usize {
-    let per = min_part_bytes().max(1);
-    asked.min(len / per).max(1)
+    match std::env::var("KPERFDIFF_PARALLEL_MIN_BYTES").ok().and_then(|v| v.parse::<usize>().ok()) {
+        Some(per) => asked.min(len / per.max(1)),
+        None => {
+            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+            asked.min(len / MIN_PART_BYTES).min(cpus)
+        }
+    }
+    .max(1)
 }
 
 /// Chunks a thread: more than one, so that a thread that is done early takes over part of
