@@ -5,10 +5,11 @@
 //! `RecordSink` (statically dispatched: one instance per byte order).
 //!
 //! Records are read through a window of the map: the pages ahead are mapped
-//! in one call per chunk (fewer page faults) and, when one reader reads the whole
-//! file, the pages behind, once no pending record needs them, are released, so the
-//! file does not all count in the process's resident memory at the end. Compressed
-//! files (perf record -z) go through `linux-perf-data`'s reader, which inflates them.
+//! in one call per chunk (fewer page faults) and the pages behind, once no pending
+//! record needs them, are released, so the file does not all count in the process's
+//! resident memory (a reader of a part of the file, and the index walk, release only
+//! their own part's). Compressed files (perf record -z) go through `linux-perf-data`'s
+//! reader, which inflates them.
 //!
 //! For a file read on several threads (`parallel`), `find_round` and `index` walk
 //! stretches of it without reading the records, and `read_mapped` reads one part,
@@ -165,7 +166,8 @@ fn plausible_after<T: ByteOrder>(region: &[u8], mut pos: usize) -> bool {
 /// readers after it find them mapped.
 pub fn index<T: ByteOrder>(region: &[u8], map: Option<&memmap2::Mmap>, base: usize, events: &Events, start: usize,
                            reach: Option<usize>) -> Stretch {
-    let mut window = Window { map, base, end: base + region.len(), ahead: (base + start) & !4095, behind: 0 };
+    let own = (base + start + WINDOW_CHUNK - 1) & !(WINDOW_CHUNK - 1);
+    let mut window = Window { map, base, end: base + region.len(), ahead: (base + start) & !4095, behind: own };
     let mut s = Stretch { start, end: region.len(), end_is_round: false, cut: None, compressed: false,
                           rounds: Vec::new(), tail_max: 0, states: Vec::new() };
     let mut max = 0u64;
@@ -189,6 +191,7 @@ pub fn index<T: ByteOrder>(region: &[u8], map: Option<&memmap2::Mmap>, base: usi
             }
             s.rounds.push((pos, max));
             max = 0;
+            window.release(pos);
         } else if ty == REC_COMPRESSED || ty == REC_COMPRESSED2 {
             s.compressed = true;
             s.end = pos;
@@ -255,15 +258,11 @@ pub fn read_mapped<T: ByteOrder, S: RecordSink, E: FnMut(usize) -> bool>(
     events: &Events,
     mut part: Part<E>,
     sink: &mut S,
-    whole: bool,
 ) -> Result<Option<Cut>, Error> {
     let region = &data[off..end];
     if region.len() as u64 > PENDING_OFF_MASK || events.len() as u64 > PENDING_AI_MASK {
         return Err(Error::TooLarge { name: name.into() });
     }
-    // One reader of the whole file (`whole`) keeps only a window of the map resident; the
-    // readers of a file's parts leave its pages mapped (the index walk mapped them all), since
-    // a release by one thread stops every thread of the process for the TLB flush.
     let mut window = Window { map, base: off, end, ahead: off, behind: off };
     // Samples add up the same in any order, so among themselves they need none; only
     // the records that change what a sample resolves to (mappings, processes) need
@@ -275,7 +274,9 @@ pub fn read_mapped<T: ByteOrder, S: RecordSink, E: FnMut(usize) -> bool>(
     if let Some(r) = part.from {
         // Where one reader is after the flush at `r.at`: the two rounds before it pushed and
         // flushed, handing nothing over (that was the previous part's) and counting nothing.
+        // Its pages are released from its own part's start on.
         window.ahead = (off + r.from) & !4095;
+        window.behind = (off + r.at + WINDOW_CHUNK - 1) & !(WINDOW_CHUNK - 1);
         rounds.prev_max = r.max;
         rounds.cur_max = r.max;
         let mut p = r.from;
@@ -310,7 +311,7 @@ pub fn read_mapped<T: ByteOrder, S: RecordSink, E: FnMut(usize) -> bool>(
         if ty == REC_FINISHED_ROUND {
             sink.count(REC_FINISHED_ROUND);
             rounds.end_round::<T, S>(region, sink);
-            if whole && window.map.is_some() {
+            if window.map.is_some() {
                 window.release(rounds.oldest().unwrap_or(pos));
             }
             if (part.ends)(pos) {

@@ -118,7 +118,7 @@ fn read_impl<T: ByteOrder>(
             let cut = if compressed {
                 order::read_compressed::<T, _>(&mut perf_file, &mut record_iter, &mut dec)
             } else {
-                order::read_mapped::<T, _, _>(name, data, map, span, &events, order::whole(), &mut dec, true)?
+                order::read_mapped::<T, _, _>(name, data, map, span, &events, order::whole(), &mut dec)?
             };
             clock.mark(format_args!("records read on one thread ({} chain parts symbolized)", dec.agg.symbolized_parts()));
             (dec, cut)
