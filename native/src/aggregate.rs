@@ -383,10 +383,14 @@ impl Aggregator {
         threads: usize,
     ) -> Output {
         let nsym = syms.len();
+        let t0 = std::time::Instant::now();
         let mut stamp = vec![u32::MAX; nsym];
         let mut outs = Vec::new();
         for (ai, acc) in self.acc.iter().enumerate() {
             outs.push(event_out_on(&events.attrs[ai], acc, &self.stacks, nsym, &mut stamp, threads));
+        }
+        if crate::timing::on() {
+            eprintln!("kperfdiff timing: events' profiles {:.3} ms", t0.elapsed().as_secs_f64() * 1e3);
         }
         let (stack_frames, stack_offsets) = (self.stacks.data, self.stacks.offsets);
         let mut stats = Vec::new();

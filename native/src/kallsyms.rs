@@ -462,11 +462,49 @@ impl<'a> Lines<'a> {
     }
 }
 
+/// The tables of consecutive ranges of addresses as one: addresses, names, where each name ends,
+/// modules. One table is taken as it is; several are copied into place on a thread each (the
+/// copy is mostly the first writes to the new arrays' pages).
+#[allow(clippy::type_complexity)]
+fn join(mut parts: Vec<Table>) -> Result<(Vec<u64>, String, Vec<u32>, Vec<u32>), ParseError> {
+    if parts.len() == 1 {
+        let t = parts.pop().unwrap();
+        return Ok((t.addrs, t.names?, t.name_ends, t.module));
+    }
+    let names: Vec<String> = parts.iter_mut().map(|t| std::mem::replace(&mut t.names, Ok(String::new()))).collect::<Result<_, _>>()?;
+    let total: usize = parts.iter().map(|t| t.addrs.len()).sum();
+    let (mut addrs, mut name_ends, mut module) = (vec![0u64; total], vec![0u32; total], vec![0u32; total]);
+    let mut names_buf = vec![0u8; names.iter().map(String::len).sum()];
+    std::thread::scope(|scope| {
+        let (mut a, mut e, mut m, mut nb) = (&mut addrs[..], &mut name_ends[..], &mut module[..], &mut names_buf[..]);
+        let mut base = 0u32;
+        for (t, n) in parts.iter().zip(&names) {
+            let k = t.addrs.len();
+            let (a1, a2) = std::mem::take(&mut a).split_at_mut(k);
+            let (e1, e2) = std::mem::take(&mut e).split_at_mut(k);
+            let (m1, m2) = std::mem::take(&mut m).split_at_mut(k);
+            let (n1, n2) = std::mem::take(&mut nb).split_at_mut(n.len());
+            (a, e, m, nb) = (a2, e2, m2, n2);
+            scope.spawn(move || {
+                a1.copy_from_slice(&t.addrs);
+                m1.copy_from_slice(&t.module);
+                e1.iter_mut().zip(&t.name_ends).for_each(|(d, &x)| *d = x + base);
+                n1.copy_from_slice(n.as_bytes());
+            });
+            base += n.len() as u32;
+        }
+    });
+    // SAFETY: the bytes are the ranges' names one after another, each a String's (valid UTF-8),
+    // and UTF-8 strings put end to end are UTF-8.
+    let names_buf = unsafe { String::from_utf8_unchecked(names_buf) };
+    Ok((addrs, names_buf, name_ends, module))
+}
+
 /// The table of a range of addresses: one symbol an address, the best-ranked of those there.
 struct Table {
     addrs: Vec<u64>,
-    /// The names one after another (UTF-8, names that are not read with U+FFFD), and where each ends.
-    names: Vec<u8>,
+    /// The names one after another (names that are not UTF-8 read with U+FFFD), and where each ends.
+    names: Result<String, ParseError>,
     name_ends: Vec<u32>,
     module: Vec<u32>,
 }
@@ -475,8 +513,9 @@ impl Table {
     /// From `entries` sorted by address, in file order within an address.
     fn of(data: &[u8], entries: &[Entry]) -> Table {
         let name_of = |e: &Entry| &data[e.start as usize..(e.start + e.len) as usize];
-        let mut t = Table { addrs: Vec::with_capacity(entries.len()), names: Vec::new(),
+        let mut t = Table { addrs: Vec::with_capacity(entries.len()), names: Ok(String::new()),
                             name_ends: Vec::with_capacity(entries.len()), module: Vec::with_capacity(entries.len()) };
+        let mut names = Vec::new();
         let mut i = 0;
         while i < entries.len() {
             let mut j = i + 1;
@@ -493,14 +532,15 @@ impl Table {
             t.addrs.push(best.addr);
             let name = name_of(best);
             if name.is_ascii() {
-                t.names.extend_from_slice(name);
+                names.extend_from_slice(name);
             } else {
-                t.names.extend_from_slice(String::from_utf8_lossy(name).as_bytes());
+                names.extend_from_slice(String::from_utf8_lossy(name).as_bytes());
             }
-            t.name_ends.push(t.names.len() as u32);
+            t.name_ends.push(names.len() as u32);
             t.module.push(best.module);
             i = j;
         }
+        t.names = String::from_utf8(names).map_err(|_| ParseError::NamesNotText);
         t
     }
 }
@@ -542,7 +582,11 @@ impl Kallsyms {
     /// `load`, a text file parsed on up to `threads` threads (`parse_on`).
     pub fn load_on(path: &Path, threads: usize) -> Result<Self, KallsymsError> {
         let path_buf = || path.to_path_buf();
+        let t0 = std::time::Instant::now();
         let bytes = read_maybe_gz(path).map_err(|source| KallsymsError::Read { path: path_buf(), source })?;
+        if crate::timing::on() {
+            eprintln!("kperfdiff timing: kallsyms file read {:.3} ms", t0.elapsed().as_secs_f64() * 1e3);
+        }
         if bytes.starts_with(b"\x7fELF") {
             return Self::from_elf(&bytes).map_err(|reason| KallsymsError::Vmlinux { path: path_buf(), reason });
         }
@@ -581,6 +625,12 @@ impl Kallsyms {
             return Err(ParseError::TooLarge);
         }
         let n = threads.min(data.len() / PARSE_CHUNK).max(1);
+        let t0 = std::time::Instant::now();
+        let mark = |what: &str| {
+            if crate::timing::on() {
+                eprintln!("kperfdiff timing: kallsyms {what} {:.3} ms", t0.elapsed().as_secs_f64() * 1e3);
+            }
+        };
         let mut cuts = vec![0usize];
         for i in 1..n {
             let c = (i * data.len() / n).max(*cuts.last().unwrap());
@@ -588,6 +638,7 @@ impl Kallsyms {
         }
         cuts.push(data.len());
         let chunks: Vec<Lines> = on_threads(n, |i| Lines::read(data, cuts[i], cuts[i + 1]));
+        mark("lines read");
         // the modules in order of first appearance, each chunk's numbers in that order; the
         // landmarks as the last line naming them gives them
         let mut modules: Vec<String> = vec!["[kernel.kallsyms]".to_string()];
@@ -642,17 +693,9 @@ impl Kallsyms {
             entries.sort_by_key(|e| e.addr);
             Table::of(data, &entries)
         });
-        let total: usize = parts.iter().map(|t| t.addrs.len()).sum();
-        let (mut addrs, mut name_ends, mut module) =
-            (Vec::with_capacity(total), Vec::with_capacity(total), Vec::with_capacity(total));
-        let mut names_buf = String::with_capacity(parts.iter().map(|t| t.names.len()).sum());
-        for t in parts {
-            let base = names_buf.len() as u32;
-            names_buf.push_str(&String::from_utf8(t.names).map_err(|_| ParseError::NamesNotText)?);
-            addrs.extend_from_slice(&t.addrs);
-            name_ends.extend(t.name_ends.iter().map(|e| e + base));
-            module.extend_from_slice(&t.module);
-        }
+        mark("tables by address");
+        let (addrs, names_buf, name_ends, module) = join(parts)?;
+        mark("joined");
         Ok(Kallsyms { addrs, names_buf, name_ends, module, modules, text, stext, etext, end, build_id: None })
     }
 

@@ -98,11 +98,12 @@ fn read_impl<T: ByteOrder>(
     let threads = parallel::threads_for(span.1 - span.0, opts.threads);
     let on_threads = threads > 1 && !compressed && events.samples_commute();
     let _pad = on_threads.then(parallel::HeapPad::set);
+    clock.mark(format_args!("layout and header"));
     let kallsyms = match &opts.kallsyms {
         Some(p) => Some(Kallsyms::load_shared(p, if on_threads { threads } else { 1 })?),
         None => None,
     };
-    clock.mark(format_args!("layout, header and kallsyms"));
+    clock.mark(format_args!("kallsyms"));
     if let Some(p) = &opts.kallsyms {
         facts.push(("kallsyms".into(), Fact::Str(p.display().to_string())));
     }
@@ -130,6 +131,7 @@ fn read_impl<T: ByteOrder>(
     warnings.append(&mut syms.warnings);
     warnings::closing(name, cut, &layout, &counts, agg.overflowed, &syms, &mut warnings);
     closing_facts(&mut facts, &layout, &counts, &agg, &syms);
+    clock.mark(format_args!("warnings and facts"));
     let comm_names = comms.map(|c| c.into_names()).unwrap_or_default();
     let out = agg.into_output(&events, syms, &counts.records, facts, warnings, comm_names, if on_threads { threads } else { 1 });
     clock.mark(format_args!("output built"));
