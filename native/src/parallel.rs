@@ -67,7 +67,7 @@ pub fn threads_for(len: usize, asked: usize) -> usize {
 
 /// Chunks a thread: more than one, so that a thread that is done early takes over part of
 /// another's share.
-const CHUNKS_PER_THREAD: usize = 4;
+const CHUNKS_PER_THREAD: usize = 8;
 
 /// The chunks of a file read on several threads, and the rounds that order its records.
 struct Plan {
@@ -440,7 +440,8 @@ fn take(share: &Mutex<(usize, usize)>) -> Option<usize> {
 }
 
 /// For thread `t`, whose share is done: the back half of the share with the most chunks left
-/// (two at least: the owner is reading one), which becomes `t`'s share; its first chunk, taken.
+/// (all of it when one is left: its owner is reading another), which becomes `t`'s share; its
+/// first chunk, taken.
 fn steal(shares: &[Mutex<(usize, usize)>], t: usize) -> Option<usize> {
     loop {
         let left = |s: &Mutex<(usize, usize)>| {
@@ -448,12 +449,12 @@ fn steal(shares: &[Mutex<(usize, usize)>], t: usize) -> Option<usize> {
             s.1 - s.0
         };
         let (victim, most) = (0..shares.len()).filter(|&v| v != t).map(|v| (v, left(&shares[v]))).max_by_key(|e| e.1)?;
-        if most < 2 {
+        if most == 0 {
             return None;
         }
         let (from, to) = {
             let mut s = shares[victim].lock().unwrap_or_else(|e| e.into_inner());
-            if s.1 - s.0 < 2 {
+            if s.1 == s.0 {
                 continue; // its owner got there first: look again
             }
             let mid = s.0 + (s.1 - s.0) / 2;
