@@ -92,10 +92,11 @@ struct BuildId {
 pub struct History {
     /// By key.
     entries: Vec<Entry>,
-    /// The entries of each process (Map, Exec, Fork), by key.
-    by_pid: FxHashMap<i32, Vec<u32>>,
-    /// The entries of each thread's name (Comm, ForkT), by key.
-    by_tid: FxHashMap<i32, Vec<u32>>,
+    /// The entries of each process (Map, Exec, Fork): (pid, entry index), by pid then key (a
+    /// sorted list: a file of many short-lived processes has hundreds of thousands of them).
+    by_pid: Vec<(i32, u32)>,
+    /// The entries of each thread's name (Comm, ForkT): (tid, entry index), likewise.
+    by_tid: Vec<(i32, u32)>,
     /// By key.
     build_ids: Vec<BuildId>,
     /// The kernel's mappings (pid -1: the kernel image and modules): key, late, region offset.
@@ -108,8 +109,8 @@ impl History {
     /// kept (per process or filtered by comm).
     pub fn build<T: ByteOrder>(region: &[u8], states: &[(usize, u64)], flushes: &Flushes, last_flush: Option<u32>,
                                names: bool) -> History {
-        let mut h = History { entries: Vec::with_capacity(states.len()), by_pid: FxHashMap::default(),
-                              by_tid: FxHashMap::default(), build_ids: Vec::new(), kernel: Vec::new() };
+        let mut h = History { entries: Vec::with_capacity(states.len()), by_pid: Vec::new(), by_tid: Vec::new(),
+                              build_ids: Vec::new(), kernel: Vec::new() };
         // (entry, its pid or tid, whether by tid)
         let mut raw: Vec<(Entry, i32, bool)> = Vec::with_capacity(states.len());
         let mut with_build_id: FxHashMap<(&[u8], bool), ()> = FxHashMap::default();
@@ -157,10 +158,11 @@ impl History {
         h.kernel.sort_unstable_by_key(|k| k.0);
         h.build_ids.sort_by_key(|b| b.key);
         for (ix, &(e, id, by_tid)) in raw.iter().enumerate() {
-            let list = if by_tid { h.by_tid.entry(id) } else { h.by_pid.entry(id) };
-            list.or_default().push(ix as u32);
+            if by_tid { &mut h.by_tid } else { &mut h.by_pid }.push((id, ix as u32));
             h.entries.push(e);
         }
+        h.by_pid.sort_unstable();
+        h.by_tid.sort_unstable();
         h
     }
 }
@@ -259,8 +261,9 @@ impl<'o, T: ByteOrder> Prefix<'o, T> {
         let mut reset_in: Option<usize> = None;
         for j in (0..self.k).rev() {
             let h = self.hist(j);
-            let list = if by_tid { h.by_tid.get(&id) } else { h.by_pid.get(&id) };
-            for &ix in list.map_or(&[][..], |l| &l[..]) {
+            let all = if by_tid { &h.by_tid } else { &h.by_pid };
+            let from = all.partition_point(|e| e.0 < id);
+            for &(_, ix) in all[from..].iter().take_while(|e| e.0 == id) {
                 let e = h.entries[ix as usize];
                 if self.visible(j, &e, before) {
                     if reset(e.op) && reset_in.is_none() {

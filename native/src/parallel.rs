@@ -250,7 +250,9 @@ pub fn read<'o, T: ByteOrder + 'o>(
             .collect();
         handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
     });
-    let Some(plan) = Plan::new(&stretches, len, threads * CHUNKS_PER_THREAD) else {
+    let plan = Plan::new(&stretches, len, threads * CHUNKS_PER_THREAD);
+    drop(stretches); // their state records are the plan's now
+    let Some(plan) = plan else {
         clock.mark(format_args!("index: not read in parts (a part's start unconfirmed, or compressed records)"));
         return Ok(None);
     };
