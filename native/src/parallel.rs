@@ -42,11 +42,11 @@ use crate::timing::Clock;
 use byteorder::ByteOrder;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
-/// Each thread's share is at least this large. A thread costs about 9M instructions of its
-/// own (its tables, its caches filling again, its share of the index and the merge; measured
-/// with callgrind on the 71 MB recording of docs/figures.md: 727M on one thread, 928M on 16),
-/// what reading 0.9 MB costs: a 4 MB share keeps that under a quarter of the thread's work, and
-/// more threads are then still faster (the merge grows by one level each time they double).
+/// Each thread's share is at least this large. A thread costs work of its own: its tables, its
+/// caches filling again, its share of the index, the history and the merge (callgrind on the 71 MB
+/// recording of docs/figures.md: 728M instructions on one thread, 834M on 2, 878M on 4, 1,069M on
+/// 16, that is 12-50M a thread, what reading 1.2-5 MB costs), which it pays while the others pay
+/// theirs. A 4 MB share still halves when the threads double, for one more level of the merge.
 const MIN_PART_BYTES: usize = 4 << 20;
 
 /// How many threads read `len` bytes of records when `asked` may: one per `MIN_PART_BYTES`, and
