@@ -295,7 +295,7 @@ impl Aggregator {
     /// this one are added in the order it met them (the order one reader of the whole
     /// file would have). False when a total would overflow (the file must be read by one
     /// reader, which skips the samples that would).
-    pub fn absorb(&mut self, other: Aggregator, syms: &[u32], comms: &[u32]) -> bool {
+    pub fn absorb(&mut self, other: &Aggregator, syms: &[u32], comms: &[u32]) -> bool {
         let mut frames = Vec::new();
         let stack_map: Vec<u32> = (0..other.stacks.len() as u32)
             .map(|s| {
@@ -306,13 +306,13 @@ impl Aggregator {
             .collect();
         self.symbolized += other.symbolized;
         self.overflowed += other.overflowed;
-        for (mine, theirs) in self.acc.iter_mut().zip(other.acc) {
+        for (mine, theirs) in self.acc.iter_mut().zip(&other.acc) {
             let Some(weight) = mine.weight.checked_add(theirs.weight) else {
                 return false;
             };
             mine.weight = weight;
             mine.samples += theirs.samples;
-            for (s, (w, c)) in theirs.by_stack.into_iter().enumerate() {
+            for (s, &(w, c)) in theirs.by_stack.iter().enumerate() {
                 if c == 0 {
                     continue;
                 }
@@ -323,7 +323,7 @@ impl Aggregator {
                 mine.by_stack[t].0 += w;
                 mine.by_stack[t].1 += c;
             }
-            for (k, (w, c)) in theirs.by_proc {
+            for (&k, &(w, c)) in &theirs.by_proc {
                 let key = (comms[(k >> 32) as usize] as u64) << 32 | stack_map[k as u32 as usize] as u64;
                 let e = mine.by_proc.entry(key).or_insert((0, 0));
                 e.0 += w;
@@ -399,7 +399,16 @@ impl Aggregator {
                 stats.push((format!("{:?}", linux_perf_event_reader::RecordType(t as u32)), c));
             }
         }
-        let t = syms.into_tables();
+        let t = if threads > 1 {
+            // what the read on threads is done with is freed after it returns (`cleanup`)
+            let mut syms = syms;
+            let t = syms.take_tables();
+            crate::cleanup::later(syms.leftovers());
+            crate::cleanup::later((self.chains, self.heads, self.tails, self.parts, self.acc, self.key, self.tail_key));
+            t
+        } else {
+            syms.into_tables()
+        };
         Output {
             facts,
             events: outs,

@@ -74,9 +74,10 @@ impl<'o> Comms<'o> {
     /// Takes in the names of a reader of a later part of the same file (`parallel`):
     /// its comm ids in this table (new names added in the order it met them). The
     /// threads' names now are the later reader's.
-    pub fn absorb(&mut self, other: Comms<'o>) -> Vec<u32> {
-        let map = other.names.into_iter().map(|n| self.intern(n)).collect();
-        self.by_tid = other.by_tid;
+    pub fn absorb(&mut self, other: &mut Comms<'o>) -> Vec<u32> {
+        let map = other.names.iter().map(|n| self.intern(n.clone())).collect();
+        let done = std::mem::replace(&mut self.by_tid, std::mem::take(&mut other.by_tid));
+        crate::cleanup::later((done, std::mem::take(&mut other.names), std::mem::take(&mut other.ids)));
         self.last = None;
         map
     }

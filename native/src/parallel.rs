@@ -476,13 +476,16 @@ fn merge<'o>(a: (Decoder<'o>, Option<Cut>), b: Option<(Decoder<'o>, Option<Cut>)
     let Some((dec, cut)) = b else {
         return Some((first, first_cut));
     };
-    let Decoder { syms, agg, counts, comms, .. } = dec;
-    let sym_map = first.syms.absorb(syms);
-    let comm_map = match (&mut first.comms, comms) {
+    let Decoder { mut syms, agg, counts, mut comms, .. } = dec;
+    let sym_map = first.syms.absorb(&mut syms);
+    let comm_map = match (&mut first.comms, &mut comms) {
         (Some(mine), Some(theirs)) => mine.absorb(theirs),
         _ => Vec::new(),
     };
-    if !first.agg.absorb(agg, &sym_map, &comm_map) {
+    let merged = first.agg.absorb(&agg, &sym_map, &comm_map);
+    // what the part leaves behind is freed after the read (`cleanup`)
+    crate::cleanup::later((syms.leftovers(), agg));
+    if !merged {
         return None;
     }
     first.counts.absorb(&counts);

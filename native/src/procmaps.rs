@@ -107,6 +107,11 @@ impl<'o> Processes<'o> {
         Processes { procs: PidTable::default(), next_gen: 0, gen_cache: [(0, 0, u64::MAX); 16], prefix: None }
     }
 
+    /// The processes, to be freed later (`cleanup`).
+    pub fn into_table(self) -> impl Send + 'static {
+        self.procs
+    }
+
     /// Whether process `pid` is still to be asked of the records before the part (a later
     /// part's reader that has not met it).
     #[inline]

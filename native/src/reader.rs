@@ -135,6 +135,7 @@ fn read_impl<T: ByteOrder>(
     let comm_names = comms.map(|c| c.into_names()).unwrap_or_default();
     let out = agg.into_output(&events, syms, &counts.records, facts, warnings, comm_names, if on_threads { threads } else { 1 });
     clock.mark(format_args!("output built"));
+    crate::cleanup::finish();
     Ok(out)
 }
 

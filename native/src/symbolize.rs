@@ -275,7 +275,7 @@ impl<'o> Symbols<'o> {
     /// later reader's, which has seen more of the file; the kernel addresses looked up are
     /// the union of both, counted once; a DSO's symbols are what the first reader that looked
     /// for them found. Absorbing B then C gives what absorbing C into B, then that, gives.
-    pub fn absorb(&mut self, other: Symbols<'o>) -> Vec<u32> {
+    pub fn absorb(&mut self, other: &mut Symbols<'o>) -> Vec<u32> {
         let dso_map: Vec<u32> = other
             .dsos
             .iter()
@@ -311,13 +311,36 @@ impl<'o> Symbols<'o> {
             }
         }
         self.kernel_reloc = other.kernel_reloc;
-        self.kernel_ref = other.kernel_ref;
+        self.kernel_ref = other.kernel_ref.take();
         self.kernel_map = other.kernel_map;
-        self.module_maps = other.module_maps;
-        self.procs = other.procs;
-        self.warnings = other.warnings;
+        self.module_maps = std::mem::take(&mut other.module_maps);
+        let done = std::mem::replace(&mut self.procs, std::mem::replace(&mut other.procs, Processes::new()));
+        crate::cleanup::later(done.into_table());
+        self.warnings = std::mem::take(&mut other.warnings);
         self.recent.clear();
         sym_map
+    }
+
+    /// The tables the output carries, taken out (`into_tables` without the rest).
+    pub fn take_tables(&mut self) -> Tables {
+        Tables {
+            sym_names: std::mem::take(&mut self.sym_names),
+            sym_dso: std::mem::take(&mut self.sym_dso),
+            sym_kernel: std::mem::take(&mut self.sym_kernel),
+            dso_names: self.dsos.iter().map(|d| d.name.clone()).collect(),
+            dso_paths: self.dsos.iter().map(|d| d.path.clone()).collect(),
+        }
+    }
+
+    /// What a reader that is done holds (its tables, caches and processes), taken out to be
+    /// freed later (`cleanup`).
+    pub fn leftovers(&mut self) -> impl Send + 'static {
+        use std::mem::take;
+        (
+            (take(&mut self.sym_names), take(&mut self.sym_dso), take(&mut self.sym_kernel), take(&mut self.sym_intern)),
+            (take(&mut self.dsos), take(&mut self.dso_by_path), take(&mut self.kallsyms_sym), take(&mut self.kaddr_cache)),
+            (take(&mut self.uaddr_cache), take(&mut self.recent.slots), std::mem::replace(&mut self.procs, Processes::new()).into_table()),
+        )
     }
 
     /// The DSO of a user mapping of `path` (`mmap`), added when new, taking `build_id` when it
