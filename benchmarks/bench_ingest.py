@@ -15,6 +15,19 @@ file on 2 cores at least 1.7x one core).
     python benchmarks/bench_ingest.py [--shapes fork,shell,threads,kernel] [--dir /tmp/kpd-shapes] [--rerecord]
         [--seconds 30] [--freq 20000] [--repeat 9] [--threads N] [--before DIR]
 
+The thread curve (``--curve``): one file read by ``native.read_perf_data(threads=N)`` for N = 1, 2,
+4, ... up to the CPUs (and the CPU count itself; ``--curve-threads 1,2,4,8,16`` picks others, more
+than the CPUs to see what oversubscription costs). ``--repeat`` interleaved rounds, each running
+every N once in a fresh child process that times the read itself; per N the best and median
+seconds, the speed-up over one thread, Msamples/s, the CPU time of all the child's threads over
+the read (user + sys, and CPU/wall: how many threads were busy), voluntary context switches, and
+whether the dict (plain and per process) is identical to the one of ``threads=1``. It exits 1 on
+a mismatch. With ``--file`` the curve of that file, else of each shape; ``--symfs DIR`` reads
+user-space symbols from DIR (a recording made on another machine):
+
+    python benchmarks/bench_ingest.py --curve --file PERF.DATA --kallsyms KALLSYMS [--symfs DIR] [--repeat 5]
+    python benchmarks/bench_ingest.py --curve [--shapes ...] [--curve-threads 1,2,4,8,16]
+
 With ``--file PERF.DATA --kallsyms FILE`` it times one file in detail instead: native ingest and
 ``ingest.perfdata.load`` (each also with ``by_process=True``, stacks per process name, as export
 and diff --folded read), ``perf report --stdio --sort sym -g none --no-children``, ``perf script``,
@@ -23,9 +36,12 @@ at once (``ingest.load.load_many`` with one worker and one per CPU); with sample
 the time as a multiple of the native ingest's and peak memory (max RSS of each child process). ``--full`` adds
 ``perf report`` with the call graph (slow: 16 s and 5 GB for a million samples).
 
-The Rust reader alone, without Python (for profiling with ``perf record``):
+The Rust reader alone, without Python (for profiling with ``perf record``; ``KPD_THREADS=N`` for N
+threads), and where one read's time goes, phase by phase and thread by thread (any reader, the
+Python module's too, with ``KPERFDIFF_TIMING=1`` in the environment: lines on stderr):
 
     cd native && cargo run --release --example ingest_time -- FILE KALLSYMS [REPEAT]
+    KPERFDIFF_TIMING=1 KPD_THREADS=4 cargo run --release --example ingest_time -- FILE KALLSYMS 1
 """
 from __future__ import annotations
 
@@ -33,6 +49,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -58,12 +75,13 @@ def timed(argv: list[str], stdout=subprocess.DEVNULL) -> tuple[float, float]:
 
 
 CHILD = r"""
-import json, sys, time
+import json, resource, sys, time
 sys.path.insert(0, sys.argv[4])
 from functools import partial
 from kperfdiff import native
 from kperfdiff.ingest import perfdata
 path, ks, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+kw = {"symfs": [sys.argv[5]]} if len(sys.argv) > 5 and sys.argv[5] else {}
 
 
 def first_difference(a, b, where="dict"):
@@ -90,20 +108,30 @@ def first_difference(a, b, where="dict"):
 
 t = time.perf_counter()
 if mode == "native":
-    d = native.read_perf_data(path, kallsyms=ks)
+    d = native.read_perf_data(path, kallsyms=ks, **kw)
     n = sum(e["samples"] for e in d["events"])
     extra = {"stacks": len(d["stack_offsets"]) // 8 - 1, "symbols": len(d["sym_names"])}
 elif mode.startswith("threads"):
-    d = native.read_perf_data(path, kallsyms=ks, threads=int(mode[7:]))
+    d = native.read_perf_data(path, kallsyms=ks, threads=int(mode[7:]), **kw)
     n = sum(e["samples"] for e in d["events"])
     extra = {}
+elif mode.startswith("curve"):
+    # the read alone, with the CPU time of every thread of the process over it
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
+    t = time.perf_counter()
+    d = native.read_perf_data(path, kallsyms=ks, threads=int(mode[5:]), **kw)
+    t1 = time.perf_counter()
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    n = sum(e["samples"] for e in d["events"])
+    extra = {"seconds": t1 - t, "user": r1.ru_utime - r0.ru_utime, "sys": r1.ru_stime - r0.ru_stime,
+             "vcsw": r1.ru_nvcsw - r0.ru_nvcsw, "minflt": r1.ru_minflt - r0.ru_minflt}
 elif mode.startswith("compare"):
     # the whole dict, plain and per process; but for the count of chain parts each thread's
     # caches missed, the one per-thread figure (a fact, not part of the profile)
     diff = None
     for by_process in (False, True):
-        one = native.read_perf_data(path, kallsyms=ks, threads=1, by_process=by_process)
-        many = native.read_perf_data(path, kallsyms=ks, threads=int(mode[7:]), by_process=by_process)
+        one = native.read_perf_data(path, kallsyms=ks, threads=1, by_process=by_process, **kw)
+        many = native.read_perf_data(path, kallsyms=ks, threads=int(mode[7:]), by_process=by_process, **kw)
         for d in (one, many):
             d["header"].pop("symbolized_chain_parts", None)
         diff = diff or first_difference(one, many, f"by_process={by_process}")
@@ -131,16 +159,16 @@ print(json.dumps({"seconds": time.perf_counter() - t, "samples": n, **extra}))
 """
 
 
-def child(data: Path, ks: Path, mode: str, root: Path = ROOT) -> list[str]:
+def child(data: Path, ks: Path, mode: str, root: Path = ROOT, symfs: Path | None = None) -> list[str]:
     """The command that reads ``data`` with the kperfdiff checkout at ``root``: this one with this
-    interpreter, another with its own venv (``make setup``)."""
+    interpreter, another with its own venv (``make setup``); native reads with ``symfs`` when given."""
     python = sys.executable if root == ROOT else str(root / ".venv" / "bin" / "python")
-    return [python, "-c", CHILD, str(data), str(ks), mode, str(root / "src")]
+    return [python, "-c", CHILD, str(data), str(ks), mode, str(root / "src"), str(symfs or "")]
 
 
-def kperfdiff_run(data: Path, ks: Path, mode: str, root: Path = ROOT) -> dict:
+def kperfdiff_run(data: Path, ks: Path, mode: str, root: Path = ROOT, symfs: Path | None = None) -> dict:
     """Time kperfdiff's ingest inside a fresh child (its own timer, without interpreter start-up)."""
-    p = subprocess.run(child(data, ks, mode, root), capture_output=True, text=True)
+    p = subprocess.run(child(data, ks, mode, root, symfs), capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit(f"kperfdiff ingest failed ({mode}, {root}): {p.stderr.strip()[-2000:]}")
     return json.loads(p.stdout)
@@ -236,6 +264,61 @@ def print_shapes(rows: list[dict], args, threads: int | None) -> None:
         raise SystemExit(1)
 
 
+def curve_counts(ncpu: int) -> list[int]:
+    """1, 2, 4, ... up to the CPUs, and the CPUs themselves."""
+    counts = [1]
+    while counts[-1] * 2 <= ncpu:
+        counts.append(counts[-1] * 2)
+    if counts[-1] != ncpu:
+        counts.append(ncpu)
+    return counts
+
+
+def thread_curve(data: Path, ks: Path, counts: list[int], repeat: int, symfs: Path | None = None) -> list[dict]:
+    """One file read by ``native.read_perf_data(threads=N)`` for each N of ``counts``: ``repeat``
+    interleaved rounds (each runs every N once, in a rotated order), each a fresh child timing the
+    read itself; per N the best round (its CPU time: user + sys of every thread over the read),
+    the median, and the first difference of the dict from the one of ``threads=1`` (None)."""
+    runs: dict[int, list[dict]] = {n: [] for n in counts}
+    for r in range(repeat):
+        k = r % len(counts)
+        for n in counts[k:] + counts[:k]:
+            runs[n].append(kperfdiff_run(data, ks, f"curve{n}", symfs=symfs))
+    rows = []
+    for n in counts:
+        b = min(runs[n], key=lambda i: i["seconds"])
+        b.update(threads=n, median=statistics.median(i["seconds"] for i in runs[n]),
+                 difference=None if n == 1 else kperfdiff_run(data, ks, f"compare{n}", symfs=symfs)["difference"])
+        rows.append(b)
+    return rows
+
+
+def print_curve(data: Path, rows: list[dict], repeat: int) -> bool:
+    """The curve's table; False when a thread count's dict differs from one thread's."""
+    ncpu = len(os.sched_getaffinity(0))
+    base = next((r["seconds"] for r in rows if r["threads"] == 1), None)
+    print(f"one file on 1..N threads: {data} ({data.stat().st_size / 1e6:.1f} MB, {rows[0]['samples']} samples); "
+          f"native.read_perf_data(threads=N), best of {repeat} interleaved rounds, each a fresh child process "
+          f"timing the read; {ncpu} CPUs; load 1m {load1():.2f}")
+    print(f"{'threads':>7} {'best s':>8} {'median s':>9} {'speed-up':>9} {'Msamples/s':>11} {'CPU s':>7} "
+          f"{'CPU/wall':>8} {'usr s':>7} {'sys s':>7} {'vcsw':>6}  dict vs threads=1")
+    same = True
+    for r in rows:
+        cpu = r["user"] + r["sys"]
+        up = f"{base / r['seconds']:8.2f}x" if base else f"{'':>9}"
+        if r["threads"] == 1:
+            ident = "(the reference)"
+        elif r["difference"] is None:
+            ident = "identical"
+        else:
+            ident, same = f"MISMATCH: {r['difference']}", False
+        print(f"{r['threads']:7d} {r['seconds']:8.3f} {r['median']:9.3f} {up} {msps(r['samples'], r['seconds']):11.2f} "
+              f"{cpu:7.3f} {cpu / r['seconds']:8.2f} {r['user']:7.3f} {r['sys']:7.3f} {r['vcsw']:6d}  {ident}")
+    print("  speed-up: best of threads=1 / best of threads=N; CPU: user+sys of the child's threads over the read; "
+          "CPU/wall near N: N threads busy; vcsw: voluntary context switches (blocking) over the read")
+    return same
+
+
 def single_file(data: Path, ks: Path, args, threads: int | None) -> None:
     """The detailed rows of one file (--file)."""
     size_mb = data.stat().st_size / 1e6
@@ -312,6 +395,12 @@ def main() -> None:
     ap.add_argument("--file", type=Path, help="time this perf.data in detail instead of the shapes")
     ap.add_argument("--kallsyms", type=Path, help="the kallsyms of --file")
     ap.add_argument("--full", action="store_true", help="with --file: add perf report with the call graph (slow)")
+    ap.add_argument("--curve", action="store_true",
+                    help="only the thread curve: the file (--file) or each shape read on 1, 2, 4, ... threads up to "
+                         "the CPUs (--curve-threads), with speed-up, CPU time and the dict against one thread")
+    ap.add_argument("--curve-threads", metavar="LIST",
+                    help="the thread counts of --curve, comma-separated (default: 1, 2, 4, ... up to the CPUs)")
+    ap.add_argument("--symfs", type=Path, help="with --curve: read user-space symbols from this folder")
     ap.add_argument("--before", type=Path, metavar="DIR",
                     help="another kperfdiff checkout (built with make setup) to time beside this one")
     args = ap.parse_args()
@@ -322,6 +411,29 @@ def main() -> None:
     if args.before and not (args.before / ".venv" / "bin" / "python").exists():
         raise SystemExit(f"--before {args.before}: no .venv/bin/python there (run make setup in it)")
     threads = args.threads if has_threads() else None
+    if args.curve:
+        if not threads:
+            raise SystemExit("--curve: this checkout's native.read_perf_data takes no `threads`")
+        counts = ([int(x) for x in args.curve_threads.split(",") if x] if args.curve_threads
+                  else curve_counts(len(os.sched_getaffinity(0))))
+        if 1 not in counts:
+            counts.insert(0, 1)
+        if args.file:
+            if not args.kallsyms:
+                raise SystemExit("--file needs --kallsyms")
+            todo = [(args.file, args.kallsyms)]
+        else:
+            picked = [s for s in args.shapes.split(",") if s]
+            files = shapes.recordings(args.dir, picked, sides=("a",), seconds=args.seconds, freq=args.freq,
+                                      rerecord=args.rerecord)
+            todo = [(files[(s, "a")], args.dir / "kallsyms") for s in picked]
+        ok = True
+        for data, ks in todo:
+            subprocess.run(["cat", str(data)], stdout=subprocess.DEVNULL)   # the page cache
+            ok &= print_curve(data, thread_curve(data, ks, counts, args.repeat, args.symfs), args.repeat)
+        if not ok:
+            raise SystemExit(1)
+        return
     if args.file:
         if not args.kallsyms:
             raise SystemExit("--file needs --kallsyms")

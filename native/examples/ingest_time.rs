@@ -1,13 +1,13 @@
 //! Times the native reader on one file, without Python:
 //! `cargo run --release --example ingest_time -- FILE [KALLSYMS] [REPEAT]`
 //! (with `KPD_BY_PROCESS=1` in the environment, also aggregated per process name; with
-//! `KPD_THREADS=N`, on N threads).
+//! `KPD_THREADS=N`, on N threads; with `KPD_SYMFS=DIR[:DIR...]`, user symbols from those folders).
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let path = std::path::PathBuf::from(args.get(1).expect("usage: ingest_time FILE [KALLSYMS] [REPEAT]"));
     let opts = native::reader::Options {
         kallsyms: args.get(2).filter(|s| !s.is_empty()).map(Into::into),
-        symfs: Vec::new(),
+        symfs: std::env::var("KPD_SYMFS").map(|v| v.split(':').map(Into::into).collect()).unwrap_or_default(),
         debug_dirs: Vec::new(),
         by_process: std::env::var_os("KPD_BY_PROCESS").is_some(),
         threads: std::env::var("KPD_THREADS").ok().and_then(|t| t.parse().ok()).unwrap_or(1),

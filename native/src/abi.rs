@@ -23,6 +23,8 @@ pub const ATTR_FLAG_FREQ: u64 = 1 << 10;
 pub const ATTR_FLAG_SAMPLE_ID_ALL: u64 = 1 << 18;
 
 pub const MISC_MMAP_BUILD_ID: u16 = 1 << 14;
+/// A COMM record made by an exec (perf_event.h's PERF_RECORD_MISC_COMM_EXEC).
+pub const MISC_COMM_EXEC: u16 = 1 << 13;
 
 // Record types: the kernel's (below 64), then perf's own.
 pub const REC_MMAP: u32 = 1;

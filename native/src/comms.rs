@@ -11,32 +11,54 @@
 //! kernel's are at most 15), decoded lossily from UTF-8, control characters (which would
 //! break a line-based output such as folded stacks) replaced by U+FFFD.
 use rustc_hash::FxHashMap;
+use std::sync::Arc;
+
+/// What the records before a part of the file named the threads (`history::Prefix`).
+pub trait EarlierNames: Send + Sync {
+    /// The name of thread `tid` when the part begins (None when it has none), as `clean` makes it.
+    fn comm(&self, tid: i32) -> Option<String>;
+}
+
+/// A thread known to have no name (`by_tid`): named `:TID`.
+const UNNAMED: u32 = u32::MAX;
 
 /// The longest name kept, in bytes (the kernel's TASK_COMM_LEN is 16 with its NUL).
 pub const MAX_COMM: usize = 256;
 
-pub struct Comms {
+pub struct Comms<'o> {
     /// Interned names; a comm id is an index.
     names: Vec<String>,
     ids: FxHashMap<String, u32>,
-    /// The comm id of each named thread.
+    /// The comm id of each thread met (UNNAMED: known to have none).
     by_tid: FxHashMap<i32, u32>,
     /// (tid, comm id) of the last lookup, valid until a record changes a comm.
     last: Option<(i32, u32)>,
+    /// What the records before this reader's part named the threads (a later part's
+    /// reader: `parallel`), asked the first time a thread is met.
+    pub prefix: Option<Arc<dyn EarlierNames + 'o>>,
 }
 
-impl Default for Comms {
+impl Default for Comms<'_> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl Comms {
+impl<'o> Comms<'o> {
     pub fn new() -> Self {
-        let mut c = Comms { names: Vec::new(), ids: FxHashMap::default(), by_tid: FxHashMap::default(), last: None };
+        let mut c =
+            Comms { names: Vec::new(), ids: FxHashMap::default(), by_tid: FxHashMap::default(), last: None, prefix: None };
         let swapper = c.intern("swapper".to_string());
         c.by_tid.insert(0, swapper);
         c
+    }
+
+    /// Makes this the reader of a later part (`prefix`): a thread's name is asked of the
+    /// records before the part the first time the thread is met, `swapper`'s too.
+    pub fn attach(&mut self, prefix: Arc<dyn EarlierNames + 'o>) {
+        self.by_tid.clear();
+        self.last = None;
+        self.prefix = Some(prefix);
     }
 
     fn intern(&mut self, name: String) -> u32 {
@@ -52,9 +74,10 @@ impl Comms {
     /// Takes in the names of a reader of a later part of the same file (`parallel`):
     /// its comm ids in this table (new names added in the order it met them). The
     /// threads' names now are the later reader's.
-    pub fn absorb(&mut self, other: Comms) -> Vec<u32> {
-        let map = other.names.into_iter().map(|n| self.intern(n)).collect();
-        self.by_tid = other.by_tid;
+    pub fn absorb(&mut self, other: &mut Comms<'o>) -> Vec<u32> {
+        let map = other.names.iter().map(|n| self.intern(n.clone())).collect();
+        let done = std::mem::replace(&mut self.by_tid, std::mem::take(&mut other.by_tid));
+        crate::cleanup::later((done, std::mem::take(&mut other.names), std::mem::take(&mut other.ids)));
         self.last = None;
         map
     }
@@ -68,15 +91,33 @@ impl Comms {
 
     /// A FORK record: thread `tid` is new, with the comm of thread `ptid` when it has one.
     pub fn fork(&mut self, tid: i32, ptid: i32) {
-        match self.by_tid.get(&ptid).copied() {
-            Some(id) => {
-                self.by_tid.insert(tid, id);
-            }
-            None => {
-                self.by_tid.remove(&tid);
-            }
-        }
+        let id = self.named(ptid).unwrap_or(UNNAMED);
+        self.by_tid.insert(tid, id);
         self.last = None;
+    }
+
+    /// The comm id of thread `tid` when it has a name now.
+    #[inline]
+    fn named(&mut self, tid: i32) -> Option<u32> {
+        match self.by_tid.get(&tid) {
+            Some(&UNNAMED) => None,
+            Some(&id) => Some(id),
+            None if self.prefix.is_some() => self.fill(tid),
+            None => None,
+        }
+    }
+
+    /// A thread met for the first time by a later part's reader: its name as the records
+    /// before the part left it, kept (UNNAMED when they give none, so it is asked once).
+    #[cold]
+    #[inline(never)]
+    fn fill(&mut self, tid: i32) -> Option<u32> {
+        let name = self.prefix.as_ref().and_then(|p| p.comm(tid));
+        // tid 0 is `swapper` until a record names it otherwise (`new`)
+        let name = name.or_else(|| (tid == 0).then(|| "swapper".to_string()));
+        let id = name.map(|n| self.intern(n));
+        self.by_tid.insert(tid, id.unwrap_or(UNNAMED));
+        id
     }
 
     /// The comm id of thread `tid` now (`:TID` when it was never named).
@@ -87,8 +128,8 @@ impl Comms {
                 return id;
             }
         }
-        let id = match self.by_tid.get(&tid) {
-            Some(&id) => id,
+        let id = match self.named(tid) {
+            Some(id) => id,
             None => self.intern(format!(":{tid}")),
         };
         self.last = Some((tid, id));

@@ -21,6 +21,7 @@ use crate::symbolize::Symbols;
 use byteorder::ByteOrder;
 use linux_perf_event_reader::{CommOrExecRecord, ForkOrExitRecord, Mmap2FileId, Mmap2Record, MmapRecord, RawData};
 use rustc_hash::{FxHashMap, FxHashSet};
+use std::borrow::Cow;
 
 /// What the records held besides the profile.
 pub struct Counts {
@@ -69,7 +70,7 @@ pub struct Decoder<'a> {
     /// Ids whose next value only restarts counting (after one that went backwards).
     read_resync: FxHashSet<u64>,
     /// The threads' names, when samples are also aggregated per process or filtered by comm.
-    pub comms: Option<Comms>,
+    pub comms: Option<Comms<'a>>,
     /// Whether samples are aggregated per process (`comms` may also serve the filter alone).
     by_process: bool,
     /// Which samples to keep (None: every one).
@@ -206,25 +207,6 @@ impl<'a> Decoder<'a> {
             }
         }
     }
-
-    fn mmap2<T: ByteOrder>(&mut self, misc: u16, body: &[u8], counted: bool) {
-        // linux-perf-event-reader asserts (panics) on a build id longer than 20 bytes
-        if misc & MISC_MMAP_BUILD_ID != 0 && body.get(32).is_some_and(|&n| n > 20) {
-            self.counts.malformed_other += counted as u64;
-            return;
-        }
-        if let Ok(r) = Mmap2Record::parse::<T>(RawData::Single(body), misc) {
-            let path = r.path.as_slice();
-            let bid = match r.file_id {
-                Mmap2FileId::BuildId(b) => Some(b),
-                _ => None,
-            };
-            let exec = r.protection & 4 != 0; // PROT_EXEC
-            if self.syms.mmap(r.pid, r.address, r.length, r.page_offset, &path, exec, bid) {
-                self.relocated();
-            }
-        }
-    }
 }
 
 impl Decoder<'_> {
@@ -232,38 +214,30 @@ impl Decoder<'_> {
     /// fork). `counted`: whether it is this reader's to count (not a replay).
     #[inline]
     fn state<T: ByteOrder>(&mut self, ty: u32, misc: u16, body: &[u8], counted: bool) {
-        let raw = RawData::Single(body);
-        match ty {
-            REC_MMAP => {
-                if let Ok(r) = MmapRecord::parse::<T>(raw, misc) {
-                    let path = r.path.as_slice();
-                    if self.syms.mmap(r.pid, r.address, r.length, r.page_offset, &path, r.is_executable, None) {
-                        self.relocated();
-                    }
+        match parse_state::<T>(ty, misc, body) {
+            Some(StateOp::Map { pid, start, len, pgoff, path, exec, build_id }) => {
+                if self.syms.mmap(pid, start, len, pgoff, &path, exec, build_id) {
+                    self.relocated();
                 }
             }
-            REC_MMAP2 => self.mmap2::<T>(misc, body, counted),
-            REC_COMM => {
-                if let Ok(r) = CommOrExecRecord::parse::<T>(raw, misc) {
-                    if r.is_execve && r.pid == r.tid {
-                        self.syms.procs.exec(r.pid);
-                    }
-                    if let Some(c) = &mut self.comms {
-                        c.set(r.tid, &r.name.as_slice());
-                    }
+            Some(StateOp::BadMap) => self.counts.malformed_other += counted as u64,
+            Some(StateOp::Comm { pid, tid, exec, name }) => {
+                if exec && pid == tid {
+                    self.syms.procs.exec(pid);
+                }
+                if let Some(c) = &mut self.comms {
+                    c.set(tid, &name);
                 }
             }
-            REC_FORK => {
-                if let Ok(r) = ForkOrExitRecord::parse::<T>(raw) {
-                    if r.pid != r.ppid {
-                        self.syms.procs.fork(r.pid, r.ppid);
-                    }
-                    if let Some(c) = &mut self.comms {
-                        c.fork(r.tid, r.ptid);
-                    }
+            Some(StateOp::Fork { pid, ppid, tid, ptid }) => {
+                if pid != ppid {
+                    self.syms.fork(pid, ppid);
+                }
+                if let Some(c) = &mut self.comms {
+                    c.fork(tid, ptid);
                 }
             }
-            _ => {}
+            None => {}
         }
     }
 
@@ -305,6 +279,89 @@ impl RecordSink for Decoder<'_> {
 
     fn replay<T: ByteOrder>(&mut self, ty: u32, misc: u16, body: &[u8], _ai: usize) {
         self.state::<T>(ty, misc, body, false);
+    }
+}
+
+/// What a record that changes the reader's state (`changes_state`) says.
+pub enum StateOp<'b> {
+    /// An MMAP or MMAP2 record: a mapping of `path` (pid -1: the kernel's).
+    Map { pid: i32, start: u64, len: u64, pgoff: u64, path: Cow<'b, [u8]>, exec: bool, build_id: Option<Vec<u8>> },
+    /// An MMAP2 record with an impossible build id: skipped (and counted as malformed).
+    BadMap,
+    /// A COMM record: thread `tid` is named `name`; `exec` when it comes from an exec.
+    Comm { pid: i32, tid: i32, exec: bool, name: Cow<'b, [u8]> },
+    /// A FORK record: `pid`/`tid` new, from `ppid`/`ptid`.
+    Fork { pid: i32, ppid: i32, tid: i32, ptid: i32 },
+}
+
+/// A state record's meaning (`changes_state`): None when it does not parse (it is then
+/// ignored) or is of another type. The one parser of these records, for the reader and for
+/// the history of what comes before a part (`history`).
+#[inline]
+pub fn parse_state<T: ByteOrder>(ty: u32, misc: u16, body: &[u8]) -> Option<StateOp<'_>> {
+    let raw = RawData::Single(body);
+    match ty {
+        REC_MMAP => {
+            let r = MmapRecord::parse::<T>(raw, misc).ok()?;
+            Some(StateOp::Map { pid: r.pid, start: r.address, len: r.length, pgoff: r.page_offset,
+                                path: r.path.as_slice(), exec: r.is_executable, build_id: None })
+        }
+        REC_MMAP2 => {
+            // linux-perf-event-reader asserts (panics) on a build id longer than 20 bytes
+            if misc & MISC_MMAP_BUILD_ID != 0 && body.get(32).is_some_and(|&n| n > 20) {
+                return Some(StateOp::BadMap);
+            }
+            let r = Mmap2Record::parse::<T>(raw, misc).ok()?;
+            let build_id = match r.file_id {
+                Mmap2FileId::BuildId(b) => Some(b),
+                _ => None,
+            };
+            // PROT_EXEC
+            Some(StateOp::Map { pid: r.pid, start: r.address, len: r.length, pgoff: r.page_offset,
+                                path: r.path.as_slice(), exec: r.protection & 4 != 0, build_id })
+        }
+        REC_COMM => {
+            let r = CommOrExecRecord::parse::<T>(raw, misc).ok()?;
+            Some(StateOp::Comm { pid: r.pid, tid: r.tid, exec: r.is_execve, name: r.name.as_slice() })
+        }
+        REC_FORK => {
+            let r = ForkOrExitRecord::parse::<T>(raw).ok()?;
+            Some(StateOp::Fork { pid: r.pid, ppid: r.ppid, tid: r.tid, ptid: r.ptid })
+        }
+        _ => None,
+    }
+}
+
+/// Whom a state record concerns (`history`): the records `parse_state` parses (the same
+/// checks of their length), read without their names and paths.
+pub enum StateIds {
+    /// An MMAP or MMAP2 record of process `pid` (-1: the kernel's), with a build id or not.
+    Map { pid: i32, build_id: bool },
+    /// A COMM record of thread `tid` of process `pid`, made by an exec or not.
+    Comm { pid: i32, tid: i32, exec: bool },
+    Fork { pid: i32, ppid: i32, tid: i32, ptid: i32 },
+}
+
+/// `parse_state`'s record, whom it concerns only (None for a record it does not parse, or an
+/// MMAP2 record with an impossible build id).
+#[inline]
+pub fn state_ids<T: ByteOrder>(ty: u32, misc: u16, body: &[u8]) -> Option<StateIds> {
+    let word = |i: usize| T::read_u32(&body[4 * i..4 * i + 4]) as i32;
+    match ty {
+        // pid, tid, address, length, page offset
+        REC_MMAP if body.len() >= 32 => Some(StateIds::Map { pid: word(0), build_id: false }),
+        REC_MMAP2 => {
+            let build_id = misc & MISC_MMAP_BUILD_ID != 0;
+            if build_id && body.get(32).is_some_and(|&n| n > 20) {
+                return None;
+            }
+            // and the file's id (24 bytes), protection and flags
+            (body.len() >= 64).then(|| StateIds::Map { pid: word(0), build_id })
+        }
+        REC_COMM if body.len() >= 8 => Some(StateIds::Comm { pid: word(0), tid: word(1), exec: misc & MISC_COMM_EXEC != 0 }),
+        // and a time
+        REC_FORK if body.len() >= 24 => Some(StateIds::Fork { pid: word(0), ppid: word(1), tid: word(2), ptid: word(3) }),
+        _ => None,
     }
 }
 

@@ -56,6 +56,9 @@ pub struct Events {
     /// The same, as a list, when there are few ids (a scan beats hashing).
     id_list: Vec<(u64, usize)>,
     all_identifier: bool,
+    /// Whether every event's records keep their time at the same place (`Attr::time_from_start`,
+    /// `time_from_end`): a record's time is then read without finding its event.
+    same_time_layout: bool,
 }
 
 /// Build ids by path.
@@ -148,7 +151,11 @@ impl Events {
             attrs.push(Attr::new(a, name));
         }
         let all_identifier = attrs.iter().all(|a| a.sample_type & SAMPLE_IDENTIFIER != 0);
-        Events { attrs, id_list: id_to_attr.iter().map(|(&k, &v)| (k, v)).collect(), id_to_attr, all_identifier }
+        let same_time_layout = attrs.windows(2).all(|w| {
+            (w[0].time_from_start, w[0].time_from_end) == (w[1].time_from_start, w[1].time_from_end)
+        });
+        Events { attrs, id_list: id_to_attr.iter().map(|(&k, &v)| (k, v)).collect(), id_to_attr, all_identifier,
+                 same_time_layout }
     }
 
     pub fn len(&self) -> usize {
@@ -159,6 +166,13 @@ impl Events {
     /// (PERF_SAMPLE_READ), which are differences from the previous sample.
     pub fn samples_commute(&self) -> bool {
         self.attrs.iter().all(|a| a.sample_type & SAMPLE_READ == 0)
+    }
+
+    /// The event whose layout gives a record's time (`order::time_of`) when every event's is
+    /// the same: the record's own event need not be found.
+    #[inline]
+    pub fn time_layout(&self) -> Option<&Attr> {
+        self.same_time_layout.then(|| &self.attrs[0])
     }
 
     /// The event a record is of (the first when its id is missing or unknown).

@@ -379,12 +379,170 @@ pub fn symbol_map<'py>(py: pyo3::Python<'py>, data: &[u8]) -> pyo3::PyResult<pyo
 }
 
 /// A symbol kept from a line: its address, where its name is in the file, its module and type.
+#[derive(Clone, Copy)]
 struct Entry {
     addr: u64,
     start: u32,
     len: u32,
     module: u32,
     ty: u8,
+}
+
+/// Each thread of `Kallsyms::parse_on` reads at least this much of the file.
+const PARSE_CHUNK: usize = 256 << 10;
+
+/// `f(0..n)`, on `n` threads when `n` is above 1, in order.
+fn on_threads<R: Send>(n: usize, f: impl Fn(usize) -> R + Sync) -> Vec<R> {
+    if n == 1 {
+        return vec![f(0)];
+    }
+    let f = &f;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n).map(|i| s.spawn(move || f(i))).collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+    })
+}
+
+/// What one chunk of a kallsyms file's lines holds: its kept symbols sorted by address (file
+/// order within one), their modules numbered from 1 in order of first appearance in the chunk
+/// (0: the kernel), the landmarks it names last, whether an address is not zero, and its lines
+/// that do not parse.
+struct Lines<'a> {
+    entries: Vec<Entry>,
+    modules: Vec<&'a [u8]>,
+    text: Option<u64>,
+    stext: Option<u64>,
+    etext: Option<u64>,
+    end: Option<u64>,
+    nonzero: bool,
+    bad_lines: usize,
+}
+
+impl<'a> Lines<'a> {
+    fn read(data: &'a [u8], from: usize, to: usize) -> Lines<'a> {
+        let mut c = Lines { entries: Vec::with_capacity((to - from) / 40), modules: Vec::new(), text: None, stext: None,
+                            etext: None, end: None, nonzero: false, bad_lines: 0 };
+        let mut module_index: rustc_hash::FxHashMap<&[u8], u32> = Default::default();
+        // No allocation per line: where each kept name is, and its module; ranks are
+        // only worked out among symbols that share an address.
+        let base = data.as_ptr() as usize;
+        each_line(&data[from..to], |line| {
+            let Line { addr, ty, name, module } = match line {
+                Ok(l) => l,
+                Err(line) => {
+                    c.bad_lines += !is_blank(line) as usize;
+                    return;
+                }
+            };
+            if name == b"_text" {
+                c.text = Some(addr);
+            } else if name == b"_stext" {
+                c.stext = Some(addr);
+            } else if name == b"_etext" && module.is_none() {
+                c.etext = Some(addr);
+            } else if name == b"_end" && module.is_none() {
+                c.end = Some(addr);
+            }
+            if !matches!(ty.to_ascii_uppercase(), b'T' | b'W' | b'D' | b'B') || name[0] == b'$' {
+                return;
+            }
+            c.nonzero |= addr != 0;
+            let module = match module {
+                Some(m) => *module_index.entry(m).or_insert_with(|| {
+                    c.modules.push(m);
+                    c.modules.len() as u32
+                }),
+                None => 0,
+            };
+            let start = (name.as_ptr() as usize - base) as u32;
+            c.entries.push(Entry { addr, start, len: name.len() as u32, module, ty });
+        });
+        c.entries.sort_by_key(|e| e.addr);
+        c
+    }
+}
+
+/// The tables of consecutive ranges of addresses as one: addresses, names, where each name ends,
+/// modules. One table is taken as it is; several are copied into place on a thread each (the
+/// copy is mostly the first writes to the new arrays' pages).
+#[allow(clippy::type_complexity)]
+fn join(mut parts: Vec<Table>) -> Result<(Vec<u64>, String, Vec<u32>, Vec<u32>), ParseError> {
+    if parts.len() == 1 {
+        let t = parts.pop().unwrap();
+        return Ok((t.addrs, t.names?, t.name_ends, t.module));
+    }
+    let names: Vec<String> = parts.iter_mut().map(|t| std::mem::replace(&mut t.names, Ok(String::new()))).collect::<Result<_, _>>()?;
+    let total: usize = parts.iter().map(|t| t.addrs.len()).sum();
+    let (mut addrs, mut name_ends, mut module) = (vec![0u64; total], vec![0u32; total], vec![0u32; total]);
+    let mut names_buf = vec![0u8; names.iter().map(String::len).sum()];
+    std::thread::scope(|scope| {
+        let (mut a, mut e, mut m, mut nb) = (&mut addrs[..], &mut name_ends[..], &mut module[..], &mut names_buf[..]);
+        let mut base = 0u32;
+        for (t, n) in parts.iter().zip(&names) {
+            let k = t.addrs.len();
+            let (a1, a2) = std::mem::take(&mut a).split_at_mut(k);
+            let (e1, e2) = std::mem::take(&mut e).split_at_mut(k);
+            let (m1, m2) = std::mem::take(&mut m).split_at_mut(k);
+            let (n1, n2) = std::mem::take(&mut nb).split_at_mut(n.len());
+            (a, e, m, nb) = (a2, e2, m2, n2);
+            scope.spawn(move || {
+                a1.copy_from_slice(&t.addrs);
+                m1.copy_from_slice(&t.module);
+                e1.iter_mut().zip(&t.name_ends).for_each(|(d, &x)| *d = x + base);
+                n1.copy_from_slice(n.as_bytes());
+            });
+            base += n.len() as u32;
+        }
+    });
+    // SAFETY: the bytes are the ranges' names one after another, each a String's (valid UTF-8),
+    // and UTF-8 strings put end to end are UTF-8.
+    let names_buf = unsafe { String::from_utf8_unchecked(names_buf) };
+    Ok((addrs, names_buf, name_ends, module))
+}
+
+/// The table of a range of addresses: one symbol an address, the best-ranked of those there.
+struct Table {
+    addrs: Vec<u64>,
+    /// The names one after another (names that are not UTF-8 read with U+FFFD), and where each ends.
+    names: Result<String, ParseError>,
+    name_ends: Vec<u32>,
+    module: Vec<u32>,
+}
+
+impl Table {
+    /// From `entries` sorted by address, in file order within an address.
+    fn of(data: &[u8], entries: &[Entry]) -> Table {
+        let name_of = |e: &Entry| &data[e.start as usize..(e.start + e.len) as usize];
+        let mut t = Table { addrs: Vec::with_capacity(entries.len()), names: Ok(String::new()),
+                            name_ends: Vec::with_capacity(entries.len()), module: Vec::with_capacity(entries.len()) };
+        let mut names = Vec::new();
+        let mut i = 0;
+        while i < entries.len() {
+            let mut j = i + 1;
+            while j < entries.len() && entries[j].addr == entries[i].addr {
+                j += 1;
+            }
+            let best = if j == i + 1 {
+                &entries[i]
+            } else {
+                let run = &entries[i..j];
+                let k = (0..run.len()).max_by_key(|&k| rank(run[k].ty, name_of(&run[k]), k)).unwrap();
+                &run[k]
+            };
+            t.addrs.push(best.addr);
+            let name = name_of(best);
+            if name.is_ascii() {
+                names.extend_from_slice(name);
+            } else {
+                names.extend_from_slice(String::from_utf8_lossy(name).as_bytes());
+            }
+            t.name_ends.push(names.len() as u32);
+            t.module.push(best.module);
+            i = j;
+        }
+        t.names = String::from_utf8(names).map_err(|_| ParseError::NamesNotText);
+        t
+    }
 }
 
 /// The kallsyms files read last, by path, size and modification time: the
@@ -396,11 +554,12 @@ type Recent = (std::path::PathBuf, u64, std::time::SystemTime, Arc<Kallsyms>);
 const RECENT_FILES: usize = 4;
 
 impl Kallsyms {
-    /// `load`, shared with the other reads of the same unchanged file.
-    pub fn load_shared(path: &Path) -> Result<Arc<Self>, KallsymsError> {
+    /// `load`, shared with the other reads of the same unchanged file; a text file is parsed on
+    /// up to `threads` threads.
+    pub fn load_shared(path: &Path, threads: usize) -> Result<Arc<Self>, KallsymsError> {
         let stamp = std::fs::metadata(path).ok().and_then(|m| Some((m.len(), m.modified().ok()?)));
         let Some((len, mtime)) = stamp else {
-            return Self::load(path).map(Arc::new);
+            return Self::load_on(path, threads).map(Arc::new);
         };
         let recent = |list: &[Recent]| {
             list.iter().find(|e| e.0 == path && e.1 == len && e.2 == mtime).map(|e| e.3.clone())
@@ -408,7 +567,7 @@ impl Kallsyms {
         if let Some(k) = recent(&RECENT.lock().unwrap_or_else(|e| e.into_inner())) {
             return Ok(k);
         }
-        let k = Arc::new(Self::load(path)?);
+        let k = Arc::new(Self::load_on(path, threads)?);
         let mut list = RECENT.lock().unwrap_or_else(|e| e.into_inner());
         list.retain(|e| e.0 != path);
         list.insert(0, (path.to_path_buf(), len, mtime, k.clone()));
@@ -417,12 +576,21 @@ impl Kallsyms {
     }
 
     pub fn load(path: &Path) -> Result<Self, KallsymsError> {
+        Self::load_on(path, 1)
+    }
+
+    /// `load`, a text file parsed on up to `threads` threads (`parse_on`).
+    pub fn load_on(path: &Path, threads: usize) -> Result<Self, KallsymsError> {
         let path_buf = || path.to_path_buf();
+        let t0 = std::time::Instant::now();
         let bytes = read_maybe_gz(path).map_err(|source| KallsymsError::Read { path: path_buf(), source })?;
+        if crate::timing::on() {
+            eprintln!("kperfdiff timing: kallsyms file read {:.3} ms", t0.elapsed().as_secs_f64() * 1e3);
+        }
         if bytes.starts_with(b"\x7fELF") {
             return Self::from_elf(&bytes).map_err(|reason| KallsymsError::Vmlinux { path: path_buf(), reason });
         }
-        Self::parse(&bytes).map_err(|reason| KallsymsError::NotKallsyms { path: path_buf(), reason })
+        Self::parse_on(&bytes, threads).map_err(|reason| KallsymsError::NotKallsyms { path: path_buf(), reason })
     }
 
     /// A vmlinux's function symbols (those with a size), as `parse` reads a System.map of them; its
@@ -445,92 +613,90 @@ impl Kallsyms {
 
     /// The symbols of a kallsyms file's bytes (names that are not UTF-8 are read with U+FFFD).
     pub fn parse(data: &[u8]) -> Result<Self, ParseError> {
+        Self::parse_on(data, 1)
+    }
+
+    /// `parse` on up to `threads` threads (one per `PARSE_CHUNK` of the file at most): the
+    /// same table. The lines are read in chunks cut after a newline, each chunk's symbols
+    /// sorted by address; the table is then built in ranges of addresses, each from every
+    /// chunk's symbols in that range, in file order within an address.
+    pub fn parse_on(data: &[u8], threads: usize) -> Result<Self, ParseError> {
         if data.len() > u32::MAX as usize {
             return Err(ParseError::TooLarge);
         }
+        let n = threads.min(data.len() / PARSE_CHUNK).max(1);
+        let t0 = std::time::Instant::now();
+        let mark = |what: &str| {
+            if crate::timing::on() {
+                eprintln!("kperfdiff timing: kallsyms {what} {:.3} ms", t0.elapsed().as_secs_f64() * 1e3);
+            }
+        };
+        let mut cuts = vec![0usize];
+        for i in 1..n {
+            let c = (i * data.len() / n).max(*cuts.last().unwrap());
+            cuts.push(data[c..].iter().position(|&b| b == b'\n').map_or(data.len(), |p| c + p + 1));
+        }
+        cuts.push(data.len());
+        let chunks: Vec<Lines> = on_threads(n, |i| Lines::read(data, cuts[i], cuts[i + 1]));
+        mark("lines read");
+        // the modules in order of first appearance, each chunk's numbers in that order; the
+        // landmarks as the last line naming them gives them
         let mut modules: Vec<String> = vec!["[kernel.kallsyms]".to_string()];
         let mut module_index: rustc_hash::FxHashMap<&[u8], u32> = Default::default();
-        // No allocation per line: where each kept name is, and its module; ranks are
-        // only worked out among symbols that share an address.
-        let mut entries: Vec<Entry> = Vec::with_capacity(data.len() / 40);
-        let (mut text_addr, mut stext_addr, mut etext_addr, mut end_addr) = (None, None, None, None);
-        let mut nonzero = false;
-        let mut bad_lines = 0usize;
-        let base = data.as_ptr() as usize;
-        each_line(data, |line| {
-            let Line { addr, ty, name, module } = match line {
-                Ok(l) => l,
-                Err(line) => {
-                    bad_lines += !is_blank(line) as usize;
-                    return;
-                }
-            };
-            if name == b"_text" {
-                text_addr = Some(addr);
-            } else if name == b"_stext" {
-                stext_addr = Some(addr);
-            } else if name == b"_etext" && module.is_none() {
-                etext_addr = Some(addr);
-            } else if name == b"_end" && module.is_none() {
-                end_addr = Some(addr);
-            }
-            if !matches!(ty.to_ascii_uppercase(), b'T' | b'W' | b'D' | b'B') || name[0] == b'$' {
-                return;
-            }
-            nonzero |= addr != 0;
-            let module = match module {
-                Some(m) => *module_index.entry(m).or_insert_with(|| {
+        let (mut text, mut stext, mut etext, mut end) = (None, None, None, None);
+        let (mut nonzero, mut bad_lines, mut kept) = (false, 0usize, 0usize);
+        let mut renumber: Vec<Vec<u32>> = Vec::with_capacity(n);
+        for c in &chunks {
+            let mut map = vec![0u32];
+            for m in &c.modules {
+                map.push(*module_index.entry(m).or_insert_with(|| {
                     modules.push(format!("[{}]", String::from_utf8_lossy(m)));
                     (modules.len() - 1) as u32
-                }),
-                None => 0,
-            };
-            let start = (name.as_ptr() as usize - base) as u32;
-            entries.push(Entry { addr, start, len: name.len() as u32, module, ty });
-        });
-        if entries.is_empty() {
+                }));
+            }
+            renumber.push(map);
+            text = c.text.or(text);
+            stext = c.stext.or(stext);
+            etext = c.etext.or(etext);
+            end = c.end.or(end);
+            nonzero |= c.nonzero;
+            bad_lines += c.bad_lines;
+            kept += c.entries.len();
+        }
+        if kept == 0 {
             return Err(if bad_lines > 0 { ParseError::NoLineParses } else { ParseError::NoSymbols });
         }
         if !nonzero {
             return Err(ParseError::AllZero);
         }
-        // By address, in file order within an address (a stable sort, which also finds
-        // the long sorted runs of a kallsyms file); of the symbols at one address, the
-        // best-ranked is kept.
-        entries.sort_by_key(|e| e.addr);
-        let name_of = |e: &Entry| &data[e.start as usize..(e.start + e.len) as usize];
-        let mut addrs = Vec::with_capacity(entries.len());
-        // An ASCII file's names are copied as they are; other files' names are read one by one.
-        let ascii = data.is_ascii();
-        let mut names_buf = Vec::with_capacity(entries.iter().map(|e| e.len as usize).sum());
-        let mut name_ends = Vec::with_capacity(entries.len());
-        let mut module = Vec::with_capacity(entries.len());
-        let mut i = 0;
-        while i < entries.len() {
-            let mut j = i + 1;
-            while j < entries.len() && entries[j].addr == entries[i].addr {
-                j += 1;
+        // ranges of addresses of about the same number of symbols: every symbol of one address in one
+        let mut sample: Vec<u64> = chunks.iter().flat_map(|c| c.entries.iter().step_by(256).map(|e| e.addr)).collect();
+        sample.sort_unstable();
+        let mut bounds: Vec<u64> = (1..n).map(|i| sample[i * sample.len() / n]).collect();
+        bounds.dedup();
+        let ranges = bounds.len() + 1;
+        let parts: Vec<Table> = on_threads(ranges, |r| {
+            if chunks.len() == 1 {
+                // one chunk: its symbols are sorted, its modules numbered as the table numbers them
+                return Table::of(data, &chunks[0].entries);
             }
-            let best = if j == i + 1 {
-                &entries[i]
-            } else {
-                let run = &entries[i..j];
-                let k = (0..run.len()).max_by_key(|&k| rank(run[k].ty, name_of(&run[k]), k)).unwrap();
-                &run[k]
-            };
-            addrs.push(best.addr);
-            if ascii {
-                names_buf.extend_from_slice(name_of(best));
-            } else {
-                names_buf.extend_from_slice(String::from_utf8_lossy(name_of(best)).as_bytes());
+            let lo = if r == 0 { None } else { Some(bounds[r - 1]) };
+            let hi = bounds.get(r).copied();
+            let mut entries: Vec<Entry> = Vec::new();
+            for (c, map) in chunks.iter().zip(&renumber) {
+                let from = lo.map_or(0, |lo| c.entries.partition_point(|e| e.addr < lo));
+                let to = hi.map_or(c.entries.len(), |hi| c.entries.partition_point(|e| e.addr < hi));
+                entries.extend(c.entries[from..to].iter().map(|e| Entry { module: map[e.module as usize], ..*e }));
             }
-            name_ends.push(names_buf.len() as u32);
-            module.push(best.module);
-            i = j;
-        }
-        let names_buf = String::from_utf8(names_buf).map_err(|_| ParseError::NamesNotText)?;
-        Ok(Kallsyms { addrs, names_buf, name_ends, module, modules, text: text_addr, stext: stext_addr,
-                     etext: etext_addr, end: end_addr, build_id: None })
+            // By address, in file order within an address (a stable sort, which merges the chunks'
+            // sorted runs); of the symbols at one address, the best-ranked is kept.
+            entries.sort_by_key(|e| e.addr);
+            Table::of(data, &entries)
+        });
+        mark("tables by address");
+        let (addrs, names_buf, name_ends, module) = join(parts)?;
+        mark("joined");
+        Ok(Kallsyms { addrs, names_buf, name_ends, module, modules, text, stext, etext, end, build_id: None })
     }
 
     /// The lowest and highest symbol address of each module (index as `modules`; None for one
@@ -580,17 +746,58 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_file_parsed_on_threads_gives_the_same_table() {
+        // Lines in no order, aliases at one address (across chunks too), modules met in
+        // different chunks, landmarks named twice, a few lines that do not parse and names
+        // that are not UTF-8.
+        let mut text = Vec::new();
+        let mut x = 7u64;
+        for i in 0..60_000u64 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let addr = 0xffff_ffff_8100_0000u64 + (x >> 40) % 20_000 * 16;
+            let ty = [b'T', b't', b'W', b'D', b'b', b'r'][(x >> 20) as usize % 6] as char;
+            let name = match x % 97 {
+                0 => "_text".to_string(),
+                1 => "__pi_alias".to_string(),
+                _ => format!("{}f{}", "_".repeat((x >> 8) as usize % 3), i % 5000),
+            };
+            text.extend_from_slice(format!("{addr:016x} {ty} {name}").as_bytes());
+            if x % 5 == 0 {
+                text.extend_from_slice(format!("\t[mod{}]", (x >> 30) % 7).as_bytes());
+            }
+            if x % 1009 == 0 {
+                text.extend_from_slice(b" \xff\xc3");
+            }
+            text.push(b'\n');
+            if x % 2003 == 0 {
+                text.extend_from_slice(b"not a line\n\n");
+            }
+        }
+        let one = Kallsyms::parse(&text).unwrap();
+        for threads in [2, 3, 7, 16] {
+            let many = Kallsyms::parse_on(&text, threads).unwrap();
+            assert_eq!(one.addrs, many.addrs, "{threads} threads");
+            assert_eq!(one.names_buf, many.names_buf, "{threads} threads");
+            assert_eq!(one.name_ends, many.name_ends, "{threads} threads");
+            assert_eq!(one.module, many.module, "{threads} threads");
+            assert_eq!(one.modules, many.modules, "{threads} threads");
+            assert_eq!((one.text, one.stext, one.etext, one.end), (many.text, many.stext, many.etext, many.end));
+        }
+        assert!(text.len() > 16 * PARSE_CHUNK / 8 && one.modules.len() == 8);
+    }
+
+    #[test]
     fn an_unchanged_file_is_parsed_once() {
         let dir = std::env::temp_dir().join(format!("kpd-kallsyms-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join("kallsyms");
         std::fs::write(&p, "ffffffff81000000 T _text\nffffffff81000100 T do_one\n").unwrap();
-        let a = Kallsyms::load_shared(&p).unwrap();
-        let b = Kallsyms::load_shared(&p).unwrap();
+        let a = Kallsyms::load_shared(&p, 1).unwrap();
+        let b = Kallsyms::load_shared(&p, 1).unwrap();
         assert!(Arc::ptr_eq(&a, &b));
         // A changed file (another size) is read again.
         std::fs::write(&p, "ffffffff81000000 T _text\nffffffff81000100 T do_one\nffffffff81000200 T do_two\n").unwrap();
-        let c = Kallsyms::load_shared(&p).unwrap();
+        let c = Kallsyms::load_shared(&p, 1).unwrap();
         assert!(!Arc::ptr_eq(&a, &c));
         assert_eq!(c.addrs.len(), 3);
         std::fs::remove_dir_all(&dir).unwrap();

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 
 mod abi;
 mod aggregate;
+mod cleanup;
 mod comms;
 mod decode;
 mod defects;
@@ -19,6 +20,7 @@ pub mod elf;
 mod elfsyms;
 mod error;
 mod header;
+mod history;
 mod intern;
 pub mod kallsyms;
 mod layout;
@@ -29,6 +31,7 @@ mod parallel;
 mod procmaps;
 pub mod reader;
 mod symbolize;
+mod timing;
 mod warnings;
 
 pyo3::create_exception!(native, PerfDataError, pyo3::exceptions::PyException, "A perf.data file cannot be read.");
@@ -108,19 +111,12 @@ fn read_perf_data<'py>(
             )))
         }
     };
+    let clock = timing::Clock::start();
     let profile = to_python(py, out);
-    give_back_freed_memory();
+    clock.mark(format_args!("to_python (the dict)"));
+    cleanup::give_back();
+    clock.mark(format_args!("memory given back (malloc_trim; in the background after a read on threads)"));
     profile
-}
-
-/// Returns the reader's freed memory to the system: glibc keeps freed heap pages for
-/// reuse, which would count against every later file a process reads (a diff's other side).
-fn give_back_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only releases free heap memory; it takes no pointers.
-    unsafe {
-        libc::malloc_trim(0);
-    }
 }
 
 fn to_python(py: Python<'_>, out: output::Output) -> PyResult<Bound<'_, PyDict>> {

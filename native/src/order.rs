@@ -5,10 +5,15 @@
 //! `RecordSink` (statically dispatched: one instance per byte order).
 //!
 //! Records are read through a window of the map: the pages ahead are mapped
-//! in one call per chunk (fewer page faults) and the pages behind, once no
-//! pending record needs them, are released, so the file does not all count
-//! in the process's resident memory at the end. Compressed files
-//! (perf record -z) go through `linux-perf-data`'s reader, which inflates them.
+//! in one call per chunk (fewer page faults) and the pages behind, once no pending
+//! record needs them, are released, so the file does not all count in the process's
+//! resident memory (a reader of a part of the file, and the index walk, release only
+//! their own part's). Compressed files (perf record -z) go through `linux-perf-data`'s
+//! reader, which inflates them.
+//!
+//! For a file read on several threads (`parallel`), `find_round` and `index` walk
+//! stretches of it without reading the records, and `read_mapped` reads one part,
+//! resuming where one reader of the whole file would be when the part begins.
 use crate::abi::{REC_COMM, REC_COMPRESSED, REC_COMPRESSED2, REC_FINISHED_ROUND, REC_FORK, REC_MMAP, REC_MMAP2, REC_SAMPLE};
 use crate::error::Error;
 use crate::header::{Attr, Events};
@@ -28,10 +33,6 @@ pub enum Cut {
     Record { at: usize },
     /// The crate's reader of compressed files stopped.
     Unreadable(linux_perf_data::Error),
-    /// A reader of a later part (`Part`) replayed the round before its part without the
-    /// records it needs (a round longer than `REPLAY_WINDOW`): the file must be read on
-    /// one thread. Never a result of a whole file's read.
-    RoundTooLong,
 }
 
 impl std::fmt::Display for Cut {
@@ -41,7 +42,6 @@ impl std::fmt::Display for Cut {
             Cut::ImpossibleSize { at, size } => write!(f, "a record at byte {at} has an impossible size {size}"),
             Cut::Record { at } => write!(f, "a record is cut at byte {at}"),
             Cut::Unreadable(e) => write!(f, "a record could not be read ({e})"),
-            Cut::RoundTooLong => write!(f, "a round is too long to be read in parts"),
         }
     }
 }
@@ -52,41 +52,166 @@ pub trait RecordSink {
     fn record<T: ByteOrder>(&mut self, ty: u32, misc: u16, body: &[u8], ai: usize);
     /// A record that is only counted (perf's own, type 64 and up).
     fn count(&mut self, ty: u32);
-    /// A record that changes the reader's state (`changes_state`), in a part of the file
-    /// another thread reads: its effect on the state, without counting it.
+    /// A record that changes the reader's state (`changes_state`), before the part of the
+    /// file this reader reads: its effect on the state, without counting it.
     fn replay<T: ByteOrder>(&mut self, ty: u32, misc: u16, body: &[u8], ai: usize) {
         self.record::<T>(ty, misc, body, ai)
     }
 }
 
-/// The part of a file's records one reader hands over when several threads read it
-/// (`parallel`): the flushes after the first FINISHED_ROUND at or after region offset
-/// `from` (all from the start when None) up to the one at the first FINISHED_ROUND at or
-/// after `to` (to the end when None). Before its part, a reader only replays the records
-/// that change its state (`RecordSink::replay`), so that its part resolves as it would
-/// when one reader reads the whole file; after it, it stops. The parts of consecutive
-/// readers (one's `to` the next one's `from`) hand every record over exactly once, and
-/// count each of perf's own records once (by where they lie in the file).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Part {
-    pub from: Option<usize>,
-    pub to: Option<usize>,
+/// Takes nothing: the flushes before a reader's part (`Resume`), which the part before hands over.
+struct Nothing;
+
+impl RecordSink for Nothing {
+    fn record<T: ByteOrder>(&mut self, _: u32, _: u16, _: &[u8], _: usize) {}
+    fn count(&mut self, _: u32) {}
 }
 
-/// Before its part, a reader keeps the records that do not change its state only from this
-/// far before the part's start: only the records of the round that ends the part before
-/// (the round its part's first flush is at) can still be pending when its part begins, and
-/// they only while every record of that round is kept, in order. Every record of an earlier
-/// round is due at the next round's end at the latest (its time is at most the limit then),
-/// so it is gone before any of them could be reordered by it. A round longer than this
-/// (rounds are perf's buffers drained once: about 100 KB here) makes the part unreadable
-/// (`Cut::RoundTooLong`).
-const REPLAY_WINDOW: usize = 32 << 20;
+/// The part of a file's records one reader hands over when several threads read it
+/// (`parallel`): the flushes after the FINISHED_ROUND at `from.at` (all from the start when
+/// None) up to the one at the FINISHED_ROUND where `ends` says it ends (to the end when it
+/// never does). A later part's reader resumes where one reader of the whole file would be
+/// after that flush (`Resume`), with the state (mappings, names) that the records before its
+/// part give put in place by the caller (`history`); after its part, it stops. The parts of
+/// consecutive readers (where one ends, the next one's `from.at`) hand every record over
+/// exactly once, and count each of perf's own records once (by where they lie in the file).
+pub struct Part<E: FnMut(usize) -> bool> {
+    pub from: Option<Resume>,
+    /// Called with the region offset of each FINISHED_ROUND after its flush: whether the part ends there.
+    pub ends: E,
+}
 
-/// `REPLAY_WINDOW`, or the environment's `KPERFDIFF_REPLAY_WINDOW` (tests make it small, so
-/// that small files keep only part of what comes before a part, or too little).
-fn replay_window() -> usize {
-    std::env::var("KPERFDIFF_REPLAY_WINDOW").ok().and_then(|v| v.parse().ok()).unwrap_or(REPLAY_WINDOW)
+/// The whole file, one reader.
+pub fn whole() -> Part<fn(usize) -> bool> {
+    Part { from: None, ends: |_| false }
+}
+
+/// Where one reader of the whole file stands just after the flush at the FINISHED_ROUND at
+/// region offset `at`: what is still pending then is some of the records of the round that
+/// ends there, in an order that its flush and the one before it made (a flush that sorts
+/// the records due moves the others around). Every record of an earlier round is due at the
+/// next round's end at the latest (its time is at most that flush's limit), so the records
+/// from `from`, the start of the round before that one, pushed and flushed as one reader does
+/// (handing nothing over), leave exactly what one reader has pending, in its order; `max` is
+/// the latest time before `from`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Resume {
+    pub at: usize,
+    pub from: usize,
+    pub max: u64,
+}
+
+/// One stretch of a file's records walked without reading them (`index`): where its
+/// rounds end, the latest time in each round, and where the records that change the
+/// reader's state lie. A stretch begins at the region's start or at a FINISHED_ROUND, and
+/// ends at the first FINISHED_ROUND at or after the offset it was asked to reach (that
+/// record is the next stretch's first), at the end of the region, or at a record that
+/// cannot be read.
+pub struct Stretch {
+    pub start: usize,
+    pub end: usize,
+    /// Whether `end` is a FINISHED_ROUND's offset (not the region's end or a cut).
+    pub end_is_round: bool,
+    /// Why the records stop at `end`, when a record there cannot be read.
+    pub cut: Option<Cut>,
+    /// A compressed record (which a file that declares no compression cannot hold): read on one thread.
+    pub compressed: bool,
+    /// Each FINISHED_ROUND in the stretch (region offset), with the latest time of the
+    /// records between it and the previous one (or the stretch's start).
+    pub rounds: Vec<(usize, u64)>,
+    /// The latest time of the records after the last FINISHED_ROUND of the stretch.
+    pub tail_max: u64,
+    /// Each record that changes the reader's state (`changes_state`): region offset, time.
+    pub states: Vec<(usize, u64)>,
+}
+
+/// The region offset of the first FINISHED_ROUND at or after `from` that the records after
+/// it confirm (the next 64 records, or up to the end, have plausible headers), looking at
+/// offsets the size of a record apart from the region's start (8 bytes). A guess: the
+/// caller checks that the stretch before ends exactly there (`Stretch::end`).
+pub fn find_round<T: ByteOrder>(region: &[u8], from: usize) -> Option<usize> {
+    let mut p = (from + 7) & !7;
+    while p + 8 <= region.len() {
+        if T::read_u32(&region[p..p + 4]) == REC_FINISHED_ROUND && T::read_u16(&region[p + 6..p + 8]) == 8
+            && plausible_after::<T>(region, p + 8)
+        {
+            return Some(p);
+        }
+        p += 8;
+    }
+    None
+}
+
+/// Whether the records from `pos` on look like records: the next 64 (or up to the end of the
+/// region) have a known type and a size that is a multiple of 8 within the region.
+fn plausible_after<T: ByteOrder>(region: &[u8], mut pos: usize) -> bool {
+    for _ in 0..64 {
+        if pos == region.len() {
+            return true;
+        }
+        let Ok((ty, size)) = record_at::<T>(region, pos, 0) else {
+            return false;
+        };
+        if size % 8 != 0 || !(1..32).contains(&ty) && !(64..128).contains(&ty) {
+            return false;
+        }
+        pos += size;
+    }
+    true
+}
+
+/// Walks the records of `region` from `start` (the region's start or a FINISHED_ROUND) up to
+/// the first FINISHED_ROUND at or after `reach` (to the end when None), noting what a reader
+/// of a later part needs (`Stretch`). The map's pages are populated on the way, so that the
+/// readers after it find them mapped.
+pub fn index<T: ByteOrder>(region: &[u8], map: Option<&memmap2::Mmap>, base: usize, events: &Events, start: usize,
+                           reach: Option<usize>) -> Stretch {
+    let own = (base + start + WINDOW_CHUNK - 1) & !(WINDOW_CHUNK - 1);
+    let mut window = Window { map, base, end: base + region.len(), ahead: (base + start) & !4095, behind: own };
+    let mut s = Stretch { start, end: region.len(), end_is_round: false, cut: None, compressed: false,
+                          rounds: Vec::new(), tail_max: 0, states: Vec::new() };
+    let mut max = 0u64;
+    let mut pos = start;
+    let same_layout = events.time_layout();
+    while pos < region.len() {
+        window.populate(pos);
+        let (ty, size) = match record_at::<T>(region, pos, base) {
+            Ok(h) => h,
+            Err(reason) => {
+                s.end = pos;
+                s.cut = Some(reason);
+                break;
+            }
+        };
+        if ty == REC_FINISHED_ROUND {
+            if pos > start && reach.is_some_and(|r| pos >= r) {
+                s.end = pos;
+                s.end_is_round = true;
+                break;
+            }
+            s.rounds.push((pos, max));
+            max = 0;
+            window.release(pos);
+        } else if ty == REC_COMPRESSED || ty == REC_COMPRESSED2 {
+            s.compressed = true;
+            s.end = pos;
+            break;
+        } else if ty < 64 {
+            let body = &region[pos + 8..pos + size];
+            let a = match same_layout {
+                Some(a) => a,
+                None => &events.attrs[events.attr_index::<T>(ty, body)],
+            };
+            let t = time_of::<T>(a, ty, body);
+            max = max.max(t);
+            if changes_state(ty) {
+                s.states.push((pos, t));
+            }
+        }
+        pos += size;
+    }
+    s.tail_max = max;
+    s
 }
 
 /// Populate the window ahead, and release it behind, by this much.
@@ -123,14 +248,15 @@ pub fn read_compressed<T: ByteOrder, S: RecordSink>(
 }
 
 /// The records of `data[off..end]` (a map of the file when `map` is given),
-/// in time order. Returns why they stopped early, when they did.
-pub fn read_mapped<T: ByteOrder, S: RecordSink>(
+/// in time order: those of `part` (every one by default). Returns why they stopped early,
+/// when they did.
+pub fn read_mapped<T: ByteOrder, S: RecordSink, E: FnMut(usize) -> bool>(
     name: &str,
     data: &[u8],
     map: Option<&memmap2::Mmap>,
     (off, end): (usize, usize),
     events: &Events,
-    part: Part,
+    mut part: Part<E>,
     sink: &mut S,
 ) -> Result<Option<Cut>, Error> {
     let region = &data[off..end];
@@ -144,13 +270,33 @@ pub fn read_mapped<T: ByteOrder, S: RecordSink>(
     // (PERF_SAMPLE_READ) are differences from the previous sample, so with them every
     // record keeps its place.
     let mut rounds = Rounds::new(events.samples_commute());
-    // Whether this reader's part has begun (records are handed over in full and counted).
-    let mut full = part.from.is_none();
-    // Before its part, the records that do not change the state are kept from here on
-    // (REPLAY_WINDOW); and where the last round ended.
-    let keep_from = part.from.map_or(0, |f| f.saturating_sub(replay_window()));
-    let mut round_start = 0usize;
     let mut pos = 0usize;
+    if let Some(r) = part.from {
+        // Where one reader is after the flush at `r.at`: the two rounds before it pushed and
+        // flushed, handing nothing over (that was the previous part's) and counting nothing.
+        // Its pages are released from its own part's start on.
+        window.ahead = (off + r.from) & !4095;
+        window.behind = (off + r.at + WINDOW_CHUNK - 1) & !(WINDOW_CHUNK - 1);
+        rounds.prev_max = r.max;
+        rounds.cur_max = r.max;
+        let mut p = r.from;
+        while p <= r.at {
+            let (ty, size) = match record_at::<T>(region, p, off) {
+                Ok(h) => h,
+                Err(reason) => return Ok(Some(reason)),
+            };
+            if ty == REC_FINISHED_ROUND {
+                rounds.end_round::<T, Nothing>(region, &mut Nothing);
+            } else if ty < 64 {
+                let body = &region[p + 8..p + size];
+                let ai = events.attr_index::<T>(ty, body);
+                let t = time_of::<T>(&events.attrs[ai], ty, body);
+                rounds.push(t, p, ai, changes_state(ty));
+            }
+            p += size;
+        }
+        pos = p;
+    }
     let mut cut = None;
     while pos < region.len() {
         window.populate(pos);
@@ -163,48 +309,27 @@ pub fn read_mapped<T: ByteOrder, S: RecordSink>(
         };
         let body = &region[pos + 8..pos + size];
         if ty == REC_FINISHED_ROUND {
-            if full {
-                sink.count(REC_FINISHED_ROUND);
-            }
-            rounds.end_round::<T, S>(region, sink, full);
-            // Only pages of its own part are released: the part before is another reader's.
-            if window.map.is_some() && full {
+            sink.count(REC_FINISHED_ROUND);
+            rounds.end_round::<T, S>(region, sink);
+            if window.map.is_some() {
                 window.release(rounds.oldest().unwrap_or(pos));
             }
-            // The part begins after the flush at the first round's end at or after `from`
-            // and ends with the one at or after `to` (at once, when that is the same).
-            if !full && part.from.is_some_and(|f| pos >= f) {
-                if round_start < keep_from {
-                    return Ok(Some(Cut::RoundTooLong));
-                }
-                full = true;
-                window.behind = window.behind.max((window.base + pos + WINDOW_CHUNK - 1) & !(WINDOW_CHUNK - 1));
-            }
-            round_start = pos;
-            if full && part.to.is_some_and(|t| pos >= t) {
+            if (part.ends)(pos) {
                 return Ok(None);
             }
         } else if ty == REC_COMPRESSED || ty == REC_COMPRESSED2 {
             return Err(Error::UndeclaredCompression { name: name.into() });
         } else if ty >= 64 {
-            if full {
-                sink.count(ty);
-            }
+            sink.count(ty);
         } else {
             let ai = events.attr_index::<T>(ty, body);
             let t = time_of::<T>(&events.attrs[ai], ty, body);
-            let state = changes_state(ty);
-            if full || state || pos >= keep_from {
-                rounds.push(t, pos, ai, state);
-            } else {
-                // a record this reader drops, long before its part: only its time counts
-                rounds.cur_max = rounds.cur_max.max(t);
-            }
+            rounds.push(t, pos, ai, changes_state(ty));
         }
         pos += size;
     }
-    rounds.flush::<T, S>(region, sink, None, full);
-    Ok(if full { cut } else { None })
+    rounds.flush::<T, S>(region, sink, None);
+    Ok(cut)
 }
 
 /// The type and size of the record at `pos`, or why it cannot be read
@@ -320,8 +445,8 @@ impl Rounds {
     }
 
     /// At a FINISHED_ROUND: what is no later than the rounds before the last one is in order.
-    fn end_round<T: ByteOrder, S: RecordSink>(&mut self, region: &[u8], sink: &mut S, full: bool) {
-        self.flush::<T, S>(region, sink, Some(self.prev_max), full);
+    fn end_round<T: ByteOrder, S: RecordSink>(&mut self, region: &[u8], sink: &mut S) {
+        self.flush::<T, S>(region, sink, Some(self.prev_max));
         self.prev_max = self.cur_max;
     }
 
@@ -333,19 +458,15 @@ impl Rounds {
     /// Hands the pending records up to time `limit` (all without one) to the sink, in
     /// time order (equal times in file order). When samples commute and none of the
     /// records due changes the reader's state, they go in the order they are found,
-    /// in the same pass that keeps the rest: no sort. Unless `full`, only the records
-    /// that change the reader's state are handed over (replayed), the others dropped:
-    /// what stays pending is the same either way.
-    fn flush<T: ByteOrder, S: RecordSink>(&mut self, region: &[u8], sink: &mut S, limit: Option<u64>, full: bool) {
+    /// in the same pass that keeps the rest: no sort.
+    fn flush<T: ByteOrder, S: RecordSink>(&mut self, region: &[u8], sink: &mut S, limit: Option<u64>) {
         let due = |t: u64| limit.map_or(true, |l| t <= l);
         if self.samples_commute && !self.state_min.is_some_and(due) {
             let mut kept = 0;
             for i in 0..self.pending.len() {
                 let e = self.pending[i];
                 if due(e.0) {
-                    if full {
-                        deliver_one::<T, S>(region, sink, e.1);
-                    }
+                    deliver_one::<T, S>(region, sink, e.1);
                 } else {
                     self.pending[kept] = e;
                     kept += 1;
@@ -358,18 +479,9 @@ impl Rounds {
         // sort merges those runs. Offsets are unique and in file order, so equal times keep it.
         let n = partition(&mut self.pending, |e| due(e.0));
         let records = &mut self.pending[..n];
-        if full {
-            records.sort_by_key(|e| (e.0, e.1 & PENDING_OFF_MASK));
-            for e in records.iter() {
-                deliver_one::<T, S>(region, sink, e.1);
-            }
-        } else {
-            // Only the state records are replayed: they alone need sorting.
-            let mut states: Vec<(u64, u64)> = records.iter().copied().filter(|e| e.1 & PENDING_STATE != 0).collect();
-            states.sort_unstable_by_key(|e| (e.0, e.1 & PENDING_OFF_MASK));
-            for e in &states {
-                replay_one::<T, S>(region, sink, e.1);
-            }
+        records.sort_by_key(|e| (e.0, e.1 & PENDING_OFF_MASK));
+        for e in records.iter() {
+            deliver_one::<T, S>(region, sink, e.1);
         }
         self.pending.drain(..n);
         self.state_min = self.pending.iter().filter(|e| e.1 & PENDING_STATE != 0).map(|e| e.0).min();
@@ -392,13 +504,6 @@ fn pending_record<T: ByteOrder>(region: &[u8], packed: u64) -> (u32, u16, &[u8],
 fn deliver_one<T: ByteOrder, S: RecordSink>(region: &[u8], sink: &mut S, packed: u64) {
     let (ty, misc, body, ai) = pending_record::<T>(region, packed);
     sink.record::<T>(ty, misc, body, ai);
-}
-
-/// Replays the state record at a pending entry's offset (`RecordSink::replay`).
-#[inline(never)]
-fn replay_one<T: ByteOrder, S: RecordSink>(region: &[u8], sink: &mut S, packed: u64) {
-    let (ty, misc, body, ai) = pending_record::<T>(region, packed);
-    sink.replay::<T>(ty, misc, body, ai);
 }
 
 /// Moves the entries for which `due` holds to the front (in no particular order) and
@@ -448,7 +553,7 @@ mod tests {
             append(&mut region, &mut rounds, ty, t);
         }
         let mut seen = Seen(Vec::new());
-        rounds.flush::<LittleEndian, Seen>(&region, &mut seen, limit, true);
+        rounds.flush::<LittleEndian, Seen>(&region, &mut seen, limit);
         (seen.0, rounds.pending.len())
     }
 
@@ -506,9 +611,9 @@ mod tests {
                 append(&mut region, &mut rounds, ty, t);
                 pushed.push((ty, t));
             }
-            rounds.end_round::<LittleEndian, Seen>(&region, &mut seen, true);
+            rounds.end_round::<LittleEndian, Seen>(&region, &mut seen);
         }
-        rounds.flush::<LittleEndian, Seen>(&region, &mut seen, None, true);
+        rounds.flush::<LittleEndian, Seen>(&region, &mut seen, None);
         let seen = seen.0;
         assert_eq!(seen.len(), pushed.len());
         assert!(seen.iter().filter(|r| r.0 == REC_MMAP2).count() > 40);

@@ -1,62 +1,227 @@
-//! One file on several threads: its records split into consecutive parts at
-//! FINISHED_ROUND records (`order::Part`), each part read by a thread of its own, and
-//! the parts' profiles merged into exactly what one reader of the whole file gives.
+//! One file on several threads: its records split into consecutive chunks at FINISHED_ROUND
+//! records, runs of chunks read by threads of their own, and the runs' profiles merged into
+//! exactly what one reader of the whole file gives.
 //!
-//! Every thread walks the file from its start: before its part it only replays the
-//! records that change what samples resolve to (mappings, exec, fork, names), in the
-//! order one reader would apply them, so that its part resolves the same. Symbols,
-//! stacks and names get their ids in order of first appearance; since the parts are
-//! consecutive stretches of one reader's order, merging each part's tables into the
-//! earlier parts' in part order gives the ids one reader would (`Symbols::absorb`,
-//! `Aggregator::absorb`, `Comms::absorb`). Sums are sums. What cannot be merged so
-//! (the kernel's symbols moving after samples were read, or a total overflowing) makes
-//! the caller read the file on one thread.
+//! 1. Index, on every thread: thread i finds the first FINISHED_ROUND at or after its share's
+//!    start (`order::find_round`, a guess from the bytes) and walks the record headers from
+//!    there to the first FINISHED_ROUND at or after the next share's start
+//!    (`order::index`): where the rounds end, the latest time in each, where the state
+//!    records (mappings, exec, fork, names) lie. The walk of the thread before confirms the
+//!    guess: it must end exactly where the next walk began (`Plan::new`); otherwise the
+//!    file is read on one thread. The file is then cut into `CHUNKS_PER_THREAD` chunks a
+//!    thread, at round ends.
+//! 2. History, on every thread: what each chunk's state records do, in the order one reader
+//!    applies them (`history::History`).
+//! 3. Read, on every thread: each thread reads a run of consecutive chunks, taking the next
+//!    chunk of its share as long as it has one, then the back half of the share with the most
+//!    chunks left (work stealing: how long a chunk takes varies threefold, with the new call
+//!    chains in it). A run's reader resumes where one reader would be after the flush its
+//!    first chunk begins with (`order::Resume`: the round before it pending, the latest time
+//!    so far), and asks the histories of the chunks before it for a process's mappings or a
+//!    thread's name the first time it meets one (`history::Prefix`).
+//! 4. Merge: symbols, stacks and names get their ids in order of first appearance; since
+//!    the runs are consecutive stretches of one reader's order, merging each run's
+//!    tables into the earlier runs' in order gives the ids one reader would
+//!    (`Symbols::absorb`, `Aggregator::absorb`, `Comms::absorb`), and so does merging
+//!    neighbours pairwise, on threads, level by level. Sums are sums. What cannot be merged
+//!    so (the kernel's symbols moving after samples were read, or a total overflowing) makes
+//!    the caller read the file on one thread.
+//!
+//! No thread replays what comes before its run: the work is the same on any number of
+//! threads, but for the index, the walk of the round before each run, the processes and
+//! threads a run meets that were made before it, and each run's set-up and its cold caches.
 use crate::decode::Decoder;
 use crate::error::Error;
 use crate::header::{BuildIds, Events};
+use crate::history::{Flushes, History, Prefix};
 use crate::kallsyms::Kallsyms;
 use crate::options::Options;
-use crate::order::{self, Cut, Part};
-use crate::symbolize::Symbols;
+use crate::order::{self, Cut, RecordSink, Resume, Stretch};
+use crate::symbolize::{SharedSyms, Symbols};
+use crate::timing::Clock;
 use byteorder::ByteOrder;
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
-/// Files smaller than this are read on one thread: the threads' set-up would cost more.
-const MIN_BYTES: usize = 16 << 20;
+/// Each thread's share is at least this large. A thread costs work of its own: its tables, its
+/// caches filling again, its share of the index, the history and the merge (callgrind on the 71 MB
+/// recording of docs/figures.md: 728M instructions on one thread, 834M on 2, 878M on 4, 1,069M on
+/// 16, that is 12-50M a thread, what reading 1.2-5 MB costs), which it pays while the others pay
+/// theirs. A 4 MB share still halves when the threads double, for one more level of the merge.
+const MIN_PART_BYTES: usize = 4 << 20;
 
-/// `MIN_BYTES`, or the environment's `KPERFDIFF_PARALLEL_MIN_BYTES` (tests read small
-/// files on several threads with it, to hold every fixture to one thread's output).
-pub fn min_bytes() -> usize {
-    std::env::var("KPERFDIFF_PARALLEL_MIN_BYTES").ok().and_then(|v| v.parse().ok()).unwrap_or(MIN_BYTES)
+/// How many threads read `len` bytes of records when `asked` may: one per `MIN_PART_BYTES`, and
+/// no more than the CPUs this process may run on (more threads than CPUs only add their cost).
+/// With `KPERFDIFF_PARALLEL_MIN_BYTES` in the environment, one per that many bytes however few
+/// the CPUs (tests read small files on more threads than CPUs with 0, to hold every fixture to one
+/// thread's output; benchmarks measure what more threads than CPUs cost).
+pub fn threads_for(len: usize, asked: usize) -> usize {
+    match std::env::var("KPERFDIFF_PARALLEL_MIN_BYTES").ok().and_then(|v| v.parse::<usize>().ok()) {
+        Some(per) => asked.min(len / per.max(1)),
+        None => {
+            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+            asked.min(len / MIN_PART_BYTES).min(cpus)
+        }
+    }
+    .max(1)
 }
 
-/// What replaying a stretch of the file costs, against reading it in full (measured on
-/// the four recording shapes of `benchmarks/shapes.py`: 0.22-0.28). The parts are sized so
-/// that every thread has the same work: the later ones replay more before their part.
-const REPLAY_COST: f64 = 0.25;
+/// Chunks a thread: more than one, so that a thread that is done early takes over part of
+/// another's share.
+const CHUNKS_PER_THREAD: usize = 8;
 
-/// The region offsets where each part after the first begins (`threads - 1` of them),
-/// so that each thread's replay and part take the same time.
-pub fn boundaries(len: usize, threads: usize) -> Vec<usize> {
-    // Thread i reads x_i..x_{i+1} in full after replaying 0..x_i: x_{i+1} - x_i + r x_i
-    // is the same c for every i, so x_{i+1} = c + (1 - r) x_i, from x_0 = 0.
-    let r = REPLAY_COST;
-    let mut x = vec![0.0f64];
-    for i in 0..threads {
-        x.push(1.0 + (1.0 - r) * x[i]);
+/// The chunks of a file read on several threads, and the rounds that order its records.
+struct Plan {
+    flushes: Flushes,
+    /// Every state record (region offset, time), in file order.
+    states: Vec<(usize, u64)>,
+    chunks: Vec<Chunk>,
+}
+
+struct Chunk {
+    /// Where one reader is when the chunk begins (None: at the region's start).
+    from: Option<Resume>,
+    /// The FINISHED_ROUND it ends with (None: it runs to the end, or to a record that cannot be read).
+    to: Option<usize>,
+    /// Its flush there (for `history`: which of its records are handed over after it).
+    last_flush: Option<u32>,
+    /// Its state records (indices into `Plan::states`).
+    states: std::ops::Range<usize>,
+}
+
+impl Plan {
+    /// The chunks, about `count` of them, when the stretches chain into the whole region
+    /// (each begins where the one before ends, the last reaches the end or a record that
+    /// cannot be read); None when a guess was wrong or a record is compressed (the caller
+    /// reads the file on one thread).
+    fn new(stretches: &[Option<Stretch>], len: usize, count: usize) -> Option<Plan> {
+        let mut chain = vec![0usize];
+        let mut cur = stretches.first()?.as_ref()?;
+        if cur.compressed {
+            return None;
+        }
+        for (i, s) in stretches.iter().enumerate().skip(1) {
+            if cur.cut.is_some() || !cur.end_is_round {
+                break;
+            }
+            match s {
+                Some(s) if s.start == cur.end && !s.compressed => {
+                    chain.push(i);
+                    cur = s;
+                }
+                _ => return None,
+            }
+        }
+        if cur.end_is_round && cur.cut.is_none() {
+            return None;
+        }
+        let last_end = cur.end;
+        let (mut ends, mut cummax, mut states) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut carry, mut max) = (0u64, 0u64);
+        for &i in &chain {
+            let s = stretches[i].as_ref()?;
+            for (j, &(off, m)) in s.rounds.iter().enumerate() {
+                // the records after the stretch before's last round end are this first round's
+                max = max.max(if j == 0 { m.max(carry) } else { m });
+                ends.push(off);
+                cummax.push(max);
+            }
+            carry = if s.rounds.is_empty() { carry.max(s.tail_max) } else { s.tail_max };
+            states.extend_from_slice(&s.states);
+        }
+        let flushes = Flushes { ends, cummax };
+        // chunk boundaries: the first round end at or after each share of the region (a
+        // round end at 0 begins the first chunk)
+        let mut bounds = vec![0usize];
+        for k in 1..count {
+            let target = k * len / count;
+            let r = flushes.ends.partition_point(|&e| e < target);
+            match flushes.ends.get(r) {
+                Some(&e) if e > *bounds.last().unwrap() && e < last_end => bounds.push(e),
+                _ => {}
+            }
+        }
+        let mut chunks = Vec::with_capacity(bounds.len());
+        for (k, &start) in bounds.iter().enumerate() {
+            let end = bounds.get(k + 1).copied();
+            let from = if start == 0 {
+                None
+            } else {
+                let a = flushes.ends.binary_search(&start).ok()?;
+                // from the start of the round before the one that ends where the chunk begins
+                let (from, max) = if a >= 2 { (flushes.ends[a - 2] + 8, flushes.cummax[a - 2]) } else { (0, 0) };
+                Some(Resume { at: start, from, max })
+            };
+            let last_flush = match end {
+                Some(e) => Some(flushes.ends.binary_search(&e).ok()? as u32),
+                None => None,
+            };
+            let lo = states.partition_point(|s| s.0 < start);
+            let hi = end.map_or(states.len(), |e| states.partition_point(|s| s.0 < e));
+            chunks.push(Chunk { from, to: end, last_flush, states: lo..hi });
+        }
+        Some(Plan { flushes, states, chunks })
     }
-    let total = x[threads];
-    x[1..threads].iter().map(|&v| (v / total * len as f64) as usize).collect()
+}
+
+/// Which parts' histories are built: a later part's reader waits for those before it. A
+/// thread that panics building one marks it failed (its guard), so that none waits forever.
+struct Ready {
+    state: Mutex<Vec<u8>>,
+    cv: Condvar,
+}
+
+const PENDING: u8 = 0;
+const BUILT: u8 = 1;
+const FAILED: u8 = 2;
+
+impl Ready {
+    fn new(n: usize) -> Self {
+        Ready { state: Mutex::new(vec![PENDING; n]), cv: Condvar::new() }
+    }
+
+    fn set(&self, i: usize, v: u8) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())[i] = v;
+        self.cv.notify_all();
+    }
+
+    /// Waits for the histories of the parts before `k`: false when one failed.
+    fn wait(&self, k: usize) -> bool {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if s[..k].contains(&FAILED) {
+                return false;
+            }
+            if s[..k].iter().all(|&v| v == BUILT) {
+                return true;
+            }
+            s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// Marks part `i`'s history failed unless it was built.
+struct Building<'r> {
+    ready: &'r Ready,
+    i: usize,
+    built: bool,
+}
+
+impl Drop for Building<'_> {
+    fn drop(&mut self) {
+        self.ready.set(self.i, if self.built { BUILT } else { FAILED });
+    }
 }
 
 /// The result of one file read on several threads: the first part's decoder with every
 /// other part merged into it, and why the records stopped early, when they did. None
-/// when the parts cannot be merged exactly (the caller reads the file on one thread).
-/// With `KPERFDIFF_TRACE_PARTS` set, each part's samples are written to stderr.
+/// when the file is not read in parts (fewer than two, a guess of where a part begins was
+/// wrong, a compressed record) or the parts cannot be merged exactly: the caller reads the
+/// file on one thread. With `KPERFDIFF_TRACE_PARTS` set, each part's samples are written to
+/// stderr.
 #[allow(clippy::too_many_arguments)]
-pub fn read<'o, T: ByteOrder>(
+pub fn read<'o, T: ByteOrder + 'o>(
     name: &str,
-    data: &[u8],
+    data: &'o [u8],
     map: Option<&memmap2::Mmap>,
     span: (usize, usize),
     events: &'o Events,
@@ -64,55 +229,265 @@ pub fn read<'o, T: ByteOrder>(
     kallsyms: &Option<Arc<Kallsyms>>,
     build_ids: &BuildIds,
     threads: usize,
+    clock: &Clock,
 ) -> Result<Option<(Decoder<'o>, Option<Cut>)>, Error> {
-    let cuts = boundaries(span.1 - span.0, threads);
-    let parts: Vec<Part> = (0..threads)
-        .map(|i| Part { from: i.checked_sub(1).map(|j| cuts[j]), to: cuts.get(i).copied() })
-        .collect();
-    let results: Vec<Result<(Decoder<'o>, Option<Cut>), Error>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = parts
-            .iter()
-            .map(|&part| {
+    let clock = *clock;
+    let region = &data[span.0..span.1];
+    let len = region.len();
+    // 1. the index: thread i walks from its guess at the first round end at or after i/n of the region
+    let reach: Vec<usize> = (1..threads).map(|i| i * len / threads).collect();
+    let stretches: Vec<Option<Stretch>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|i| {
+                let reach = &reach;
                 scope.spawn(move || {
-                    let syms = Symbols::new(opts, kallsyms.clone(), build_ids.clone());
-                    let mut dec = Decoder::new(events, syms, opts);
-                    let cut = order::read_mapped::<T, _>(name, data, map, span, events, part, &mut dec)?;
-                    Ok((dec, cut))
+                    let start = if i == 0 { Some(0) } else { order::find_round::<T>(region, reach[i - 1]) };
+                    let s = start.map(|s| order::index::<T>(region, map, span.0, events, s, reach.get(i).copied()));
+                    clock.mark(format_args!("stretch {i}: indexed"));
+                    s
                 })
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
     });
+    let plan = Plan::new(&stretches, len, threads * CHUNKS_PER_THREAD);
+    drop(stretches); // their state records are the plan's now
+    let Some(plan) = plan else {
+        clock.mark(format_args!("index: not read in parts (a part's start unconfirmed, or compressed records)"));
+        return Ok(None);
+    };
+    let n = plan.chunks.len();
+    clock.mark(format_args!("index: {n} chunks, {} rounds", plan.flushes.ends.len()));
+    if n < 2 {
+        return Ok(None);
+    }
+    // 2 and 3: the threads build the chunks' histories, then read runs of chunks
+    let threads = threads.min(n);
+    let hists: Arc<Vec<OnceLock<History>>> = Arc::new((0..n).map(|_| OnceLock::new()).collect());
+    let ready = Ready::new(n);
+    let names = opts.by_process || opts.filter.comms.is_some();
+    let shared = Arc::new(SharedSyms::default());
+    // each thread's share of the chunks still to read: (next, end)
+    let shares: Vec<Mutex<(usize, usize)>> = (0..threads).map(|t| Mutex::new((t * n / threads, (t + 1) * n / threads))).collect();
+    let next_history = std::sync::atomic::AtomicUsize::new(0);
+    type Run<'o> = (usize, Decoder<'o>, Option<Cut>);
+    let results: Vec<Result<Vec<Run<'o>>, Error>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (hists, ready, plan, shares, shared, next_history) =
+                    (hists.clone(), &ready, &plan, &shares, shared.clone(), &next_history);
+                scope.spawn(move || -> Result<Vec<Run<'o>>, Error> {
+                    // the histories (of every chunk but the last), taken in turn
+                    loop {
+                        let c = next_history.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if c + 1 >= n {
+                            break;
+                        }
+                        let mut guard = Building { ready, i: c, built: false };
+                        let ch = &plan.chunks[c];
+                        let h = History::build::<T>(region, &plan.states[ch.states.clone()], &plan.flushes,
+                                                    ch.last_flush, names);
+                        let _ = hists[c].set(h);
+                        guard.built = true;
+                    }
+                    clock.mark(format_args!("thread {t}: histories built"));
+                    let mut runs = Vec::new();
+                    let mut first = take(&shares[t]);
+                    loop {
+                        let Some(c) = first.take().or_else(|| steal(shares, t)) else {
+                            break;
+                        };
+                        let mut syms = Symbols::new(opts, kallsyms.clone(), build_ids.clone());
+                        syms.shared = Some(shared.clone());
+                        let mut dec = Decoder::new(events, syms, opts);
+                        if c > 0 {
+                            if !ready.wait(c) {
+                                return Ok(runs); // a history failed: its thread's panic comes out of the join
+                            }
+                            let prefix = Arc::new(Prefix::<T>::new(hists.clone(), c, region, &mut dec.syms));
+                            for off in prefix.kernel_records() {
+                                let ty = T::read_u32(&region[off..off + 4]);
+                                let misc = T::read_u16(&region[off + 4..off + 6]);
+                                let body = &region[off + 8..off + T::read_u16(&region[off + 6..off + 8]) as usize];
+                                dec.replay::<T>(ty, misc, body, events.attr_index::<T>(ty, body));
+                            }
+                            dec.syms.procs.prefix = Some(prefix.clone() as Arc<dyn crate::procmaps::Earlier + 'o>);
+                            if let Some(c) = &mut dec.comms {
+                                c.attach(prefix);
+                            }
+                        }
+                        clock.mark(format_args!("thread {t}: run from chunk {c} set up"));
+                        // the run goes on into the next chunk of this thread's share while there is one
+                        let mut cur = c;
+                        let ends = |pos: usize| {
+                            if plan.chunks[cur].to != Some(pos) {
+                                return false;
+                            }
+                            let mut share = shares[t].lock().unwrap_or_else(|e| e.into_inner());
+                            if share.0 == cur + 1 && share.0 < share.1 {
+                                share.0 += 1;
+                                cur += 1;
+                                false
+                            } else {
+                                true
+                            }
+                        };
+                        let part = order::Part { from: plan.chunks[c].from, ends };
+                        let cut = order::read_mapped::<T, _, _>(name, data, map, span, events, part, &mut dec)?;
+                        dec.syms.procs.prefix = None;
+                        if let Some(c) = &mut dec.comms {
+                            c.prefix = None;
+                        }
+                        clock.mark(format_args!("thread {t}: run from chunk {c} read ({} samples, {} chain parts symbolized)",
+                                                dec.counts.samples, dec.agg.symbolized_parts()));
+                        runs.push((c, dec, cut));
+                    }
+                    Ok(runs)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+    });
+    clock.mark(format_args!("every chunk read"));
     let trace = std::env::var_os("KPERFDIFF_TRACE_PARTS").is_some();
-    let mut merged: Option<(Decoder<'o>, Option<Cut>)> = None;
-    for (i, r) in results.into_iter().enumerate() {
-        let (dec, cut) = r?;
-        if matches!(cut, Some(Cut::RoundTooLong)) {
-            return Ok(None);
-        }
+    let mut runs: Vec<Run<'o>> = Vec::new();
+    for (t, r) in results.into_iter().enumerate() {
+        let r = r?;
         if trace {
-            // What each thread read (tests check that every part did work): stderr only.
-            eprintln!("kperfdiff reader part {} of {threads}: {} samples", i + 1, dec.counts.samples);
+            // What each thread read (tests check that every thread did work): stderr only.
+            let samples: u64 = r.iter().map(|run| run.1.counts.samples).sum();
+            eprintln!("kperfdiff reader part {} of {threads}: {samples} samples", t + 1);
         }
+        runs.extend(r);
+    }
+    runs.sort_by_key(|r| r.0);
+    // every chunk read (none is missing when no history failed)
+    if runs.first().map(|r| r.0) != Some(0) {
+        return Ok(None);
+    }
+    let mut level: Vec<(Decoder<'o>, Option<Cut>)> = Vec::with_capacity(runs.len());
+    for (_, dec, cut) in runs {
         if dec.relocated_after_samples || dec.agg.overflowed > 0 {
             return Ok(None);
         }
-        merged = match merged {
-            None => Some((dec, cut)),
-            Some((mut first, first_cut)) => {
-                let Decoder { syms, agg, counts, comms, .. } = dec;
-                let sym_map = first.syms.absorb(syms);
-                let comm_map = match (&mut first.comms, comms) {
-                    (Some(mine), Some(theirs)) => mine.absorb(theirs),
-                    _ => Vec::new(),
-                };
-                if !first.agg.absorb(agg, &sym_map, &comm_map) {
-                    return Ok(None);
-                }
-                first.counts.absorb(&counts);
-                Some((first, first_cut.or(cut)))
-            }
+        level.push((dec, cut));
+    }
+    // 4. the merge, as a tree: each run absorbs the next, pairs at once, until one is left (in
+    // order: absorbing B then C into A gives what absorbing C into B, then that into A, gives)
+    while level.len() > 1 {
+        let mut pairs = Vec::with_capacity(level.len() / 2 + 1);
+        let mut it = level.into_iter();
+        while let Some(a) = it.next() {
+            pairs.push((a, it.next()));
+        }
+        let merged: Vec<Option<(Decoder<'o>, Option<Cut>)>> = std::thread::scope(|scope| {
+            let mut pairs = pairs.into_iter();
+            let here = pairs.next();
+            let handles: Vec<_> = pairs.map(|(a, b)| scope.spawn(move || merge(a, b))).collect();
+            let mut out = vec![here.and_then(|(a, b)| merge(a, b))];
+            out.extend(handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))));
+            out
+        });
+        level = match merged.into_iter().collect::<Option<Vec<_>>>() {
+            Some(l) => l,
+            None => return Ok(None),
         };
     }
+    let merged = level.pop();
+    clock.mark(format_args!("parts merged"));
     Ok(merged)
+}
+
+/// While a file is read on several threads: glibc's heaps grow by this much at a time. Each
+/// thread allocates from a heap of its own (an arena), which grows by `M_TOP_PAD` (128 KB by
+/// default) at a time, with an mprotect that stops every thread faulting a page in: 16 threads
+/// made 1,250 of them per read of a 71 MB file; with 32 MB, 38 (measured with strace -f -c),
+/// and half the voluntary context switches. Untouched, the pad costs no memory, and the
+/// `malloc_trim` after the read gives it back.
+const HEAP_PAD: i32 = 32 << 20;
+
+/// `HEAP_PAD` for the life of the guard (the caller's: kallsyms is parsed on the threads too), then glibc's default again (unless the environment
+/// sets the pad, `MALLOC_TOP_PAD_`: then it is left alone).
+pub struct HeapPad(bool);
+
+impl HeapPad {
+    pub fn set() -> HeapPad {
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        if std::env::var_os("MALLOC_TOP_PAD_").is_none() {
+            // SAFETY: mallopt only sets a parameter of the allocator; it takes no pointers.
+            unsafe { libc::mallopt(libc::M_TOP_PAD, HEAP_PAD) };
+            return HeapPad(true);
+        }
+        HeapPad(false)
+    }
+}
+
+impl Drop for HeapPad {
+    fn drop(&mut self) {
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        if self.0 {
+            // SAFETY: as above; 128 KB is glibc's DEFAULT_TOP_PAD.
+            unsafe { libc::mallopt(libc::M_TOP_PAD, 128 << 10) };
+        }
+    }
+}
+
+/// The next chunk of a share, taken.
+fn take(share: &Mutex<(usize, usize)>) -> Option<usize> {
+    let mut s = share.lock().unwrap_or_else(|e| e.into_inner());
+    (s.0 < s.1).then(|| {
+        s.0 += 1;
+        s.0 - 1
+    })
+}
+
+/// For thread `t`, whose share is done: the back half of the share with the most chunks left
+/// (all of it when one is left: its owner is reading another), which becomes `t`'s share; its
+/// first chunk, taken.
+fn steal(shares: &[Mutex<(usize, usize)>], t: usize) -> Option<usize> {
+    loop {
+        let left = |s: &Mutex<(usize, usize)>| {
+            let s = s.lock().unwrap_or_else(|e| e.into_inner());
+            s.1 - s.0
+        };
+        let (victim, most) = (0..shares.len()).filter(|&v| v != t).map(|v| (v, left(&shares[v]))).max_by_key(|e| e.1)?;
+        if most == 0 {
+            return None;
+        }
+        let (from, to) = {
+            let mut s = shares[victim].lock().unwrap_or_else(|e| e.into_inner());
+            if s.1 == s.0 {
+                continue; // its owner got there first: look again
+            }
+            let mid = s.0 + (s.1 - s.0) / 2;
+            let to = s.1;
+            s.1 = mid;
+            (mid, to)
+        };
+        *shares[t].lock().unwrap_or_else(|e| e.into_inner()) = (from + 1, to);
+        return Some(from);
+    }
+}
+
+/// Part `a` with the part after it, `b`, absorbed (`a` alone without one); None when a total
+/// would overflow (the file is read on one thread, which skips the samples that would).
+fn merge<'o>(a: (Decoder<'o>, Option<Cut>), b: Option<(Decoder<'o>, Option<Cut>)>) -> Option<(Decoder<'o>, Option<Cut>)> {
+    let (mut first, first_cut) = a;
+    let Some((dec, cut)) = b else {
+        return Some((first, first_cut));
+    };
+    let Decoder { mut syms, agg, counts, mut comms, .. } = dec;
+    let sym_map = first.syms.absorb(&mut syms);
+    let comm_map = match (&mut first.comms, &mut comms) {
+        (Some(mine), Some(theirs)) => mine.absorb(theirs),
+        _ => Vec::new(),
+    };
+    let merged = first.agg.absorb(&agg, &sym_map, &comm_map);
+    // what the part leaves behind is freed after the read (`cleanup`)
+    crate::cleanup::later((syms.leftovers(), agg));
+    if !merged {
+        return None;
+    }
+    first.counts.absorb(&counts);
+    Some((first, first_cut.or(cut)))
 }

@@ -3,8 +3,29 @@
 //! shares its parent's mappings and generation until one of them changes, so a
 //! user call chain can be cached per generation (what its addresses mean), and a
 //! fork-heavy file's children reuse their parent's chains.
+//!
+//! The reader of a later part of a file read on several threads (`parallel`) starts with
+//! none of the processes the records before its part made: it asks them (`Earlier`, which
+//! `history` answers) for a process's mappings the first time it meets the process
+//! (`Symbols::space`, which also numbers their files), and keeps the answer.
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
+
+/// One executable mapping of a file, as a record before a part of the file made it.
+pub struct EarlierMap {
+    pub start: u64,
+    pub len: u64,
+    pub pgoff: u64,
+    pub path: String,
+    pub build_id: Option<Vec<u8>>,
+}
+
+/// What the records before a part of the file made of the processes (`history::Prefix`).
+pub trait Earlier: Send + Sync {
+    /// The mappings of process `pid` when the part begins, in the order they were made over
+    /// an empty process (None when no record names the process).
+    fn maps(&self, pid: i32) -> Option<Vec<EarlierMap>>;
+}
 
 #[derive(Clone, Copy)]
 pub struct Map {
@@ -70,17 +91,45 @@ impl PidTable {
     }
 }
 
-pub struct Processes {
+pub struct Processes<'o> {
     procs: PidTable,
     next_gen: u64,
     /// (pid, maps generation, next_gen when cached), by pid % 16: valid while
     /// no process changed (every change takes a new generation).
     gen_cache: [(i32, u64, u64); 16],
+    /// What the records before this reader's part made of the processes (a later part's
+    /// reader: `parallel`), asked the first time a process is met.
+    pub prefix: Option<Arc<dyn Earlier + 'o>>,
 }
 
-impl Processes {
+impl<'o> Processes<'o> {
     pub fn new() -> Self {
-        Processes { procs: PidTable::default(), next_gen: 0, gen_cache: [(0, 0, u64::MAX); 16] }
+        Processes { procs: PidTable::default(), next_gen: 0, gen_cache: [(0, 0, u64::MAX); 16], prefix: None }
+    }
+
+    /// The processes, to be freed later (`cleanup`).
+    pub fn into_table(self) -> impl Send + 'static {
+        self.procs
+    }
+
+    /// Whether process `pid` is still to be asked of the records before the part (a later
+    /// part's reader that has not met it).
+    #[inline]
+    pub fn unmet(&self, pid: i32) -> bool {
+        self.prefix.is_some() && self.procs.get(pid).is_none()
+    }
+
+    /// A process met for the first time by a later part's reader, with the mappings the
+    /// records before the part left it (None: none of them names it; it is kept as an empty
+    /// process, so that it is asked once).
+    pub fn met(&mut self, pid: i32, maps: Option<Vec<Map>>) {
+        match maps {
+            None => self.procs.insert(pid, Proc::default()),
+            Some(maps) => {
+                let gen = self.new_gen();
+                self.procs.insert(pid, Proc { maps: Arc::new(maps), gen });
+            }
+        }
     }
 
     fn new_gen(&mut self) -> u64 {
@@ -124,25 +173,9 @@ impl Processes {
 
     /// A new mapping, over whatever it overlaps.
     pub fn add_map(&mut self, pid: i32, start: u64, len: u64, pgoff: u64, dso: u32) {
-        let end = start.saturating_add(len);
         let gen = self.new_gen();
         let p = self.procs.get_or_default(pid);
-        let mut maps = Vec::with_capacity(p.maps.len() + 2);
-        for &m in p.maps.iter() {
-            if m.end <= start || m.start >= end {
-                maps.push(m);
-            } else {
-                if m.start < start {
-                    maps.push(Map { end: start, ..m });
-                }
-                if m.end > end {
-                    maps.push(Map { start: end, pgoff: m.pgoff + (end - m.start), ..m });
-                }
-            }
-        }
-        maps.push(Map { start, end, pgoff, dso });
-        maps.sort_unstable_by_key(|m| m.start);
-        p.maps = Arc::new(maps);
+        p.maps = Arc::new(overlay(&p.maps, start, len, pgoff, dso));
         p.gen = gen;
     }
 
@@ -160,6 +193,27 @@ impl Processes {
         // The cached generation of `pid` may be an earlier process's with that pid.
         self.gen_cache[pid as usize & 15].2 = u64::MAX;
     }
+}
+
+/// `maps` (sorted by address) with a new mapping over whatever it overlaps.
+pub fn overlay(maps: &[Map], start: u64, len: u64, pgoff: u64, dso: u32) -> Vec<Map> {
+    let end = start.saturating_add(len);
+    let mut out = Vec::with_capacity(maps.len() + 2);
+    for &m in maps {
+        if m.end <= start || m.start >= end {
+            out.push(m);
+        } else {
+            if m.start < start {
+                out.push(Map { end: start, ..m });
+            }
+            if m.end > end {
+                out.push(Map { start: end, pgoff: m.pgoff + (end - m.start), ..m });
+            }
+        }
+    }
+    out.push(Map { start, end, pgoff, dso });
+    out.sort_unstable_by_key(|m| m.start);
+    out
 }
 
 /// The mapping of `addr` among `maps` (sorted by address).

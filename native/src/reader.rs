@@ -27,6 +27,7 @@ use crate::layout::{self, Layout};
 use crate::order;
 use crate::parallel;
 use crate::symbolize::Symbols;
+use crate::timing::Clock;
 use crate::warnings;
 use byteorder::{BigEndian, ByteOrder, LittleEndian};
 use linux_perf_data::Endianness;
@@ -86,26 +87,28 @@ fn read_impl<T: ByteOrder>(
     opts: &Options,
     endian: Endianness,
 ) -> Result<Output, Error> {
+    let clock = Clock::start();
     let mut layout = layout::check::<T>(name, data)?;
     let Header { events, mut facts, build_ids, compressed, mut perf_file, mut record_iter } =
         header::read(name, data, &layout, endian)?;
+    let span = (layout.data_off as usize, (layout.data_off + layout.data_size) as usize);
+    // One file on several threads when it is large enough (a part per `parallel::threads_for`
+    // bytes), its records are not compressed and its samples need no order among themselves
+    // (no PERF_SAMPLE_READ); its kallsyms is then parsed on those threads too.
+    let threads = parallel::threads_for(span.1 - span.0, opts.threads);
+    let on_threads = threads > 1 && !compressed && events.samples_commute();
+    let _pad = on_threads.then(parallel::HeapPad::set);
+    clock.mark(format_args!("layout and header"));
     let kallsyms = match &opts.kallsyms {
-        Some(p) => Some(Kallsyms::load_shared(p)?),
+        Some(p) => Some(Kallsyms::load_shared(p, if on_threads { threads } else { 1 })?),
         None => None,
     };
+    clock.mark(format_args!("kallsyms"));
     if let Some(p) = &opts.kallsyms {
         facts.push(("kallsyms".into(), Fact::Str(p.display().to_string())));
     }
-
-    let span = (layout.data_off as usize, (layout.data_off + layout.data_size) as usize);
-    // One file on several threads when it is large enough, its records are not compressed
-    // and its samples need no order among themselves (no PERF_SAMPLE_READ).
-    let on_threads = opts.threads > 1
-        && !compressed
-        && span.1 - span.0 >= parallel::min_bytes()
-        && events.samples_commute();
     let parallel = if on_threads {
-        parallel::read::<T>(name, data, map, span, &events, opts, &kallsyms, &build_ids, opts.threads)?
+        parallel::read::<T>(name, data, map, span, &events, opts, &kallsyms, &build_ids, threads, &clock)?
     } else {
         None
     };
@@ -116,8 +119,9 @@ fn read_impl<T: ByteOrder>(
             let cut = if compressed {
                 order::read_compressed::<T, _>(&mut perf_file, &mut record_iter, &mut dec)
             } else {
-                order::read_mapped::<T, _>(name, data, map, span, &events, order::Part::default(), &mut dec)?
+                order::read_mapped::<T, _, _>(name, data, map, span, &events, order::whole(), &mut dec)?
             };
+            clock.mark(format_args!("records read on one thread ({} chain parts symbolized)", dec.agg.symbolized_parts()));
             (dec, cut)
         }
     };
@@ -127,8 +131,12 @@ fn read_impl<T: ByteOrder>(
     warnings.append(&mut syms.warnings);
     warnings::closing(name, cut, &layout, &counts, agg.overflowed, &syms, &mut warnings);
     closing_facts(&mut facts, &layout, &counts, &agg, &syms);
+    clock.mark(format_args!("warnings and facts"));
     let comm_names = comms.map(|c| c.into_names()).unwrap_or_default();
-    Ok(agg.into_output(&events, syms, &counts.records, facts, warnings, comm_names))
+    let out = agg.into_output(&events, syms, &counts.records, facts, warnings, comm_names, if on_threads { threads } else { 1 });
+    clock.mark(format_args!("output built"));
+    crate::cleanup::finish();
+    Ok(out)
 }
 
 /// The facts known once the records are read.

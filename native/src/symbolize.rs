@@ -7,11 +7,11 @@ use crate::abi::*;
 use crate::elfsyms::{self, ElfSyms};
 use crate::header::BuildIds;
 use crate::kallsyms::Kallsyms;
-use crate::procmaps::Processes;
+use crate::procmaps::{overlay, Map, Processes};
 use crate::options::Options;
 use rustc_hash::FxHashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// No id yet.
 const NONE: u32 = u32::MAX;
@@ -19,7 +19,7 @@ const NONE: u32 = u32::MAX;
 enum SymState {
     NotTried,
     Missing,
-    Loaded(ElfSyms),
+    Loaded(Arc<ElfSyms>),
 }
 
 struct Dso {
@@ -38,13 +38,16 @@ pub struct Symbols<'o> {
     sym_names: Vec<String>,
     sym_dso: Vec<u32>,
     sym_kernel: Vec<u8>,
-    sym_intern: FxHashMap<(u32, String), u32>,
+    /// DSO -> name -> symbol id (looked up without copying the name: a merge looks up every symbol).
+    sym_intern: FxHashMap<u32, FxHashMap<String, u32>>,
     dsos: Vec<Dso>,
     dso_by_path: FxHashMap<String, u32>,
     header_build_ids: BuildIds,
     // kernel
     kallsyms: Option<Arc<Kallsyms>>,
     kallsyms_dso: Vec<u32>,
+    /// Each kallsyms symbol's id + 1 (0: none yet): zeroed, so that its pages are the
+    /// system's zero pages until written (a thread of a read on several threads touches few).
     kallsyms_sym: Vec<u32>,
     pub kernel_reloc: i64,
     pub kernel_ref: Option<(String, u64)>,
@@ -59,7 +62,9 @@ pub struct Symbols<'o> {
     recent: AddrCache,
     dso_unknown: u32,
     dso_kernel: u32,
-    pub procs: Processes,
+    pub procs: Processes<'o>,
+    /// The ELF symbols shared with the other threads reading the same file (`parallel`).
+    pub shared: Option<Arc<SharedSyms>>,
     /// Kernel addresses looked up, and those kallsyms does not hold.
     pub kernel_addrs: u64,
     pub kernel_unresolved: u64,
@@ -145,6 +150,54 @@ fn basename(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)
 }
 
+/// The ELF symbols of a DSO's file (`path`, with `build_id` when recorded): the first image
+/// found that parses (and matches the build id), or its separate debug file's symbols when
+/// that has any; None when no candidate has symbols.
+fn load_elf_syms(path: &str, build_id: Option<&[u8]>, opts: &Options) -> Option<ElfSyms> {
+    let (dbgs, images) = elfsyms::candidates(path, build_id, &opts.symfs, &opts.debug_dirs);
+    let open = |c: &PathBuf| -> Option<memmap2::Mmap> {
+        let f = std::fs::File::open(c).ok()?;
+        if !f.metadata().ok()?.is_file() {
+            return None;
+        }
+        // SAFETY: read-only map of a regular file, parsed right away.
+        unsafe { memmap2::Mmap::map(&f) }.ok()
+    };
+    // The first image that parses (and matches the build id); its symbols
+    // are kept for when no separate debug file has any.
+    let image = images.iter().find_map(|c| open(c).and_then(|m| ElfSyms::parse(m, None, build_id)))?;
+    for c in &dbgs {
+        if let Some(m) = open(c) {
+            if let Some(s) = ElfSyms::parse(m, Some(image.bytes()), build_id) {
+                if !s.is_empty() {
+                    return Some(s);
+                }
+            }
+        }
+    }
+    Some(image)
+}
+
+/// The ELF symbols of the DSOs met by the threads that read one file (`parallel`), so that
+/// each file's table is read once, by the first thread that needs it (the others wait for
+/// it): every thread reading it again cost each its time, and the maps and releases of the
+/// files' pages stopped every thread of the process.
+#[derive(Default)]
+pub struct SharedSyms {
+    #[allow(clippy::type_complexity)]
+    files: Mutex<FxHashMap<(String, Option<Vec<u8>>), Arc<OnceLock<Option<Arc<ElfSyms>>>>>>,
+}
+
+impl SharedSyms {
+    fn get(&self, path: &str, build_id: Option<&[u8]>, load: impl FnOnce() -> Option<ElfSyms>) -> Option<Arc<ElfSyms>> {
+        let cell = {
+            let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+            files.entry((path.to_string(), build_id.map(<[u8]>::to_vec))).or_default().clone()
+        };
+        cell.get_or_init(|| load().map(Arc::new)).clone()
+    }
+}
+
 impl<'o> Symbols<'o> {
     pub fn new(opts: &'o Options, kallsyms: Option<Arc<Kallsyms>>, header_build_ids: BuildIds) -> Self {
         let mut s = Symbols {
@@ -157,7 +210,7 @@ impl<'o> Symbols<'o> {
             dso_by_path: FxHashMap::default(),
             header_build_ids,
             kallsyms_dso: Vec::new(),
-            kallsyms_sym: vec![NONE; kallsyms.as_ref().map(|k| k.addrs.len()).unwrap_or(0)],
+            kallsyms_sym: vec![0; kallsyms.as_ref().map(|k| k.addrs.len()).unwrap_or(0)],
             kallsyms,
             kernel_reloc: 0,
             kernel_ref: None,
@@ -169,6 +222,7 @@ impl<'o> Symbols<'o> {
             dso_unknown: 0,
             dso_kernel: 0,
             procs: Processes::new(),
+            shared: None,
             kernel_addrs: 0,
             kernel_unresolved: 0,
             warnings: Vec::new(),
@@ -219,8 +273,9 @@ impl<'o> Symbols<'o> {
     /// in the order the other reader met them, which is the order one reader of the whole
     /// file would have. The state (mappings, the kernel's relocation, its warnings) is the
     /// later reader's, which has seen more of the file; the kernel addresses looked up are
-    /// the union of both, counted once.
-    pub fn absorb(&mut self, other: Symbols) -> Vec<u32> {
+    /// the union of both, counted once; a DSO's symbols are what the first reader that looked
+    /// for them found. Absorbing B then C gives what absorbing C into B, then that, gives.
+    pub fn absorb(&mut self, other: &mut Symbols<'o>) -> Vec<u32> {
         let dso_map: Vec<u32> = other
             .dsos
             .iter()
@@ -230,8 +285,16 @@ impl<'o> Symbols<'o> {
                 if mine.build_id.is_none() {
                     mine.build_id = d.build_id.clone();
                 }
-                if matches!(mine.syms, SymState::NotTried) && matches!(d.syms, SymState::Missing) {
-                    mine.syms = SymState::Missing;
+                // what the first part that looked for the DSO's symbols found (one reader looks once)
+                if matches!(mine.syms, SymState::NotTried) {
+                    match &d.syms {
+                        SymState::Missing => mine.syms = SymState::Missing,
+                        SymState::Loaded(s) => {
+                            mine.syms = SymState::Loaded(s.clone());
+                            mine.sym_ids = Vec::new(); // sized when a symbol is looked up (`file_sym`)
+                        }
+                        SymState::NotTried => {}
+                    }
                 }
                 id
             })
@@ -248,24 +311,59 @@ impl<'o> Symbols<'o> {
             }
         }
         self.kernel_reloc = other.kernel_reloc;
-        self.kernel_ref = other.kernel_ref;
+        self.kernel_ref = other.kernel_ref.take();
         self.kernel_map = other.kernel_map;
-        self.module_maps = other.module_maps;
-        self.procs = other.procs;
-        self.warnings = other.warnings;
+        self.module_maps = std::mem::take(&mut other.module_maps);
+        let done = std::mem::replace(&mut self.procs, std::mem::replace(&mut other.procs, Processes::new()));
+        crate::cleanup::later(done.into_table());
+        self.warnings = std::mem::take(&mut other.warnings);
         self.recent.clear();
         sym_map
     }
 
+    /// The tables the output carries, taken out (`into_tables` without the rest).
+    pub fn take_tables(&mut self) -> Tables {
+        Tables {
+            sym_names: std::mem::take(&mut self.sym_names),
+            sym_dso: std::mem::take(&mut self.sym_dso),
+            sym_kernel: std::mem::take(&mut self.sym_kernel),
+            dso_names: self.dsos.iter().map(|d| d.name.clone()).collect(),
+            dso_paths: self.dsos.iter().map(|d| d.path.clone()).collect(),
+        }
+    }
+
+    /// What a reader that is done holds (its tables, caches and processes), taken out to be
+    /// freed later (`cleanup`).
+    pub fn leftovers(&mut self) -> impl Send + 'static {
+        use std::mem::take;
+        (
+            (take(&mut self.sym_names), take(&mut self.sym_dso), take(&mut self.sym_kernel), take(&mut self.sym_intern)),
+            (take(&mut self.dsos), take(&mut self.dso_by_path), take(&mut self.kallsyms_sym), take(&mut self.kaddr_cache)),
+            (take(&mut self.uaddr_cache), take(&mut self.recent.slots), std::mem::replace(&mut self.procs, Processes::new()).into_table()),
+        )
+    }
+
+    /// The DSO of a user mapping of `path` (`mmap`), added when new, taking `build_id` when it
+    /// has none yet: what the mappings before a later part's reader's part gave (`history`).
+    pub fn seed_dso(&mut self, path: &str, build_id: Option<&[u8]>) -> u32 {
+        let d = self.add_dso(basename(path), path, false);
+        if let Some(b) = build_id {
+            if self.dsos[d as usize].build_id.is_none() {
+                self.dsos[d as usize].build_id = Some(b.to_vec());
+            }
+        }
+        d
+    }
+
     fn intern_sym(&mut self, dso: u32, name: &str) -> u32 {
-        if let Some(&id) = self.sym_intern.get(&(dso, name.to_string())) {
+        if let Some(&id) = self.sym_intern.get(&dso).and_then(|m| m.get(name)) {
             return id;
         }
         let id = self.sym_names.len() as u32;
         self.sym_names.push(name.to_string());
         self.sym_dso.push(dso);
         self.sym_kernel.push(self.dsos[dso as usize].kernel as u8);
-        self.sym_intern.insert((dso, name.to_string()), id);
+        self.sym_intern.entry(dso).or_default().insert(name.to_string(), id);
         id
     }
 
@@ -296,6 +394,39 @@ impl<'o> Symbols<'o> {
         let id = self.intern_sym(dso, "[unknown]");
         self.dsos[dso as usize].unknown = id;
         id
+    }
+
+    /// A key for what a user address of `pid` means now (`Processes::space`); a later part's
+    /// reader meets the process first (`meet`).
+    #[inline(always)]
+    pub fn space(&mut self, pid: i32) -> u64 {
+        if self.procs.prefix.is_some() && self.procs.unmet(pid) {
+            self.meet(pid);
+        }
+        self.procs.space(pid)
+    }
+
+    /// A process met for the first time by a later part's reader: its mappings as the
+    /// records before the part left them, their files in this table.
+    #[cold]
+    #[inline(never)]
+    fn meet(&mut self, pid: i32) {
+        let found = self.procs.prefix.as_ref().and_then(|p| p.maps(pid));
+        let maps = found.map(|list| {
+            list.into_iter().fold(Vec::<Map>::new(), |maps, m| {
+                let d = self.seed_dso(&m.path, m.build_id.as_deref());
+                overlay(&maps, m.start, m.len, m.pgoff, d)
+            })
+        });
+        self.procs.met(pid, maps);
+    }
+
+    /// A FORK record's new process, from its parent's mappings.
+    pub fn fork(&mut self, pid: i32, ppid: i32) {
+        if self.procs.unmet(ppid) {
+            self.meet(ppid);
+        }
+        self.procs.fork(pid, ppid);
     }
 
     /// The symbol of an address of the call chain in context `mode`, in process `pid`
@@ -351,13 +482,13 @@ impl<'o> Symbols<'o> {
         let id = match &self.kallsyms {
             Some(ks) => match ks.lookup((addr as i64).wrapping_sub(self.kernel_reloc) as u64) {
                 Some(i) => {
-                    if self.kallsyms_sym[i] == NONE {
+                    if self.kallsyms_sym[i] == 0 {
                         let dso = self.kallsyms_dso[ks.module[i] as usize];
                         let name = ks.name(i).to_string();
                         let id = self.intern_sym(dso, &name);
-                        self.kallsyms_sym[i] = id;
+                        self.kallsyms_sym[i] = id + 1;
                     }
-                    self.kallsyms_sym[i]
+                    self.kallsyms_sym[i] - 1
                 }
                 None => {
                     self.kernel_unresolved += 1;
@@ -406,7 +537,13 @@ impl<'o> Symbols<'o> {
         };
         let id = match found {
             Some(i) => {
-                let have = self.dsos[dso as usize].sym_ids[i];
+                let d = &mut self.dsos[dso as usize];
+                if d.sym_ids.is_empty() {
+                    if let SymState::Loaded(s) = &d.syms {
+                        d.sym_ids = vec![NONE; s.len()];
+                    }
+                }
+                let have = d.sym_ids[i];
                 if have != NONE {
                     have
                 } else {
@@ -445,48 +582,19 @@ impl<'o> Symbols<'o> {
         if !matches!(dso.syms, SymState::NotTried) {
             return;
         }
-        let (dbgs, images) = elfsyms::candidates(&dso.path, dso.build_id.as_deref(), &self.opts.symfs, &self.opts.debug_dirs);
-        let bid = dso.build_id.clone();
-        let open = |c: &PathBuf| -> Option<memmap2::Mmap> {
-            let f = std::fs::File::open(c).ok()?;
-            if !f.metadata().ok()?.is_file() {
-                return None;
-            }
-            // SAFETY: read-only map of a regular file, parsed right away.
-            unsafe { memmap2::Mmap::map(&f) }.ok()
+        let (path, bid, opts) = (dso.path.clone(), dso.build_id.clone(), self.opts);
+        let loaded = match &self.shared {
+            Some(shared) => shared.get(&path, bid.as_deref(), || load_elf_syms(&path, bid.as_deref(), opts)),
+            None => load_elf_syms(&path, bid.as_deref(), opts).map(Arc::new),
         };
-        // The first image that parses (and matches the build id); its symbols
-        // are kept for when no separate debug file has any.
-        let mut image: Option<ElfSyms> = None;
-        for c in &images {
-            if let Some(m) = open(c) {
-                if let Some(s) = ElfSyms::parse(m, None, bid.as_deref()) {
-                    image = Some(s);
-                    break;
-                }
-            }
-        }
-        let mut state = SymState::Missing;
-        if let Some(img_syms) = image {
-            for c in &dbgs {
-                if let Some(m) = open(c) {
-                    if let Some(s) = ElfSyms::parse(m, Some(img_syms.bytes()), bid.as_deref()) {
-                        if !s.is_empty() {
-                            state = SymState::Loaded(s);
-                            break;
-                        }
-                    }
-                }
-            }
-            if matches!(state, SymState::Missing) {
-                state = SymState::Loaded(img_syms);
-            }
-        }
         let dso = &mut self.dsos[d as usize];
-        if let SymState::Loaded(s) = &state {
-            dso.sym_ids = vec![NONE; s.len()];
+        match loaded {
+            Some(s) => {
+                dso.sym_ids = vec![NONE; s.len()];
+                dso.syms = SymState::Loaded(s);
+            }
+            None => dso.syms = SymState::Missing,
         }
-        dso.syms = state;
     }
 
     /// An MMAP or MMAP2 record. Returns whether the kernel's symbols moved
@@ -517,6 +625,9 @@ impl<'o> Symbols<'o> {
             if self.dsos[d as usize].build_id.is_none() {
                 self.dsos[d as usize].build_id = Some(b);
             }
+        }
+        if self.procs.unmet(pid) {
+            self.meet(pid);
         }
         self.procs.add_map(pid, start, len, pgoff, d);
         false

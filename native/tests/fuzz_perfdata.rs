@@ -33,8 +33,6 @@ fn fuzz_perfdata_reader() {
     fuzz::quiet_panics();
     // Every input is also read on three threads, however small (see fuzz::run_case).
     std::env::set_var("KPERFDIFF_PARALLEL_MIN_BYTES", "0");
-    // and keeps only a few KB of what comes before a part (see order::REPLAY_WINDOW)
-    std::env::set_var("KPERFDIFF_REPLAY_WINDOW", "4096");
     let t0 = std::time::Instant::now();
     let mut counts = [0u64; 4];
     let mut failures = Vec::new();

@@ -95,7 +95,6 @@ def test_fuzz_load_path(tmp_path, monkeypatch):
     several threads, as a large file is (the parts and their merge: native/src/parallel.rs)."""
     monkeypatch.setenv("HOME", str(tmp_path))   # no perf build-id cache: only what lies beside the input
     monkeypatch.setenv("KPERFDIFF_PARALLEL_MIN_BYTES", "0")
-    monkeypatch.setenv("KPERFDIFF_REPLAY_WINDOW", "4096")
     n = int(os.environ.get("KPD_FUZZ_PERFDATA_EXECS", "300"))
     seed = int(os.environ.get("KPD_FUZZ_SEED", "1"))
     counts, examples = fuzz_perfdata(tmp_path, executions=n, seed=seed)
