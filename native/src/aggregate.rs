@@ -400,6 +400,7 @@ impl Aggregator {
 
     /// The output: every event's profile (on up to `threads` threads: `event_out_on`), the
     /// stacks, the symbol tables and the counts of records by type.
+    #[allow(clippy::too_many_arguments)]
     pub fn into_output(
         self,
         events: &Events,

@@ -293,10 +293,7 @@ pub fn read<'o, T: ByteOrder + 'o>(
                     clock.mark(format_args!("thread {t}: histories built"));
                     let mut runs = Vec::new();
                     let mut first = take(&shares[t]);
-                    loop {
-                        let Some(c) = first.take().or_else(|| steal(shares, t)) else {
-                            break;
-                        };
+                    while let Some(c) = first.take().or_else(|| steal(shares, t)) {
                         let mut syms = Symbols::new(opts, kallsyms.clone(), build_ids.clone());
                         syms.shared = Some(shared.clone());
                         let mut dec = Decoder::new(events, syms, opts);

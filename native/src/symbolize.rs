@@ -322,7 +322,9 @@ impl<'o> Symbols<'o> {
             self.kaddr_later.append(&mut other.kaddr_later);
         } else {
             let other_unknown = other.dsos[other.dso_kernel as usize].unknown;
-            let mut maps: Vec<(FxHashMap<u64, u32>, Option<&[u32]>, u32)> = std::mem::take(&mut self.kaddr_later)
+            // (addresses looked up, the ids they map to here when known, the id of an unresolved one)
+            type Looked<'m> = (FxHashMap<u64, u32>, Option<&'m [u32]>, u32);
+            let mut maps: Vec<Looked> = std::mem::take(&mut self.kaddr_later)
                 .into_iter()
                 .chain(std::mem::take(&mut other.kaddr_later))
                 .map(|m| (m, None, NONE))
