@@ -296,14 +296,42 @@ impl Aggregator {
     /// file would have). False when a total would overflow (the file must be read by one
     /// reader, which skips the samples that would).
     pub fn absorb(&mut self, other: &Aggregator, syms: &[u32], comms: &[u32]) -> bool {
-        let mut frames = Vec::new();
-        let stack_map: Vec<u32> = (0..other.stacks.len() as u32)
-            .map(|s| {
-                frames.clear();
-                frames.extend(other.stacks.get(s).iter().map(|&f| syms[f as usize]));
-                self.stacks.intern(&frames)
-            })
-            .collect();
+        // its stacks in this table's symbols, and their hashes, on threads (a part's are tens of
+        // thousands of frames); then each looked up, or added, in order
+        let n = other.stacks.len();
+        let threads = if n >= 4096 { 4 } else { 1 };
+        let mapped: Vec<(Vec<u32>, Vec<u64>)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..threads)
+                .map(|t| {
+                    scope.spawn(move || {
+                        let (mut frames, mut hashes) = (Vec::new(), Vec::new());
+                        let mut start = frames.len();
+                        for s in t * n / threads..(t + 1) * n / threads {
+                            frames.extend(other.stacks.get(s as u32).iter().map(|&f| syms[f as usize]));
+                            hashes.push(intern::hash(&frames[start..]));
+                            start = frames.len();
+                        }
+                        (frames, hashes)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(joined).collect()
+        });
+        let mut stack_map: Vec<u32> = Vec::with_capacity(n);
+        let mut s = 0u32;
+        for (frames, hashes) in &mapped {
+            let mut at = 0;
+            for &h in hashes {
+                let len = other.stacks.get(s).len();
+                let key = &frames[at..at + len];
+                stack_map.push(match self.stacks.find(key, h) {
+                    Some(id) => id,
+                    None => self.stacks.insert_new(key, h),
+                });
+                at += len;
+                s += 1;
+            }
+        }
         self.symbolized += other.symbolized;
         self.overflowed += other.overflowed;
         for (mine, theirs) in self.acc.iter_mut().zip(&other.acc) {
@@ -372,6 +400,7 @@ impl Aggregator {
 
     /// The output: every event's profile (on up to `threads` threads: `event_out_on`), the
     /// stacks, the symbol tables and the counts of records by type.
+    #[allow(clippy::too_many_arguments)]
     pub fn into_output(
         self,
         events: &Events,

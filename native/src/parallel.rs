@@ -235,21 +235,7 @@ pub fn read<'o, T: ByteOrder + 'o>(
     let region = &data[span.0..span.1];
     let len = region.len();
     // 1. the index: thread i walks from its guess at the first round end at or after i/n of the region
-    let reach: Vec<usize> = (1..threads).map(|i| i * len / threads).collect();
-    let stretches: Vec<Option<Stretch>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
-            .map(|i| {
-                let reach = &reach;
-                scope.spawn(move || {
-                    let start = if i == 0 { Some(0) } else { order::find_round::<T>(region, reach[i - 1]) };
-                    let s = start.map(|s| order::index::<T>(region, map, span.0, events, s, reach.get(i).copied()));
-                    clock.mark(format_args!("stretch {i}: indexed"));
-                    s
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
-    });
+    let stretches = index_stretches::<T>(region, map, span.0, events, threads, &clock);
     let plan = Plan::new(&stretches, len, threads * CHUNKS_PER_THREAD);
     drop(stretches); // their state records are the plan's now
     let Some(plan) = plan else {
@@ -293,10 +279,7 @@ pub fn read<'o, T: ByteOrder + 'o>(
                     clock.mark(format_args!("thread {t}: histories built"));
                     let mut runs = Vec::new();
                     let mut first = take(&shares[t]);
-                    loop {
-                        let Some(c) = first.take().or_else(|| steal(shares, t)) else {
-                            break;
-                        };
+                    while let Some(c) = first.take().or_else(|| steal(shares, t)) {
                         let mut syms = Symbols::new(opts, kallsyms.clone(), build_ids.clone());
                         syms.shared = Some(shared.clone());
                         let mut dec = Decoder::new(events, syms, opts);
@@ -349,8 +332,53 @@ pub fn read<'o, T: ByteOrder + 'o>(
         handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
     });
     clock.mark(format_args!("every chunk read"));
+    let Some(level) = in_order(results, threads)? else {
+        return Ok(None);
+    };
+    let merged = merge_tree(level);
+    clock.mark(format_args!("parts merged"));
+    Ok(merged)
+}
+
+/// Step 1 of [`read`]: each of `threads` threads indexes the stretch from its guess at the first
+/// round end at or after its share of the region (the first from the start).
+fn index_stretches<T: ByteOrder>(
+    region: &[u8],
+    map: Option<&memmap2::Mmap>,
+    base: usize,
+    events: &Events,
+    threads: usize,
+    clock: &Clock,
+) -> Vec<Option<Stretch>> {
+    let clock = *clock;
+    let len = region.len();
+    let reach: Vec<usize> = (1..threads).map(|i| i * len / threads).collect();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|i| {
+                let reach = &reach;
+                scope.spawn(move || {
+                    let start = if i == 0 { Some(0) } else { order::find_round::<T>(region, reach[i - 1]) };
+                    let s = start.map(|s| order::index::<T>(region, map, base, events, s, reach.get(i).copied()));
+                    clock.mark(format_args!("stretch {i}: indexed"));
+                    s
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+    })
+}
+
+/// The threads' runs in chunk order, ready to merge: None when a chunk is missing (a history
+/// failed) or a run cannot be merged exactly (relocated after samples, an aggregate overflowed).
+/// With `KPERFDIFF_TRACE_PARTS` set, each thread's samples go to stderr.
+#[allow(clippy::type_complexity)]
+fn in_order<'o>(
+    results: Vec<Result<Vec<(usize, Decoder<'o>, Option<Cut>)>, Error>>,
+    threads: usize,
+) -> Result<Option<Vec<(Decoder<'o>, Option<Cut>)>>, Error> {
     let trace = std::env::var_os("KPERFDIFF_TRACE_PARTS").is_some();
-    let mut runs: Vec<Run<'o>> = Vec::new();
+    let mut runs = Vec::new();
     for (t, r) in results.into_iter().enumerate() {
         let r = r?;
         if trace {
@@ -365,15 +393,20 @@ pub fn read<'o, T: ByteOrder + 'o>(
     if runs.first().map(|r| r.0) != Some(0) {
         return Ok(None);
     }
-    let mut level: Vec<(Decoder<'o>, Option<Cut>)> = Vec::with_capacity(runs.len());
+    let mut level = Vec::with_capacity(runs.len());
     for (_, dec, cut) in runs {
         if dec.relocated_after_samples || dec.agg.overflowed > 0 {
             return Ok(None);
         }
         level.push((dec, cut));
     }
-    // 4. the merge, as a tree: each run absorbs the next, pairs at once, until one is left (in
-    // order: absorbing B then C into A gives what absorbing C into B, then that into A, gives)
+    Ok(Some(level))
+}
+
+/// Step 4 of [`read`]: the merge, as a tree: each run absorbs the next, pairs at once, until one is
+/// left (in order: absorbing B then C into A gives what absorbing C into B, then that into A,
+/// gives); None when a pair cannot be merged exactly.
+fn merge_tree<'o>(mut level: Vec<(Decoder<'o>, Option<Cut>)>) -> Option<(Decoder<'o>, Option<Cut>)> {
     while level.len() > 1 {
         let mut pairs = Vec::with_capacity(level.len() / 2 + 1);
         let mut it = level.into_iter();
@@ -388,14 +421,9 @@ pub fn read<'o, T: ByteOrder + 'o>(
             out.extend(handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))));
             out
         });
-        level = match merged.into_iter().collect::<Option<Vec<_>>>() {
-            Some(l) => l,
-            None => return Ok(None),
-        };
+        level = merged.into_iter().collect::<Option<Vec<_>>>()?;
     }
-    let merged = level.pop();
-    clock.mark(format_args!("parts merged"));
-    Ok(merged)
+    level.pop()
 }
 
 /// While a file is read on several threads: glibc's heaps grow by this much at a time. Each

@@ -40,6 +40,12 @@ pub struct Symbols<'o> {
     sym_kernel: Vec<u8>,
     /// DSO -> name -> symbol id (looked up without copying the name: a merge looks up every symbol).
     sym_intern: FxHashMap<u32, FxHashMap<String, u32>>,
+    /// Where each symbol's name came from (`ORIGIN_KALLSYMS | index`, `ORIGIN_ELF | index in its
+    /// DSO's table`, else 0): a merge maps most symbols by it instead of by name.
+    sym_origin: Vec<u64>,
+    /// The kernel addresses looked up by readers merged in while none of them, nor this one,
+    /// failed to resolve one: their union is counted only when one does (`kernel_addrs`).
+    kaddr_later: Vec<FxHashMap<u64, u32>>,
     dsos: Vec<Dso>,
     dso_by_path: FxHashMap<String, u32>,
     header_build_ids: BuildIds,
@@ -116,6 +122,11 @@ impl AddrCache {
         self.slots.iter_mut().for_each(|e| *e = (u64::MAX, u64::MAX, NONE));
     }
 }
+
+/// `Symbols::sym_origin`: a kallsyms symbol's, an ELF symbol's.
+const ORIGIN_KALLSYMS: u64 = 1 << 62;
+const ORIGIN_ELF: u64 = 2 << 62;
+const ORIGIN_INDEX: u64 = (1 << 62) - 1;
 
 /// A tail key's word for a user address no mapping holds.
 pub const TAIL_UNMAPPED: u64 = u64::MAX - 1;
@@ -206,6 +217,8 @@ impl<'o> Symbols<'o> {
             sym_dso: Vec::new(),
             sym_kernel: Vec::new(),
             sym_intern: FxHashMap::default(),
+            sym_origin: Vec::new(),
+            kaddr_later: Vec::new(),
             dsos: Vec::new(),
             dso_by_path: FxHashMap::default(),
             header_build_ids,
@@ -299,15 +312,35 @@ impl<'o> Symbols<'o> {
                 id
             })
             .collect();
-        let sym_map: Vec<u32> = (0..other.sym_names.len())
-            .map(|i| self.intern_sym(dso_map[other.sym_dso[i] as usize], &other.sym_names[i]))
-            .collect();
-        let other_unknown = other.dsos[other.dso_kernel as usize].unknown;
-        for (&addr, &id) in &other.kaddr_cache {
-            if let std::collections::hash_map::Entry::Vacant(e) = self.kaddr_cache.entry(addr) {
-                e.insert(sym_map[id as usize]);
-                self.kernel_addrs += 1;
-                self.kernel_unresolved += (id == other_unknown) as u64;
+        let sym_map: Vec<u32> = (0..other.sym_names.len()).map(|i| self.take_sym(other, &dso_map, i)).collect();
+        // The kernel addresses looked up, counted once: while every one resolved, only whether
+        // there are any matters (`warnings`), and their union waits until one does not.
+        let resolved = self.kernel_unresolved == 0 && other.kernel_unresolved == 0;
+        if resolved {
+            self.kernel_addrs = self.kernel_addrs.max(other.kernel_addrs);
+            self.kaddr_later.push(std::mem::take(&mut other.kaddr_cache));
+            self.kaddr_later.append(&mut other.kaddr_later);
+        } else {
+            let other_unknown = other.dsos[other.dso_kernel as usize].unknown;
+            // (addresses looked up, the ids they map to here when known, the id of an unresolved one)
+            type Looked<'m> = (FxHashMap<u64, u32>, Option<&'m [u32]>, u32);
+            let mut maps: Vec<Looked> = std::mem::take(&mut self.kaddr_later)
+                .into_iter()
+                .chain(std::mem::take(&mut other.kaddr_later))
+                .map(|m| (m, None, NONE))
+                .collect();
+            maps.push((std::mem::take(&mut other.kaddr_cache), Some(&sym_map[..]), other_unknown));
+            self.kernel_addrs = self.kaddr_cache.len() as u64;
+            for (m, ids, unknown) in maps {
+                for (addr, id) in m {
+                    if let std::collections::hash_map::Entry::Vacant(e) = self.kaddr_cache.entry(addr) {
+                        // an address of a reader merged in while all resolved resolved; its id is not
+                        // this table's, and is never asked again
+                        e.insert(ids.map_or(NONE, |ids| ids[id as usize]));
+                        self.kernel_addrs += 1;
+                        self.kernel_unresolved += (id == unknown) as u64;
+                    }
+                }
             }
         }
         self.kernel_reloc = other.kernel_reloc;
@@ -319,6 +352,44 @@ impl<'o> Symbols<'o> {
         self.warnings = std::mem::take(&mut other.warnings);
         self.recent.clear();
         sym_map
+    }
+
+    /// Symbol `i` of a reader merged in (`absorb`), in this table: found by where its name
+    /// came from (a kallsyms symbol, an ELF symbol of the same table) when this table has that
+    /// one, else by its DSO and name.
+    fn take_sym(&mut self, other: &Symbols, dso_map: &[u32], i: usize) -> u32 {
+        let (d, name, origin) = (dso_map[other.sym_dso[i] as usize], &other.sym_names[i], other.sym_origin[i]);
+        let at = (origin & ORIGIN_INDEX) as usize;
+        match origin & !ORIGIN_INDEX {
+            ORIGIN_KALLSYMS if at < self.kallsyms_sym.len() => {
+                if self.kallsyms_sym[at] == 0 {
+                    let id = self.intern_sym(d, name, origin);
+                    self.kallsyms_sym[at] = id + 1;
+                }
+                self.kallsyms_sym[at] - 1
+            }
+            ORIGIN_ELF => {
+                let same = match (&self.dsos[d as usize].syms, &other.dsos[other.sym_dso[i] as usize].syms) {
+                    (SymState::Loaded(a), SymState::Loaded(b)) => Arc::ptr_eq(a, b) && at < a.len(),
+                    _ => false,
+                };
+                if !same {
+                    return self.intern_sym(d, name, origin);
+                }
+                let dso = &mut self.dsos[d as usize];
+                if dso.sym_ids.is_empty() {
+                    if let SymState::Loaded(s) = &dso.syms {
+                        dso.sym_ids = vec![NONE; s.len()];
+                    }
+                }
+                if dso.sym_ids[at] == NONE {
+                    let id = self.intern_sym(d, name, origin);
+                    self.dsos[d as usize].sym_ids[at] = id;
+                }
+                self.dsos[d as usize].sym_ids[at]
+            }
+            _ => self.intern_sym(d, name, origin),
+        }
     }
 
     /// The tables the output carries, taken out (`into_tables` without the rest).
@@ -337,7 +408,8 @@ impl<'o> Symbols<'o> {
     pub fn leftovers(&mut self) -> impl Send + 'static {
         use std::mem::take;
         (
-            (take(&mut self.sym_names), take(&mut self.sym_dso), take(&mut self.sym_kernel), take(&mut self.sym_intern)),
+            (take(&mut self.sym_names), take(&mut self.sym_dso), take(&mut self.sym_kernel), take(&mut self.sym_intern),
+             take(&mut self.sym_origin), take(&mut self.kaddr_later)),
             (take(&mut self.dsos), take(&mut self.dso_by_path), take(&mut self.kallsyms_sym), take(&mut self.kaddr_cache)),
             (take(&mut self.uaddr_cache), take(&mut self.recent.slots), std::mem::replace(&mut self.procs, Processes::new()).into_table()),
         )
@@ -355,12 +427,13 @@ impl<'o> Symbols<'o> {
         d
     }
 
-    fn intern_sym(&mut self, dso: u32, name: &str) -> u32 {
+    fn intern_sym(&mut self, dso: u32, name: &str, origin: u64) -> u32 {
         if let Some(&id) = self.sym_intern.get(&dso).and_then(|m| m.get(name)) {
             return id;
         }
         let id = self.sym_names.len() as u32;
         self.sym_names.push(name.to_string());
+        self.sym_origin.push(origin);
         self.sym_dso.push(dso);
         self.sym_kernel.push(self.dsos[dso as usize].kernel as u8);
         self.sym_intern.entry(dso).or_default().insert(name.to_string(), id);
@@ -391,7 +464,7 @@ impl<'o> Symbols<'o> {
         if u != NONE {
             return u;
         }
-        let id = self.intern_sym(dso, "[unknown]");
+        let id = self.intern_sym(dso, "[unknown]", 0);
         self.dsos[dso as usize].unknown = id;
         id
     }
@@ -485,7 +558,7 @@ impl<'o> Symbols<'o> {
                     if self.kallsyms_sym[i] == 0 {
                         let dso = self.kallsyms_dso[ks.module[i] as usize];
                         let name = ks.name(i).to_string();
-                        let id = self.intern_sym(dso, &name);
+                        let id = self.intern_sym(dso, &name, ORIGIN_KALLSYMS | i as u64);
                         self.kallsyms_sym[i] = id + 1;
                     }
                     self.kallsyms_sym[i] - 1
@@ -551,7 +624,7 @@ impl<'o> Symbols<'o> {
                         SymState::Loaded(s) => s.name(i).to_string(),
                         _ => unreachable!(),
                     };
-                    let id = self.intern_sym(dso, &name);
+                    let id = self.intern_sym(dso, &name, ORIGIN_ELF | i as u64);
                     self.dsos[dso as usize].sym_ids[i] = id;
                     id
                 }
