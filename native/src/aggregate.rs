@@ -645,15 +645,8 @@ fn event_out_on(a: &Attr, acc: &Acc, stacks: &SliceSet<u32>, nsym: usize, stamp:
                         if c == 0 {
                             continue;
                         }
-                        pairs.clear();
-                        pairs.extend(stacks.get(s as u32).windows(2).map(|p| (p[0], p[1])).filter(|p| (lo..hi).contains(&p.0)));
-                        pairs.sort_unstable();
-                        pairs.dedup();
-                        for &pr in &pairs {
-                            let e = edges.entry(pr).or_insert((0, 0));
-                            e.0 += w;
-                            e.1 += c;
-                        }
+                        let from = stacks.get(s as u32).windows(2).map(|p| (p[0], p[1]));
+                        add_edges(&mut edges, &mut pairs, from.filter(|p| (lo..hi).contains(&p.0)), w, c);
                     }
                     let mut ev: Edges = edges.into_iter().collect();
                     ev.sort_unstable_by_key(|e| e.0);
@@ -688,6 +681,21 @@ fn event_out_on(a: &Attr, acc: &Acc, stacks: &SliceSet<u32>, nsym: usize, stamp:
     out
 }
 
+/// A stack's caller -> callee edges, each counted once however often the stack repeats it, added
+/// with the stack's weight and count (`pairs`: scratch space kept between stacks).
+fn add_edges(edges: &mut FxHashMap<(u32, u32), (u64, u64)>, pairs: &mut Vec<(u32, u32)>,
+             from: impl Iterator<Item = (u32, u32)>, w: u64, c: u64) {
+    pairs.clear();
+    pairs.extend(from);
+    pairs.sort_unstable();
+    pairs.dedup();
+    for &pr in pairs.iter() {
+        let e = edges.entry(pr).or_insert((0, 0));
+        e.0 += w;
+        e.1 += c;
+    }
+}
+
 /// A scoped thread's result (its panic, carried on).
 fn joined<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
     h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
@@ -719,15 +727,7 @@ fn event_out(a: &Attr, acc: &Acc, stacks: &SliceSet<u32>, nsym: usize, stamp: &m
                 out.children_count[f as usize] += c;
             }
         }
-        pairs.clear();
-        pairs.extend(st.windows(2).map(|p| (p[0], p[1])));
-        pairs.sort_unstable();
-        pairs.dedup();
-        for &pr in &pairs {
-            let e = edges.entry(pr).or_insert((0, 0));
-            e.0 += w;
-            e.1 += c;
-        }
+        add_edges(&mut edges, &mut pairs, st.windows(2).map(|p| (p[0], p[1])), w, c);
     }
     let mut ev: Vec<_> = edges.into_iter().collect();
     ev.sort_unstable_by_key(|e| e.0);
