@@ -17,7 +17,7 @@ from kperfdiff.bench import catalogue
 from kperfdiff.measure.session import BenchOptions
 from kperfdiff.core.errors import BenchError, InputError, UsageError
 from kperfdiff.targets import Invocation, open_target, run_benchmarks
-from kperfdiff.targets import base, boot
+from kperfdiff.targets import base, boot, qemu
 from kperfdiff.targets.guest import elf
 from kperfdiff.targets.guest.initramfs import modules_needed
 from kperfdiff.targets.qemu import QemuTarget, parse_spec, resolve_kernel
@@ -39,7 +39,9 @@ def test_parse_spec():
     assert (s.arch, s.kernel, s.mem, s.cpus, s.deterministic) == ("arm64", "6.1.0-56", "4G", 4, True)
     assert parse_spec("qemu:amd64").arch == "x86_64"
     assert parse_spec("qemu:x86_64,kernel=/boot/vmlinuz,modules=/lib/modules/x").modules == "/lib/modules/x"
-    for bad in ("qemu:mips", "qemu:arm64,mem=lots", "qemu:arm64,colour=red", "qemu:x86_64,deterministic,cpus=2"):
+    assert parse_spec("qemu:arm64,boot_timeout=300").boot_timeout == 300
+    for bad in ("qemu:mips", "qemu:arm64,mem=lots", "qemu:arm64,colour=red", "qemu:x86_64,deterministic,cpus=2",
+                "qemu:arm64,boot_timeout=0", "qemu:arm64,timeout=nan", "qemu:arm64,boot_timeout=soon"):
         with pytest.raises(UsageError):
             parse_spec(bad)
     with pytest.raises(UsageError):
@@ -247,6 +249,46 @@ def test_a_hung_guest_is_one_clear_error():
         with pytest.raises(BenchError, match=r"did not finish within 6 s \(stopped before reaching /init"):
             t.run_job([Invocation(["kpd-syscall", "syscall.null"], 1, 10)])
         assert time.monotonic() - t0 < 60
+    finally:
+        t.close()
+
+
+@need_arm
+def test_a_guest_silent_before_init_is_booted_once_more_with_the_kernels_messages(capfd):
+    # rdinit=/bin/sh: no /init line ever. Past boot_timeout (below the job's timeout) the guest is
+    # booted again, this time with the kernel's messages on the console, and the error quotes its last.
+    t = QemuTarget("qemu:arm64,mem=512M,append=rdinit=/bin/sh,timeout=60,boot_timeout=5")
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(BenchError, match=r"did not reach /init within 5 s, twice .*last console line: '\S"):
+            t.run_job([Invocation(["kpd-syscall", "syscall.null"], 1, 10)])
+        assert time.monotonic() - t0 < 40
+        assert "booting it once more, with the kernel's messages" in capfd.readouterr().err
+        assert len(t.boot_retries) == 1
+    finally:
+        t.close()
+
+
+@need_arm
+def test_a_retried_boot_runs_the_job_and_the_facts_say_so(monkeypatch):
+    t = QemuTarget("qemu:arm64,mem=512M")
+    real = t._run_console
+    calls = []
+
+    def stall_first(argv, timeout, boot_timeout=None):
+        calls.append(boot_timeout)
+        if len(calls) == 1:
+            raise qemu.BootStalled("")
+        return real(argv, timeout, boot_timeout)
+    monkeypatch.setattr(t, "_run_console", stall_first)
+    try:
+        (r,) = t.run_job([Invocation(["kpd-syscall", "syscall.null", "--intervals", "2"], 1, 30)])
+        assert [o.status for o in r.outputs()] == ["ok"]
+        assert calls == [qemu.BOOT_TIMEOUT_S] * 2
+        facts = t.facts()
+        assert facts["boot_retries"].startswith("1: a boot did not reach /init within 150 s")
+        # the second boot showed the kernel's messages (its own /proc/cmdline says so)
+        assert "loglevel=7" in facts["cmdline"] and "quiet" not in facts["cmdline"].split()
     finally:
         t.close()
 

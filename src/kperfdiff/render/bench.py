@@ -299,7 +299,7 @@ def machine_facts(facts: dict) -> str:
 FACT_ORDER = ["arch", "cpu_model", "cpus", "kernel_release", "cmdline", "page_size", "mem_total_kb", "thp_enabled",
               "thp_defrag", "clocksource", "virtualisation", "emulated", "swap_active", "hostname", "target",
               "kernel_source", "qemu_cpu", "deterministic", "time_unit", "profile_sampling", "lava_server",
-              "lava_device_type", "lava_device", "tuned"]
+              "lava_device_type", "lava_device", "tuned", "boot_retries"]
 
 
 RAW_COLUMNS = ["run", "label", "result", "benchmark", "params", "copies", "rep", "copy", "seq", "value", "unit",

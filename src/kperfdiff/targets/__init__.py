@@ -5,7 +5,7 @@ Target specifications (``--target SPEC``, ``target = "SPEC"`` in experiment file
 ``local``
     this machine (the default).
 ``qemu:ARCH[,kernel=VERSION|PATH][,modules=DIR][,mem=SIZE][,cpus=N][,deterministic]``
-``[,kvm=auto|on|off][,flavour=cloud|generic][,append=ARGS][,timeout=S]``
+``[,kvm=auto|on|off][,flavour=cloud|generic][,append=ARGS][,timeout=S][,boot_timeout=S]``
     an emulated guest booted for each job; ARCH is ``arm64`` or ``x86_64``.
     ``kernel=`` is a Debian kernel ABI (``6.1.0-56``), a version of the
     ``linux-image-[cloud-]ARCH`` package (``6.1.192-2``), a package name, or

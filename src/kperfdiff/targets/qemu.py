@@ -27,6 +27,7 @@ import re
 import selectors
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 import time
@@ -77,6 +78,11 @@ RESULT_DISK_BYTES = 2 << 30   # sparse; holds the results tar
 GRACE_AFTER_END_S = 5.0
 KVM_PROBE_TIMEOUT_S = 30.0
 MIN_JOB_TIMEOUT_S = 120.0
+# A guest reaches /init in 1-5 s here under TCG (0.02-0.1 of this); one that has printed no /init by
+# then is booted once more, with the kernel's messages on the console, and the retry is recorded.
+BOOT_TIMEOUT_S = 150.0
+# the retried job's first line: the kernel's messages stop at /init, as in a quiet boot
+QUIET_CONSOLE = "echo 1 > /proc/sys/kernel/printk 2>/dev/null"
 
 # -- target specification ------------------------------------------------------
 
@@ -92,6 +98,7 @@ class QemuSpec:
     flavour: str = "cloud"             # Debian kernel flavour: cloud or generic
     append: str = ""                   # extra kernel command line
     timeout: float | None = None       # whole-boot limit (default: from the job)
+    boot_timeout: float | None = None  # QEMU start to /init (default BOOT_TIMEOUT_S)
 
     def text(self) -> str:
         parts = [f"qemu:{self.arch}"]
@@ -106,7 +113,7 @@ class QemuSpec:
 
 def parse_spec(spec: str) -> QemuSpec:
     """``qemu:ARCH[,kernel=VERSION|PATH][,modules=DIR][,mem=SIZE][,cpus=N][,deterministic]
-    [,kvm=auto|on|off][,flavour=cloud|generic][,append=ARGS][,timeout=S]``; ``deterministic`` has one
+    [,kvm=auto|on|off][,flavour=cloud|generic][,append=ARGS][,timeout=S][,boot_timeout=S]``; ``deterministic`` has one
     vCPU unless ``cpus=`` is given."""
     body = spec[len("qemu:"):] if spec.startswith("qemu:") else spec
     arch, *opts = body.split(",")
@@ -128,14 +135,17 @@ def parse_spec(spec: str) -> QemuSpec:
         elif k in ("cpus", "smp") and eq and v.isdigit() and int(v) > 0:
             s.cpus = int(v)
             cpus_given = True
-        elif k == "timeout" and eq:
+        elif k in ("timeout", "boot_timeout") and eq:
             try:
-                s.timeout = float(v)
+                seconds = float(v)
             except ValueError:
-                raise UsageError(f"timeout={v} in {spec!r} is not a number of seconds") from None
+                seconds = -1.0
+            if not seconds > 0:
+                raise UsageError(f"{k}={v} in {spec!r} is not a positive number of seconds")
+            setattr(s, k, seconds)
         else:
             raise UsageError(f"the option {o!r} of target {spec!r} is not understood (known: kernel=, modules=, "
-                             f"mem=, cpus=, deterministic, kvm=, flavour=, append=, timeout=)")
+                             f"mem=, cpus=, deterministic, kvm=, flavour=, append=, timeout=, boot_timeout=)")
     if s.kvm not in ("auto", "on", "off"):
         raise UsageError(f"kvm={s.kvm} in {spec!r}: use auto, on or off")
     if s.flavour not in ("cloud", "generic"):
@@ -350,6 +360,14 @@ def _kvm_key() -> str:
 
 # -- the target ------------------------------------------------------------------
 
+class BootStalled(BenchError):
+    """A boot printed no /init line within its boot timeout (QemuTarget._boot boots it again once)."""
+
+    def __init__(self, last: str):
+        super().__init__(f"no /init line within the boot timeout (last console line {last[:160]!r})")
+        self.last = last
+
+
 @dataclass
 class BootRecord:
     """What the console showed during one boot, with host timestamps (s since QEMU start)."""
@@ -403,6 +421,7 @@ class QemuTarget(Target):
         self.boot_calls: list[int] | None = None
         self.perf_period = DETERMINISTIC_PERIOD if self.qs.deterministic else None
         self._disk = False          # the next jobs mount an ext4 virtio disk at DISK_DIR
+        self.boot_retries: list[str] = []   # boots that stalled before /init and were booted again
 
     def disk_dir(self) -> str | None:
         """An ext4 file system on a virtio disk of its own (formatted here with mke2fs), mounted at
@@ -507,10 +526,14 @@ class QemuTarget(Target):
                 argv += DETERMINISTIC_ARGS + self.cfg.get("deterministic_args", [])
         return argv
 
-    def cmdline(self, boot_debug: bool = False) -> list[str]:
+    def cmdline(self, boot_debug: bool = False, verbose: bool = False) -> list[str]:
+        """The kernel's command line; ``verbose``: its messages on the console until /init quiets it."""
         a = [f"console={self.cfg['console']}", "panic=-1", "rdinit=/init", "printk.time=1",
              *self.cfg["append"]]
-        a += ["initcall_debug", "log_buf_len=8M", "loglevel=1"] if boot_debug else ["quiet", "loglevel=1"]
+        if boot_debug:
+            a += ["initcall_debug", "log_buf_len=8M", "loglevel=1"]
+        else:
+            a += ["loglevel=7"] if verbose else ["quiet", "loglevel=1"]
         if self.qs.deterministic:
             # The same work on every boot: no randomised kernel or process layout, no random
             # kernel stack offset per system call.
@@ -522,11 +545,39 @@ class QemuTarget(Target):
     def _boot(self, invocations: list[Invocation], *, timeout: float, probe: bool = False,
               boot_debug: bool = False, mem: str | None = None, out_dir: Path | None = None,
               accel: str | None = None, kallsyms: bool = False) -> BootRecord:
+        """One job in one boot. A guest that prints no /init within the boot timeout is booted once
+        more (a TCG guest on a starved host can stall before /init); the retry is in the facts."""
         perf = perf_command("/kpd/perf") if self._perf else None
         script = job_script(invocations, "/kpd/bin", "/kpd/out", perf=perf, marker=MARK + "-MARK",
                             facts=not probe, swap_mb=None if probe else self.swap_mb)
         if kallsyms:
             script += "\n".join(kallsyms_commands("/kpd/out")) + "\n"
+        boot_timeout = None if probe else min(timeout, self.qs.boot_timeout or BOOT_TIMEOUT_S)
+        once = dict(timeout=timeout, boot_timeout=boot_timeout, probe=probe, boot_debug=boot_debug, mem=mem,
+                    out_dir=out_dir, accel=accel)
+        try:
+            return self._boot_script(script, **once)
+        except BootStalled:
+            pass
+        # the second boot shows the kernel's messages until /init, where the job quiets the console
+        # again; a deterministic guest keeps its command line, so its boot counts the same work
+        verbose = not self.qs.deterministic
+        print(f"kperfdiff: the {self.qs.arch} guest printed nothing past the kernel within {boot_timeout:g} s "
+              f"(it reaches /init in seconds when well); booting it once more"
+              + (", with the kernel's messages on the console" if verbose else ""), file=sys.stderr)
+        self.boot_retries.append(f"a boot did not reach /init within {boot_timeout:g} s and was booted again")
+        head, _, rest = script.partition("\n")
+        try:
+            return self._boot_script(f"{head}\n{QUIET_CONSOLE}\n{rest}" if verbose else script,
+                                     verbose=verbose, **once)
+        except BootStalled as again:
+            raise BenchError(f"the {self.qs.arch} guest did not reach /init within {boot_timeout:g} s, twice "
+                             f"(boot_timeout= in the target sets that limit); the second boot's last console "
+                             f"line: {again.last[:160]!r}") from None
+
+    def _boot_script(self, script: str, *, timeout: float, boot_timeout: float | None, probe: bool,
+                     boot_debug: bool, mem: str | None, out_dir: Path | None, accel: str | None,
+                     verbose: bool = False) -> BootRecord:
         work = Path(tempfile.mkdtemp(prefix="boot-", dir=self._work))
         extra = {"kpd/modules.late": b""} if self.qs.deterministic else {}
         scratch = None
@@ -538,7 +589,8 @@ class QemuTarget(Target):
         disk = work / "out.img"
         with open(disk, "wb") as fh:
             fh.truncate(RESULT_DISK_BYTES)
-        argv = self.qemu_argv(initrd, disk, self.cmdline(boot_debug), mem=mem, accel=accel, scratch=scratch)
+        argv = self.qemu_argv(initrd, disk, self.cmdline(boot_debug, verbose=verbose), mem=mem, accel=accel,
+                              scratch=scratch)
         out = out_dir or (work / "out")
         out.mkdir(parents=True, exist_ok=True)
         if self.count_instructions and not probe and (accel or self.accel()) == "tcg":
@@ -547,12 +599,13 @@ class QemuTarget(Target):
             argv += ["-plugin", ",".join([str(counting.plugin()), f"out={out / counting.WINDOW_PREFIX}",
                                           *(counting.boot_args(out, self.boot_calls)
                                             if self.boot_calls is not None else [])])]
-        rec = self._run_console(argv, timeout)
-        got = self._extract(disk, rec, out)
-        initrd.unlink(missing_ok=True)
-        disk.unlink(missing_ok=True)
-        if scratch is not None:
-            scratch.unlink(missing_ok=True)
+        try:
+            rec = self._run_console(argv, timeout, boot_timeout)
+            got = self._extract(disk, rec, out)
+        finally:
+            for f in (initrd, disk, scratch):
+                if f is not None:
+                    f.unlink(missing_ok=True)
         if not got and rec.job_rc is not None:
             raise BenchError(f"the {self.qs.arch} guest ran the job but its results could not be read back "
                              f"(no tar on the virtio disk nor on the console)")
@@ -562,7 +615,9 @@ class QemuTarget(Target):
         self._last_out = out
         return rec
 
-    def _run_console(self, argv: list[str], timeout: float) -> BootRecord:
+    def _run_console(self, argv: list[str], timeout: float, boot_timeout: float | None = None) -> BootRecord:
+        """Follow the console until the job's end marker. ``boot_timeout`` (below ``timeout``): a boot
+        with no /init line by then raises :class:`BootStalled`."""
         rec = BootRecord()
         t0 = time.monotonic()
         try:
@@ -582,6 +637,8 @@ class QemuTarget(Target):
             while streams:
                 now = time.monotonic()
                 limit = t0 + timeout if end_at is None else min(t0 + timeout, end_at + GRACE_AFTER_END_S)
+                if boot_timeout is not None and rec.init_s is None:
+                    limit = min(limit, t0 + boot_timeout)
                 if now >= limit:
                     break
                 for key, _ in sel.select(timeout=min(0.5, limit - now)):
@@ -641,6 +698,8 @@ class QemuTarget(Target):
                 msg = err.decode(errors="replace").strip().splitlines()
                 raise BenchError(f"QEMU ({Path(argv[0]).name}) stopped with status {proc.returncode} before the "
                                  f"job ended: {(msg[-1] if msg else last)[:200] or 'no message'}")
+            if rec.init_s is None and boot_timeout is not None and boot_timeout < timeout:
+                raise BootStalled(last)
             where = "before reaching /init" if rec.init_s is None else "during the job"
             raise BenchError(f"the {self.qs.arch} guest did not finish within {timeout:g} s (stopped {where}; "
                              f"last console line: {last[:160]!r})")
@@ -688,6 +747,8 @@ class QemuTarget(Target):
             extra["time_unit"] = "instructions (QEMU -icount shift=0: one virtual ns per guest instruction)"
             extra["profile_sampling"] = (f"cpu-clock every {DETERMINISTIC_PERIOD} virtual ns, which are "
                                          f"instructions; emulated instructions and cycles are not real time")
+        if self.boot_retries:
+            extra["boot_retries"] = f"{len(self.boot_retries)}: {self.boot_retries[-1]}"
         return facts_from_files(files, emulated=True, virtualisation=accel, extra=extra)
 
     def binaries(self) -> dict[str, Path]:
