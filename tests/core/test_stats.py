@@ -216,3 +216,36 @@ def test_trimmed_mean_interval_keeps_its_level_and_cuts_a_value_far_out():
     m, lo, hi, p, se, df = stats.trimmed_mean_interval(d)
     assert 0.045 < m < 0.055 and lo > 0 and p < 0.001 and df == 5
     assert stats.mean_interval(d)[3] > 0.5
+
+
+def test_sequential_levels_keep_the_overall_level_over_every_look_and_most_of_it_for_the_last():
+    looks = tuple(range(5, 30, 2)) + (30,)           # bisect's reference with --reps 5 --max-reps 30
+    interim, final = stats.sequential_levels(looks, 0.02)
+    assert interim == stats.INTERIM_ALPHA
+    # Bonferroni would test each of the 14 looks at 0.0014; the last keeps most of the 2% here
+    assert 0.015 < final < 0.02
+    assert stats.sequential_levels((5,), 0.02) == (stats.INTERIM_ALPHA, 0.02)
+    # the whole sequential test (Yuen's trimmed interval at each look, stop at the first crossing)
+    # on null samples, normal and with t3 tails: about 2% called different in all
+    rng = np.random.default_rng(3)
+    for draw in (lambda: rng.normal(0, 1, 30), lambda: rng.standard_t(3, 30)):
+        rejected = 0
+        for _ in range(1500):
+            x = draw()
+            rejected += any(stats.trimmed_mean_interval(x[:n])[3] < (final if n == looks[-1] else interim)
+                            for n in looks)
+        assert 0.01 <= rejected / 1500 <= 0.03, rejected
+    # a shift of half a standard deviation, 30 values: found by the last look far more often than at
+    # Bonferroni's level
+    hits = [0, 0]
+    for _ in range(400):
+        x = rng.normal(0.5, 1, 30)
+        p = stats.trimmed_mean_interval(x)[3]
+        hits[0] += p < final
+        hits[1] += p < 0.02 / len(looks)
+    assert hits[0] > hits[1] * 1.3, hits
+    for bad in ((), (5, 5), (7, 5)):
+        with pytest.raises(ValueError):
+            stats.sequential_levels(bad, 0.02)
+    with pytest.raises(ValueError):
+        stats.sequential_levels((5, 7), 0.0005)

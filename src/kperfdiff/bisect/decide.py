@@ -27,6 +27,9 @@ from kperfdiff.core import stats
 GOOD, BAD, UNDECIDED = "good", "bad", "undecided"
 CONFIDENCE = stats.DEFAULT_CONFIDENCE
 ALPHA = stats.DEFAULT_ALPHA
+# GOOD against BAD, over all its looks: a bisection blames a commit, so two equal end points go on to
+# one at most 2% of the time (stats.sequential_levels spends it over the looks)
+REFERENCE_ALPHA = 0.02
 
 
 @dataclass(frozen=True)

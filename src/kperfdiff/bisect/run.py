@@ -43,7 +43,7 @@ class Options:
     config: str | None = None
     params: tuple[str, ...] = ()
     reps: int | None = None          # first repetitions per commit (default: 5; 1 for exact counts)
-    max_reps: int = 15               # a probe's budget of repetitions
+    max_reps: int = 30               # a probe's budget of repetitions
     verify_reps: int | None = None   # fresh repetitions of culprit and parent (default: reps, at least 5)
     verify_revert: bool = False
     bracket: bool = True             # measure GOOD and BAD around each probe (time metric)
@@ -252,13 +252,15 @@ def _reference(m: _Measurer, g: git.Commit, b: git.Commit, reps: int, max_reps: 
                measured: dict) -> decide.Difference:
     """BAD against GOOD, with repetitions added (both alike) until they differ or the budget is spent;
     NothingToBisect when they do not differ. ``measured``: repetitions measured now, per commit.
-    The test is made at every look (reps, then more up to max_reps), so each look is at alpha divided
-    by the number of looks there may be (Bonferroni): a bisection of two equal commits goes on with
-    probability at most alpha, however many looks it took."""
+    The test is made at every look (reps, then more up to max_reps) as a group-sequential test
+    (:func:`kperfdiff.core.stats.sequential_levels`): a look before the last stops only at p < 0.001,
+    and the last keeps what is left of decide.REFERENCE_ALPHA, so two equal commits go on to a
+    bisection with probability at most that, however many looks it took. ``--detect`` makes the look
+    where the test could first see its PCT% the last one (a rule on the spread, not the change)."""
     step = max(2, reps // 2)
-    looks = 1 + math.ceil(max(0, max_reps - reps) / step)
-    n = reps
-    while True:
+    looks = tuple(sorted({*range(reps, max_reps, step), max(reps, max_reps)}))
+    interim, final = stats.sequential_levels(looks, decide.REFERENCE_ALPHA)
+    for n in looks:
         # one repetition of each in turn, as the verification does: a burst of load or a drift of
         # the machine then falls on both alike, not on one side (a whole side measured in one go
         # can come out tens of percent off, or a fraction of a percent off with a tiny spread)
@@ -266,11 +268,13 @@ def _reference(m: _Measurer, g: git.Commit, b: git.Commit, reps: int, max_reps: 
             measured[h] = measured.get(h, 0) + k
         note(f"GOOD {g.short} and BAD {b.short}: {len(m.have(g.hash, 'probe')[0])} and "
              f"{len(m.have(b.hash, 'probe')[0])} repetitions, one of each in turn")
-        d = decide.difference(m.sample(g.hash), m.sample(b.hash), paired=True, alpha=decide.ALPHA / looks)
-        seen = stats.detectable_change(d.se, d.df, confidence=1 - decide.ALPHA / looks)   # at this test's level
-        if d.significant or n >= max_reps or (m.opts.detect and seen <= m.opts.detect):
+        d = decide.difference(m.sample(g.hash), m.sample(b.hash), paired=True, alpha=final)
+        seen = stats.detectable_change(d.se, d.df, confidence=1 - final)     # at the last look's level
+        if n == looks[-1] or (m.opts.detect and seen <= m.opts.detect):
             break
-        n = min(max_reps, n + step)
+        if d.p < interim:
+            d = decide.difference(m.sample(g.hash), m.sample(b.hash), paired=True, alpha=interim)
+            break
     if not d.significant:
         sg, sb = m.sample(g.hash), m.sample(b.hash)
         how = (f"{d.percent:+.2f}%, p={_p(d.p)}" if not d.reason else d.reason)

@@ -60,8 +60,9 @@ def add_bisect(b: Parser) -> None:
                         "could have been seen")
     b.add_argument("--reps", type=whole(1000), metavar="N",
                    help="repetitions of each commit to start with (default: 5; 1 with --metric instructions)")
-    b.add_argument("--max-reps", type=whole(1000), default=15, metavar="N",
-                   help="a probe's budget: repetitions after which an undecided probe is skipped (default: 15)")
+    b.add_argument("--max-reps", type=whole(1000), default=30, metavar="N",
+                   help="a probe's budget: repetitions after which an undecided probe is skipped, and GOOD and "
+                        "BAD's (default: 30; used only while the noise asks for it)")
     b.add_argument("--verify-reps", type=whole(1000), metavar="N",
                    help="fresh repetitions each of culprit and parent for the verification (default: --reps, at "
                         "least 5; 1 with --metric instructions)")

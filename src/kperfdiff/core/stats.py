@@ -308,6 +308,53 @@ def trimmed_mean_interval(xs, confidence: float = DEFAULT_CONFIDENCE, trim: floa
     return m, lo, hi, p, (0.0 if lo == hi else se), h - 1
 
 
+INTERIM_ALPHA = 0.001   # a look before the last stops a sequential test only beyond this (Haybittle-Peto)
+
+
+def sequential_levels(ns: tuple[int, ...], alpha: float, interim: float = INTERIM_ALPHA) -> tuple[float, float]:
+    """The two-sided p-value levels of a test made at each of the sample sizes ``ns`` (its looks, in
+    order), which stops at the first look where p falls below that look's level: every look but the
+    last at ``interim``, the last at the level returned, so that a sample with no difference is called
+    different with probability ``alpha`` in all (Haybittle 1971, Peto 1976; the final level from the
+    joint law of the looks' z statistics, z_k = W(n_k) / sqrt(n_k) for a Brownian motion W, by a seeded
+    simulation of 200,000 paths). Returns (interim, final). Bonferroni's alpha / looks gives the last
+    look, where a small change is found if at all, a fraction of alpha; here it keeps most of it, and a
+    large change still stops at the first look that shows it beyond doubt. A test that stops early for
+    another reason (the spread it could see, never the change) makes that look its last, at the final
+    level: a stopping rule on the spread alone leaves a t test's level as it was."""
+    ns = tuple(int(n) for n in ns)
+    if not ns or any(b <= a for a, b in zip(ns, ns[1:])) or ns[0] < 1 or not 0 < interim < alpha < 1:
+        raise ValueError("looks must be increasing sample sizes, and 0 < interim < alpha < 1")
+    if len(ns) == 1:
+        return interim, alpha
+    return interim, _final_level(ns, alpha, interim)
+
+
+_FINAL_LEVELS: dict[tuple, float] = {}
+
+
+def _final_level(ns: tuple[int, ...], alpha: float, interim: float) -> float:
+    key = (ns, alpha, interim)
+    if key not in _FINAL_LEVELS:
+        import numpy as np
+        from scipy.special import ndtri
+        rng = np.random.default_rng(20241128)
+        steps = np.sqrt(np.diff((0,) + ns)).astype(np.float64)
+        w = np.cumsum(rng.standard_normal((200_000, len(ns))) * steps, axis=1)
+        z = np.abs(w / np.sqrt(np.asarray(ns, dtype=np.float64)))
+        crossed = (z[:, :-1] > float(ndtri(1 - interim / 2))).any(axis=1)
+        left = alpha - crossed.mean()          # what the last look may spend, on the paths still going
+        last = np.sort(z[~crossed, -1])[::-1]
+        k = max(1, int(round(left * len(z))))
+        c = last[min(k, len(last)) - 1]
+        _FINAL_LEVELS[key] = float(2 * (1 - _normal_cdf(c)))
+    return _FINAL_LEVELS[key]
+
+
+def _normal_cdf(x: float) -> float:
+    return 0.5 * (1 + math.erf(x / math.sqrt(2)))
+
+
 def percent_ends(lo: float, hi: float, better: str) -> tuple[float, float]:
     """The ends of an interval of log(new/base) as signed percent changes (:func:`signed_change`), low first."""
     sign = -1.0 if better == "lower" else 1.0    # speed ratio = exp(sign * d)
