@@ -98,6 +98,31 @@ def test_changes_finds_the_step_with_the_ranking_and_keeps_its_analysis(stored, 
     assert "1 change point in 25 points" in html and "<script" not in html
 
 
+def test_changes_in_six_stored_runs(tmp_path):
+    """Stored series of 6 runs, 3 either side of a 20% step with 1% noise from run to run (seed 3: a
+    level of one point took the step with it in Otava's merge), and null series of 6 runs (seed
+    544: a point's stand-in made a change): the step at the 4th run, nothing in the null series."""
+    import random
+    path = tmp_path / "six.db"
+    s = st.Store.open(path)
+    steps = {}
+    for seed in (0, 1, 2, 3):
+        rng = random.Random(seed)
+        values = [100 * (1 + rng.gauss(0, 0.01)) * (1.2 if i >= 3 else 1) for i in range(6)]
+        steps[f"step{seed}.lat"] = populate(s, values, bench=f"step{seed}.lat", spread=0.0)
+    for seed in (1, 544):
+        rng = random.Random(seed)
+        populate(s, [100 * (1 + rng.gauss(0, 0.01)) for _ in range(6)], bench=f"null{seed}.lat", spread=0.0)
+    s.conn.close()
+    out = run_cli("--store", path, "changes", check=0).stdout
+    for bench, runs in steps.items():
+        assert f"{bench} -P 1 on box: 1 change point in 6 points: before run {runs[3].id}" in out, out
+    assert "null1.lat -P 1 on box: no change point in 6 points" in out and "null544.lat" in out
+    doc = validate("changes", run_cli("--store", path, "changes", "--format", "json", check=0).stdout)
+    found = {d["benchmark"]: [c["run_after"]["run"] for c in d["changes"]] for d in doc["series"]}
+    assert found == {**{b: [runs[3].id] for b, runs in steps.items()}, "null1.lat": [], "null544.lat": []}
+
+
 @pytest.mark.parametrize("argv, words", [
     (["history", "nope"], "no stored result of 'nope'"),
     (["history", "x.lat@two"], "@ takes a core count"),

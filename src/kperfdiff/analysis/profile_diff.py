@@ -44,6 +44,12 @@ Method
   profile's total weight when that is in nanoseconds (cpu-clock,
   task-clock); operations are ``meta['ops']`` (or ``--ops``). Rows are
   ranked by the absolute difference of ns/op.
+* **New and gone**: a side's value under the sampling's resolution, the
+  value of ``-ln(1 - confidence)`` samples (3.0 at 95%) over that side's
+  samples (:func:`resolution`), cannot be told from none: a function expected
+  to take that many samples goes unsampled 5% of the time. A common row with
+  one side under it and the other not has no ratio B/A to speak of: it is
+  ``new`` (A under) or ``gone`` (B under) (:meth:`DiffResult.new_or_gone`).
 * **Significance** (both sides with at least 2 profiles; 3 or more
   recommended): per row, Welch's t interval (95%) of mean B - mean A over
   the per-profile values (:func:`kperfdiff.core.stats.welch_interval`) and its
@@ -158,6 +164,8 @@ class SideInfo:
     # how many, over its profiles (ingest.filters; empty and 0 when unfiltered)
     filters: list[str] = field(default_factory=list)
     kept_of: tuple[int, int] = (0, 0)
+    # the value, in the rows' unit, under which a row of this side cannot be told from none (resolution)
+    resolution: float = 0.0
 
     @property
     def kernel_fraction(self) -> float | None:
@@ -199,6 +207,12 @@ class DiffResult:
     # A sentence when the ranked scope holds too little of both sides' samples to explain a
     # difference between them (see scope_note), else "".
     scope_note: str = ""
+
+    def new_or_gone(self, a: float, b: float) -> str | None:
+        """``new`` when the value ``a`` of side A is under A's resolution and ``b`` is not, ``gone``
+        the other way round, else None (the ratio B/A says it)."""
+        under_a, under_b = a < self.side_a.resolution, b < self.side_b.resolution
+        return "new" if under_a and not under_b else "gone" if under_b and not under_a else None
 
 
 # -- per-profile measurement ---------------------------------------------------
@@ -433,7 +447,20 @@ def diff_profiles(side_a: list[Profile], side_b: list[Profile], options: DiffOpt
     res.total_a = float(sum(p.total_weight for p in side_a))
     res.total_b = float(sum(p.total_weight for p in side_b))
     res.scope_note = scope_note(res.side_a, res.side_b, opts.scope)
+    res.side_a.resolution = resolution(side_a, fa, opts.confidence)
+    res.side_b.resolution = resolution(side_b, fb, opts.confidence)
     return res
+
+
+def resolution(profs: list[Profile], factors: list[float], confidence: float) -> float:
+    """The value, in the rows' unit, under which a side's row cannot be told from none: that of
+    ``-ln(1 - confidence)`` samples (3.0 at 95%), as a function expected to take that many samples
+    goes unsampled with probability 1 - confidence (Poisson). One sample of profile p is worth
+    100 / samples_p percent (times p's per-op factor), and a row's value is the mean of its k
+    profiles' values: one sample's worth on the side is the mean of those worths, divided by k."""
+    k = len(profs)
+    one = sum(100.0 * f / p.samples for p, f in zip(profs, factors) if p.samples) / (k * k) if k else 0.0
+    return -math.log(1 - confidence) * one
 
 
 # Below this fraction of the samples on BOTH sides, the ranked scope (kernel or user code) cannot

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from kperfdiff.analysis.profile_diff import DiffOptions, add_folded, diff_profiles
+from kperfdiff.bisect import counters
 from kperfdiff.bisect import run as bisect_run
 from kperfdiff.bisect.probe import METRICS, VALUES, parse_bench
 from kperfdiff.core import limits
@@ -15,9 +16,6 @@ from kperfdiff.render import bisect as render
 from kperfdiff.commands.common import open_store, write_file, write_output
 from kperfdiff.commands.diff import store_lookup
 from kperfdiff.commands.parsing import Parser, add_format, add_output, add_top, number, whole
-
-# Kernel counters worth a line in the explanation: per operation, the ones that moved most.
-COUNTERS_SHOWN = 8
 
 
 def add_bisect(b: Parser) -> None:
@@ -95,7 +93,10 @@ def explain(store, args, outcome) -> render.Explanation | None:
     event = "instructions" if plan.metric == "instructions" else None
     command = (f"kperfdiff diff {a} {b} --per-op" + (" --event instructions" if event else "")
                + f" --top {args.top}  (parent against culprit)")
-    ex = render.Explanation(command=command, counters=_counters(store, outcome))
+    moved = counters.compare(*(counters.side_totals(store, runs, plan.bench, plan.cores)
+                               for runs in (outcome.parent_runs, outcome.culprit_runs)))
+    ex = render.Explanation(command=command, counters=moved.moved, counters_left_out=moved.only_ops,
+                            ops_ratio=moved.ops_ratio)
     if not outcome_profiled(args, plan):
         ex.error = "no profiles were taken (--no-profile)"
         return ex
@@ -112,31 +113,6 @@ def explain(store, args, outcome) -> render.Explanation | None:
 
 def outcome_profiled(args, plan) -> bool:
     return plan.metric == "instructions" or not args.no_profile
-
-
-def _counters(store, outcome) -> list[tuple[str, float, float]]:
-    """Kernel counters (the results' monitors, summed over the verification's runs) per operation,
-    parent against culprit, most moved first."""
-    def per_op(run_ids):
-        total: dict[str, float] = {}
-        ops = 0
-        for run_id in run_ids:
-            for r in store.results(run_id, with_raw=False):
-                if r.benchmark == outcome.plan.bench and r.copies == outcome.plan.cores and r.ops:
-                    ops += r.ops
-                    # events counted over the run (vmstat's nr_* are levels, not events)
-                    for k, v in r.monitors.items():
-                        if isinstance(v, (int, float)) and not k.startswith(("_", "vmstat.nr_")):
-                            total[k] = total.get(k, 0) + v
-        return {k: v / ops for k, v in total.items()} if ops else {}
-    pa, pb = per_op(outcome.parent_runs), per_op(outcome.culprit_runs)
-    moved = []
-    for k in sorted(set(pa) & set(pb)):
-        a, b = pa[k], pb[k]
-        if a > 0 and b > 0 and abs(b / a - 1) >= 0.02:
-            moved.append((abs(b / a - 1), k, a, b))
-    moved.sort(reverse=True)
-    return [(k, a, b) for _, k, a, b in moved[:COUNTERS_SHOWN]]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -18,6 +18,8 @@ from kperfdiff.render import flamegraph, flamescript
 from kperfdiff.render.report import html_page, table_html
 from kperfdiff.render.table import Table, json_clean, number, to_text
 
+LISTED = 8      # counters a note names before "and N more" (the JSON names every one)
+
 
 @dataclass
 class Explanation:
@@ -27,6 +29,10 @@ class Explanation:
     diff: object | None = None
     command: str = ""
     counters: list[tuple[str, float, float]] = field(default_factory=list)   # (name, parent, culprit) per op
+    # counters left out of ``counters``: the same count per repetition in parent and culprit, so per
+    # operation they moved only with the operations per repetition (culprit's over parent's: ops_ratio)
+    counters_left_out: list[str] = field(default_factory=list)
+    ops_ratio: float = math.nan
     unit: str = ""
     error: str = ""
 
@@ -139,6 +145,19 @@ def counters_table(ex: Explanation) -> Table | None:
     return t
 
 
+def counters_note(ex: Explanation) -> str:
+    """Which counters the table leaves out and why, or empty when it leaves none out."""
+    names = ex.counters_left_out
+    if not names:
+        return ""
+    listed = ", ".join(names[:LISTED]) + (f" and {len(names) - LISTED} more" if len(names) > LISTED else "")
+    fewer = "fewer" if ex.ops_ratio < 1 else "more"
+    return (f"left out: {len(names)} counter{'s' if len(names) != 1 else ''} with the same count per repetition "
+            f"in parent and culprit ({listed}): per operation they moved {_pct(1 / ex.ops_ratio)} only because the "
+            f"culprit did {abs(ex.ops_ratio - 1) * 100:.2f}% {fewer} operations per repetition, not because "
+            f"the kernel counted them more or less often")
+
+
 def to_text_report(outcome, ex: Explanation | None) -> str:
     p = outcome.plan
     r = outcome.reference
@@ -156,9 +175,12 @@ def to_text_report(outcome, ex: Explanation | None) -> str:
         else:
             out.append(f"explanation: {ex.command}")
             out.append(rdiff.render(ex.diff, "text").rstrip("\n"))
-            ct = counters_table(ex)
-            if ct:
-                out += ["", to_text(ct).rstrip("\n")]
+        # the counters come from the verification's runs, with or without profiles to rank
+        ct = counters_table(ex)
+        if ct:
+            out += ["", to_text(ct).rstrip("\n")]
+        if counters_note(ex):
+            out += ([] if ct else [""]) + [counters_note(ex)]
     return "\n".join(out) + "\n"
 
 
@@ -195,7 +217,8 @@ def to_json_report(outcome, ex: Explanation | None) -> str:
         "explanation": None if ex is None else {
             "command": ex.command, "error": ex.error or None,
             "ranking": json.loads(rdiff.render(ex.diff, "json")) if ex.diff is not None else None,
-            "counters": [{"name": n, "parent": a, "culprit": b} for n, a, b in ex.counters]},
+            "counters": [{"name": n, "parent": a, "culprit": b} for n, a, b in ex.counters],
+            "counters_left_out": ex.counters_left_out, "ops_per_repetition_ratio": ex.ops_ratio},
     }
     return json.dumps(json_clean(doc), indent=2) + "\n"
 
@@ -228,7 +251,10 @@ def to_html_report(outcome, ex: Explanation | None) -> str:
                                               script=False, id_prefix="f0-")
             body.append(f'<div class="flame">{svg[svg.find("<svg"):]}</div>')
             scripts = (flamescript.SCRIPT,)
-            ct = counters_table(ex)
-            body.append('<h2 id="counters">Kernel counters</h2>')
-            body.append(table_html(ct) if ct else '<p class="note">No kernel counter moved.</p>')
+        ct = counters_table(ex)
+        body.append('<h2 id="counters">Kernel counters</h2>')
+        body.append(table_html(ct) if ct else
+                    f'<p class="note">No {"other " if ex.counters_left_out else ""}kernel counter moved.</p>')
+        if counters_note(ex):
+            body.append(f'<p class="note">{escape(counters_note(ex))}</p>')
     return html_page(title, body, scripts=scripts)

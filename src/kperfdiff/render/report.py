@@ -254,10 +254,10 @@ def sides_html(result) -> str:
     return "\n".join(f'<p class="note side">{escape(line)}</p>' for line in rdiff.side_lines(result))
 
 
-def members_html(row, ncols: int) -> str:
+def members_html(row, ncols: int, result) -> str:
     """A role row's members with their own values on each side, as an expandable table row."""
     trs = "".join(f'<tr><td class="l">{esc(name)}</td><td>{cell(a)}</td><td>{cell(b)}</td>'
-                  f'<td>{rdiff.signed(b - a)}</td><td>{rdiff.times(b / a if a else None)}</td></tr>'
+                  f'<td>{rdiff.signed(b - a)}</td><td>{rdiff.ratio_cell(result, a, b)}</td></tr>'
                   for name, a, b in rdiff.member_rows(row))
     return (f'<tr class="members"><td colspan="{ncols}" class="l"><details><summary>members of '
             f'{esc(row.symbol)}</summary><table><tr><th class="l">member</th><th>A</th><th>B</th><th>delta</th>'
@@ -279,7 +279,7 @@ def diff_tables_html(pd: ProfileDiff) -> str:
             for i in reversed(range(len(t.rows))):
                 r = result.common[i]
                 if r.role and r.role != "inferred" and rdiff.member_rows(r):
-                    lines.insert(head + i + 1, members_html(r, len(t.columns)))
+                    lines.insert(head + i + 1, members_html(r, len(t.columns), result))
             html = "\n".join(lines)
         parts.append(html)
     parts.append(f'<p class="note">{esc(rdiff.columns_legend(result))}</p>')
