@@ -63,7 +63,7 @@ def test_a_store_of_schema_6_gains_the_cache(tmp_path):
     s.conn.commit()
     s.conn.close()
     s = st.Store.open(tmp_path / "s.db")
-    assert s.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "7"
+    assert s.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == str(st.SCHEMA_VERSION)
     assert len(s.history(["x.lat"])[0]) == 2
     s.save_change_cache("k", settings={}, points=2, last_result=2, digest="d", weak=[])
     assert json.loads(json.dumps(s.change_cache("k")))["points"] == 2
