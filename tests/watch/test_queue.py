@@ -4,10 +4,12 @@ set by the test), then taken over; the old holder can neither renew nor finish i
 connections at once never hand one item to two. Change points are recorded once, kept current, and get
 the culprit of their bisection."""
 import threading
+import time
 
 import pytest
 
 from kperfdiff.store import Store
+from kperfdiff.watch.queue import Lease
 
 
 def queue(s: Store, key: str, kind: str = "measure", commit: str = "c1", now: float = 100.0) -> tuple[int, bool]:
@@ -71,6 +73,18 @@ def test_claims_from_several_connections_at_once_take_each_item_once(store_locat
     ids = [i for mine in got.values() for i in mine]
     assert sorted(ids) == list(range(1, 41))                      # each once, none lost
     assert {i.state for i in s.watch_items("w")} == {"done"}
+
+
+def test_a_lease_is_renewed_while_its_work_goes_on(tmp_path):
+    s = Store.open(tmp_path / "k.db")
+    queue(s, "m1")
+    item = s.claim_item("w", "A", 0.6)
+    with Lease(s, item.id, "A", 0.6) as lease:
+        time.sleep(1.5)                                           # over twice the lease
+        assert s.claim_item("w", "B", 0.6) is None                # renewed every 0.2 s: still A's
+    assert not lease.lost
+    time.sleep(0.8)                                               # no renewal since: the lease runs out
+    assert s.claim_item("w", "B", 0.6).owner == "B"
 
 
 def test_change_points_are_recorded_once_and_get_their_culprit(store_location):
