@@ -106,3 +106,25 @@ def test_change_points_are_recorded_once_and_get_their_culprit(store_location):
     assert (second.state, second.culprit, second.detail) == ("moved", None, {"moved_to": ["c8", "c9"]})
     with pytest.raises(Exception):
         s.record_change(**ident, before="c1", after="c2", direction="sideways", percent=0.0, pvalue=1.0)
+
+
+def test_store_copy_takes_the_queue_and_the_change_points_along(tmp_path, store_location):
+    from kperfdiff.store import transfer
+    from store.test_history import populate
+    src = Store.open(tmp_path / "src.db")
+    [run] = populate(src, [100.0])
+    m, _ = queue(src, "m1")
+    src.claim_item("w", "A", 60)
+    src.finish_item(m, "A", "done", run_id=run.id)
+    b, _ = queue(src, "b", kind="bisect")
+    cid, _ = src.record_change(watch="w", branch="main", target="local", benchmark="b@1", before="c0", after="c1",
+                               direction="regression", percent=-50.0, pvalue=1e-6)
+    src.set_change(cid, bisect_item=b)
+    src.conn.close()
+    out = transfer.copy(tmp_path / "src.db", store_location)
+    assert (out.rows["watch_item"], out.rows["watch_change"]) == (2, 1)
+    dst = Store.open(store_location)
+    assert [(i.kind, i.state, i.run_id) for i in dst.watch_items("w")] == [("measure", "done", run.id), ("bisect", "queued", None)]
+    [c] = dst.watch_changes("w")
+    assert (c.bisect_item, c.before, c.percent) == (b, "c0", -50.0)
+    assert dst.claim_item("w", "B", 60).id == b                   # the copied queue goes on
