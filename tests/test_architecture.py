@@ -31,7 +31,7 @@ def test_no_import_hidden_without_a_declared_reason():
     loaded = {i.target for i in MODS["kperfdiff.commands"].imports if i.by_name}
     assert loaded == {f"kperfdiff.commands.{m}" for m in
                       ("bench", "runs", "diff", "export", "place", "experiment", "studies", "store", "lava",
-                       "history", "bisect", "system")}
+                       "history", "bisect", "system", "watch")}
 
 
 def test_every_command_is_defined_where_the_dispatcher_looks():

@@ -4,7 +4,7 @@ package under tmp_path. The page marks each code block a walk-through uses with 
 applies it (each hunk's old lines must be found exactly once in its file), and command lines are run
 by sh, `kperfdiff` being this interpreter on the copy. Then each test checks what the commands
 printed and stored: the toy benchmark family built, run, stored and shown; a benchmark run on the
-toy target, stored and shown; runs listed in the toy format; the toy stage within the import rules,
+toy target, stored and shown; runs listed in the toy format; the toy stage (coverage) within the import rules,
 the architecture page's table saying so, and its command answering.
 
 The copies keep their stores under tmp_path and build their workers into a cache of their own
@@ -190,24 +190,24 @@ def test_a_stage_is_added_within_the_import_rules(copy):
 
     arch = _architecture(copy.root)
     mods = arch.load_modules(copy.root)
-    assert {"kperfdiff.watch", "kperfdiff.commands.watch"} <= set(mods)
+    assert {"kperfdiff.coverage", "kperfdiff.commands.coverage"} <= set(mods)
     assert arch.misplaced_modules(mods) == [] and arch.stage_violations(mods) == []
     assert arch.hidden_imports(mods) == [] and arch.private_imports(mods) == []
     assert arch.cycles(arch.graph(mods)) == [] and arch.cycles(arch.package_graph(mods)) == []
     # the dispatcher loads the command's module by name, and tests/test_architecture.py lists it
     loaded = {i.target for i in mods["kperfdiff.commands"].imports if i.by_name}
     listed = re.search(r"for m in\s*\((.*?)\)\}", (copy.root / "tests" / "test_architecture.py").read_text(), re.S)
-    assert "kperfdiff.commands.watch" in loaded
+    assert "kperfdiff.commands.coverage" in loaded
     assert {f"kperfdiff.commands.{m}" for m in re.findall(r'"(\w+)"', listed[1])} == loaded
     # the architecture page states the changed rules, and has a section on the new folder
     page = written(copy.root / "docs" / "architecture.md")
     assert import_rules(page) == {stage: set(allowed) - {stage, "core"} for stage, allowed in arch.ALLOWED.items()}
-    assert re.search(r"^### `watch/`$", page, re.M)
+    assert re.search(r"^### `coverage/`$", page, re.M)
     # and the rules hold the new stage to them
-    with open(copy.root / "src" / "kperfdiff" / "watch" / "__init__.py", "a") as f:
+    with open(copy.root / "src" / "kperfdiff" / "coverage" / "__init__.py", "a") as f:
         f.write("from kperfdiff.measure import session  # noqa: F401\n")
     assert arch.stage_violations(arch.load_modules(copy.root)) == [
-        "watch (watch) imports kperfdiff.measure.session (measure)"]
+        "coverage (coverage) imports kperfdiff.measure.session (measure)"]
 
 
 def test_apply_diff_changes_whole_lines_found_exactly_once(tmp_path):

@@ -18,7 +18,7 @@ TINY = ["--intervals", "3", "--min-batch-ms", "1", "--no-progress"]
 SELECTED_BY_OPTION = {"bench --list": ("bench", "--list")}
 # tests/targets/test_cli_target.py; tests/commands/test_history.py (a store with a history to show);
 # tests/bisection/test_bisect_local.py (a real bisection)
-VALIDATED_ELSEWHERE = {"target check", "target boot", "history", "changes", "bisect"}
+VALIDATED_ELSEWHERE = {"target check", "target boot", "history", "changes", "bisect", "watch"}
 
 
 def validate(command: str, text: str) -> dict:

@@ -12,13 +12,15 @@ def populate(s, values, *, bench="x.lat", copies=1, facts=None, start=1_700_000_
              commit=False, spread=0.01, seed=0):
     """One run per value (its centre), ``reps`` repetitions of 5 intervals each around it, the runs an
     hour apart from ``start``; the kernel release changes at each run whose centre differs from the one
-    before (a new kernel), each run with a commit when ``commit``. Returns the runs."""
+    before (a new kernel), each run with a commit when ``commit`` (the commits given, when a list).
+    Returns the runs."""
     rng = random.Random(seed)
     runs = []
     for i, v in enumerate(values):
         kernel = f"6.1.{sum(1 for a, b in zip(values, values[1:i + 1]) if a != b)}"
         m = s.add_machine({**HOST, "kernel_release": kernel, **(facts or {})})
-        options = {"commit": f"{i:040x}", "commit_subject": f"change {i}"} if commit else {}
+        options = {"commit": commit[i] if isinstance(commit, list) else f"{i:040x}",
+                   "commit_subject": f"change {i}"} if commit else {}
         run = s.start_run(label=f"{label}{i}", machine_id=m, options=options)
         raw = [(rep, 0, k, v * (1 + rng.gauss(0, spread)), 100, 1000) for rep in range(reps) for k in range(5)]
         s.add_result(run.id, benchmark=bench, params={}, copies=copies, status="ok", reason=None, unit="ns",
@@ -63,7 +65,7 @@ def test_a_store_of_schema_6_gains_the_cache(tmp_path):
     s.conn.commit()
     s.conn.close()
     s = st.Store.open(tmp_path / "s.db")
-    assert s.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "7"
+    assert s.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == str(st.SCHEMA_VERSION)
     assert len(s.history(["x.lat"])[0]) == 2
     s.save_change_cache("k", settings={}, points=2, last_result=2, digest="d", weak=[])
     assert json.loads(json.dumps(s.change_cache("k")))["points"] == 2

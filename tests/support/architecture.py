@@ -49,6 +49,10 @@ ALLOWED = {
     "experiments": {"core", "store", "bench", "targets", "measure", "analysis", "experiments"},
     # git bisect driven by measured probes: builds and targets, runs in the store, verdicts from core.stats
     "bisect": {"core", "store", "bench", "targets", "measure", "bisect"},
+    # the sentinel: branches followed, commits built and measured as probes are, change points found and
+    # bisected; bench, targets and experiments for its suite file (the catalogue, target specifications,
+    # the experiment files' field checks)
+    "watch": {"core", "store", "bench", "targets", "analysis", "experiments", "bisect", "watch"},
     # analysis: result types, never its I/O (see render_io); bench: the catalogue's names
     "render": {"core", "bench", "analysis", "place", "render"},
     # a study runs experiments and reads their results; its sections hold tables (render.table's model)

@@ -1,11 +1,14 @@
 """The git repository a bisection walks: revisions resolved to hashes, the commits between GOOD
-and BAD, `git bisect` driven one verdict at a time, and the checkouts the verification needs.
+and BAD, `git bisect` driven one verdict at a time, and the checkouts the verification needs; the
+first-parent line of a branch and the work trees of its own that the sentinel (kperfdiff watch)
+builds in.
 
 Every call is ``git -C DIR ...`` with a list of arguments (no shell); a failing call becomes one
 sentence naming the command and git's own last line.
 """
 from __future__ import annotations
 
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +72,43 @@ class Repo:
         """The commits a bisection from ``good`` to ``bad`` may name: BAD's ancestors that are not
         GOOD's, oldest first (what git bisect considers)."""
         return self._git("rev-list", "--reverse", f"{good}..{bad}").stdout.split()
+
+    def first_parent_line(self, base: str, tip: str) -> list[Commit]:
+        """``base`` and the commits after it on ``tip``'s first-parent line (the commits as the branch
+        received them, a merge as one commit), oldest first."""
+        out = self._git("log", "--first-parent", "--reverse", "--format=%H%x00%s%x00%an <%ae>", f"{base}..{tip}").stdout
+        after = [Commit(*ln.split("\x00")) for ln in out.splitlines() if ln.count("\x00") == 2]
+        return [self.commit(base), *after]
+
+    def oldest_of_line(self, revs: list[str]) -> str | None:
+        """The commit every one of ``revs`` descends from (of commits on one line, the oldest), or None."""
+        p = self._git("merge-base", "--octopus", *revs, check=False) if revs else None
+        return p.stdout.strip() or None if p is not None and p.returncode == 0 else None
+
+    def add_worktree(self, path: Path, rev: str) -> "Repo":
+        """A work tree of this repository at ``path`` with ``rev`` checked out (detached), made unless it is
+        there already: kperfdiff's own, so its checkouts never touch the user's tree. Its repository."""
+        path = Path(path)
+        if (path / ".git").exists() and subprocess.run(["git", "-C", str(path), "rev-parse", "--git-dir"],
+                                                       capture_output=True, stdin=subprocess.DEVNULL).returncode != 0:
+            shutil.rmtree(path)          # a tree of a repository that is gone (its .git names nothing)
+        if not (path / ".git").exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._git("worktree", "prune")
+            self._git("worktree", "add", "-q", "--force", "--detach", str(path), rev)
+        tree = Repo(path)
+        if tree.common_dir() != self.common_dir():
+            raise InputError(f"{path} is a work tree of another repository than {self.path}; remove it, or "
+                             f"give that repository with --repo")
+        return tree
+
+    def remove_worktree(self, path: Path) -> None:
+        """Remove a work tree :meth:`add_worktree` made (its build output with it)."""
+        self._git("worktree", "remove", "--force", str(path), check=False)
+        self._git("worktree", "prune", check=False)
+
+    def common_dir(self) -> Path:
+        return Path(self._git("rev-parse", "--path-format=absolute", "--git-common-dir").stdout.strip()).resolve()
 
     def head(self) -> str:
         return self._git("rev-parse", "HEAD").stdout.strip()

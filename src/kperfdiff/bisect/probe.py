@@ -204,18 +204,22 @@ def probe_target(plan: Plan, build: Build) -> str:
 
 
 def measure(store: Store, plan: Plan, build: Build, *, commit: str, subject: str, role: str, reps: int,
-            profile: bool, progress: bool = True, bracket_for: str | None = None) -> Run:
+            profile: bool, progress: bool = True, bracket_for: str | None = None,
+            tagged: tuple[str, dict] | None = None) -> Run:
     """Measure the benchmark ``reps`` times on the probe's target, into a new run tagged with the
     bisection, the commit and the role (probe, verify, revert, or bracket: GOOD or BAD measured
-    around the probe ``bracket_for``)."""
-    tag = {"key": plan.key, "commit": commit, "role": role, "build": build.as_dict()}
+    around the probe ``bracket_for``). ``tagged``: (the command, its tag) for a run another command
+    measures this way (``("watch", {...})``: the sentinel's measurement of a commit)."""
+    by, tag = tagged or ("bisect", {"key": plan.key, "commit": commit, "role": role, "build": build.as_dict()})
     if bracket_for:
         tag["for"] = bracket_for
-    opts = BenchOptions(only=plan.bench, parallel=[plan.cores], reps=reps, label=f"bisect-{commit[:12]}",
+    whose = f"bisection {plan.key}" if tagged is None else ", ".join(f"{k} {v}" for k, v in tag.items()
+                                                                       if isinstance(v, str))
+    opts = BenchOptions(only=plan.bench, parallel=[plan.cores], reps=reps, label=f"{by}-{commit[:12]}",
                         variant=role, params=list(plan.params) + list(build.params), target=probe_target(plan, build),
                         profile=profile, progress=progress,
-                        command=f"kperfdiff bisect {plan.bench} ({role} {commit[:12]}, bisection {plan.key})",
-                        annotations={"commit": commit, "commit_subject": subject, "bisect": tag})
+                        command=f"kperfdiff {by} {plan.bench} ({role} {commit[:12]}, {whose})",
+                        annotations={"commit": commit, "commit_subject": subject, by: tag})
     try:
         outcome = run_bench(store, opts)
     except BenchError as e:      # a kernel that does not boot or panics: this commit cannot be judged

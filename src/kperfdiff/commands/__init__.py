@@ -42,6 +42,7 @@ COMMANDS = (
     ("compare", "compare benchmark results of runs or of an experiment's variants", "experiment"),
     ("report", "write a self-contained HTML report (or Markdown) of an experiment or runs", "experiment"),
     ("bisect", "find the commit that made a benchmark move (git bisect), verified and explained", "bisect"),
+    ("watch", "follow branches: measure each new commit, bisect each change point, keep the culprits", "watch"),
     ("studies", "run the study files (examples/studies/) and write one report", "studies"),
     ("store", "make a shared PostgreSQL store; copy a store between SQLite and PostgreSQL", "store"),
     ("lava", "write the LAVA job definitions of an experiment, or show a job template", "lava"),

@@ -133,6 +133,58 @@ class StoredExperiment:
     host: str | None
 
 
+
+@dataclass(frozen=True)
+class WatchItem:
+    """A piece of the sentinel's work (``kperfdiff watch``): measure one commit on one target, or bisect
+    one change point (GOOD the last commit measured before it, the commit the first after it), with
+    its state and its lease: the process that holds it (owner) until when (lease_until, by the
+    store's clock), so several processes on one store share the queue."""
+    id: int
+    watch: str              # the suite's name
+    kind: str               # measure / bisect
+    key: str                # what the work is (unique: the same work is queued once)
+    branch: str
+    target: str
+    benchmark: str          # NAME@CORES, and the suite's parameters of it
+    commit: str             # measure: the commit; bisect: the first commit measured after the change (BAD)
+    good: str | None        # bisect: the last commit measured before the change
+    position: int | None    # measure: the commit's place on its branch (first parent, from the watch's base)
+    state: str              # queued / running / done / failed
+    owner: str | None
+    lease_until: float | None
+    attempts: int
+    run_id: int | None      # measure: the run that measured it
+    detail: dict            # subject; the outcome (a bisection's culprit) or why it failed
+    created: float
+    updated: float | None
+
+
+@dataclass(frozen=True)
+class WatchChange:
+    """A change point of a watched series (a branch, target and benchmark, in commit order): the last
+    commit measured before it and the first after, which way it went, and the culprit its bisection
+    named. ``state``: current, or moved (a later analysis put it between other commits)."""
+    id: int
+    watch: str
+    branch: str
+    target: str
+    benchmark: str
+    before: str
+    after: str
+    direction: str          # regression / improvement
+    percent: float | None   # the change, signed, positive = better (as compare states it)
+    pvalue: float | None
+    state: str
+    bisect_item: int | None
+    culprit: str | None
+    culprit_subject: str | None
+    culprit_author: str | None
+    verified: bool | None
+    detail: dict
+    found: float
+    updated: float | None
+
 # How a result whose latency could not be told from zero says so (status failed): a subtraction
 # benchmark's intervals fell to or below zero (stats.unresolved_difference).
 UNRESOLVABLE = "not resolvable"

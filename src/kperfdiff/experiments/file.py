@@ -148,8 +148,10 @@ class Experiment:
         return out
 
 
-def field_error(path, field_name: str, problem: str) -> ExperimentError:
-    return ExperimentError(f"{path}: {field_name} {problem}")
+def field_error(path, field_name: str, problem: str, error: type[InputError] = ExperimentError) -> InputError:
+    """One sentence naming the file and the field (``error``: the class of the files of another format
+    in this style, such as a watch's suite file)."""
+    return error(f"{path}: {field_name} {problem}")
 
 
 def _scalar_str(path, where: str, v) -> str:
@@ -176,7 +178,7 @@ def _str_table(path, where: str, v) -> dict[str, str]:
     return {str(k): _scalar_str(path, f"{where}.{k}", x) for k, x in v.items()}
 
 
-def _params_table(path, where: str, v) -> dict[str, str]:
+def params_table(path, where: str, v) -> dict[str, str]:
     out = _str_table(path, where, v)
     for k in out:
         bench, colon, key = k.partition(":")
@@ -264,7 +266,7 @@ def _parse_variant(p, i: int, rv, variants: list[Variant], allow_knobs) -> Varia
             raise field_error(p, f"{where}.cpus", str(e)) from None
     return Variant(label=label, target=target, vars=_str_table(p, f"{where}.vars", rv.get("vars")),
                             knobs=knobs, cmdline=cmdline, env=env, cpus=cpus.replace(" ", ""),
-                            params=_params_table(p, f"{where}.params", rv.get("params")),
+                            params=params_table(p, f"{where}.params", rv.get("params")),
                             description=str(rv.get("description", "")))
 
 
@@ -358,7 +360,7 @@ def parse_data(data: dict, p: Path | str = "<experiment>", allow_knobs=frozenset
                       timeout=pos_num("timeout", limits.MAX_TIMEOUT_S), profile=flag("profile"),
                       profile_freq=pos_int("profile_freq", None, limits.MAX_PROFILE_FREQ), tiny=flag("tiny"),
                       allow_swap_setup=flag("allow_swap_setup"), pin=flag("pin", True),
-                      params=_params_table(p, "params", data.get("params")),
+                      params=params_table(p, "params", data.get("params")),
                       description=desc if isinstance(desc, str) else "", study=_study_table(p, data.get("study")))
 
 

@@ -44,7 +44,6 @@ import json
 import os
 import signal
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +53,7 @@ from kperfdiff.bench import build, noise
 from kperfdiff.bench.measurement import Measurement, store_measurement
 from kperfdiff.bench.swap import temporary_swap
 from kperfdiff.core import limits
-from kperfdiff.core.errors import InputError, KperfdiffError, StoreError
+from kperfdiff.core.errors import InputError, StoreError
 from kperfdiff.core.progress import Progress
 from kperfdiff.core.records import StoredExperiment
 from kperfdiff.experiments import adaptive
@@ -64,6 +63,7 @@ from kperfdiff.experiments.matrix import Cell, matrix
 from kperfdiff.measure import knobs as knobmod
 from kperfdiff.measure import tune
 from kperfdiff.measure.session import BenchOptions, measure, store_target_profiles, unmet_requirement
+from kperfdiff.store.keepalive import KeepAlive
 from kperfdiff.targets import machine
 from kperfdiff.targets.boot import measure_batch
 from kperfdiff.targets.perf_record import BenchProfiler, require_perf
@@ -498,7 +498,7 @@ class _MatrixRun:
                      f"run tries again")
 
 
-class _Heartbeat:
+class _Heartbeat(KeepAlive):
     """While an experiment runs on a PostgreSQL store, its heartbeat every limits.HEARTBEAT_S seconds
     (Store.heartbeat), from a thread with a connection of its own, so it goes on while a cell is measured
     (a guest's batch of cells can take many minutes): another machine judges by it whether this process
@@ -506,33 +506,12 @@ class _Heartbeat:
     is no longer this process's (another machine took it over while this one was not heard from)."""
 
     def __init__(self, store, eid: int):
-        self.store, self.eid = store, eid
-        self.lost = False
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__(store, limits.HEARTBEAT_S, lambda own: own.heartbeat(eid), "kperfdiff-heartbeat")
+        self.eid = eid
 
     def start(self) -> None:
-        if self.store.postgres and self._thread is None:
-            self._thread = threading.Thread(target=self._beat, name="kperfdiff-heartbeat", daemon=True)
-            self._thread.start()
-
-    def _beat(self) -> None:
-        own = None
-        try:
-            while not self._stop.wait(limits.HEARTBEAT_S):
-                try:
-                    own = own or self.store.reopen()
-                    if not own.heartbeat(self.eid):
-                        self.lost = True
-                        return
-                except KperfdiffError:
-                    # the server out of reach for now: the next beat tries again, on a new connection
-                    if own is not None:
-                        own.conn.close()
-                    own = None
-        finally:
-            if own is not None:
-                own.conn.close()
+        if self.store.postgres:
+            super().start()
 
     def check(self, name: str) -> None:
         """Stop (after the cell just stored) if another machine took the experiment over."""
@@ -540,11 +519,6 @@ class _Heartbeat:
             raise StoreError(f"experiment {name} (id {self.eid}) was taken over by another machine while this "
                              f"process's heartbeat did not reach the store; this process stops (the cells it "
                              f"stored are kept)")
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=60)
 
 
 def _measure_cell(exp, v, c, b, binaries, overrides, facts, swap_ready, swap, profilers, run, bopts, measure,

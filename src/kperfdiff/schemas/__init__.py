@@ -25,6 +25,7 @@ OUTPUTS = {
     "compare": "compare",
     "diff": "diff",
     "bisect": "bisect",
+    "watch": "watch",
     "place plan": "place-plan",
     "place sweep": "place-sweep",
     "place model": "place-model",

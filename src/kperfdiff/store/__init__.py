@@ -15,7 +15,9 @@ Tables (schema version in ``meta``):
   ops, ns), so every statistic can be recomputed;
 * ``profile``: perf recordings of a result: artefact paths, event, samples,
   CPU time and operations of the profiled interval;
-* ``change_cache``: what ``kperfdiff changes`` found in each series (a cache).
+* ``change_cache``: what ``kperfdiff changes`` found in each series (a cache);
+* ``watch_item`` and ``watch_change``: the sentinel's queue of work with leases, and the change
+  points of each watched series with their culprits (``kperfdiff watch``, :mod:`.watch`).
 
 Every finished result is committed at once, so a run stopped by Ctrl-C or a
 crash keeps what it measured; a run left ``running`` by a process that no
@@ -36,9 +38,9 @@ a store with its artefacts from one back end to the other.
 
 The store is built by concern, one module each: :mod:`.connection` (the connection and its
 transactions), :mod:`.schema` (tables and migrations), :mod:`.artefacts`, :mod:`.machines`,
-:mod:`.runs`, :mod:`.results`, :mod:`.profiles`, :mod:`.experiments` and :mod:`.history` (results
-across runs, and the change-point cache); :class:`Store` is all of
-them, and opens the store. Who owns a run or an experiment (host, boot, process): :mod:`kperfdiff.core.hosts`;
+:mod:`.runs`, :mod:`.results`, :mod:`.profiles`, :mod:`.experiments`, :mod:`.history` (results
+across runs, and the change-point cache) and :mod:`.watch` (the sentinel's queue and change
+points); :class:`Store` is all of them, and opens the store. Who owns a run or an experiment (host, boot, process): :mod:`kperfdiff.core.hosts`;
 ``kperfdiff store copy``: :mod:`.transfer`.
 """
 from __future__ import annotations
@@ -58,6 +60,7 @@ from kperfdiff.store.machines import STABLE_KEYS, fingerprint
 from kperfdiff.store.profiles import COUNTED_EVENT, Profiles, kernel_instructions_per_op
 from kperfdiff.store.runs import RUN_STATES
 from kperfdiff.store.schema import MIGRATIONS, SCHEMA, SCHEMA_LOCK, SCHEMA_VERSION, Schema, check_is_store
+from kperfdiff.store.watch import Watch
 
 # what callers take from kperfdiff.store
 __all__ = ["COUNTED_EVENT", "MIGRATIONS", "RETRIES", "RUN_STATES", "SCHEMA", "SCHEMA_LOCK", "SCHEMA_VERSION",
@@ -78,7 +81,7 @@ def default_location() -> str | Path:
     return os.environ.get("KPERFDIFF_STORE") or default_path()
 
 
-class Store(Schema, Profiles, Experiments, History):
+class Store(Schema, Profiles, Experiments, History, Watch):
     """A results store: every part of it (see the module's docstring) on one connection."""
 
     def reopen(self) -> "Store":

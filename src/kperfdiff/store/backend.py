@@ -33,7 +33,7 @@ from kperfdiff.core.errors import StoreError
 
 SCHEMES = ("postgresql", "postgres")
 # Tables whose rows have an ``id`` (an INSERT into one returns it).
-ID_TABLES = frozenset({"machine", "run", "result", "profile", "experiment"})
+ID_TABLES = frozenset({"machine", "run", "result", "profile", "experiment", "watch_item", "watch_change"})
 
 
 class PgDatabaseError(StoreError):

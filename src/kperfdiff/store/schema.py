@@ -10,7 +10,7 @@ from kperfdiff.core.errors import StoreError
 from kperfdiff.store import backend
 from kperfdiff.store.connection import Connection
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -175,6 +175,58 @@ CREATE TABLE IF NOT EXISTS change_cache (
     digest TEXT NOT NULL,
     weak TEXT NOT NULL DEFAULT '[]',
     updated REAL NOT NULL
+);
+""",
+    # 7 -> 8: the sentinel (``kperfdiff watch``, kperfdiff.store.watch). ``watch_item`` is its queue: one row per
+    # piece of work (measure a commit on a target, or bisect a change point between two commits), ``key``
+    # unique so the same work is queued once, with a lease: the process that claimed it (``owner``) holds
+    # it until ``lease_until`` (the store's clock), renews it while it works, and another process may claim
+    # it once the lease has run out. ``watch_change`` holds the change points found in each watched
+    # series (branch, target, benchmark in commit order): the commits either side, the change, whether
+    # a later analysis moved it, its bisection and the culprit that named.
+    7: """
+CREATE TABLE IF NOT EXISTS watch_item (
+    id INTEGER PRIMARY KEY,
+    watch TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('measure','bisect')),
+    key TEXT NOT NULL UNIQUE,
+    branch TEXT NOT NULL,
+    target TEXT NOT NULL,
+    benchmark TEXT NOT NULL,
+    commit_hash TEXT NOT NULL,
+    good_hash TEXT,
+    position INTEGER,
+    state TEXT NOT NULL CHECK (state IN ('queued','running','done','failed')),
+    owner TEXT,
+    lease_until REAL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    run_id INTEGER REFERENCES run(id) ON DELETE SET NULL,
+    detail TEXT NOT NULL DEFAULT '{}',
+    created REAL NOT NULL,
+    updated REAL
+);
+CREATE INDEX IF NOT EXISTS watch_item_state ON watch_item(watch, state);
+CREATE TABLE IF NOT EXISTS watch_change (
+    id INTEGER PRIMARY KEY,
+    watch TEXT NOT NULL,
+    branch TEXT NOT NULL,
+    target TEXT NOT NULL,
+    benchmark TEXT NOT NULL,
+    before_hash TEXT NOT NULL,
+    after_hash TEXT NOT NULL,
+    direction TEXT NOT NULL CHECK (direction IN ('regression','improvement')),
+    percent REAL,
+    pvalue REAL,
+    state TEXT NOT NULL CHECK (state IN ('current','moved')),
+    bisect_item INTEGER REFERENCES watch_item(id) ON DELETE SET NULL,
+    culprit TEXT,
+    culprit_subject TEXT,
+    culprit_author TEXT,
+    verified INTEGER,
+    detail TEXT NOT NULL DEFAULT '{}',
+    found REAL NOT NULL,
+    updated REAL,
+    UNIQUE (watch, branch, target, benchmark, before_hash, after_hash)
 );
 """,
 }

@@ -7,7 +7,8 @@ rewritten from the source's artefact folder to the destination's (both kept rela
 a path outside the source's artefact folder (written by an old version) is kept as the absolute
 path of the file. The rows go in one transaction of the destination, after the artefacts are
 copied: a failure removes the artefacts copied and leaves no row (and no file, for an SQLite
-destination the copy created).
+destination the copy created). The sentinel's queue and change points go with the runs (its work
+trees do not: a watch makes them again where it runs); the change-point cache does not go (a cache).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from kperfdiff.store import Store, backend
 from kperfdiff.store.backend import ID_TABLES
 
 # In the order their references need (a run names its experiment and machine; a result its run...).
-TABLES = ("machine", "experiment", "knob_saved", "run", "result", "interval", "profile")
+TABLES = ("machine", "experiment", "knob_saved", "run", "result", "interval", "profile", "watch_item", "watch_change")
 CHUNK = 20_000
 
 
@@ -96,7 +97,8 @@ class _Plan:
 
     def ids(self, table: str, cols: list[str], row: list) -> list:
         """A row with its own id and the ids it references moved (nothing moves in a plain copy)."""
-        refs = {"id": table, "run_id": "run", "result_id": "result", "experiment_id": "experiment"}
+        refs = {"id": table, "run_id": "run", "result_id": "result", "experiment_id": "experiment",
+                "bisect_item": "watch_item"}
         for i, c in enumerate(cols):
             if row[i] is None:
                 continue

@@ -1,0 +1,95 @@
+"""The sentinel's document (:func:`kperfdiff.watch.report.document`) as text and JSON. Pure: a dict in,
+a string out.
+
+A look that measured and bisected nothing is one line per watch. Otherwise: what was measured now, the
+bisections that ended now, every change point (regression or improvement, the commits either side, the
+change, the culprit or where its bisection stands), and the queue.
+"""
+from __future__ import annotations
+
+from kperfdiff.render.table import Table, number, percent, to_json, to_text
+
+
+def to_json_doc(doc: dict) -> str:
+    return to_json(doc)
+
+
+def to_text_doc(doc: dict) -> str:
+    return "".join(_watch(w, doc["status"]) for w in doc["watches"]) or "no watch in the store yet\n"
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def _short(commit: str | None) -> str:
+    return (commit or "-")[:12]
+
+
+def _queue(q: dict) -> str:
+    parts = []
+    for kind in ("measure", "bisect"):
+        counts = ", ".join(f"{n} {state}" for state, n in q[kind].items() if n)
+        parts.append(f"{kind} {counts or 'none'}")
+    return "; ".join(parts)
+
+
+def _one_line(w: dict) -> str:
+    cps = [c for c in w["changes"] if c["state"] == "current"]
+    culprits = sum(1 for c in cps if c["culprit"])
+    tips = ", ".join(f"{b['branch']} at {_short(b['tip'])} ({_n(b['commits'], 'commit')})" for b in w["branches"])
+    return (f"watch {w['name']}: nothing new to measure on {tips}; {_n(len(cps), 'change point')}, "
+            f"{_n(culprits, 'culprit')}; queue: {_queue(w['queue'])}\n")
+
+
+def _watch(w: dict, status: bool) -> str:
+    if not status and not w["measured"] and not w["bisected"]:
+        return _one_line(w)
+    out = [f"watch {w['name']}" + ("" if status else ": " + ", ".join(
+        f"{b['branch']} at {_short(b['tip'])}, {_n(b['commits'], 'commit')} from {_short(b['base'])} "
+        f"({b['selected']} measured by the suite)" for b in w["branches"]))]
+    if w["measured"]:
+        t = Table(["commit", "subject", "target", "benchmark", "centre", "unit", "run"], align=list("lllllrr"),
+                  title=f"measured now: {len(w['measured'])}")
+        for m in w["measured"]:
+            t.rows.append([_short(m["commit"]), (m["subject"] or "")[:40], m["target"], m["benchmark"],
+                           number(m["centre"]) if m["state"] == "done" else f"failed: {m['reason']}",
+                           m["unit"] or "-", m["run"] or "-"])
+        out.append(_indent(to_text(t)))
+    for b in w["bisected"]:
+        what = (f"culprit {_short(b['culprit']['hash'])}" + (", verified" if b["verified"] else ", NOT verified")
+                if b["culprit"] else b["outcome"] or b["state"])
+        out.append(f"  bisected {b['benchmark']} on {b['target']} between {_short(b['good'])} and "
+                   f"{_short(b['bad'])}: {what}" + (f" ({b['reason']})" if b["reason"] else ""))
+    cps = w["changes"]
+    out.append(f"  change points: {len(cps)}" + ("" if cps else " (none yet)"))
+    for c in cps:
+        out.extend(_change(c))
+    out.append(f"  queue: {_queue(w['queue'])}" + (f"; working: {', '.join(w['workers'])}" if w["workers"] else ""))
+    return "\n".join(out) + "\n"
+
+
+def _change(c: dict) -> list[str]:
+    head = (f"  {c['direction']} {percent(c['percent'], signed=True, mark=True)} in {c['benchmark']} on {c['target']}"
+            f", {c['branch']}: between {_short(c['before']['commit'])} ({(c['before']['subject'] or '')[:40]}) and "
+            f"{_short(c['after']['commit'])} ({(c['after']['subject'] or '')[:40]})")
+    if c["state"] == "moved":
+        return [head + f" [moved: now between {_short(c['moved_to'][0])} and {_short(c['moved_to'][1])}]"
+                if c["moved_to"] else head + " [moved]"]
+    lines = [head]
+    k, b = c["culprit"], c["bisection"]
+    if k:
+        verified = (f"verified (it measures {percent(k['percent'], signed=True, mark=True)} against its parent)"
+                    if k["verified"] else "NOT verified against its parent")
+        lines.append(f"    culprit {_short(k['hash'])} \"{k['subject']}\" by {k['author']}, {verified}")
+        if c["explain"]:
+            lines.append(f"    explained by: {c['explain']}")
+    elif b is None:
+        lines.append("    not bisected (an improvement; the suite bisects regressions only)")
+    else:
+        lines.append(f"    bisection: {b['outcome'] or b['state']}" + (f" ({b['reason']})" if b["reason"] else ""))
+    return lines
+
+
+def _indent(text: str) -> str:
+    return "".join(f"  {ln}\n" if ln else "\n" for ln in text.splitlines()).rstrip("\n")
