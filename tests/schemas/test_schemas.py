@@ -15,10 +15,10 @@ from kperfdiff.schemas import DIR, OUTPUTS, schema_path
 
 TINY = ["--intervals", "3", "--min-batch-ms", "1", "--no-progress"]
 # documents chosen by an option rather than by the command: (command, option)
-SELECTED_BY_OPTION = {"bench --list": ("bench", "--list")}
+SELECTED_BY_OPTION = {"bench --list": ("bench", "--list"), "watch --publish": ("watch", "--publish")}
 # tests/targets/test_cli_target.py; tests/commands/test_history.py (a store with a history to show);
-# tests/bisection/test_bisect_local.py (a real bisection)
-VALIDATED_ELSEWHERE = {"target check", "target boot", "history", "changes", "bisect", "watch"}
+# tests/bisection/test_bisect_local.py (a real bisection); tests/watch/test_publish.py (the watch's feed)
+VALIDATED_ELSEWHERE = {"target check", "target boot", "history", "changes", "bisect", "watch", "watch --publish"}
 
 
 def validate(command: str, text: str) -> dict:

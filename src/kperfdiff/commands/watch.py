@@ -4,16 +4,19 @@ and attached to its change point; `--status` shows the queue and the change poin
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 from kperfdiff.bisect import git
 from kperfdiff.core.errors import UsageError
 from kperfdiff.render import watch as render
-from kperfdiff.watch import report, suite as suites
+from kperfdiff.render import watchsite
+from kperfdiff.watch import publish, report, suite as suites
 from kperfdiff.watch.queue import LEASE_S
 from kperfdiff.watch.run import Options, look
-from kperfdiff.commands.common import open_store, write_output
+from kperfdiff.commands.common import open_store, write_file, write_output
 from kperfdiff.commands.parsing import Parser, add_format, add_output, number
 
 INTERVAL_S = 300.0      # --follow: seconds between looks
@@ -49,6 +52,16 @@ def add_watch(p: Parser) -> None:
                         f"(renewed every third of it while the work goes on; default: {LEASE_S:g})")
     p.add_argument("--status", action="store_true",
                    help="measure nothing: print the queue and the change points with their culprits, from the store")
+    p.add_argument("--publish", metavar="DIR",
+                   help="after each look (or with --status, from the store alone), write a static site there: "
+                        "index.html (each series' history plot, its change points marked and linked), a page per "
+                        "change point (culprit, change and interval, verification, what explains it, how to "
+                        "reproduce it) and feed.json (schema watch-feed); self-contained, nothing fetched")
+    p.add_argument("--notify", metavar="CMD",
+                   help="after each look, for each culprit not notified yet, run CMD (sh -c) with a plain-text report "
+                        "on its standard input (commit, subject, author, benchmark, target, the change and its "
+                        "interval, the verification, how to reproduce it); a culprit is notified once, and one "
+                        "whose command fails is reported in a line and notified again at the next look")
     add_format(p, "text", "json")
     add_output(p, what="what the look did (with --follow, the last look's)")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
@@ -58,6 +71,8 @@ def _check(args: argparse.Namespace) -> None:
     if args.status:
         extra = [o for o, v in (("--repo", args.repo), ("--branch", args.branch), ("--since", args.since),
                                 ("--follow", args.follow)) if v]
+        if args.notify:
+            extra.append("--notify")
         if extra:
             raise UsageError(f"--status only reads the store; {extra[0]} is for a look at the branches", "kperfdiff watch")
         return
@@ -72,13 +87,50 @@ def _write(args: argparse.Namespace, doc: dict) -> None:
     sys.stdout.flush()
 
 
+def _publish(store, args: argparse.Namespace, names: list[str]) -> None:
+    folder = Path(args.publish)
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"--publish {args.publish} is a file; it needs a folder (made when missing)", "kperfdiff watch")
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in watchsite.site(publish.feed(store, names)).items():
+        write_file(folder / name, text)
+
+
+def _notify(store, cmd: str, name: str) -> None:
+    """Send each culprit not notified yet to CMD; one that fails is released for the next look."""
+    pending = publish.to_notify(store, name)
+    if not pending:
+        return
+    [w] = publish.feed(store, [name])["watches"]
+    by_id = {c["id"]: c for c in w["changes"]}
+    for cid in pending:
+        if not store.claim_notice(cid):
+            continue                                  # another watch process notified it
+        c = by_id[cid]
+        try:
+            r = subprocess.run(["sh", "-c", cmd], input=render.notice(c, name), text=True, stdout=sys.stderr,
+                               stderr=subprocess.PIPE)
+            failed = f"exited with status {r.returncode}" if r.returncode else ""
+            tail = (r.stderr.strip().splitlines() or [""])[-1]
+        except OSError as e:
+            failed, tail = f"could not run: {e}", ""
+        if failed:
+            store.release_notice(cid)
+            print(f"kperfdiff: --notify {failed} for culprit {c['culprit']['hash'][:12]} of {c['benchmark']} on "
+                  f"{c['target']}" + (f" ({tail})" if tail else "") + "; it is notified again at the next look",
+                  file=sys.stderr, flush=True)
+
+
 def watch(args: argparse.Namespace) -> int:
     _check(args)
     suite = suites.parse(args.suite) if args.suite and not args.status else None
     if args.status:
         store = open_store(args, create=False)
         name = suites.parse(args.suite).name if args.suite else None
-        _write(args, report.document(store, [name] if name else store.watch_names()))
+        names = [name] if name else store.watch_names()
+        _write(args, report.document(store, names))
+        if args.publish:
+            _publish(store, args, names)
         return 0
     repo = git.Repo(args.repo)          # the tree and its branches checked before a store is made
     for rev, what in [(b, "--branch") for b in args.branch] + ([(args.since, "--since")] if args.since else []):
@@ -91,6 +143,10 @@ def watch(args: argparse.Namespace) -> int:
     while True:
         done = look(store, suite, opts, note)
         _write(args, report.document(store, [suite.name], {suite.name: done}))
+        if args.notify:
+            _notify(store, args.notify, suite.name)
+        if args.publish:
+            _publish(store, args, [suite.name])
         if not args.follow:
             return 0
         opts.since = None        # the base is in the store from now on

@@ -184,6 +184,7 @@ class WatchChange:
     detail: dict
     found: float
     updated: float | None
+    notified: float | None = None   # when its culprit went to a --notify command (None: not yet)
 
 # How a result whose latency could not be told from zero says so (status failed): a subtraction
 # benchmark's intervals fell to or below zero (stats.unresolved_difference).

@@ -93,3 +93,32 @@ def _change(c: dict) -> list[str]:
 
 def _indent(text: str) -> str:
     return "".join(f"  {ln}\n" if ln else "\n" for ln in text.splitlines()).rstrip("\n")
+
+
+def _pct(v) -> str:
+    return "-" if v is None else percent(v, signed=True)
+
+
+def notice(change: dict, watch: str) -> str:
+    """A culprit as a plain-text report, in the spirit of 0-day's regression mails: the commit, the
+    series, the change with its interval, the verification, what explains it, how to reproduce it."""
+    c, k, r = change, change["culprit"], change["reproduce"]
+    iv = c["interval"]
+    verified = (f"verified: it measures {_pct(k['percent'])} against its parent" if k["verified"]
+                else "NOT verified against its parent")
+    out = [f"kperfdiff watch {watch}: {_pct(c['percent'])} {c['direction']} of {c['benchmark']} on {c['target']}",
+           "", f"commit: {k['hash']}", f"subject: {k['subject']}", f"author: {k['author']}",
+           f"branch: {c['branch']}", f"benchmark: {c['benchmark']}", f"target: {c['target']}",
+           f"change: {_pct(c['percent'])} (95% interval [{_pct(iv['low'])}, {_pct(iv['high'])}], "
+           f"p={c['pvalue']:.2g}; positive = better)" if c["pvalue"] is not None else f"change: {_pct(c['percent'])}",
+           f"between: {_short(c['before']['commit'])} ({c['before']['subject'] or ''}) and "
+           f"{_short(c['after']['commit'])} ({c['after']['subject'] or ''})",
+           f"verification: {verified}", ""]
+    if r["explain"]:
+        out += ["the functions that explain it (culprit against its parent, profiled):", f"  {r['explain']}", ""]
+    else:
+        out += ["functions: not profiled (the suite's profile = false), so there is no ranking of functions", ""]
+    out.append("to reproduce:")
+    out += [f"  {r['bisect']}", f"  {r['verify']}   (the culprit against its parent alone)"] if r["bisect"] else \
+        ["  (the bisection's command line was not recorded)"]
+    return "\n".join(out) + "\n"

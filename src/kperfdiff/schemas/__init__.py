@@ -26,6 +26,7 @@ OUTPUTS = {
     "diff": "diff",
     "bisect": "bisect",
     "watch": "watch",
+    "watch --publish": "watch-feed",
     "place plan": "place-plan",
     "place sweep": "place-sweep",
     "place model": "place-model",

@@ -10,7 +10,7 @@ from kperfdiff.core.errors import StoreError
 from kperfdiff.store import backend
 from kperfdiff.store.connection import Connection
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -228,6 +228,11 @@ CREATE TABLE IF NOT EXISTS watch_change (
     updated REAL,
     UNIQUE (watch, branch, target, benchmark, before_hash, after_hash)
 );
+""",
+    # 8 -> 9: ``notified``: when a change point's culprit was sent to ``kperfdiff watch --notify`` (the
+    # store's clock), so each culprit is announced once; NULL until a notify command took it.
+    8: """
+ALTER TABLE watch_change ADD COLUMN notified REAL;
 """,
 }
 

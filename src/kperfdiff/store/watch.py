@@ -186,7 +186,8 @@ class Watch(Connection):
                            state=row["state"], bisect_item=row["bisect_item"], culprit=row["culprit"],
                            culprit_subject=row["culprit_subject"], culprit_author=row["culprit_author"],
                            verified=None if row["verified"] is None else bool(row["verified"]),
-                           detail=json.loads(row["detail"] or "{}"), found=row["found"], updated=row["updated"])
+                           detail=json.loads(row["detail"] or "{}"), found=row["found"], updated=row["updated"],
+                           notified=row["notified"])
 
     def watch_changes(self, watch: str | None = None) -> list[WatchChange]:
         """The change points of one watch (every watch when None), in the order they were found."""
@@ -195,3 +196,15 @@ class Watch(Connection):
         else:
             rows = self.conn.execute("SELECT * FROM watch_change WHERE watch=? ORDER BY id", (watch,))
         return [self._change(r) for r in rows]
+
+    def claim_notice(self, change_id: int, *, now: float | None = None) -> bool:
+        """Take the change point's culprit for a notification: True for the one process that marks it
+        notified now (one compare-and-set UPDATE), False when it was notified (or taken) before."""
+        clock, at = self._clock(now)
+        return self._write(lambda: self.conn.execute(
+            f"UPDATE watch_change SET notified={clock} WHERE id=? AND notified IS NULL AND culprit IS NOT NULL",
+            [*at, change_id]).rowcount) == 1
+
+    def release_notice(self, change_id: int) -> None:
+        """The notification failed: the culprit is to be notified again at the next look."""
+        self._write(lambda: self.conn.execute("UPDATE watch_change SET notified=NULL WHERE id=?", (change_id,)))

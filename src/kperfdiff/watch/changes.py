@@ -44,6 +44,14 @@ def series_of(store: Store, suite: Suite, line: Line, target: str, bench: Bench)
     commit_of = {i.run_id: i.commit for i in store.watch_items(suite.name, kind="measure")
                  if i.state == "done" and i.run_id is not None and i.target == target and i.benchmark == bench.id
                  and i.commit in where}
+    return series_in_order(store, commit_of, where, target, bench)
+
+
+def series_in_order(store: Store, commit_of: dict[int, str], where: dict[str, int], target: str,
+                    bench: Bench) -> list[hist.Series]:
+    """The series of the runs ``commit_of`` (run id -> commit) of one benchmark, its points in the order
+    ``where`` gives their commits, the runs' parameters taken as the benchmark's (a build's ``param=``
+    lines change them from commit to commit, and the series is one)."""
     if not commit_of:
         return []
     results, runs, machines = store.history([bench.name], copies=bench.cores)
@@ -103,6 +111,8 @@ def update(store: Store, suite: Suite, line: Line, target: str, bench: Bench, no
             cid, added = store.record_change(watch=suite.name, branch=line.branch, target=target, benchmark=bench.id,
                                              before=f.before, after=f.after, direction=f.direction,
                                              percent=f.change.change.change, pvalue=f.change.pvalue)
+            c = f.change.change
+            store.set_change(cid, detail={"interval": [_finite(c.low), _finite(c.high)]})
             if not added:
                 continue
             new.append(cid)
@@ -116,6 +126,10 @@ def update(store: Store, suite: Suite, line: Line, target: str, bench: Bench, no
             if f.direction == "regression" or suite.improvements:
                 queue_bisection(store, suite, line.branch, target, bench, f, cid)
     return new
+
+
+def _finite(v: float) -> float | None:
+    return round(v, 4) if math.isfinite(v) else None
 
 
 def bisect_key(suite: Suite, target: str, bench_id: str, good: str, bad: str) -> str:

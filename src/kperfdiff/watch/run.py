@@ -176,7 +176,22 @@ class Worker:
             self.repo.remove_worktree(path)
             return "failed", None, {"reason": str(e)}
         self.repo.remove_worktree(path)
-        return "done", None, {**outcome(out), "profiled": opts.profile}
+        return "done", None, {**outcome(out), "profiled": opts.profile, "command": command(self.opts.repo, opts, bench)}
+
+
+def command(repo: str, opts: bisect_run.Options, bench: Bench) -> list[str]:
+    """The ``kperfdiff bisect`` command line that runs this bisection again, on the user's tree."""
+    args = ["kperfdiff", "bisect", "--repo", str(Path(repo).resolve()), "--good", opts.good, "--bad", opts.bad,
+            "--bench", bench.name + (f"@{bench.cores}" if bench.cores > 1 else ""), "--target", opts.target]
+    args += ["--build", opts.build] if opts.build else ["--config", str(opts.config)] if opts.config else []
+    if opts.metric != "time":
+        args += ["--metric", opts.metric]
+    for flag, v in (("--reps", opts.reps), ("--max-reps", opts.max_reps), ("--verify-reps", opts.verify_reps)):
+        if v is not None:
+            args += [flag, str(v)]
+    for p in opts.params:
+        args += ["--param", p]
+    return args + ([] if opts.profile else ["--no-profile"])
 
 
 def outcome(out: bisect_run.Outcome) -> dict:

@@ -1,0 +1,112 @@
+"""The watch's static site (``kperfdiff watch --publish DIR``) from its feed
+(:func:`kperfdiff.watch.publish.feed`): an index with each series' history plot, its change points
+marked and linked, and a page per change point (culprit, change and interval, verification, what
+explains it, how to reproduce it); and ``feed.json``. Pure: the feed in, file names and contents out.
+Each page is self-contained (inline CSS and SVG, no script, nothing fetched).
+"""
+from __future__ import annotations
+
+from html import escape
+
+from kperfdiff.render import svgplot
+from kperfdiff.render.report import html_page
+from kperfdiff.render.table import number, percent, to_json
+
+NOT_PROFILED = ("No profiles were recorded for this change point (the suite's profile = false), so there is "
+                "no ranking of functions and no differential flame graph.")
+NO_COUNTERS = "No kernel counters are stored with this change point."
+
+
+def page_name(change: dict) -> str:
+    return f"change-{change['id']}.html"
+
+
+def _pct(v) -> str:
+    return "-" if v is None else percent(v, signed=True)
+
+
+def _plot(series: dict, only: int | None = None) -> str:
+    marks = [m for m in series["changes"] if only is None or m["change"] == only]
+    culprit_at = {m["index"] for m in marks}
+    points = [(f"{p['commit'][:12]} ({p['subject'] or ''})" + (" - first after a change point" if i in culprit_at
+                                                                   else ""), p["centre"], p["low"], p["high"])
+              for i, p in enumerate(series["points"])]
+    nan = float("nan")
+    points = [(lab, nan if v is None else v, nan if lo is None else lo, nan if hi is None else hi)
+              for lab, v, lo, hi in points]
+    title = f"{series['benchmark']} on {series['target']}, {series['branch']}"
+    svg = svgplot.history(title, series["unit"] or "", points, sorted(culprit_at), [],
+                          caption="points in commit order on the branch; whiskers: 95% interval of each run's "
+                                  "centre; dashed line: a change point")
+    return f'<div class="plot">{svg[svg.find("<svg"):]}</div>'
+
+
+def _change_line(c: dict) -> str:
+    k = c["culprit"]
+    who = (f'culprit <code>{escape(k["hash"][:12])}</code> "{escape(k["subject"] or "")}"' if k else
+           "no culprit yet" if c["bisection"] else "not bisected")
+    return (f'<li><a class="change-link" href="{page_name(c)}">{escape(c["direction"])} {_pct(c["percent"])} between '
+            f'{escape(c["before"]["commit"][:12])} and {escape(c["after"]["commit"][:12])}</a>: {who}'
+            + (" (moved)" if c["state"] == "moved" else "") + "</li>")
+
+
+def index(feed: dict) -> str:
+    body = ["<h1>kperfdiff watch</h1>"]
+    for w in feed["watches"]:
+        body.append(f"<h2>{escape(w['name'])}</h2>")
+        if not w["series"]:
+            body.append('<p class="note">Nothing measured yet.</p>')
+        for s in w["series"]:
+            body.append(f'<h3 id="{escape(s["id"])}">{escape(s["id"])}</h3>')
+            body.append(_plot(s))
+            mine = [c for c in w["changes"] if c["series"] == s["id"]]
+            body.append("<ul>" + "".join(_change_line(c) for c in mine) + "</ul>" if mine else
+                        '<p class="note">No change point in this series.</p>')
+    return html_page("kperfdiff watch", body)
+
+
+def _facts(rows: list[tuple[str, str]]) -> str:
+    return "<table>" + "".join(f"<tr><th>{escape(a)}</th><td>{b}</td></tr>" for a, b in rows) + "</table>"
+
+
+def change_page(w: dict, c: dict) -> str:
+    k, iv, r = c["culprit"], c["interval"], c["reproduce"]
+    title = f"{w['name']}: {c['direction']} {_pct(c['percent'])} in {c['benchmark']} on {c['target']}"
+    body = ['<p><a id="back" href="index.html">all series</a></p>', f"<h1>{escape(title)}</h1>", "<h2>Culprit</h2>"]
+    if k:
+        body.append(_facts([("commit", f"<code>{escape(k['hash'])}</code>"), ("subject", escape(k["subject"] or "")),
+                            ("author", escape(k["author"] or ""))]))
+    else:
+        b = c["bisection"]
+        body.append(f'<p class="note">No culprit: {escape(b["outcome"] or b["state"]) if b else "not bisected"}.</p>')
+    body.append("<h2>The change</h2>")
+    body.append(_facts([("series", escape(c["series"])),
+                        ("change", f"{_pct(c['percent'])} (positive = better), 95% interval [{_pct(iv['low'])}, "
+                                   f"{_pct(iv['high'])}], p = {number(c['pvalue']) if c['pvalue'] else '-'}"),
+                        ("last commit before", f"<code>{escape(c['before']['commit'])}</code> "
+                                               f"{escape(c['before']['subject'] or '')}"),
+                        ("first commit after", f"<code>{escape(c['after']['commit'])}</code> "
+                                               f"{escape(c['after']['subject'] or '')}"),
+                        ("state", escape(c["state"]))]))
+    s = next((s for s in w["series"] if s["id"] == c["series"]), None)
+    if s is not None:
+        body.append(_plot(s, only=c["id"]))
+    body.append("<h2>Verification</h2>")
+    body.append(f'<p class="verdict">{"Verified" if k["verified"] else "NOT verified"}: the culprit measures '
+                f'{_pct(k["percent"])} against its parent.</p>' if k else '<p class="note">Nothing to verify.</p>')
+    body.append("<h2>Culprit against its parent</h2>")
+    body.append(f'<p class="note">Ranked by <code>{escape(r["explain"])}</code>.</p>' if r["explain"] else
+                f'<p class="note">{NOT_PROFILED}</p>')
+    body += ["<h2>Kernel counters</h2>", f'<p class="note">{NO_COUNTERS}</p>', "<h2>To reproduce</h2>"]
+    body.append("<pre>" + escape("\n".join(x for x in (r["bisect"], r["verify"]) if x)) + "</pre>" if r["bisect"] else
+                '<p class="note">The bisection\'s command line was not recorded.</p>')
+    return html_page(title, body)
+
+
+def site(feed: dict) -> dict[str, str]:
+    """The site's files: ``index.html``, a page per change point, ``feed.json``."""
+    files = {"index.html": index(feed), "feed.json": to_json(feed)}
+    for w in feed["watches"]:
+        for c in w["changes"]:
+            files[page_name(c)] = change_page(w, c)
+    return files
