@@ -96,7 +96,7 @@ def _indent(text: str) -> str:
 
 
 def _pct(v) -> str:
-    return "-" if v is None else percent(v, signed=True)
+    return "-" if v is None else percent(v, signed=True, mark=True)
 
 
 def notice(change: dict, watch: str) -> str:

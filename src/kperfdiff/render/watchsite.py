@@ -22,7 +22,7 @@ def page_name(change: dict) -> str:
 
 
 def _pct(v) -> str:
-    return "-" if v is None else percent(v, signed=True)
+    return "-" if v is None else percent(v, signed=True, mark=True)
 
 
 def _plot(series: dict, only: int | None = None) -> str:
