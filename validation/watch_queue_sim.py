@@ -18,7 +18,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--days", type=float, default=2.0)
     p.add_argument("--changes", type=float, default=10.0, help="change points found a day")
     p.add_argument("--every", type=int, default=1)
-    p.add_argument("--bisect-first", action="store_true", help="claim bisections before measurements")
+    p.add_argument("--measure-first", action="store_true",
+                   help="claim measurements before bisections (the queue claims bisections first)")
     p.add_argument("--seed", type=int, default=1)
     a = p.parse_args(argv)
     if a.paper:
@@ -26,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
                               bisections_per_day=a.changes, every=max(a.every, 10))))
         return 0
     sc = Scenario(commits_per_day=a.commits, benchmarks=a.benchmarks, targets=a.targets, workers=a.workers,
-                  days=a.days, changes_per_day=a.changes, every=a.every, bisect_first=a.bisect_first, seed=a.seed)
+                  days=a.days, changes_per_day=a.changes, every=a.every, bisect_first=not a.measure_first, seed=a.seed)
     print("\n".join(report(sc, simulate(sc))))
     return 0
 

@@ -24,7 +24,7 @@ def measure(s: Store, level: list[float], *indexes: int) -> None:
         [run] = populate(s, [level[i]], commit=[COMMITS[i].hash], start=1_700_000_000.0 - 3600 * i, label=f"c{i}")
         s.queue_item(watch="w", kind="measure", key=measure_key(SUITE, "local", BENCH.id, COMMITS[i].hash),
                      branch="main", target="local", benchmark=BENCH.id, commit=COMMITS[i].hash, position=i)
-        item = s.claim_item("w", "me", 60)
+        item = s.claim_item("w", "me", 60, kinds=("measure",))
         assert s.finish_item(item.id, "me", "done", run_id=run.id)
 
 

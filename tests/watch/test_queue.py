@@ -24,14 +24,15 @@ def test_claim_holds_until_the_lease_runs_out_then_another_takes_it_over(store_l
     assert added and queue(s, "m1") == (m1, False)          # the same work is queued once
     m2, _ = queue(s, "m2", commit="c2")
     # measurements first, oldest first; a bisection after them
-    a = s.claim_item("w", "A", 60, now=110)
+    a = s.claim_item("w", "A", 60, now=110, kinds=("measure", "bisect"))
     assert (a.id, a.state, a.owner, a.lease_until, a.attempts) == (m1, "running", "A", 170, 1)
-    assert s.claim_item("w", "B", 60, now=111).id == m2
-    assert s.claim_item("w", "B", 60, now=112).id == b
+    # the queue's own order: bisections first, then measurements, oldest first
+    assert s.claim_item("w", "B", 60, now=111).id == b
+    assert s.claim_item("w", "B", 60, now=112).id == m2
     assert s.claim_item("w", "C", 60, now=169) is None          # every item is held
     assert s.renew_item(m1, "A", 60, now=150)                    # A renews: held until 210
-    assert s.claim_item("w", "C", 60, now=200).id == m2          # B's first lease ran out at 171
-    assert s.claim_item("w", "C", 60, now=200).id == b           # ... and its second at 172
+    assert s.claim_item("w", "C", 60, now=200).id == b           # B's first lease ran out at 171
+    assert s.claim_item("w", "C", 60, now=200).id == m2          # ... and its second at 172
     assert s.claim_item("w", "C", 60, now=205) is None
     taken = s.claim_item("w", "D", 60, now=211)                   # A's renewed lease ran out at 210
     assert (taken.id, taken.owner, taken.attempts) == (m1, "D", 2)

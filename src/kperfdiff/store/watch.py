@@ -46,10 +46,11 @@ class Watch(Connection):
         return self._write(w)
 
     def claim_item(self, watch: str, owner: str, lease_s: float, *, now: float | None = None,
-                   kinds: tuple[str, ...] = ("measure", "bisect")) -> WatchItem | None:
+                   kinds: tuple[str, ...] = ("bisect", "measure")) -> WatchItem | None:
         """Take the oldest item of ``watch`` that is queued, or running under a lease that has run out
-        (its process is gone or stuck), for ``owner`` until now + ``lease_s``: measurements before
-        bisections. None when there is none to take. Each try is one UPDATE that checks the item's
+        (its process is gone or stuck), for ``owner`` until now + ``lease_s``: bisections before
+        measurements (bisections come only from measurements, so they cannot crowd measuring out, and
+        measurements first left every bisection waiting forever behind a backlog: docs/watch-scale.md). None when there is none to take. Each try is one UPDATE that checks the item's
         state again, so two processes never hold one item."""
         clock, at = self._clock(now)
         takeable = f"(state='queued' OR (state='running' AND lease_until < {clock}))"

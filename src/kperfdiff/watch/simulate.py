@@ -108,7 +108,7 @@ class Scenario:
     days: float = 2.0
     changes_per_day: float = 10.0    # change points found a day (each queues a bisection)
     every: int = 1
-    bisect_first: bool = False       # claim bisections before measurements
+    bisect_first: bool = True        # claim bisections before measurements (the queue's order)
     seed: int = 1
     costs: Costs = field(default_factory=Costs)
 
