@@ -8,6 +8,7 @@ import math
 from types import SimpleNamespace
 
 from kperfdiff import store as st
+from kperfdiff.analysis.culprit import Explanation
 from kperfdiff.bisect import counters
 from kperfdiff.commands import bisect as command
 from kperfdiff.render import bisect as render
@@ -75,7 +76,7 @@ def test_when_every_moved_counter_follows_the_operation_count_the_table_goes_and
     b = counters.Totals(ops=CULPRIT_OPS * 2, reps=2, counts={k: 2 * v for k, v in per_rep.items()})
     ch = counters.compare(a, b)
     assert ch.moved == [] and ch.only_ops == sorted(per_rep)
-    ex = render.Explanation(command="kperfdiff diff ...", counters_left_out=ch.only_ops, ops_ratio=ch.ops_ratio,
+    ex = Explanation(command="kperfdiff diff ...", counters_left_out=ch.only_ops, ops_ratio=ch.ops_ratio,
                             error="no profiles were taken (--no-profile)")
     assert render.counters_table(ex) is None
     note = render.counters_note(ex)
@@ -92,4 +93,4 @@ def test_the_same_operations_per_repetition_leave_nothing_out():
     assert ch.moved == [("irq.LOC", 0.25, 0.26)] and ch.only_ops == [] and ch.ops_ratio == 1
     none = counters.compare(counters.Totals(), b)
     assert none.moved == [] and none.only_ops == [] and math.isnan(none.ops_ratio)
-    assert render.counters_note(render.Explanation()) == ""
+    assert render.counters_note(Explanation()) == ""

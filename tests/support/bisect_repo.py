@@ -2,7 +2,8 @@
 probe runs. Each commit holds ``settings`` (the lines its build prints) and ``build.sh``, which
 prints them, as `kperfdiff bisect --build ./build.sh` expects (append=..., param=...).
 
-Used by tests/bisect and validation/bisect_accuracy.py.
+Used by tests/bisect, tests/watch (:func:`push`: one commit at a time, as a watched branch receives
+them) and validation/bisect_accuracy.py.
 """
 from __future__ import annotations
 
@@ -27,6 +28,21 @@ def git(path: Path, *args: str) -> str:
            "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
     return subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True, text=True,
                           env=env).stdout.strip()
+
+
+def push(repo: Path, settings: list[str], message: str, build: str = BUILD_SH) -> str:
+    """Commit ``settings`` (the lines ``build`` prints) on the branch main of ``repo`` (made when missing),
+    as one push to a watched branch; the new commit's hash."""
+    if not (repo / ".git").exists():
+        repo.mkdir()
+        git(repo, "init", "-q", "-b", "main")
+    (repo / "build.sh").write_text(build)
+    (repo / "build.sh").chmod(0o755)
+    (repo / "settings").write_text("".join(f"{s}\n" for s in settings))
+    (repo / "notes").write_text(f"{message}\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
 
 
 def make_series(path: Path, n: int, culprit_at: int | None, good: list[str], bad: list[str],

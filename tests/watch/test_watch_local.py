@@ -17,7 +17,7 @@ import time
 import pytest
 
 from support import KPERFDIFF, assert_one_sentence_error, run_cli
-from support.bisect_repo import BUILD_SH, git
+from support.bisect_repo import BUILD_SH, git, push
 from schemas.test_schemas import validate
 
 BENCH = "select.file.100"
@@ -33,16 +33,7 @@ improvements = true
 
 def commit(repo, n: int, message: str, build: str = BUILD_SH) -> str:
     """A commit whose build prints param=select.file.100:n=N (``build``: another build script)."""
-    if not (repo / ".git").exists():
-        repo.mkdir()
-        git(repo, "init", "-q", "-b", "main")
-    (repo / "build.sh").write_text(build)
-    (repo / "build.sh").chmod(0o755)
-    (repo / "settings").write_text(f"param={BENCH}:n={n}\n")
-    (repo / "notes").write_text(f"{message}\n")
-    git(repo, "add", ".")
-    git(repo, "commit", "-q", "-m", message)
-    return git(repo, "rev-parse", "HEAD")
+    return push(repo, [f"param={BENCH}:n={n}"], message, build)
 
 
 def look(store, suite, repo, *more, check=0):

@@ -73,6 +73,11 @@ def compare(parent: Totals, culprit: Totals, shown: int = SHOWN) -> Changes:
     return Changes([(k, a, b) for _, k, a, b in moved[:shown]], only_ops, ops_ratio)
 
 
+def against_parent(store, parent_runs: list[int], culprit_runs: list[int], bench: str, cores: int) -> Changes:
+    """The counters of the culprit's runs against its parent's (:func:`compare` of their :func:`side_totals`)."""
+    return compare(side_totals(store, parent_runs, bench, cores), side_totals(store, culprit_runs, bench, cores))
+
+
 def shown_pct(ratio: float) -> float:
     """A ratio's change in percent, as the counter table shows it (two decimals)."""
     return round((ratio - 1) * 100, 2)

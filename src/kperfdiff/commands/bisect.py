@@ -5,16 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kperfdiff.analysis.profile_diff import DiffOptions, add_folded, diff_profiles
+from kperfdiff.analysis import culprit
+from kperfdiff.analysis.culprit import Explanation
 from kperfdiff.bisect import counters
 from kperfdiff.bisect import run as bisect_run
 from kperfdiff.bisect.probe import METRICS, VALUES, parse_bench
 from kperfdiff.core import limits
-from kperfdiff.core.errors import KperfdiffError
-from kperfdiff.ingest.load import load_sides
 from kperfdiff.render import bisect as render
 from kperfdiff.commands.common import open_store, write_file, write_output
-from kperfdiff.commands.diff import store_lookup
 from kperfdiff.commands.parsing import Parser, add_format, add_output, add_top, number, whole
 
 
@@ -83,36 +81,15 @@ def add_bisect(b: Parser) -> None:
     b.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
 
 
-def explain(store, args, outcome) -> render.Explanation | None:
+def explain(store, args, outcome) -> Explanation | None:
     """The ranking of culprit against parent (their verification runs), and the counters that moved."""
     if not (outcome.culprit_runs and outcome.parent_runs):
         return None
     plan = outcome.plan
-    ref = f"@{plan.cores}" if plan.cores > 1 else ""
-    a, b = (",".join(f"{rid}:{plan.bench}{ref}" for rid in runs) for runs in (outcome.parent_runs, outcome.culprit_runs))
-    event = "instructions" if plan.metric == "instructions" else None
-    command = (f"kperfdiff diff {a} {b} --per-op" + (" --event instructions" if event else "")
-               + f" --top {args.top}  (parent against culprit)")
-    moved = counters.compare(*(counters.side_totals(store, runs, plan.bench, plan.cores)
-                               for runs in (outcome.parent_runs, outcome.culprit_runs)))
-    ex = render.Explanation(command=command, counters=moved.moved, counters_left_out=moved.only_ops,
-                            ops_ratio=moved.ops_ratio)
-    if not outcome_profiled(args, plan):
-        ex.error = "no profiles were taken (--no-profile)"
-        return ex
-    try:
-        side_a, side_b = load_sides([a, b], store_lookup(args.store, event), kallsyms=[None, None],
-                                    symfs=[None, None], event=event)
-        opts = DiffOptions(top=args.top, per_op=True, labels=("parent", "culprit"))
-        ex.diff = diff_profiles(side_a, side_b, opts)
-        add_folded(ex.diff, side_a, side_b)
-    except KperfdiffError as e:
-        ex.error = f"no ranking: {e}"
-    return ex
-
-
-def outcome_profiled(args, plan) -> bool:
-    return plan.metric == "instructions" or not args.no_profile
+    moved = counters.against_parent(store, outcome.parent_runs, outcome.culprit_runs, plan.bench, plan.cores)
+    profiled = plan.metric == "instructions" or not args.no_profile
+    return culprit.explain(store.profile_lookup, outcome.parent_runs, outcome.culprit_runs, plan.bench, plan.cores,
+                           plan.metric, args.top, moved, "" if profiled else "no profiles were taken (--no-profile)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -2,14 +2,13 @@
 with its verdict and interval, the culprit and its verification, then the explanation (the
 kperfdiff ranking of culprit against parent, the differential flame graph, the kernel counters).
 
-Pure: it takes the outcome of :func:`kperfdiff.bisect.run.bisect` (read by its attributes) and the
-explanation already computed, and returns strings.
+Pure: it takes the outcome of :func:`kperfdiff.bisect.run.bisect` and the explanation already computed
+(:class:`kperfdiff.analysis.culprit.Explanation`), both read by their attributes, and returns strings.
 """
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
 from html import escape
 
 from kperfdiff.core import modes
@@ -19,22 +18,6 @@ from kperfdiff.render.report import html_page, table_html
 from kperfdiff.render.table import Table, json_clean, number, to_text
 
 LISTED = 8      # counters a note names before "and N more" (the JSON names every one)
-
-
-@dataclass
-class Explanation:
-    """Culprit against parent: the ranking (a DiffResult), the kernel counters that moved, and why
-    there is none when there is none."""
-
-    diff: object | None = None
-    command: str = ""
-    counters: list[tuple[str, float, float]] = field(default_factory=list)   # (name, parent, culprit) per op
-    # counters left out of ``counters``: the same count per repetition in parent and culprit, so per
-    # operation they moved only with the operations per repetition (culprit's over parent's: ops_ratio)
-    counters_left_out: list[str] = field(default_factory=list)
-    ops_ratio: float = math.nan
-    unit: str = ""
-    error: str = ""
 
 
 def _pct(ratio: float) -> str:
@@ -134,7 +117,7 @@ def summary_line(outcome) -> str:
             + f"; wall time {outcome.seconds:.0f} s")
 
 
-def counters_table(ex: Explanation) -> Table | None:
+def counters_table(ex) -> Table | None:
     if not ex.counters:
         return None
     t = Table(["counter (per operation)", "parent", "culprit", "change"],
@@ -145,7 +128,7 @@ def counters_table(ex: Explanation) -> Table | None:
     return t
 
 
-def counters_note(ex: Explanation) -> str:
+def counters_note(ex) -> str:
     """Which counters the table leaves out and why, or empty when it leaves none out."""
     names = ex.counters_left_out
     if not names:
@@ -158,7 +141,7 @@ def counters_note(ex: Explanation) -> str:
             f"the kernel counted them more or less often")
 
 
-def to_text_report(outcome, ex: Explanation | None) -> str:
+def to_text_report(outcome, ex) -> str:
     p = outcome.plan
     r = outcome.reference
     out = [f"bisect {p.bench}{'@' + str(p.cores) if p.cores > 1 else ''} on {p.target}: {_metric_words(outcome)}",
@@ -198,7 +181,7 @@ def _difference(d) -> dict | None:
                                    "significant": d.significant, "reason": d.reason}
 
 
-def to_json_report(outcome, ex: Explanation | None) -> str:
+def to_json_report(outcome, ex) -> str:
     p = outcome.plan
     doc = {
         "key": p.key, "repo": p.repo, "good": p.good, "bad": p.bad, "benchmark": p.bench, "cores": p.cores,
@@ -223,7 +206,7 @@ def to_json_report(outcome, ex: Explanation | None) -> str:
     return json.dumps(json_clean(doc), indent=2) + "\n"
 
 
-def to_html_report(outcome, ex: Explanation | None) -> str:
+def to_html_report(outcome, ex) -> str:
     p = outcome.plan
     title = f"kperfdiff bisect: {p.bench} {p.good[:12]}..{p.bad[:12]}"
     head = verdict_lines(outcome)

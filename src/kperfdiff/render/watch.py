@@ -84,11 +84,41 @@ def _change(c: dict) -> list[str]:
         lines.append(f"    culprit {_short(k['hash'])} \"{k['subject']}\" by {k['author']}, {verified}")
         if c["explain"]:
             lines.append(f"    explained by: {c['explain']}")
+        if c.get("explanation"):
+            lines += ["    " + ln for ln in explanation_lines(c["explanation"], SHOWN)]
     elif b is None:
         lines.append("    not bisected (an improvement; the suite bisects regressions only)")
     else:
         lines.append(f"    bisection: {b['outcome'] or b['state']}" + (f" ({b['reason']})" if b["reason"] else ""))
     return lines
+
+
+SHOWN = 5       # functions of a culprit's ranking in the text report (the notice and the page show every one kept)
+
+
+def functions_table(e: dict, n: int | None = None) -> Table:
+    """The head of a culprit's ranking against its parent: each function's cost per operation in both."""
+    unit = e["unit"] or ""
+    t = Table(["function", f"parent {unit}".strip(), f"culprit {unit}".strip(), "change", "where"],
+              align=list("lrrrl"))
+    for r in e["functions"][:n]:
+        t.rows.append([r["symbol"], number(r["parent"]), number(r["culprit"]),
+                       "-" if r["change"] is None else f"{r['change']:+.4g}",
+                       "" if r["section"] == "common" else r["section"]])
+    return t
+
+
+def explanation_lines(e: dict, n: int | None = None) -> list[str]:
+    """A culprit's explanation: its top functions against its parent (``n`` of them; all kept: None), or why
+    there is no ranking, then the counters that moved."""
+    if e["error"]:
+        return [f"top functions: {e['error']}"]
+    out = ["top functions (culprit against its parent, per operation):"]
+    out += ["  " + ln for ln in to_text(functions_table(e, n)).splitlines() if ln]
+    if e["counters"]:
+        out.append("counters that moved (per operation): " + ", ".join(
+            f"{k['name']} {number(k['parent'])} -> {number(k['culprit'])}" for k in e["counters"][:n]))
+    return out
 
 
 def _indent(text: str) -> str:
@@ -114,7 +144,9 @@ def notice(change: dict, watch: str) -> str:
            f"between: {_short(c['before']['commit'])} ({c['before']['subject'] or ''}) and "
            f"{_short(c['after']['commit'])} ({c['after']['subject'] or ''})",
            f"verification: {verified}", ""]
-    if r["explain"]:
+    if c.get("explanation"):
+        out += [*explanation_lines(c["explanation"]), f"  ({r['explain']})", ""]
+    elif r["explain"]:
         out += ["the functions that explain it (culprit against its parent, profiled):", f"  {r['explain']}", ""]
     else:
         out += ["functions: not profiled (the suite's profile = false), so there is no ranking of functions", ""]

@@ -9,8 +9,9 @@ from __future__ import annotations
 from html import escape
 
 from kperfdiff.render import svgplot
-from kperfdiff.render.report import html_page
-from kperfdiff.render.table import number, percent, to_json
+from kperfdiff.render import watch as render
+from kperfdiff.render.report import html_page, table_html
+from kperfdiff.render.table import Table, number, percent, to_json
 
 NOT_PROFILED = ("No profiles were recorded for this change point (the suite's profile = false), so there is "
                 "no ranking of functions and no differential flame graph.")
@@ -95,12 +96,33 @@ def change_page(w: dict, c: dict) -> str:
     body.append(f'<p class="verdict">{"Verified" if k["verified"] else "NOT verified"}: the culprit measures '
                 f'{_pct(k["percent"])} against its parent.</p>' if k else '<p class="note">Nothing to verify.</p>')
     body.append("<h2>Culprit against its parent</h2>")
-    body.append(f'<p class="note">Ranked by <code>{escape(r["explain"])}</code>.</p>' if r["explain"] else
-                f'<p class="note">{NOT_PROFILED}</p>')
-    body += ["<h2>Kernel counters</h2>", f'<p class="note">{NO_COUNTERS}</p>', "<h2>To reproduce</h2>"]
+    body += _explanation(c.get("explanation"), r["explain"])
+    body.append("<h2>To reproduce</h2>")
     body.append("<pre>" + escape("\n".join(x for x in (r["bisect"], r["verify"]) if x)) + "</pre>" if r["bisect"] else
                 '<p class="note">The bisection\'s command line was not recorded.</p>')
     return html_page(title, body)
+
+
+def _explanation(e: dict | None, command: str | None) -> list[str]:
+    """The culprit's top functions against its parent and the counters that moved, or why there are none."""
+    out = []
+    if e and not e["error"]:
+        out.append(f'<p class="note">The head of the ranking of culprit against parent, per operation (the whole '
+                   f'ranking: <code>{escape(command or e["command"])}</code>).</p>')
+        out.append(table_html(render.functions_table(e)))
+    elif e:
+        out.append(f'<p class="note">{escape(e["error"])}</p>')
+    else:
+        out.append(f'<p class="note">Ranked by <code>{escape(command)}</code>.</p>' if command else
+                   f'<p class="note">{NOT_PROFILED}</p>')
+    out.append("<h2>Kernel counters</h2>")
+    if e and e["counters"]:
+        t = Table(["counter (per operation)", "parent", "culprit"], align=list("lrr"))
+        t.rows += [[k["name"], number(k["parent"]), number(k["culprit"])] for k in e["counters"]]
+        out.append(table_html(t))
+    else:
+        out.append(f'<p class="note">{NO_COUNTERS}</p>')
+    return out
 
 
 def site(feed: dict) -> dict[str, str]:

@@ -176,3 +176,13 @@ class Profiles(Runs, Machines):
                     "counted": ps[0].event == COUNTED_EVENT,
                     "instructions": _sum_counts([p.meta.get("instructions") for p in ps])}))
         return out
+
+    def profile_lookup(self, event: str | None = None):
+        """A run reference (``RUN:BENCH``, as :meth:`profile_refs` takes it) -> its repetitions' profiles:
+        what :func:`kperfdiff.ingest.load.load_sides` asks of a side that is not a file."""
+        def refs(ref: str) -> list[tuple[list[Path], dict]]:
+            found = self.profile_refs(ref, event)
+            if not found:
+                raise InputError(f"{ref} is not a run with profiles in the store")
+            return found
+        return refs

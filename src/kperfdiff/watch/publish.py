@@ -72,12 +72,7 @@ def reproduce(c: WatchChange) -> dict:
     if c.culprit:
         at = args.index("--good")
         verify = shlex.join(args[:at] + ["--good", f"{c.culprit}^", "--bad", c.culprit] + args[at + 4:])
-    explain = None
-    if c.detail.get("profiled") and c.detail.get("parent_runs") and c.detail.get("culprit_runs"):
-        bench = c.benchmark.split(" ")[0]
-        a, b = (",".join(f"{r}:{bench}" for r in c.detail[k]) for k in ("parent_runs", "culprit_runs"))
-        explain = f"kperfdiff diff {a} {b} --per-op"
-    return {"bisect": shlex.join(args), "verify": verify, "explain": explain}
+    return {"bisect": shlex.join(args), "verify": verify, "explain": report.explain_command(c.benchmark, c.detail)}
 
 
 def feed(store: Store, names: list[str]) -> dict:

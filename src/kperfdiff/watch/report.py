@@ -71,11 +71,7 @@ def _change(c: WatchChange, subjects: dict, item: WatchItem | None) -> dict:
     if c.culprit:
         culprit = {"hash": c.culprit, "subject": c.culprit_subject, "author": c.culprit_author,
                    "verified": c.verified, "percent": d.get("verification_percent")}
-    explain = None
-    if d.get("profiled") and d.get("parent_runs") and d.get("culprit_runs"):
-        bench = c.benchmark.split(" ")[0]
-        a, b = (",".join(f"{r}:{bench}" for r in d[k]) for k in ("parent_runs", "culprit_runs"))
-        explain = f"kperfdiff diff {a} {b} --per-op"
+    explained = d.get("explanation")
     return {"id": c.id, "branch": c.branch, "target": c.target, "benchmark": c.benchmark,
             "before": {"commit": c.before, "subject": subjects.get(c.before)},
             "after": {"commit": c.after, "subject": subjects.get(c.after)},
@@ -84,5 +80,17 @@ def _change(c: WatchChange, subjects: dict, item: WatchItem | None) -> dict:
             "bisection": None if item is None else {"item": item.id, "state": item.state, "owner": item.owner,
                                                     "outcome": d.get("outcome"), "reason": d.get("reason"),
                                                     "probes": d.get("probes")},
-            "culprit": culprit, "explain": explain}
+            "culprit": culprit, "explain": explain_command(c.benchmark, d), "explanation": explained}
+
+
+def explain_command(benchmark: str, d: dict) -> str | None:
+    """The ``kperfdiff diff`` command that ranks a culprit's functions against its parent's (its bisection's
+    ``d``etail: the explanation's own, or one made from its runs), or None where nothing was profiled."""
+    if d.get("explanation"):
+        return d["explanation"]["command"]
+    if not (d.get("profiled") and d.get("parent_runs") and d.get("culprit_runs")):
+        return None
+    bench = benchmark.split(" ")[0]
+    a, b = (",".join(f"{r}:{bench}" for r in d[k]) for k in ("parent_runs", "culprit_runs"))
+    return f"kperfdiff diff {a} {b} --per-op"
 

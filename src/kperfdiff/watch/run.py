@@ -20,7 +20,9 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kperfdiff.bisect import git
+from kperfdiff.analysis import culprit as culprits
+from kperfdiff.analysis.profile_diff import DEFAULT_TOP
+from kperfdiff.bisect import counters, git
 from kperfdiff.bisect import run as bisect_run
 from kperfdiff.bisect.probe import Build, BuildFailed, Plan, build_probe, measure
 from kperfdiff.core.errors import KperfdiffError
@@ -148,7 +150,8 @@ class Worker:
                "item": item.id}
         try:
             run = measure(self.store, plan, built, commit=item.commit, subject=subject, role="watch",
-                          reps=self.suite.reps, profile=self.suite.profile, progress=self.opts.progress,
+                          reps=self.suite.reps, profile=self.suite.profile and self.suite.metric != "instructions",
+                          progress=self.opts.progress,
                           tagged=("watch", tag))
         except BuildFailed as e:
             return "failed", None, {"reason": str(e)}
@@ -176,7 +179,20 @@ class Worker:
             self.repo.remove_worktree(path)
             return "failed", None, {"reason": str(e)}
         self.repo.remove_worktree(path)
-        return "done", None, {**outcome(out), "profiled": opts.profile, "command": command(self.opts.repo, opts, bench)}
+        detail = {**outcome(out), "profiled": self.suite.profile, "command": command(self.opts.repo, opts, bench)}
+        if self.suite.profile and out.culprit_runs and out.parent_runs:
+            self.note(f"explaining {out.culprit.hash[:12]}: the ranking of culprit against parent")
+            detail["explanation"] = explanation(self.store, out)
+        return "done", None, detail
+
+
+def explanation(store: Store, out: bisect_run.Outcome) -> dict:
+    """The culprit explained as ``kperfdiff bisect`` explains it: the ranking of culprit against parent from
+    their verification runs' profiles (exact counts' with the metric instructions), the counters that moved."""
+    p = out.plan
+    moved = counters.against_parent(store, out.parent_runs, out.culprit_runs, p.bench, p.cores)
+    return culprits.top_functions(culprits.explain(store.profile_lookup, out.parent_runs, out.culprit_runs, p.bench,
+                                                   p.cores, p.metric, DEFAULT_TOP, moved))
 
 
 def command(repo: str, opts: bisect_run.Options, bench: Bench) -> list[str]:
