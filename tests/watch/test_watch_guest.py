@@ -5,8 +5,12 @@ commits one by one, each followed by a look; commit 4 turns on init_on_alloc=1 (
 fork does more work), commit 8 turns it off again. With improvements bisected too, the watch names exactly
 those two commits as culprits, verified, and nothing else; with profile = true each culprit is explained
 by the ranking of culprit against parent from their stored profiles, the zeroing functions first, in the
-text report, the JSON, the --notify report and the change page."""
+text report, the JSON, the --notify report and the change page. About 20 deterministic boots with
+profiles: 169 s on this 2-vCPU VM, so it runs in `make test-slow`, and `make test` keeps the local twin
+(tests/watch/test_watch_local.py, command-line settings through a benchmark parameter, 41 s)."""
 import json
+
+import pytest
 
 from support import run_cli
 from support.bisect_repo import push
@@ -27,6 +31,7 @@ SUBJECTS = {4: "mm: zero every allocation (init_on_alloc=1)", 8: "mm: stop zeroi
 
 
 @need_guest
+@pytest.mark.slow
 def test_init_on_alloc_on_then_off_gets_its_two_culprits_verified_and_explained(tmp_path):
     repo, store, suite = tmp_path / "repo", tmp_path / "k.db", tmp_path / "suite.toml"
     suite.write_text(SUITE)
