@@ -20,8 +20,8 @@ def private_state_dir(tmp_path, monkeypatch):
 
 @pytest.fixture(autouse=True)
 def machine_state_lock(request):
-    """Tests marked machine_state change the machine's own state (sysctls, cgroups, IRQ affinities) and
-    check it byte for byte afterwards: they hold one lock file for their whole length, so parallel
+    """Tests marked machine_state change the machine's own state (sysctls, cgroups, IRQ affinities, swap
+    and zram devices) and check it byte for byte afterwards: they hold one lock file for their whole length, so parallel
     workers (make test-python runs pytest-xdist) run them one at a time whichever worker has them."""
     if request.node.get_closest_marker("machine_state") is None:
         yield

@@ -211,6 +211,7 @@ def test_pageout_file_really_pages_out(binaries, tmp_path):
     assert float(info["ns_per_page"]) > 0
 
 
+@pytest.mark.machine_state          # no other test's temporary swap may be active meanwhile
 def test_pageout_anon_skips_without_swap(binaries):
     if active_swap():
         pytest.skip("swap is active")
@@ -220,6 +221,7 @@ def test_pageout_anon_skips_without_swap(binaries):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="temporary swap needs root")
+@pytest.mark.machine_state
 def test_pageout_anon_swaps_with_temporary_swap(binaries):
     with temporary_swap(64):
         info, iv, _ = ok(run(binaries["pageout"], "pageout.anon", *TINY, "size=256k"))

@@ -10,6 +10,8 @@ from kperfdiff.bench.swap import active_swap, temporary_swap
 from kperfdiff.core.errors import BenchError
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="setting up swap needs root")
+# swap and zram devices are the machine's: one test at a time of all those so marked (tests/conftest.py)
+pytestmark = pytest.mark.machine_state
 
 
 def zram_devices() -> set[str]:

@@ -100,6 +100,7 @@ def test_build_cache_is_keyed_by_source():
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="creating swap needs root")
+@pytest.mark.machine_state
 def test_allow_swap_setup_runs_pageout_and_removes_the_swap(home):
     from kperfdiff.bench.swap import active_swap
     before = active_swap()

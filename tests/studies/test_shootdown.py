@@ -74,6 +74,7 @@ label = "arm64-6.12"
 
 @pytest.mark.skipif(not (active_swap() or os.geteuid() == 0) or shutil.which("perf") is None,
                     reason="the loop needs swap (or root to set up a temporary one) and perf")
+@pytest.mark.machine_state          # its temporary swap, checked gone after
 def test_the_section_of_a_real_tiny_run(tmp_path):
     f = tmp_path / "tiny.toml"
     f.write_text(TINY)
