@@ -3,7 +3,8 @@ lava-dispatcher worker with two devices of the standard `qemu` device type, TCG)
 experiment end to end through the REST API: the jobs are submitted, run two at a time on the two
 devices, and their results come back through LAVA's logs into the store, with profiles, labelled with
 the device; LAVA's own pages hold the benchmarks as test cases with their measurements; the token is
-nowhere but in the requests."""
+nowhere but in the requests. A bisection runs each commit's measurements as LAVA jobs that deploy that
+commit's kernel and command line, and names the culprit."""
 from __future__ import annotations
 
 import json
