@@ -3,16 +3,21 @@ lava-dispatcher worker with two devices of the standard `qemu` device type, TCG)
 experiment end to end through the REST API: the jobs are submitted, run two at a time on the two
 devices, and their results come back through LAVA's logs into the store, with profiles, labelled with
 the device; LAVA's own pages hold the benchmarks as test cases with their measurements; the token is
-nowhere but in the requests."""
+nowhere but in the requests. A bisection runs each commit's measurements as LAVA jobs that deploy that
+commit's kernel and command line, and names the culprit."""
 from __future__ import annotations
 
 import json
+import math
 import time
 
 import pytest
 
 from support import run_cli
+from support.bisect_repo import make_series
 from support.lava_lab import Lab, missing_tools
+from kperfdiff.targets.lava.spec import parse_spec
+from kperfdiff.targets.qemu import resolve_kernel
 
 pytestmark = [pytest.mark.slow, pytest.mark.lab]
 
@@ -60,7 +65,8 @@ def test_a_two_variant_experiment_runs_end_to_end_through_lava(lab, tmp_path, ho
     assert {j["actual_device"] for j in jobs} == {"qemu-01", "qemu-02"}
     assert all(j["failure_comment"] in (None, "") for j in jobs)
     # LAVA's own pages: every benchmark a test case with its median as the measurement
-    status, body = lab.api("GET", f"jobs/{jobs[0]['id']}/tests/?limit=100")
+    first = min(jobs, key=lambda j: j["id"])          # the API lists them newest first, whatever the ordering
+    status, body = lab.api("GET", f"jobs/{first['id']}/tests/?limit=100")
     cases = {t["name"]: t for t in json.loads(body)["results"] if t["name"].startswith(("fault.", "syscall."))}
     assert sorted(cases) == ["fault.anon.4k.P1.r0", "fault.anon.huge.P1.r0", "syscall.null.P1.r0"]
     assert {cases["syscall.null.P1.r0"]["result"], cases["syscall.null.P1.r0"]["unit"]} == {"pass", "ns/op"}
@@ -88,3 +94,39 @@ def test_a_wrong_token_is_refused_with_one_sentence(lab, tmp_path, home, monkeyp
                 "--no-progress", env={"KPERFDIFF_LAVA_TOKEN": "not-the-token"}, timeout=900)
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert "refused the token for the job submission (HTTP 403: Invalid token.)" in p.stderr
+
+
+def test_a_bisection_runs_each_probe_as_a_lava_job_and_names_the_culprit(lab, tmp_path, home, monkeypatch):
+    """Six commits after GOOD; the fourth turns on page-table isolation (pti=on: every system call
+    switches page tables, which TCG pays for with a flush of its TLB). Each commit's build prints the
+    prebuilt Debian kernel and its command line; each probe is a LAVA job that deploys that commit's
+    kernel with that command line; the bisection names the fourth commit and verifies it."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    spec = f"lava://127.0.0.1:{lab.port}/qemu,http,arch=x86_64,jobs=2"
+    kernel = resolve_kernel(parse_spec(spec))
+    image = [f"image={kernel.image}"]
+    n = 6
+    s = make_series(tmp_path / "repo", n, 4, good=image + ["append=pti=off"], bad=image + ["append=pti=on"],
+                    benign={2: ["append=nokaslr"]})
+    _, body = lab.api("GET", "jobs/?limit=1")
+    before = max([j["id"] for j in json.loads(body)["results"]], default=0)
+    t0 = time.monotonic()
+    r = run_cli("bisect", "--repo", s.path, "--good", s.commits[0], "--bad", s.commits[-1], "--bench",
+                "syscall.null", "--target", f"{spec},modules={kernel.modules}", "--build", "./build.sh",
+                "--metric", "time", "--reps", "3", "--no-bracket", "--no-profile", "--format", "json",
+                env={"KPERFDIFF_LAVA_TOKEN": lab.token}, timeout=3600)
+    took = time.monotonic() - t0
+    print(f"lab bisection: {took:.0f} s\n{r.stderr}")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["culprit"]["hash"] == s.culprit
+    assert out["verified"] is True and out["verification"]["ratio"] > 1
+    assert out["measured_probes"] <= math.ceil(math.log2(n)) + 2
+    # every measurement was a LAVA job of its own, deploying the commit's kernel with the commit's command line
+    _, body = lab.api("GET", "jobs/?limit=100")
+    jobs = [j for j in json.loads(body)["results"] if j["id"] > before]
+    assert jobs and {j["health"] for j in jobs} == {"Complete"}
+    appended = [j["definition"] for j in jobs]
+    assert any("pti=on" in d for d in appended) and any("pti=off" in d for d in appended)
+    assert all(("pti=on" in d) != ("pti=off" in d) for d in appended)
+    assert any("nokaslr" in d for d in appended)
