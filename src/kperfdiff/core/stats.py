@@ -13,6 +13,7 @@ imported by the functions that use it, so a command that only lists (`kperfdiff 
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -330,29 +331,20 @@ def sequential_levels(ns: tuple[int, ...], alpha: float, interim: float = INTERI
     return interim, _final_level(ns, alpha, interim)
 
 
-_FINAL_LEVELS: dict[tuple, float] = {}
-
-
+@functools.lru_cache(maxsize=None)
 def _final_level(ns: tuple[int, ...], alpha: float, interim: float) -> float:
-    key = (ns, alpha, interim)
-    if key not in _FINAL_LEVELS:
-        import numpy as np
-        from scipy.special import ndtri
-        rng = np.random.default_rng(20241128)
-        steps = np.sqrt(np.diff((0,) + ns)).astype(np.float64)
-        w = np.cumsum(rng.standard_normal((200_000, len(ns))) * steps, axis=1)
-        z = np.abs(w / np.sqrt(np.asarray(ns, dtype=np.float64)))
-        crossed = (z[:, :-1] > float(ndtri(1 - interim / 2))).any(axis=1)
-        left = alpha - crossed.mean()          # what the last look may spend, on the paths still going
-        last = np.sort(z[~crossed, -1])[::-1]
-        k = max(1, int(round(left * len(z))))
-        c = last[min(k, len(last)) - 1]
-        _FINAL_LEVELS[key] = float(2 * (1 - _normal_cdf(c)))
-    return _FINAL_LEVELS[key]
-
-
-def _normal_cdf(x: float) -> float:
-    return 0.5 * (1 + math.erf(x / math.sqrt(2)))
+    import numpy as np
+    from scipy.special import ndtr, ndtri
+    rng = np.random.default_rng(20241128)
+    steps = np.sqrt(np.diff((0,) + ns)).astype(np.float64)
+    w = np.cumsum(rng.standard_normal((200_000, len(ns))) * steps, axis=1)
+    z = np.abs(w / np.sqrt(np.asarray(ns, dtype=np.float64)))
+    crossed = (z[:, :-1] > float(ndtri(1 - interim / 2))).any(axis=1)
+    left = alpha - crossed.mean()          # what the last look may spend, on the paths still going
+    last = np.sort(z[~crossed, -1])[::-1]
+    k = max(1, int(round(left * len(z))))
+    c = last[min(k, len(last)) - 1]
+    return float(2 * (1 - ndtr(c)))
 
 
 def percent_ends(lo: float, hi: float, better: str) -> tuple[float, float]:
