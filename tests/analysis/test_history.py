@@ -75,6 +75,17 @@ def test_two_newest_points_on_a_new_level_are_a_change_one_is_not():
     assert [c.index for c in h.detect(series(base + [120, 121])).changes] == [40]
 
 
+def test_exact_counts_step_up_and_back_with_two_points_a_level():
+    """A deterministic guest's counts: each commit's count exact, so neighbours are equal and the noise
+    estimate is zero. No point is an outlier then (every one off its level would be): two points a
+    level make each change, up and back down (as a watch with commits = "newest" sees them)."""
+    up = [264446.0] * 2 + [312110.0] * 2
+    assert h.outliers(up) == [] and [c.index for c in h.detect(series(up)).changes] == [2]
+    assert [c.index for c in h.detect(series(up[2:] + [264446.0] * 2)).changes] == [2]
+    # one point alone is no level: still no change
+    assert h.detect(series([264446.0] * 3 + [312110.0])).changes == []
+
+
 def short_step(seed):
     """6 points: 3 at 100 and 3 at 120 (20% higher), each with 1% noise."""
     return [x * (1.2 if i >= 3 else 1) for i, x in enumerate(flat(6, seed))]

@@ -290,6 +290,10 @@ def outliers(values: list[float], half: int = OUTLIER_HALF, k: float = OUTLIER_K
     # the noise's standard deviation from the differences of neighbours (a step or an outlier
     # makes one or two large ones, which the median ignores): 1.4826 MAD / sqrt(2)
     spread = 1.4826 * _middle(sorted(abs(b - a) for a, b in zip(values, values[1:]))) / math.sqrt(2)
+    if spread == 0:
+        # most neighbours are equal: exact counts (a deterministic guest), where a point off its
+        # neighbours is the kernel's work that changed, never noise
+        return []
     off = [abs(v - m) > k * spread for v, m in zip(values, levels)]
     return [i for i in range(len(values)) if off[i] and not _in_run_of_three(off, i)]
 
