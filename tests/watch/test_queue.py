@@ -109,6 +109,30 @@ def test_change_points_are_recorded_once_and_get_their_culprit(store_location):
         s.record_change(**ident, before="c1", after="c2", direction="sideways", percent=0.0, pvalue=1.0)
 
 
+def test_a_change_point_its_bisection_finds_no_difference_in_stays_unconfirmed(store_location):
+    """A noise change point: its bisection measured both commits afresh and found them alike. It is
+    unconfirmed, found again it stays so, and it is neither counted nor notified as a change."""
+    from kperfdiff.render.watch import to_text_doc
+    from kperfdiff.watch import publish, report
+    s = Store.open(store_location)
+    ident = dict(watch="w", branch="main", target="local", benchmark="b@1")
+    cid, _ = s.record_change(**ident, before="c3", after="c4", direction="regression", percent=-9.0, pvalue=1e-4)
+    item, _ = queue(s, "b", kind="bisect", commit="c4")
+    s.set_change(cid, bisect_item=item)
+    why = "GOOD c3 and BAD c4 do not differ significantly in b (+0.41%, p=0.62; 30 and 30 repetitions)"
+    claimed = s.claim_item("w", "me", 60, kinds=("bisect",))
+    assert s.finish_item(claimed.id, "me", "done", detail={"outcome": "no difference", "reason": why})
+    s.attach_culprit(item, culprit=None, subject=None, author=None, verified=None,
+                     detail={"outcome": "no difference", "reason": why})
+    assert s.watch_changes("w")[0].state == "unconfirmed"
+    s.record_change(**ident, before="c3", after="c4", direction="regression", percent=-8.0, pvalue=1e-4)
+    [c] = s.watch_changes("w")
+    assert (c.state, c.percent) == ("unconfirmed", -8.0)
+    assert publish.to_notify(s, "w") == []
+    out = to_text_doc(report.document(s, ["w"]))
+    assert "[unconfirmed: measured afresh, the two commits do not differ]" in out and why in out, out
+
+
 def test_store_copy_takes_the_queue_and_the_change_points_along(tmp_path, store_location):
     from kperfdiff.store import transfer
     from store.test_history import populate

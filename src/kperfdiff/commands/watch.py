@@ -92,7 +92,8 @@ def _publish(store, args: argparse.Namespace, names: list[str]) -> None:
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--publish {args.publish} is a file; it needs a folder (made when missing)", "kperfdiff watch")
     folder.mkdir(parents=True, exist_ok=True)
-    for name, text in watchsite.site(publish.feed(store, names)).items():
+    feed = publish.feed(store, names)
+    for name, text in watchsite.site(feed, publish.culprit_diffs(store, feed)).items():
         write_file(folder / name, text)
 
 

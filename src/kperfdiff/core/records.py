@@ -164,7 +164,8 @@ class WatchItem:
 class WatchChange:
     """A change point of a watched series (a branch, target and benchmark, in commit order): the last
     commit measured before it and the first after, which way it went, and the culprit its bisection
-    named. ``state``: current, or moved (a later analysis put it between other commits)."""
+    named. ``state``: current; moved (a later analysis put it between other commits); or unconfirmed
+    (its bisection measured the two commits afresh and found no difference)."""
     id: int
     watch: str
     branch: str

@@ -76,6 +76,10 @@ def _change(c: dict) -> list[str]:
     if c["state"] == "moved":
         return [head + f" [moved: now between {_short(c['moved_to'][0])} and {_short(c['moved_to'][1])}]"
                 if c["moved_to"] else head + " [moved]"]
+    if c["state"] == "unconfirmed":
+        b = c["bisection"] or {}
+        return [head + " [unconfirmed: measured afresh, the two commits do not differ]",
+                *([f"    ({b['reason']})"] if b.get("reason") else [])]
     lines = [head]
     k, b = c["culprit"], c["bisection"]
     if k:

@@ -1,14 +1,16 @@
 """The watch's static site (``kperfdiff watch --publish DIR``) from its feed
 (:func:`kperfdiff.watch.publish.feed`): an index with each series' history plot, its change points
 marked and linked, and a page per change point (culprit, change and interval, verification, what
-explains it, how to reproduce it); and ``feed.json``. Pure: the feed in, file names and contents out.
-Each page is self-contained (inline CSS and SVG, no script, nothing fetched).
+explains it and its differential flame graph, how to reproduce it); and ``feed.json``. Pure: the feed
+(and the culprits' rankings, for the flame graphs) in, file names and contents out. Each page is
+self-contained (inline CSS and SVG, nothing fetched; the flame graph's own script, allowed by its hash,
+on a change page that has one).
 """
 from __future__ import annotations
 
 from html import escape
 
-from kperfdiff.render import svgplot
+from kperfdiff.render import flamegraph, flamescript, svgplot
 from kperfdiff.render import watch as render
 from kperfdiff.render.report import html_page, table_html
 from kperfdiff.render.table import Table, number, percent, to_json
@@ -45,10 +47,11 @@ def _plot(series: dict, only: int | None = None) -> str:
 def _change_line(c: dict) -> str:
     k = c["culprit"]
     who = (f'culprit <code>{escape(k["hash"][:12])}</code> "{escape(k["subject"] or "")}"' if k else
+           "no difference when measured again" if c["state"] == "unconfirmed" else
            "no culprit yet" if c["bisection"] else "not bisected")
     return (f'<li><a class="change-link" href="{page_name(c)}">{escape(c["direction"])} {_pct(c["percent"])} between '
             f'{escape(c["before"]["commit"][:12])} and {escape(c["after"]["commit"][:12])}</a>: {who}'
-            + (" (moved)" if c["state"] == "moved" else "") + "</li>")
+            + (f" ({c['state']})" if c["state"] != "current" else "") + "</li>")
 
 
 def index(feed: dict) -> str:
@@ -70,7 +73,9 @@ def _facts(rows: list[tuple[str, str]]) -> str:
     return "<table>" + "".join(f"<tr><th>{escape(a)}</th><td>{b}</td></tr>" for a, b in rows) + "</table>"
 
 
-def change_page(w: dict, c: dict) -> str:
+def change_page(w: dict, c: dict, diff=None) -> str:
+    """A change point's page; ``diff``: the culprit's ranking against its parent with folded stacks
+    (:func:`kperfdiff.watch.publish.culprit_diffs`), drawn as a differential flame graph."""
     k, iv, r = c["culprit"], c["interval"], c["reproduce"]
     title = f"{w['name']}: {c['direction']} {_pct(c['percent'])} in {c['benchmark']} on {c['target']}"
     body = ['<p><a id="back" href="index.html">all series</a></p>', f"<h1>{escape(title)}</h1>", "<h2>Culprit</h2>"]
@@ -97,10 +102,17 @@ def change_page(w: dict, c: dict) -> str:
                 f'{_pct(k["percent"])} against its parent.</p>' if k else '<p class="note">Nothing to verify.</p>')
     body.append("<h2>Culprit against its parent</h2>")
     body += _explanation(c.get("explanation"), r["explain"])
+    scripts: tuple[str, ...] = ()
+    if diff is not None:
+        body.append('<h2 id="flame">Differential flame graph</h2>')
+        svg = flamegraph.differential_svg(diff, title=f"{c['benchmark']}: culprit against parent", script=False,
+                                          id_prefix=f"c{c['id']}-")
+        body.append(f'<div class="flame">{svg[svg.find("<svg"):]}</div>')
+        scripts = (flamescript.SCRIPT,)
     body.append("<h2>To reproduce</h2>")
     body.append("<pre>" + escape("\n".join(x for x in (r["bisect"], r["verify"]) if x)) + "</pre>" if r["bisect"] else
                 '<p class="note">The bisection\'s command line was not recorded.</p>')
-    return html_page(title, body)
+    return html_page(title, body, scripts=scripts)
 
 
 def _explanation(e: dict | None, command: str | None) -> list[str]:
@@ -125,10 +137,11 @@ def _explanation(e: dict | None, command: str | None) -> list[str]:
     return out
 
 
-def site(feed: dict) -> dict[str, str]:
-    """The site's files: ``index.html``, a page per change point, ``feed.json``."""
+def site(feed: dict, diffs: dict | None = None) -> dict[str, str]:
+    """The site's files: ``index.html``, a page per change point (with the flame graph of ``diffs``, by
+    change point id, where there is one), ``feed.json``."""
     files = {"index.html": index(feed), "feed.json": to_json(feed)}
     for w in feed["watches"]:
         for c in w["changes"]:
-            files[page_name(c)] = change_page(w, c)
+            files[page_name(c)] = change_page(w, c, (diffs or {}).get(c["id"]))
     return files

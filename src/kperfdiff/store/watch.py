@@ -163,7 +163,9 @@ class Watch(Connection):
 
     def attach_culprit(self, bisect_item: int, *, culprit: str | None, subject: str | None, author: str | None,
                        verified: bool | None, detail: dict, now: float | None = None) -> int:
-        """The outcome of a bisection, on every change point it was queued for; how many."""
+        """The outcome of a bisection, on every change point it was queued for; how many. One that found no
+        difference between the change point's two commits (``detail["outcome"]``, measured afresh) leaves
+        the change point unconfirmed (:func:`_state`)."""
         clock, at = self._clock(now)
 
         def w():
@@ -184,7 +186,7 @@ class Watch(Connection):
         return WatchChange(id=row["id"], watch=row["watch"], branch=row["branch"], target=row["target"],
                            benchmark=row["benchmark"], before=row["before_hash"], after=row["after_hash"],
                            direction=row["direction"], percent=row["percent"], pvalue=row["pvalue"],
-                           state=row["state"], bisect_item=row["bisect_item"], culprit=row["culprit"],
+                           state=_state(row), bisect_item=row["bisect_item"], culprit=row["culprit"],
                            culprit_subject=row["culprit_subject"], culprit_author=row["culprit_author"],
                            verified=None if row["verified"] is None else bool(row["verified"]),
                            detail=json.loads(row["detail"] or "{}"), found=row["found"], updated=row["updated"],
@@ -209,3 +211,12 @@ class Watch(Connection):
     def release_notice(self, change_id: int) -> None:
         """The notification failed: the culprit is to be notified again at the next look."""
         self._write(lambda: self.conn.execute("UPDATE watch_change SET notified=NULL WHERE id=?", (change_id,)))
+
+
+def _state(row) -> str:
+    """A change point's state: as stored (current or moved), except that a current one whose bisection
+    found its two commits alike, measured afresh, is unconfirmed (it stays so when found again: the
+    bisection's outcome is in its detail, which a new analysis does not replace)."""
+    if row["state"] == "current" and json.loads(row["detail"] or "{}").get("outcome") == "no difference":
+        return "unconfirmed"
+    return row["state"]

@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 import shlex
 
+from kperfdiff.analysis import culprit as culprits
+from kperfdiff.analysis.profile_diff import DEFAULT_TOP, DiffResult
 from kperfdiff.core.records import WatchChange
 from kperfdiff.store import Store
 from kperfdiff.watch import changes as cps
@@ -96,3 +98,25 @@ def feed(store: Store, names: list[str]) -> dict:
 def to_notify(store: Store, name: str) -> list[int]:
     """The change points of the watch with a culprit that no notify command has been sent yet."""
     return [c.id for c in store.watch_changes(name) if c.culprit and c.notified is None and c.state == "current"]
+
+
+def culprit_diffs(store: Store, feed_doc: dict) -> dict[int, DiffResult]:
+    """Per change point of the feed with a culprit whose verification runs were profiled: the ranking of
+    culprit against parent with both sides' folded stacks, what the site draws its differential flame
+    graph from (recomputed from the stored profiles; the feed keeps only the ranking's head)."""
+    out = {}
+    for w in feed_doc["watches"]:
+        stored = {c.id: c for c in store.watch_changes(w["name"])}
+        for c in w["changes"]:
+            d = stored[c["id"]].detail
+            if not (c["culprit"] and c["state"] == "current" and d.get("profiled") and d.get("parent_runs")
+                    and d.get("culprit_runs")):
+                continue
+            b = bench_of(c["benchmark"])
+            args = d.get("command") or []
+            metric = args[args.index("--metric") + 1] if "--metric" in args[:-1] else "time"
+            ex = culprits.explain(store.profile_lookup, d["parent_runs"], d["culprit_runs"], b.name, b.cores, metric,
+                                  DEFAULT_TOP)
+            if ex.diff is not None:
+                out[c["id"]] = ex.diff
+    return out
