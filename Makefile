@@ -30,7 +30,7 @@ NATIVE_SOURCES := $(shell find native/src -name '*.rs' 2>/dev/null) native/Cargo
 PY_SOURCES := $(shell find src -name '*.py' 2>/dev/null)
 PYTEST_ARGS ?=
 
-.PHONY: setup demo studies test test-native test-python test-slow test-lab test-bisect bench-harness dist clean
+.PHONY: setup demo studies test test-native test-python test-slow test-lab test-bisect test-sentinel bench-harness dist clean
 
 setup: $(STAMPS)/apt $(STAMPS)/venv $(STAMPS)/native $(STAMPS)/tools $(STAMPS)/bytecode
 
@@ -109,15 +109,21 @@ test-python: setup
 	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --durations=20 $(PYTEST_ARGS)
 
 test-slow: setup
-	$(BIN)/python -m pytest -q -m "slow and not lab and not bisect" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "slow and not lab and not bisect and not sentinel" $(PYTEST_ARGS)
 
 # Bisection over a real kernel: Debian's linux-source-6.1 as a git repository with 16 synthetic commits,
 # one of which slows fork (tests/support/kernel_tree.py), built for the x86_64 guest at each probe.
 test-bisect: setup $(STAMPS)/kbuild-apt
 	KPERFDIFF_KERNEL_TREE=$(KERNEL_TREE_CACHE) $(BIN)/python -m pytest -q -s -m bisect $(PYTEST_ARGS)
 
+# The sentinel over a real kernel: Debian's linux-source-6.1 with a start commit and 12 commits pushed one
+# by one (tests/support/kernel_tree.py:sentinel_tree), `kperfdiff watch` after each push, every commit built
+# for the x86_64 guest and counted exactly in a deterministic one (tests/watch/test_sentinel_kernel.py).
+test-sentinel: setup $(STAMPS)/kbuild-apt
+	KPERFDIFF_KERNEL_TREE=$(KERNEL_TREE_CACHE) $(BIN)/python -m pytest -q -s -m sentinel $(PYTEST_ARGS)
+
 $(STAMPS)/kbuild-apt: Makefile
-	$(call apt-install,$(KBUILD_APT_PACKAGES),test-bisect)
+	$(call apt-install,$(KBUILD_APT_PACKAGES),test-bisect or test-sentinel)
 
 # A LAVA server, scheduler and dispatcher on this machine (tests/support/lava_lab.py) run a two-variant experiment
 # end to end through LAVA's REST API on two qemu devices (about 4 minutes here; the first run installs

@@ -1,6 +1,8 @@
 """The bisection itself: GOOD and BAD measured and checked to differ, `git bisect` walked one
 decided probe at a time, the culprit verified against its parent with fresh repetitions (and, if
-asked, its revert on top of BAD), every measurement an ordinary stored run.
+asked, its revert on top of BAD), every measurement an ordinary stored run. Exact counts are the
+exception: a deterministic guest counts the same on every boot of a kernel, so a commit counted once
+(by a probe, or by a watch: ``Options.known``) is not counted again, for the verification either.
 
 Resuming is re-walking: every measurement is a run tagged with the bisection's key (the plan) and
 its commit, so a bisection started again after Ctrl-C or a crash restarts `git bisect` from GOOD
@@ -50,6 +52,9 @@ class Options:
     profile: bool = True
     build_timeout: float | None = None
     progress: bool = True
+    # exact counts (--metric instructions) of commits measured elsewhere with the same benchmark, target
+    # and build (a watch's measurements): commit -> run ids, taken as the commit's values, not measured again
+    known: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -108,6 +113,11 @@ class _Measurer:
             if vals:
                 self.pool.setdefault((tag["commit"], pool), []).append((run.id, vals))
         self.exact = plan.metric == "instructions"
+        for commit, ids in (opts.known.items() if self.exact else ()):
+            if (commit, "probe") not in self.pool:
+                got = [(rid, vals) for rid in ids for vals in [values(store, plan, store.get_run(rid))] if vals]
+                if got:
+                    self.pool[(commit, "probe")] = got
         # GOOD and BAD measured around every repetition of a probe, one of each in turn (time metric)
         self.bracket = not self.exact and opts.bracket
 
@@ -157,6 +167,10 @@ class _Measurer:
         BAD's values measured around the probe HASH: its brackets)."""
         have = len(self.have(commit.hash, pool)[0])
         if have >= n:
+            return 0
+        if self.exact and pool == "verify" and len(self.have(commit.hash, "probe")[0]) >= n:
+            # a deterministic guest counts the same on every boot of a kernel: the count stored is the count
+            self.pool[(commit.hash, pool)] = list(self.pool[(commit.hash, "probe")])
             return 0
         build_key = (commit.hash, pool == "revert")
         if build_key not in self.builds:

@@ -87,8 +87,11 @@ def verdict_lines(outcome) -> list[str]:
             how = ("exact counts" if outcome.plan.metric == "instructions"
                    else f"95% interval [{_pct(ver.low)}, {_pct(ver.high)}], p={ver.p:.2g}"
                    if not math.isnan(ver.p) else ver.reason)
-            out.append(f"{'verified' if outcome.verified else 'NOT verified'}: culprit against its parent, fresh "
-                       f"repetitions: {_pct(ver.ratio)} ({how}); GOOD to BAD was {_pct(r.ratio)}")
+            fresh = any(s.measured_now for s in outcome.steps if s.role in ("parent", "culprit"))
+            said = ("fresh repetitions" if fresh or outcome.plan.metric != "instructions"
+                    else "the counts stored for each (a deterministic guest counts the same on every boot)")
+            out.append(f"{'verified' if outcome.verified else 'NOT verified'}: culprit against its parent, {said}: "
+                       f"{_pct(ver.ratio)} ({how}); GOOD to BAD was {_pct(r.ratio)}")
             if not outcome.verified:
                 out.append("  the culprit does not reproduce the regression on its own against its parent: "
                            "treat it as a suspect, not a verdict")

@@ -7,7 +7,10 @@ Each build and bisection has a git work tree of its own under the store's artefa
 (``watch-NAME/``), so a watch never checks out anything in the user's tree nor fights a bisection: a
 tree for measuring per process slot on each host (``HOST/tree-N``, kept, so a kernel's next build is
 incremental; a lock file says which process uses it), and one per bisection (``bisect-ID``, kept until
-the bisection is over, so one stopped resumes from its stored probes).
+the bisection is over, so one stopped resumes from its stored probes). With exact counts (a
+deterministic guest) a bisection takes the counts the watch stored for the commits it measured: GOOD
+and BAD, and any commit between them, are not booted again (a deterministic guest counts the same on
+every boot of a kernel).
 
 A commit that does not build, or whose benchmark does not run, is recorded as failed (the reason in
 its item) and never tried again; its point is missing from the series. Ctrl-C puts the item being
@@ -16,6 +19,7 @@ worked on back in the queue: the next look takes it again, and a bisection resum
 from __future__ import annotations
 
 import fcntl
+import re
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +62,12 @@ class Look:
 def folder(store: Store, suite: Suite) -> Path:
     """The watch's folder of work trees and builds."""
     return store.artefact_root() / f"watch-{suite.name}"
+
+
+def build_folder(store: Store, suite: Suite, target: str, commit: str) -> Path:
+    """Where a commit's build for a target is kept: a path without the target's commas, slashes and
+    colons, since the image's path goes into a target specification (``kernel=PATH``), which commas split."""
+    return folder(store, suite) / "builds" / re.sub(r"[^A-Za-z0-9._-]", "_", target) / commit[:12]
 
 
 class Worker:
@@ -135,7 +145,7 @@ class Worker:
         key = (item.commit, item.target)
         if key not in self.builds:
             tree.checkout(item.commit)
-            out = folder(self.store, self.suite) / "builds" / item.target.replace("/", "_") / item.commit[:12]
+            out = build_folder(self.store, self.suite, item.target, item.commit)
             self.note(f"building {item.commit[:12]} ({subject[:60]}) for {item.target}")
             try:
                 self.builds[key] = build_probe(plan, tree.path, out, timeout=self.suite.build_timeout,
@@ -157,6 +167,12 @@ class Worker:
             return "failed", None, {"reason": str(e)}
         return "done", run.id, {}
 
+    def counted(self, item: WatchItem) -> dict[str, list[int]]:
+        """The runs of the commits this watch measured on the item's target and benchmark: with exact counts,
+        the bisection takes them as GOOD's, BAD's and any probe's values instead of booting them again."""
+        return {i.commit: [i.run_id] for i in self.store.watch_items(self.suite.name, kind="measure")
+                if i.state == "done" and i.run_id is not None and (i.target, i.benchmark) == (item.target, item.benchmark)}
+
     def bisect(self, item: WatchItem, bench: Bench) -> tuple[str, int | None, dict]:
         """Bisect the change point between GOOD (the last commit measured before it) and BAD, in a tree of
         the bisection's own; the culprit, verified against its parent, or why there is none."""
@@ -168,7 +184,9 @@ class Worker:
                                   build=self.suite.build, config=self.suite.config, params=bench.param_args,
                                   reps=None if exact else self.suite.reps, max_reps=self.suite.max_reps,
                                   verify_reps=self.suite.verify_reps, profile=self.suite.profile and not exact,
-                                  build_timeout=self.suite.build_timeout, progress=self.opts.progress)
+                                  bracket=self.suite.bracket,
+                                  build_timeout=self.suite.build_timeout, progress=self.opts.progress,
+                                  known=self.counted(item) if exact else {})
         self.note(f"bisecting {bench.id} on {item.target} between {item.good[:12]} and {item.commit[:12]}")
         try:
             out = bisect_run.bisect(self.store, opts, self.note)
@@ -207,7 +225,8 @@ def command(repo: str, opts: bisect_run.Options, bench: Bench) -> list[str]:
             args += [flag, str(v)]
     for p in opts.params:
         args += ["--param", p]
-    return args + ([] if opts.profile else ["--no-profile"])
+    return args + ([] if opts.bracket or opts.metric != "time" else ["--no-bracket"]) + \
+        ([] if opts.profile else ["--no-profile"])
 
 
 def outcome(out: bisect_run.Outcome) -> dict:

@@ -18,6 +18,8 @@ experiment files; every problem is one sentence naming the file and the field)::
                                       # every Nth commit after the first
     improvements = false              # bisect improvements too (regressions always are)
     profile = false                   # profile each measurement, so a culprit is explained
+    bracket = true                    # a bisection measures GOOD and BAD around each probe repetition
+                                      # (time metric; false: fewer jobs where each costs a boot)
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ from kperfdiff.experiments.file import LABEL_RE, ExperimentError, field_error, p
 from kperfdiff.targets import parse_target_spec, validate_spec
 
 KEYS = {"name", "description", "benchmarks", "params", "targets", "metric", "reps", "max_reps", "verify_reps",
-        "build", "config", "build_timeout", "commits", "improvements", "profile"}
+        "build", "config", "build_timeout", "commits", "improvements", "profile", "bracket"}
 COMMITS = ("all", "newest")
 
 
@@ -76,6 +78,7 @@ class Suite:
     newest_only: bool = False         # only the branch's tip at each invocation
     improvements: bool = False
     profile: bool = False
+    bracket: bool = True
     description: str = field(default="", compare=False)
 
     @property
@@ -127,6 +130,7 @@ def parse(path: str | Path) -> Suite:
                  verify_reps=_whole(p, data, "verify_reps", None, limits.MAX_REPS), build=build, config=config,
                  build_timeout=_seconds(p, data, "build_timeout"), every=every, newest_only=newest,
                  improvements=_flag(p, data, "improvements"), profile=_flag(p, data, "profile"),
+                 bracket=_flag(p, data, "bracket", True),
                  description=desc if isinstance(desc, str) else "")
 
 
@@ -200,8 +204,8 @@ def _seconds(p: Path, data: dict, key: str) -> float | None:
     return None if v is None else float(v)
 
 
-def _flag(p: Path, data: dict, key: str) -> bool:
-    v = data.get(key, False)
+def _flag(p: Path, data: dict, key: str, default: bool = False) -> bool:
+    v = data.get(key, default)
     if not isinstance(v, bool):
         raise _error(p, key, "must be true or false")
     return v
