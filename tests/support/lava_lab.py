@@ -196,6 +196,7 @@ class Lab:
                     os.killpg(p.pid, signal.SIGKILL)
                 p.wait(timeout=10)
         self.procs.clear()
+        self._stop_jobs()
         if getattr(self, "pg_ctl", None):
             subprocess.run(["runuser", "-u", "postgres", "--", *self.pg_ctl, "-m", "fast", "-w", "stop"],
                            capture_output=True, timeout=120)
@@ -203,6 +204,21 @@ class Lab:
         if getattr(self, "pg_dir", None):
             shutil.rmtree(self.pg_dir, ignore_errors=True)
             self.pg_dir = None
+
+    def _stop_jobs(self) -> None:
+        """Kill what the worker's jobs left running: lava-worker starts each job's lava-run in a session of
+        its own, which outlives the worker (a stray lava-run and its QEMU once ran here for 37 minutes).
+        They are known by the job folder under this lab's worker dir on their command line."""
+        mine = str(self.work / "worker")
+        for pid in [int(d) for d in os.listdir("/proc") if d.isdigit()]:
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = f.read().decode(errors="replace")
+            except OSError:
+                continue
+            if mine in argv and pid != os.getpid():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
 
     def __enter__(self):
         try:

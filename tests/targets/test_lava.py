@@ -54,11 +54,22 @@ def test_spec_options_and_defaults():
     ("lava://lab/qemu,artefacts_url=http://x/", "needs artefacts=DIR"),
     ("lava://lab/qemu,poll=0", "poll=0 in"),
     ("lava://lab/qemu,poll=soon", "from 0.1 to 3600"),
+    # a job whose kernel keeps its 'Linux version' line off the console hangs in LAVA's boot action
+    ("lava://lab/qemu,append=quiet", "quiet keeps the kernel's 'Linux version' line off the console"),
+    ("lava://lab/qemu,append=nokaslr loglevel=3", "loglevel=3 keeps"),
 ])
 def test_a_bad_spec_is_one_sentence(spec, words):
     with pytest.raises(UsageError) as e:
         parse_spec(spec)
     assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_command_line_that_would_hang_a_lava_job_is_refused_and_a_loud_one_is_not():
+    from kperfdiff.targets.lava.target import LavaTarget
+    with pytest.raises(UsageError, match="leave quiet out of a LAVA job's command line"):
+        LavaTarget("lava://lab/qemu,arch=x86_64", cmdline="transparent_hugepage=never quiet")
+    assert parse_spec("lava://lab/qemu,append=loglevel=7 nokaslr").append == "loglevel=7 nokaslr"
+    assert LavaTarget("lava://lab/qemu,arch=x86_64", cmdline="loglevel=6").cmdline == "loglevel=6"
 
 
 # -- templates and generated jobs ---------------------------------------------------------------------
@@ -106,7 +117,7 @@ def test_every_shipped_template_gives_jobs_lavas_schema_accepts(tmp_path):
                                                "http://h/job.sh", "c" * 64, "http://h/cases", "d" * 64,
                                                "http://h/kpd.tar.gz", "e" * 64)),
         "u-boot-arm64": _job("lava://lab/bcm2711-rpi-4-b,arch=arm64,dtb=http://h/bcm2711-rpi-4-b.dtb,priority=20"),
-        "u-boot-no-dtb": _job("lava://lab/meson-g12b-a311d-khadas-vim3,arch=arm64,append=quiet"),
+        "u-boot-no-dtb": _job("lava://lab/meson-g12b-a311d-khadas-vim3,arch=arm64,append=nokaslr"),
     }
     assert lava_validate(tmp_path, named) == {}
     q = named["qemu-x86_64"]
@@ -119,7 +130,7 @@ def test_every_shipped_template_gives_jobs_lavas_schema_accepts(tmp_path):
     assert ramdisk["overlays"]["job"] == {"url": "http://h/job.sh", "format": "file", "path": "/kpd/job.sh",
                                           "sha256sum": "c" * 64}
     assert "tags" not in q and "dtb" not in named["u-boot-no-dtb"]["actions"][0]["deploy"]
-    assert named["u-boot-no-dtb"]["context"] == {"extra_kernel_args": "quiet"}
+    assert named["u-boot-no-dtb"]["context"] == {"extra_kernel_args": "nokaslr"}
     assert named["qemu-rootfs"]["actions"][1]["boot"]["prompts"] == ["/ #"]
     # LAVA keeps the inline definition with every result and refuses more than 4 KB there
     assert len(yaml.safe_dump(q["actions"][2]["test"]["definitions"])) < 3000

@@ -130,3 +130,43 @@ def test_a_bisection_runs_each_probe_as_a_lava_job_and_names_the_culprit(lab, tm
     assert any("pti=on" in d for d in appended) and any("pti=off" in d for d in appended)
     assert all(("pti=on" in d) != ("pti=off" in d) for d in appended)
     assert any("nokaslr" in d for d in appended)
+
+
+def test_a_watch_measures_each_push_as_a_lava_job_and_bisects_the_change(lab, tmp_path, home, monkeypatch):
+    """`kperfdiff watch` with a LAVA target: a branch receives six pushes, the fourth of three commits
+    whose middle one turns on page-table isolation (pti=on, as in the bisection above); with
+    commits = "newest" each push's tip is measured as a LAVA job deploying its kernel and command line,
+    the change point's bisection runs its probes and verification as LAVA jobs too, and names the middle
+    commit of the fourth push, verified. Prints the status report (docs/watch.md quotes it)."""
+    from support.bisect_repo import push
+    from schemas.test_schemas import validate
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    spec = f"lava://127.0.0.1:{lab.port}/qemu,http,arch=x86_64,jobs=2"
+    kernel = resolve_kernel(parse_spec(spec))
+    suite = tmp_path / "lab-sentinel.toml"
+    suite.write_text(f'name = "lab-sentinel"\nbenchmarks = ["syscall.null"]\n'
+                     f'targets = ["{spec},modules={kernel.modules}"]\nreps = 3\nmax_reps = 6\nbuild = "./build.sh"\n'
+                     f'commits = "newest"\nbracket = false\n')
+    repo, store = tmp_path / "repo", tmp_path / "k.db"
+    pushes = [["pti=off"], ["pti=off"], ["pti=off"], ["pti=off", "pti=on", "pti=on"], ["pti=on"], ["pti=on"]]
+    commits, t0 = [], time.monotonic()
+    for n, push_of in enumerate(pushes):
+        for words in push_of:
+            subject = "x86/mm: turn on page-table isolation" if words == "pti=on" and "pti=on" not in \
+                (commits[-1][1] if commits else "") else f"notes: entry {len(commits)}"
+            commits.append((push(repo, [f"image={kernel.image}", f"append={words}"], subject), words))
+        t = time.monotonic()
+        p = run_cli("--store", store, "watch", suite, "--repo", repo, "--branch", "main", "--no-progress",
+                    "--format", "json", env={"KPERFDIFF_LAVA_TOKEN": lab.token}, timeout=3600, check=0)
+        assert p.returncode == 0, p.stderr
+        [w] = validate("watch", p.stdout)["watches"]
+        assert [m["commit"] for m in w["measured"]] == [commits[-1][0]], p.stderr
+        print(f"push {n + 1}: look {time.monotonic() - t:.0f} s\n{p.stderr}")
+    culprit = next(h for (h, words), (_, before) in zip(commits[1:], commits) if words == "pti=on" and before == "pti=off")
+    current = [c for c in w["changes"] if c["state"] == "current"]
+    assert [(c["direction"], c["culprit"]["hash"], c["culprit"]["verified"]) for c in current] == \
+        [("regression", culprit, True)], json.dumps(w["changes"], indent=1)
+    status = run_cli("--store", store, "watch", "--status", check=0).stdout
+    print(f"lab watch: {len(pushes)} pushes, {time.monotonic() - t0:.0f} s\n{status}")
+    _, body = lab.api("GET", "jobs/?limit=100")
+    assert {j["health"] for j in json.loads(body)["results"]} == {"Complete"}

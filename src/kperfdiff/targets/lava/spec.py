@@ -200,7 +200,21 @@ def _set_option(s: LavaSpec, spec: str, k: str, v: str) -> None:
             raise UsageError(f"{k}={v} in {spec!r} is not a name")
         setattr(s, k, v)
     else:       # kernel, modules, append, rootfs, prompt, dtb, template, artefacts, artefacts_url, serve
+        if k == "append":
+            check_cmdline(v, f"append={v} in {spec!r}")
         setattr(s, k, v)
+
+
+def check_cmdline(words: str, where: str) -> None:
+    """Refuse kernel arguments that keep the kernel's ``Linux version`` line off the console (``quiet``,
+    ``loglevel`` 5 or less: the line is a KERN_NOTICE): LAVA's boot action waits for that line, and a job
+    that never prints it hangs until the boot timeout (seen here: 15 minutes, then Incomplete)."""
+    for w in words.split():
+        level = w.partition("=")[2] if w.startswith("loglevel=") else None
+        if w == "quiet" or (level is not None and level.isdigit() and int(level) <= 5):
+            raise UsageError(f"{where}: {w} keeps the kernel's 'Linux version' line off the console, and LAVA's "
+                             f"boot action waits for that line until its timeout; leave {w} out of a LAVA job's "
+                             f"command line")
 
 
 def _seconds(spec: str, k: str, v: str, lo: float, hi: float, span: str) -> float:

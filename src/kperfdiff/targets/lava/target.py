@@ -45,7 +45,7 @@ from kperfdiff.targets.guest.initramfs import assemble, guest_pieces
 from kperfdiff.targets.qemu import ARCHES, Kernel, SWAP_MODULES, perf_bundle, perf_command, resolve_kernel
 from kperfdiff.targets.lava import artefacts, jobs, log as joblog
 from kperfdiff.targets.lava.api import JobStatus, LavaAuthError, LavaClient, LavaError, find_token
-from kperfdiff.targets.lava.spec import LavaSpec, parse_spec
+from kperfdiff.targets.lava.spec import LavaSpec, check_cmdline, parse_spec
 
 DEPLOY_TIMEOUT_S = 900        # downloading the kernel and ramdisk, adding LAVA's overlay
 BOOT_TIMEOUT_S = 900          # power on to the shell prompt (an emulated x86_64 boot takes minutes)
@@ -83,6 +83,7 @@ class LavaTarget(Target):
     def __init__(self, spec: str | LavaSpec, *, cmdline: str = ""):
         self.ls = parse_spec(spec) if isinstance(spec, str) else spec
         self.spec = self.ls.text
+        check_cmdline(cmdline, "the kernel command line of a LAVA target")
         self.cmdline = cmdline              # an experiment variant's kernel command line
         self.arch = self.ls.arch
         self.cfg = ARCHES[self.arch]
