@@ -143,6 +143,21 @@ def test_sampler_never_raises_and_stops_promptly():
     assert len(s.samples) == 1 and s.mean_other is not None and s.max_other >= 0
 
 
+def test_a_sampler_whose_start_a_ctrl_c_interrupted_stops_without_an_error(monkeypatch):
+    """Ctrl-C can land inside Thread.start(), before the thread runs: the benchmark's clean-up then
+    stops the sampler, which must not raise 'cannot join thread before it is started' over the
+    KeyboardInterrupt (a CI run showed that traceback in place of the interrupted experiment's exit)."""
+    import threading
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(threading.Thread, "start", interrupted)
+    s = nz.RunnableSampler(lambda: [], interval=0.05)
+    with pytest.raises(KeyboardInterrupt):
+        s.__enter__()
+    s.__exit__(None, None, None)
+
+
 def test_sampler_takes_at_most_a_tenth_of_a_cpu():
     """A sample that takes 30 ms (reading every task of a large machine) is followed by a pause
     of 270 ms, not by the next sample 1 ms later."""

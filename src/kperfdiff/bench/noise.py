@@ -320,7 +320,8 @@ class RunnableSampler:
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
-        if self._thread:
+        # a thread whose start a Ctrl-C interrupted may never have started: nothing to join then
+        if self._thread and self._thread.ident is not None:
             self._thread.join(timeout=1.0)
 
     @property
