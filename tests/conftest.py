@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import fcntl
 import importlib.util
-import tempfile
-from pathlib import Path
 
 import pytest
+
+from support import machine_lock
 
 
 @pytest.fixture(autouse=True)
@@ -20,14 +20,19 @@ def private_state_dir(tmp_path, monkeypatch):
 
 @pytest.fixture(autouse=True)
 def machine_state_lock(request):
-    """Tests marked machine_state change the machine's own state (sysctls, cgroups, IRQ affinities, swap
-    and zram devices) and check it byte for byte afterwards: they hold one lock file for their whole length, so parallel
-    workers (make test-python runs pytest-xdist) run them one at a time whichever worker has them."""
-    if request.node.get_closest_marker("machine_state") is None:
-        yield
-        return
-    with open(Path(tempfile.gettempdir()) / "kperfdiff-tests-machine-state.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    """Tests marked machine_state change the machine's own state (sysctls, cgroups, IRQ affinities, THP,
+    swap and zram devices) and check it byte for byte afterwards: they hold one lock file for their whole
+    length, so parallel workers (make test-python runs pytest-xdist) run them one at a time whichever
+    worker has them. Tests marked stable_machine (several runs that must see one machine: an A/A
+    comparison, a store of runs on one machine) hold the same lock shared: no machine_state test changes
+    the machine under them, and they run beside each other."""
+    if request.node.get_closest_marker("machine_state") is not None:
+        with machine_lock(fcntl.LOCK_EX):
+            yield
+    elif request.node.get_closest_marker("stable_machine") is not None:
+        with machine_lock(fcntl.LOCK_SH):
+            yield
+    else:
         yield
 
 

@@ -12,6 +12,9 @@ import pytest
 
 from support import run_cli
 
+# A/A comparisons: no test may change THP, swap or a sysctl under them (tests/conftest.py)
+pytestmark = pytest.mark.stable_machine
+
 THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 TINY = ["--intervals", "3", "--min-batch-ms", "1", "--no-progress"]
 THRESHOLD = "25"      # an A/A table shows no significant slowdown near that; 4 KB faults are many times slower
@@ -87,7 +90,10 @@ def test_gate_passes_an_a_a_experiment(tmp_path, home):
     name = experiment(tmp_path, "a-a", "4k", "4k")
     c = cell(name)
     assert c["benchmark_base"] == c["benchmark_new"] == "fault.anon.4k" and c["p"] is not None
-    assert c["method"] == "paired" and c["pairs"] == 5 and c["verdict"] in ("same", "unknown"), c
+    assert c["method"] == "paired" and c["pairs"] == 5, c
+    # significant in at most alpha (5%) of A/A tables by design (compare's FDR control): a CI run met
+    # one. What no A/A table may show is a change near the gate's threshold.
+    assert c["verdict"] in ("same", "unknown") or abs(c["change"]) < float(THRESHOLD) / 2, c
     assert_not_tripped(run_cli("compare", "--experiment", name, "--fail-on-regression", THRESHOLD), c)
 
 

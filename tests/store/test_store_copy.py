@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from support import assert_one_sentence_error, run_cli, two_variant_experiment
+from support import assert_one_sentence_error, machine_lock, run_cli, two_variant_experiment
 from kperfdiff import store as st
 from kperfdiff.store import transfer
 from kperfdiff.core.errors import StoreError
@@ -20,6 +20,11 @@ def lab(tmp_path_factory):
     """An SQLite store with two bench runs (one with profiles) and an experiment of two variants."""
     d = tmp_path_factory.mktemp("lab")
     db = d / "k.db"
+    with machine_lock():        # one machine for all its runs: no test changes THP or swap meanwhile
+        return _lab(d, db)
+
+
+def _lab(d: Path, db: Path) -> Path:
     run_cli("--store", db, "bench", "--only", "syscall.null,syscall.stat", "--reps", "3", "--label", "base", *TINY,
             check=0)
     run_cli("--store", db, "bench", "--only", "syscall.null,syscall.stat", "--reps", "3", "--label", "new",

@@ -4,10 +4,13 @@ modules beside this one (a fake LAVA server, a throwaway PostgreSQL cluster, hea
 are imported as ``support.<module>``."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,3 +71,13 @@ def session_members(sid: int) -> list[int]:
         if fields[0] != "Z" and int(fields[3]) == sid:
             pids.append(int(d))
     return pids
+
+
+@contextlib.contextmanager
+def machine_lock(how: int = fcntl.LOCK_SH):
+    """The machine-state lock (tests/conftest.py:machine_state_lock): machine_state tests hold it alone,
+    stable_machine tests shared; a fixture of a wider scope holds it shared while it measures, so that no
+    test changes the machine's state (THP, swap, sysctls) meanwhile."""
+    with open(Path(tempfile.gettempdir()) / "kperfdiff-tests-machine-state.lock", "a") as lock:
+        fcntl.flock(lock, how)
+        yield
