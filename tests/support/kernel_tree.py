@@ -58,9 +58,14 @@ class KernelTree:
     loops: int
 
 
-def _git(repo: Path, *args: str, date: int = EPOCH) -> str:
-    env = dict(os.environ, GIT_AUTHOR_NAME="kperfdiff tests", GIT_AUTHOR_EMAIL="tests@kperfdiff.invalid",
-               GIT_COMMITTER_NAME="kperfdiff tests", GIT_COMMITTER_EMAIL="tests@kperfdiff.invalid",
+SENTINEL_AUTHOR = ("Sentinel Pusher", "pusher@example.org")     # the watched branch's commits' author
+
+
+def _git(repo: Path, *args: str, date: int = EPOCH, author: tuple[str, str] = ("kperfdiff tests",
+                                                                               "tests@kperfdiff.invalid")) -> str:
+    name, email = author
+    env = dict(os.environ, GIT_AUTHOR_NAME=name, GIT_AUTHOR_EMAIL=email,
+               GIT_COMMITTER_NAME=name, GIT_COMMITTER_EMAIL=email,
                GIT_AUTHOR_DATE=f"{date} +0000", GIT_COMMITTER_DATE=f"{date} +0000",
                GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull)
     r = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, env=env)
@@ -190,7 +195,7 @@ def sentinel_tree(cache: Path, *, commits: int = 12, slower_at: int = 4, faster_
     mixing = _mixing("pid", getppid_loops, "mix the parent's pid")
     _git(repo, "add", GETPPID_FILE)
     _git(repo, "commit", "-q", "-m", f"sys: mix the parent's pid in getppid ({getppid_loops} rounds)",
-         date=EPOCH + 30)
+         date=EPOCH + 30, author=SENTINEL_AUTHOR)
     start = _git(repo, "rev-parse", "HEAD")
     hashes, subjects = [], []
     for i in range(1, commits + 1):
@@ -204,7 +209,7 @@ def sentinel_tree(cache: Path, *, commits: int = 12, slower_at: int = 4, faster_
         else:
             subject, path = _benign(repo, i, "sentinel")
         _git(repo, "add", path)
-        _git(repo, "commit", "-q", "-m", subject, date=EPOCH + 60 * i + 30)
+        _git(repo, "commit", "-q", "-m", subject, date=EPOCH + 60 * i + 30, author=SENTINEL_AUTHOR)
         hashes.append(_git(repo, "rev-parse", "HEAD"))
         subjects.append(subject)
     return SentinelTree(repo=repo, start=start, commits=hashes, subjects=subjects, slower=hashes[slower_at - 1],

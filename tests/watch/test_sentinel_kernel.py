@@ -68,6 +68,7 @@ def test_a_kernel_branch_pushed_commit_by_commit_gets_its_two_culprits_verified_
     touched = {"proc.fork@1": "copy_process", "syscall.null@1": "getppid"}
     for c in current:
         assert c["culprit"]["verified"] is True and c["bisection"]["state"] == "done", c
+        assert c["culprit"]["author"] == "Sentinel Pusher <pusher@example.org>", c["culprit"]
         first = c["explanation"]["functions"][0]
         assert touched[c["benchmark"]] in first["symbol"], c["explanation"]["functions"][:3]
         assert (first["change"] > 0) == (c["direction"] == "regression"), first
