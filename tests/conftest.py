@@ -10,6 +10,12 @@ import pytest
 from support import machine_lock
 
 
+def pytest_collection_modifyitems(items):
+    """Tests marked long (half a minute or more) first: pytest-xdist hands out tests in this order, so they
+    start at once on every worker instead of ending the run on one of them while the others are idle."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
 @pytest.fixture(autouse=True)
 def private_state_dir(tmp_path, monkeypatch):
     """Each test keeps its pending knob restores in its own directory, not the machine's."""

@@ -31,6 +31,7 @@ N = 8
 
 
 @need_guest
+@pytest.mark.long
 def test_init_on_alloc_is_found_verified_and_explained(tmp_path, home):
     s = make_series(tmp_path / "repo", N, 5, good=["append=init_on_alloc=0"], bad=["append=init_on_alloc=1"],
                     benign={3: ["append=quiet"]})

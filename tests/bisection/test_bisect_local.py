@@ -39,6 +39,7 @@ def tagged_runs(store, *, probes_of=None) -> int:
     return len(tags)
 
 
+@pytest.mark.long
 def test_finds_verifies_and_resumes_after_a_kill(tmp_path):
     s = make_series(tmp_path / "repo", 6, 4, good=[f"param={BENCH}:n=100"], bad=[f"param={BENCH}:n=400"])
     store = str(tmp_path / "k.db")

@@ -34,6 +34,7 @@ cmdline = "init_on_free=1"
 """
 
 
+@pytest.mark.long
 def test_xarch_experiment_and_diff(tmp_path, home):
     f = tmp_path / "xarch.toml"
     f.write_text(XARCH)

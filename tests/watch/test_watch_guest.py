@@ -97,6 +97,7 @@ def explained(tmp_path, store, current: list[dict]) -> None:
 
 
 @need_guest
+@pytest.mark.long
 def test_the_tip_of_each_push_measured_and_both_changes_bisected_to_their_commits(tmp_path):
     commits, measured, w, current = sentinel(
         tmp_path, [[False], [False], [False, True], [True], [False, False], [False]],

@@ -47,6 +47,7 @@ def watch_runs(store) -> list[str]:
             "SELECT options FROM run WHERE state='complete' AND options LIKE '%\"watch\"%' ORDER BY id")]
 
 
+@pytest.mark.long
 def test_a_branch_pushed_commit_by_commit_gets_its_two_culprits_and_nothing_else(tmp_path):
     repo, store, suite = tmp_path / "repo", tmp_path / "k.db", tmp_path / "suite.toml"
     suite.write_text(SUITE)
