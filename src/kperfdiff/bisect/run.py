@@ -152,11 +152,14 @@ class _Measurer:
 
     def in_turn(self, order: list[tuple[git.Commit, str]], n: int) -> dict[str, int]:
         """Repetitions 1 to ``n`` of each (commit, pool) of ``order``, one of each in turn (round i measures
-        repetition i of every one, in that order), so that a burst of load or a drift of the machine falls
-        on all alike and the i-th values can be paired; returns the repetitions measured now, per commit."""
+        repetition i of every one), so that a burst of load or a drift of the machine falls on all alike and
+        the i-th values can be paired; returns the repetitions measured now, per commit. Every other round
+        goes in the reverse order (A B, B A, A B, ...): a cost that falls on whichever runs first or second
+        in a round (a cache warmed by the one before, another job's period) falls on each commit alike
+        instead of making two equal commits differ."""
         now: dict[str, int] = {}
         for i in range(1, n + 1):
-            for c, pool in order:
+            for c, pool in (order if i % 2 else order[::-1]):
                 now[c.hash] = now.get(c.hash, 0) + self.ensure(c, i, pool, checkout=c.hash)
         return now
 
