@@ -126,8 +126,8 @@ $(STAMPS)/kbuild-apt: Makefile
 	$(call apt-install,$(KBUILD_APT_PACKAGES),test-bisect or test-sentinel)
 
 # A LAVA server, scheduler and dispatcher on this machine (tests/support/lava_lab.py) run a two-variant experiment
-# end to end through LAVA's REST API on two qemu devices (about 4 minutes here; the first run installs
-# Debian's lava-server and lava-dispatcher, about a minute).
+# end to end through LAVA's REST API on two qemu devices, a bisection and a watch (about 35 minutes here; the
+# first run installs Debian's lava-server and lava-dispatcher, about a minute).
 test-lab: setup $(STAMPS)/lab-apt
 	$(BIN)/python -m pytest -q -s -m lab tests/targets/test_lava_lab.py $(PYTEST_ARGS)
 
