@@ -96,14 +96,16 @@ def test_a_recording_of_many_rounds_and_processes_reads_the_same(many_rounds, mo
     for t in (2, 3, 4, 7):
         for by_process in (False, True):
             assert read(data, ks, t, by_process) == read(data, ks, 1, by_process), f"{t} threads"
-    # every part did its share: each thread handed over samples of its own
+    # every thread did work: each handed over samples of its own. Not an even share: threads steal chunks
+    # from each other, so a thread the OS starves (3 threads on 2 CPUs beside another test worker) reads
+    # fewer (a 10% floor failed 1 run in about 10 here, at 8.3%)
     code = ("import sys; from kperfdiff import native; "
             "native.read_perf_data(sys.argv[1], kallsyms=sys.argv[2], threads=3)")
     env = {**os.environ, "KPERFDIFF_TRACE_PARTS": "1"}
     p = subprocess.run([sys.executable, "-c", code, str(data), str(ks)], capture_output=True, text=True, env=env)
     assert p.returncode == 0, p.stderr
     parts = [int(line.split(": ")[1].split()[0]) for line in p.stderr.splitlines() if "reader part" in line]
-    assert len(parts) == 3 and min(parts) > 0.1 * sum(parts), p.stderr
+    assert len(parts) == 3 and min(parts) > 0, p.stderr
     assert sum(parts) == sum(e["samples"] for e in one["events"])
 
 
