@@ -56,7 +56,7 @@ def sentinel(tmp_path, pushes: list[list[bool]], suite: str) -> tuple[list[str],
     current = [c for c in w["changes"] if c["state"] == "current"]
     assert all(c["culprit"] for c in current), json.dumps(w["changes"], indent=1)
     culprits = sorted((c["direction"], c["culprit"]["hash"]) for c in current)
-    turned = [c for c, prev in zip(commits[1:], commits) if subjects[c] in (ON, OFF)]
+    turned = [c for c in commits if subjects[c] in (ON, OFF)]
     assert culprits == sorted([("regression", turned[0]), ("improvement", turned[1])]), json.dumps(w["changes"], indent=1)
     for c in current:
         assert c["culprit"]["verified"] is True and c["bisection"]["state"] == "done"
