@@ -12,6 +12,7 @@ fn main() {
         by_process: std::env::var_os("KPD_BY_PROCESS").is_some(),
         threads: std::env::var("KPD_THREADS").ok().and_then(|t| t.parse().ok()).unwrap_or(1),
         filter: Default::default(),
+        share: None,
     };
     let repeat: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(5);
     let mut best = f64::MAX;

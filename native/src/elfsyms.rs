@@ -1,6 +1,8 @@
 //! User-space symbols: function symbols of an ELF file, found by build id or path.
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+use rustc_hash::FxHashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
 
 pub struct ElfSyms {
     /// (file offset start, file offset end, virtual address) of each loadable segment.
@@ -144,6 +146,33 @@ impl ElfSyms {
         }
         let i = i - 1;
         (vaddr < self.ends[i]).then_some(i)
+    }
+}
+
+/// The ELF symbols of the DSOs met by the threads that read one file (`parallel`), or by
+/// the reads of several files made together (`Options::share`: the two sides of a diff), so
+/// that each file's table is read once, by the first thread that needs it (the others wait
+/// for it): every thread reading it again cost each its time, and the maps and releases of
+/// the files' pages stopped every thread of the process. A table is found by the recorded
+/// path and build id and where the read looks for symbols (symfs, debug directories).
+#[derive(Default)]
+pub struct SharedSyms {
+    #[allow(clippy::type_complexity)]
+    files: Mutex<FxHashMap<SharedKey, Arc<OnceLock<Option<Arc<ElfSyms>>>>>>,
+}
+
+/// A recorded path, its build id, and the read's symfs and debug directories.
+type SharedKey = (String, Option<Vec<u8>>, Vec<PathBuf>, Vec<PathBuf>);
+
+impl SharedSyms {
+    pub fn get(&self, path: &str, build_id: Option<&[u8]>, symfs: &[PathBuf], debug_dirs: &[PathBuf],
+               load: impl FnOnce() -> Option<ElfSyms>) -> Option<Arc<ElfSyms>> {
+        let cell = {
+            let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+            let key = (path.to_string(), build_id.map(<[u8]>::to_vec), symfs.to_vec(), debug_dirs.to_vec());
+            files.entry(key).or_default().clone()
+        };
+        cell.get_or_init(|| load().map(Arc::new)).clone()
     }
 }
 

@@ -11,7 +11,7 @@ use crate::elf::ElfError;
 use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 pub struct Kallsyms {
     /// Sorted by address; one entry per address (the best name of that address).
@@ -547,32 +547,53 @@ impl Table {
 
 /// The kallsyms files read last, by path, size and modification time: the
 /// repetitions of a run share one, and a diff of ten profiles a side would
-/// otherwise parse it ten times.
+/// otherwise parse it ten times. A file being parsed is in the list already: the
+/// two sides of a diff, read at once on two threads, parse one kallsyms once (the
+/// second waits for the first's table instead of building its own).
 static RECENT: std::sync::Mutex<Vec<Recent>> = std::sync::Mutex::new(Vec::new());
-/// A file read: its path, size and modification time, and what it holds.
-type Recent = (std::path::PathBuf, u64, std::time::SystemTime, Arc<Kallsyms>);
+/// A file read: its path, size and modification time, and what it holds (once parsed; `None`
+/// when its parse failed).
+type Recent = (std::path::PathBuf, u64, std::time::SystemTime, Arc<OnceLock<Option<Arc<Kallsyms>>>>);
 const RECENT_FILES: usize = 4;
 
 impl Kallsyms {
-    /// `load`, shared with the other reads of the same unchanged file; a text file is parsed on
-    /// up to `threads` threads.
+    /// `load`, shared with the other reads of the same unchanged file, those at the same time
+    /// included; a text file is parsed on up to `threads` threads.
     pub fn load_shared(path: &Path, threads: usize) -> Result<Arc<Self>, KallsymsError> {
         let stamp = std::fs::metadata(path).ok().and_then(|m| Some((m.len(), m.modified().ok()?)));
         let Some((len, mtime)) = stamp else {
             return Self::load_on(path, threads).map(Arc::new);
         };
-        let recent = |list: &[Recent]| {
-            list.iter().find(|e| e.0 == path && e.1 == len && e.2 == mtime).map(|e| e.3.clone())
+        let cell = {
+            let mut list = RECENT.lock().unwrap_or_else(|e| e.into_inner());
+            match list.iter().position(|e| e.0 == path && e.1 == len && e.2 == mtime) {
+                Some(i) => list[i].3.clone(),
+                None => {
+                    list.retain(|e| e.0 != path);
+                    let cell = Arc::new(OnceLock::new());
+                    list.insert(0, (path.to_path_buf(), len, mtime, cell.clone()));
+                    list.truncate(RECENT_FILES);
+                    cell
+                }
+            }
         };
-        if let Some(k) = recent(&RECENT.lock().unwrap_or_else(|e| e.into_inner())) {
-            return Ok(k);
+        let mut failed = None;
+        // The first caller parses; one that comes while it does waits for its table.
+        let got = cell.get_or_init(|| match Self::load_on(path, threads) {
+            Ok(k) => Some(Arc::new(k)),
+            Err(e) => {
+                failed = Some(e);
+                None
+            }
+        });
+        if let Some(k) = got {
+            return Ok(k.clone());
         }
-        let k = Arc::new(Self::load_on(path, threads)?);
-        let mut list = RECENT.lock().unwrap_or_else(|e| e.into_inner());
-        list.retain(|e| e.0 != path);
-        list.insert(0, (path.to_path_buf(), len, mtime, k.clone()));
-        list.truncate(RECENT_FILES);
-        Ok(k)
+        RECENT.lock().unwrap_or_else(|e| e.into_inner()).retain(|e| !Arc::ptr_eq(&e.3, &cell));
+        match failed {
+            Some(e) => Err(e),
+            None => Self::load_on(path, threads).map(Arc::new),   // another's parse failed: this caller's own error
+        }
     }
 
     pub fn load(path: &Path) -> Result<Self, KallsymsError> {
@@ -800,6 +821,31 @@ mod tests {
         let c = Kallsyms::load_shared(&p, 1).unwrap();
         assert!(!Arc::ptr_eq(&a, &c));
         assert_eq!(c.addrs.len(), 3);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn two_reads_at_once_share_one_parse_and_a_failed_parse_is_not_kept() {
+        let dir = std::env::temp_dir().join(format!("kpd-kallsyms-once-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("kallsyms");
+        let text: String = (0..200_000u64).map(|i| format!("{:016x} T f_{i}\n", 0xffffffff81000000u64 + 16 * i)).collect();
+        std::fs::write(&p, text).unwrap();
+        let start = std::sync::Barrier::new(2);
+        let (a, b) = std::thread::scope(|s| {
+            let one = s.spawn(|| { start.wait(); Kallsyms::load_shared(&p, 1).unwrap() });
+            let two = s.spawn(|| { start.wait(); Kallsyms::load_shared(&p, 1).unwrap() });
+            (one.join().unwrap(), two.join().unwrap())
+        });
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(a.addrs.len(), 200_000);
+        // Not kallsyms: every caller gets the error, and nothing is kept for the next.
+        let bad = dir.join("bad");
+        std::fs::write(&bad, [0xffu8; 64]).unwrap();
+        for _ in 0..2 {
+            assert!(Kallsyms::load_shared(&bad, 1).is_err());
+        }
+        assert!(!RECENT.lock().unwrap().iter().any(|e| e.0 == bad));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

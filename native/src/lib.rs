@@ -1,7 +1,7 @@
 //! kperfdiff's native core: reads perf.data and aggregates samples.
 //!
 //! `read_perf_data(path, kallsyms=None, symfs=None, debug_dirs=None, by_process=False, threads=1,
-//! comms=None, pids=None, tids=None, cpus=None)` returns a
+//! comms=None, pids=None, tids=None, cpus=None, share=None)` returns a
 //! dict of compact data (strings for the symbol table, `bytes` in native byte
 //! order for numeric arrays); see `output::Output`. The top of the crate: it declares the
 //! modules and is the one place their errors become Python exceptions (`reader::Error` a
@@ -63,13 +63,27 @@ fn crate_sample_read_defect() -> bool {
     defects::crate_sample_read_defect()
 }
 
+/// The ELF symbol tables of reads made together: reads given the same `SymbolShare` (the two
+/// sides of a diff, read at once on two threads) parse a library both need once. It lives as
+/// long as the Python object, so a share is made for one group of reads, not kept.
+#[pyclass(frozen)]
+struct SymbolShare(std::sync::Arc<elfsyms::SharedSyms>);
+
+#[pymethods]
+impl SymbolShare {
+    #[new]
+    fn new() -> Self {
+        SymbolShare(Default::default())
+    }
+}
+
 /// Read a perf.data file and aggregate it per event, on up to `threads` threads (the
 /// result is the same for every number). Raises PerfDataError with one sentence when
 /// the file cannot be read. `comms`, `pids`, `tids`, `cpus`: keep only the samples of these
 /// (perf report's --comms, --pid, --tid, --cpu); the header's `samples_filtered_out` counts the others.
 #[pyfunction]
 #[pyo3(signature = (path, kallsyms=None, symfs=None, debug_dirs=None, by_process=false, threads=1,
-                    comms=None, pids=None, tids=None, cpus=None))]
+                    comms=None, pids=None, tids=None, cpus=None, share=None))]
 #[allow(clippy::too_many_arguments)]
 fn read_perf_data<'py>(
     py: Python<'py>,
@@ -83,6 +97,7 @@ fn read_perf_data<'py>(
     pids: Option<Vec<i32>>,
     tids: Option<Vec<i32>>,
     cpus: Option<Vec<u32>>,
+    share: Option<PyRef<'py, SymbolShare>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let opts = options::Options {
         kallsyms,
@@ -96,6 +111,7 @@ fn read_perf_data<'py>(
             tids: tids.map(|v| v.into_iter().collect()),
             cpus: cpus.map(|v| v.into_iter().collect()),
         },
+        share: share.map(|s| s.0.clone()),
     };
     let display = path.display().to_string();
     let result = py.allow_threads(|| {
@@ -183,6 +199,7 @@ fn to_python(py: Python<'_>, out: output::Output) -> PyResult<Bound<'_, PyDict>>
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(native_version, m)?)?;
     m.add_function(wrap_pyfunction!(read_perf_data, m)?)?;
+    m.add_class::<SymbolShare>()?;
     m.add_function(wrap_pyfunction!(crate_sample_read_defect, m)?)?;
     m.add_function(wrap_pyfunction!(elf::elf_info, m)?)?;
     m.add_function(wrap_pyfunction!(elf::elf_functions, m)?)?;

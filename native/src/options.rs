@@ -18,6 +18,9 @@ pub struct Options {
     /// Which samples to keep (perf report's --comms, --pid, --tid, --cpu); the default
     /// keeps every one, at no cost.
     pub filter: SampleFilter,
+    /// The ELF symbol tables of other reads made at the same time (the two sides of a diff): a
+    /// file both need is parsed once, by the first to need it. None: this read's own.
+    pub share: Option<std::sync::Arc<crate::elfsyms::SharedSyms>>,
 }
 
 /// perf report's sample filters: a sample is kept when every given set holds its value

@@ -37,7 +37,8 @@ use crate::history::{Flushes, History, Prefix};
 use crate::kallsyms::Kallsyms;
 use crate::options::Options;
 use crate::order::{self, Cut, RecordSink, Resume, Stretch};
-use crate::symbolize::{SharedSyms, Symbols};
+use crate::elfsyms::SharedSyms;
+use crate::symbolize::Symbols;
 use crate::timing::Clock;
 use byteorder::ByteOrder;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -252,7 +253,7 @@ pub fn read<'o, T: ByteOrder + 'o>(
     let hists: Arc<Vec<OnceLock<History>>> = Arc::new((0..n).map(|_| OnceLock::new()).collect());
     let ready = Ready::new(n);
     let names = opts.by_process || opts.filter.comms.is_some();
-    let shared = Arc::new(SharedSyms::default());
+    let shared = opts.share.clone().unwrap_or_else(|| Arc::new(SharedSyms::default()));
     // each thread's share of the chunks still to read: (next, end)
     let shares: Vec<Mutex<(usize, usize)>> = (0..threads).map(|t| Mutex::new((t * n / threads, (t + 1) * n / threads))).collect();
     let next_history = std::sync::atomic::AtomicUsize::new(0);

@@ -4,14 +4,14 @@
 //! user addresses through the process's mappings and the ELF symbols of the
 //! mapped file (or its debug file, found by build id, symfs and debug dirs).
 use crate::abi::*;
-use crate::elfsyms::{self, ElfSyms};
+use crate::elfsyms::{self, ElfSyms, SharedSyms};
 use crate::header::BuildIds;
 use crate::kallsyms::Kallsyms;
 use crate::procmaps::{overlay, Map, Processes};
 use crate::options::Options;
 use rustc_hash::FxHashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 /// No id yet.
 const NONE: u32 = u32::MAX;
@@ -187,26 +187,6 @@ fn load_elf_syms(path: &str, build_id: Option<&[u8]>, opts: &Options) -> Option<
         }
     }
     Some(image)
-}
-
-/// The ELF symbols of the DSOs met by the threads that read one file (`parallel`), so that
-/// each file's table is read once, by the first thread that needs it (the others wait for
-/// it): every thread reading it again cost each its time, and the maps and releases of the
-/// files' pages stopped every thread of the process.
-#[derive(Default)]
-pub struct SharedSyms {
-    #[allow(clippy::type_complexity)]
-    files: Mutex<FxHashMap<(String, Option<Vec<u8>>), Arc<OnceLock<Option<Arc<ElfSyms>>>>>>,
-}
-
-impl SharedSyms {
-    fn get(&self, path: &str, build_id: Option<&[u8]>, load: impl FnOnce() -> Option<ElfSyms>) -> Option<Arc<ElfSyms>> {
-        let cell = {
-            let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
-            files.entry((path.to_string(), build_id.map(<[u8]>::to_vec))).or_default().clone()
-        };
-        cell.get_or_init(|| load().map(Arc::new)).clone()
-    }
 }
 
 impl<'o> Symbols<'o> {
@@ -657,7 +637,8 @@ impl<'o> Symbols<'o> {
         }
         let (path, bid, opts) = (dso.path.clone(), dso.build_id.clone(), self.opts);
         let loaded = match &self.shared {
-            Some(shared) => shared.get(&path, bid.as_deref(), || load_elf_syms(&path, bid.as_deref(), opts)),
+            Some(shared) => shared.get(&path, bid.as_deref(), &opts.symfs, &opts.debug_dirs,
+                                       || load_elf_syms(&path, bid.as_deref(), opts)),
             None => load_elf_syms(&path, bid.as_deref(), opts).map(Arc::new),
         };
         let dso = &mut self.dsos[d as usize];

@@ -9,7 +9,7 @@ fn fixture() -> PathBuf {
 }
 
 fn opts(filter: SampleFilter, threads: usize) -> Options {
-    Options { kallsyms: None, symfs: Vec::new(), debug_dirs: Vec::new(), by_process: false, threads, filter }
+    Options { kallsyms: None, symfs: Vec::new(), debug_dirs: Vec::new(), by_process: false, threads, filter, share: None }
 }
 
 fn fact(out: &reader::Output, key: &str) -> i64 {

@@ -65,7 +65,7 @@ fn oracle_catches_a_stack_naming_a_symbol_its_event_does_not_count() {
     // what kperfdiff's load path cannot take: it keeps only the symbols an event counts
     let fixtures = fuzz::load_fixtures(&fuzz::fixtures_dir());
     let f = fixtures.iter().find(|f| f.name == "tiny-group.perf.data").expect("tiny-group.perf.data");
-    let opts = native::reader::Options { kallsyms: None, symfs: Vec::new(), debug_dirs: Vec::new(), by_process: true, threads: 1, filter: Default::default() };
+    let opts = native::reader::Options { kallsyms: None, symfs: Vec::new(), debug_dirs: Vec::new(), by_process: true, threads: 1, filter: Default::default(), share: None };
     let mut o = native::reader::read_bytes(&f.name, &f.bytes, &opts).unwrap();
     assert_eq!(fuzz::invariant_problem(&o, f.bytes.len(), None), None);
     let s = o.events[1].stack_ids[0] as usize;

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,33 @@ def test_small_files_and_one_thread_read_on_one(many_rounds, monkeypatch):
         p = subprocess.run([sys.executable, "-c", code, str(data), str(ks), str(threads)], capture_output=True,
                            text=True, env=env)
         assert p.returncode == 0 and "reader part" not in p.stderr, (threads, p.stderr)
+
+
+def test_reads_that_share_symbol_tables_read_what_each_reads_alone(many_rounds, tmp_path):
+    """Reads given one SymbolShare (the two sides of a diff) parse an ELF file they both need once,
+    and each gets what it reads alone, at the same time or not, on one thread or several; a read
+    that looks for symbols elsewhere (another symfs) gets its own tables, not the other's."""
+    data, ks = many_rounds
+    elsewhere = tmp_path / "empty-symfs"
+    elsewhere.mkdir()
+
+    def alone(threads=1, symfs=None, share=None):
+        d = native.read_perf_data(str(data), kallsyms=str(ks), threads=threads, symfs=symfs, share=share)
+        d["header"].pop("symbolized_chain_parts")     # per thread, see read()
+        return d
+
+    plain, moved = alone(), alone(symfs=[str(elsewhere)])
+    assert plain["sym_names"] != moved["sym_names"]      # the user symbols come from this machine's files
+    share = native.SymbolShare()
+    results = [None, None]
+
+    def read_shared(i, threads):
+        results[i] = alone(threads, share=share)
+
+    both = [threading.Thread(target=read_shared, args=(i, 1 + i)) for i in range(2)]
+    for t in both:
+        t.start()
+    for t in both:
+        t.join()
+    assert results[0] == plain and results[1] == alone(threads=2)
+    assert alone(symfs=[str(elsewhere)], share=share) == moved

@@ -135,7 +135,7 @@ pub fn layout(b: &[u8]) -> Option<Layout> {
 
 fn opts() -> Options {
     // per process too, so that hostile COMM and FORK records are read as well
-    Options { kallsyms: None, symfs: Vec::new(), debug_dirs: Vec::new(), by_process: true, threads: 1, filter: Default::default() }
+    Options { kallsyms: None, symfs: Vec::new(), debug_dirs: Vec::new(), by_process: true, threads: 1, filter: Default::default(), share: None }
 }
 
 pub fn load_fixtures(dir: &Path) -> Vec<Fixture> {

@@ -11,7 +11,12 @@ try:
 except ImportError as e:  # a broken install: every command but these readers still works
     _module, _problem = None, f"is not built ({e})"
 
-NEEDED = ("read_perf_data", "elf_info", "elf_functions", "symbol_map")
+NEEDED = ("read_perf_data", "elf_info", "elf_functions", "symbol_map", "SymbolShare")
+
+
+def available():
+    """The native core, or None when it is missing or stale (for what can go on without it)."""
+    return _module if _problem is None and all(hasattr(_module, f) for f in NEEDED) else None
 
 
 def core():

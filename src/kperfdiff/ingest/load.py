@@ -15,6 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kperfdiff.core import nativecore
 from kperfdiff.core.errors import InputError
 from kperfdiff.core.files import check_input_file
 from kperfdiff.ingest import filters as sample_filters, perfdata, source, text
@@ -150,11 +151,15 @@ def load_many(jobs: list[Callable[[], Profile]], workers: int | None = None,
     """Run profile loads, up to ``workers`` at once (default: one per CPU), and return their
     profiles in order. When loads fail, the first failing one in order raises, as it would have
     read one after another. ``meanwhile`` is run once by the calling thread while the files are
-    read (work that needs no profile, such as imports; before the loads when there is one worker)."""
+    read (work that needs no profile, such as imports; before the loads when there is one worker).
+    perf.data files read by one call share the ELF symbol tables they all need (parsed once)."""
     cores = default_jobs()
     workers = min(len(jobs), workers or cores)
-    before = perfdata.threads_per_file
+    before = perfdata.threads_per_file, perfdata.symbol_share
     perfdata.threads_per_file = max(1, cores // max(1, workers))
+    native = nativecore.available()
+    if len(jobs) > 1 and native is not None:
+        perfdata.symbol_share = native.SymbolShare()
     try:
         if workers <= 1:
             if meanwhile is not None:
@@ -162,7 +167,7 @@ def load_many(jobs: list[Callable[[], Profile]], workers: int | None = None,
             return [job() for job in jobs]
         return _in_threads(jobs, workers, meanwhile)
     finally:
-        perfdata.threads_per_file = before
+        perfdata.threads_per_file, perfdata.symbol_share = before
 
 
 def _in_threads(jobs: list[Callable[[], Profile]], workers: int,

@@ -25,7 +25,9 @@ Symbol sources, per input:
 A large file is read on several threads (split at its FINISHED_ROUND records and merged
 into exactly what one thread gives): on every core when it is read alone, on its share of
 them when :func:`kperfdiff.ingest.load.load_many` reads several at once
-(``threads_per_file``).
+(``threads_per_file``). Files read together also share the symbol tables of the ELF
+files they all need (``symbol_share``): the two sides of a diff recorded on one machine parse
+its libc, its python and the like once, not once each.
 """
 from __future__ import annotations
 
@@ -47,6 +49,9 @@ _NS_EVENTS = {"cpu-clock", "task-clock"}
 # Threads the native reader may read one file on; None: one per CPU (a file read alone).
 # load.load_many sets it to each file's share of the CPUs while it reads several at once.
 threads_per_file: int | None = None
+# The native SymbolShare of the files read together now (load.load_many sets it); None: each
+# read parses the symbol tables it needs itself.
+symbol_share = None
 
 
 def usable_cpus() -> int:
@@ -117,7 +122,7 @@ def _read(path: Path, kallsyms, symfs, by_process: bool = False, kallsyms_unchec
     try:
         raw = n.read_perf_data(str(path), kallsyms=str(ks) if ks is not None else None,
                                symfs=[str(s) for s in symfs or []], debug_dirs=_debug_dirs(), by_process=by_process,
-                               threads=reader_threads(), **filters.sample_kwargs())
+                               threads=reader_threads(), share=symbol_share, **filters.sample_kwargs())
     except n.PerfDataError as e:
         msg = str(e)
         if str(path) not in msg:
@@ -132,7 +137,7 @@ def _read(path: Path, kallsyms, symfs, by_process: bool = False, kallsyms_unchec
             try:
                 raw = n.read_perf_data(str(path), kallsyms=str(cached), symfs=[str(s) for s in symfs or []],
                                        debug_dirs=_debug_dirs(), by_process=by_process, threads=reader_threads(),
-                                       **filters.sample_kwargs())
+                                       share=symbol_share, **filters.sample_kwargs())
                 ks, found = cached, "perf's build-id cache"
             except n.PerfDataError:
                 pass
