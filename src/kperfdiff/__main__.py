@@ -1,3 +1,3 @@
-from kperfdiff.commands import main
+from kperfdiff.commands import cli
 
-raise SystemExit(main())
+raise SystemExit(cli())

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from support import DATA, ROOT, assert_one_sentence_error, run_cli
+from support import DATA, KPERFDIFF, ROOT, assert_one_sentence_error, run_cli
 
 A = DATA / "text" / "forkexec.script"
 B = DATA / "text" / "mixed.script"
@@ -182,3 +182,22 @@ def test_diff_folded_compares_shares(tmp_path):
     fills = dict(re.findall(r"<title>([xy]) \([^<]*</title><rect [^>]*fill=\"(rgb\([^\"]*\))\"", svg))
     red, blue = (tuple(map(int, re.findall(r"\d+", fills[k]))) for k in ("x", "y"))
     assert red[0] > red[2] and blue[2] > blue[0], fills
+
+
+def test_the_process_ends_at_once_with_every_output_written(tmp_path):
+    """A diff of two files ends its process as soon as its outputs are written (commands.cli): what
+    reaches a pipe is whole, the same as the -o file and a flame graph written beside it, and a reader
+    that stops after a few bytes gets no traceback and exit status 0."""
+    args = ["diff", A, B, "--top", "100000", "--format", "json"]
+    piped = run_cli(*args, "--flamegraph", tmp_path / "d.svg", check=0)
+    run_cli(*args, "-o", tmp_path / "d.json", check=0)
+    assert len(piped.stdout) > 65536                       # more than a pipe holds at once
+    assert piped.stdout == (tmp_path / "d.json").read_text()
+    assert json.loads(piped.stdout)["common"]
+    assert (tmp_path / "d.svg").read_text().rstrip().endswith("</svg>")
+    p = subprocess.Popen([str(KPERFDIFF), *map(str, args)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    assert p.stdout.read(10) == b'{\n  "versi'
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) == 0 and "Traceback" not in err and "Exception" not in err, err

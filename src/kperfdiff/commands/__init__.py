@@ -17,10 +17,12 @@ import gc
 import importlib
 import os
 import sys
+import threading
 
 from kperfdiff import __version__
 from kperfdiff.core.errors import KperfdiffError
 from kperfdiff.core.state import PENDING_FILE, state_dir
+from kperfdiff.commands import common
 from kperfdiff.commands.parsing import GLOBAL_OPTIONS, RUNS_PAGE, Parser, accept_global_options
 
 # (name, its line in `kperfdiff --help`, the module of kperfdiff.commands that defines it), in
@@ -114,7 +116,21 @@ def _repair_pending_knobs() -> None:
     repair_pending(lambda m: print(m, file=sys.stderr, flush=True), strict=False)
 
 
+def cli() -> int:
+    """The console script `kperfdiff`: :func:`main` on sys.argv, and the process's end."""
+    rc = main()
+    if common.ENDS_AT_ONCE and threading.active_count() == 1:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):     # a closed pipe: what was left unwritten is lost either way
+                pass
+        os._exit(rc)
+    return rc
+
+
 def main(argv: list[str] | None = None) -> int:
+    common.ENDS_AT_ONCE.clear()
     parser = build_parser(lazy=True)
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])  # before or after the sub-command
     try:

@@ -27,6 +27,19 @@ def command_line() -> str:
     return mask(shlex.join(["kperfdiff", *sys.argv[1:]]))
 
 
+# Set (by :func:`ends_at_once`) by a command that leaves nothing to tear down when it returns.
+ENDS_AT_ONCE = []
+
+
+def ends_at_once() -> None:
+    """Called by a command that, once it returns, holds nothing that needs tearing down: no store, no
+    temporary files, no thread of its own, every output file closed. The console script
+    (:func:`kperfdiff.commands.cli`) then ends the process as soon as stdout and stderr are flushed,
+    rather than have the interpreter collect and free every object the command made, one by one
+    (10-25 ms of CPU after a diff of two files of a million samples)."""
+    ENDS_AT_ONCE.append(True)
+
+
 STDOUT = "-"        # -o - : standard output
 
 

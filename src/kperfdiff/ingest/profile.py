@@ -130,7 +130,9 @@ class StackTable:
         where[self.ids] = np.arange(len(self.ids))
         stack = where[np.searchsorted(self.offsets, at, side="right") - 1]
         held = stack >= 0
-        pairs = np.unique(group[at][held] * len(self.ids) + stack[held])
+        pairs = np.sort(group[at][held] * len(self.ids) + stack[held])
+        # each once (np.unique does the same, but first imports numpy.ma: 10-15 ms of a diff)
+        pairs = pairs[np.concatenate(([True], pairs[1:] != pairs[:-1]))] if len(pairs) else pairs
         names, weights = list(groups), self.weights.tolist()
         for n, j in zip((pairs // len(self.ids)).tolist(), (pairs % len(self.ids)).tolist()):
             out[names[n]] += weights[j]
