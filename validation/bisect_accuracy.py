@@ -15,6 +15,14 @@ culprit named on one is a false culprit.
     .venv/bin/python validation/bisect_accuracy.py --quick
     .venv/bin/python validation/bisect_accuracy.py --effects 5 --values median,p10
 
+With ``--load steady:N`` or ``--load bursts:N`` the harness keeps N processes of its own busy while
+it bisects (steady: spinning all the time; bursts: spinning and sleeping by turns, each for 0.05 to
+2 s drawn at random), as a test suite on the other CPUs does: the null series then measure the
+reference's level under that load, which is the condition of `make test` on a 2-CPU machine.
+With ``--series 0`` there is no effect to inject, so no calibration either.
+
+    .venv/bin/python validation/bisect_accuracy.py --series 0 --null 40 --commits 4 --reps 3 --max-reps 6 --load bursts:1
+
 With ``--values A,B`` every series is bisected once per ``--value`` (what a repetition contributes:
 the median or the 10th percentile of its intervals), one right after the other and in alternating
 order, each into its own store, so the two are compared on the same series in the same hour.
@@ -68,6 +76,35 @@ def bisect(store: Path, series, extra: list[str]) -> dict:
     return row
 
 
+LOAD = r"""
+import random, sys, time
+pattern, seed = sys.argv[1], int(sys.argv[2])
+rng = random.Random(seed)
+while True:
+    end = time.monotonic() + (rng.uniform(0.05, 2.0) if pattern == "bursts" else 3600)
+    while time.monotonic() < end:
+        pass
+    if pattern == "bursts":
+        time.sleep(rng.uniform(0.05, 2.0))
+"""
+
+
+def load_arg(text: str) -> tuple[str, int]:
+    """--load steady:N or bursts:N."""
+    pattern, _, n = text.partition(":")
+    if pattern not in ("steady", "bursts") or not n.isdigit() or int(n) < 1:
+        raise argparse.ArgumentTypeError(f"--load takes steady:N or bursts:N with N 1 or more, not {text!r}")
+    return pattern, int(n)
+
+
+def start_load(load: tuple[str, int] | None, seed: int) -> list[subprocess.Popen]:
+    """The --load processes, started (none without --load)."""
+    if load is None:
+        return []
+    return [subprocess.Popen([sys.executable, "-c", LOAD, load[0], str(seed * 1000 + i)], stdin=subprocess.DEVNULL)
+            for i in range(load[1])]
+
+
 def position(series, commit: str | None) -> str:
     return "-" if commit is None else str(series.commits.index(commit)) if commit in series.commits else "?"
 
@@ -112,6 +149,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true",
                     help="a small check of the harness: 8 commits, one 50%% series and one null series, one "
                          "calibration round, --reps 3 --max-reps 9 --verify-reps 3 unless given")
+    ap.add_argument("--load", type=load_arg, default=None, metavar="steady:N|bursts:N",
+                    help="keep N processes busy while bisecting (steady, or in random bursts)")
     ap.add_argument("--json", action="store_true", help="print every bisection as JSON at the end")
     a = ap.parse_args()
     if a.quick:
@@ -140,18 +179,22 @@ def main() -> int:
           f"bisect {' '.join(extra) or 'with its default repetitions'}; "
           f"load average at start {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} on {os.cpu_count()} CPUs", flush=True)
 
-    try:
-        line = calibrate(KPD, store, a.calibrate)
-    except HarnessError as e:
-        raise SystemExit(f"bisect_accuracy: {e}")
-    print(line.describe(), flush=True)
     groups = []                       # (name, effect or None, n_bad or None)
-    for e in a.effects:
+    if a.series:                      # effects to inject: calibrated first (null series need none)
+        try:
+            line = calibrate(KPD, store, a.calibrate)
+        except HarnessError as e:
+            raise SystemExit(f"bisect_accuracy: {e}")
+        print(line.describe(), flush=True)
+    for e in a.effects if a.series else ():
         nb = line.value_for(e)
         groups.append((f"{e * 100:g}%", e, nb, a.series))
         print(f"  {e * 100:g}%: n = {N_GOOD} -> {nb} (expected {line.expected(nb) * 100:+.1f}%)")
     if a.null:
         groups.append(("null", None, None, a.null))
+    if not groups:
+        print("bisect_accuracy: nothing to bisect (--series 0 and --null 0)", file=sys.stderr)
+        return 2
 
     # one of each group in turn, positions drawn in that order
     rng = random.Random(a.seed)
@@ -159,27 +202,33 @@ def main() -> int:
                 for g in groups if i < g[3]]
     label = (lambda name, v: name) if values == [None] else (lambda name, v: f"{name} {v}")
     rows = {label(g[0], v): [] for g in groups for v in values}
-    print(f"\n{len(schedule) * len(values)} bisections", flush=True)
-    k = 0
-    for j, ((name, effect, nb, _), i, at) in enumerate(schedule):
-        good = [f"param={BENCH}:n={N_GOOD}"]
-        series = make_series(work / f"{name.rstrip('%')}-{i}", a.commits, at if effect else None, good=good,
-                             bad=[f"param={BENCH}:n={nb}"] if effect else [])
-        for v in values if j % 2 == 0 else values[::-1]:
-            k += 1
-            row = bisect(stores[v], series, extra + (["--value", v] if v else []))
-            row.update(group=label(name, v), value=v, series=i, truth=series.culprit, at=at if effect else None,
-                       found=position(series, row["culprit"]))
-            rows[label(name, v)].append(row)
-            verdict = ("ERROR " + row["error"] if row["error"] else "refused" if row["exit"] == 3
-                       else "no culprit" if row["culprit"] is None
-                       else "exact" if row["culprit"] == series.culprit else "WRONG" if effect else "FALSE CULPRIT")
-            print(f"{k:3}/{len(schedule) * len(values)} {label(name, v):>5} #{i + 1}: culprit at {row['at'] or '-':>2}, "
-                  f"found {row['found']:>2} ({verdict}{', verified' if row['verified'] else ''}); BAD/GOOD "
-                  + (f"{(row['ratio'] - 1) * 100:+.1f}%" if row["ratio"] else "n/a")
-                  + (f"; {row['probes']} probes" if row["probes"] is not None else "")
-                  + f"; {row['seconds']:.0f} s", flush=True)
-
+    busy_text = f", with {a.load[1]} process(es) of its own kept busy ({a.load[0]})" if a.load else ""
+    print(f"\n{len(schedule) * len(values)} bisections{busy_text}", flush=True)
+    busy = start_load(a.load, a.seed)
+    try:
+        k = 0
+        for j, ((name, effect, nb, _), i, at) in enumerate(schedule):
+            good = [f"param={BENCH}:n={N_GOOD}"]
+            series = make_series(work / f"{name.rstrip('%')}-{i}", a.commits, at if effect else None, good=good,
+                                 bad=[f"param={BENCH}:n={nb}"] if effect else [])
+            for v in values if j % 2 == 0 else values[::-1]:
+                k += 1
+                row = bisect(stores[v], series, extra + (["--value", v] if v else []))
+                row.update(group=label(name, v), value=v, series=i, truth=series.culprit, at=at if effect else None,
+                           found=position(series, row["culprit"]))
+                rows[label(name, v)].append(row)
+                verdict = ("ERROR " + row["error"] if row["error"] else "refused" if row["exit"] == 3
+                           else "no culprit" if row["culprit"] is None
+                           else "exact" if row["culprit"] == series.culprit else "WRONG" if effect else "FALSE CULPRIT")
+                print(f"{k:3}/{len(schedule) * len(values)} {label(name, v):>5} #{i + 1}: culprit at {row['at'] or '-':>2}, "
+                      f"found {row['found']:>2} ({verdict}{', verified' if row['verified'] else ''}); BAD/GOOD "
+                      + (f"{(row['ratio'] - 1) * 100:+.1f}%" if row["ratio"] else "n/a")
+                      + (f"; {row['probes']} probes" if row["probes"] is not None else "")
+                      + f"; {row['seconds']:.0f} s", flush=True)
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
     load1 = os.getloadavg()
     bound = math.ceil(math.log2(a.commits)) + 2
     head = ["effect", "bisections", "exact culprit", "probes mean/max", "bound", "verified", "wrong/false",

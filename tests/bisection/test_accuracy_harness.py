@@ -51,3 +51,22 @@ def test_bad_options_are_one_sentence():
         p = subprocess.run([sys.executable, str(ROOT / "validation" / "bisect_accuracy.py"), *args],
                            capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60)
         assert p.returncode == 2 and "Traceback" not in p.stderr and words in p.stderr, p.stderr
+
+
+def test_null_series_alone_under_a_load_of_its_own(tmp_path):
+    """--series 0 --null N measures the reference's level alone (no calibration), and --load keeps
+    processes of the harness's own busy meanwhile: the run says so, and none is left running."""
+    bad = subprocess.run([sys.executable, str(ROOT / "validation" / "bisect_accuracy.py"), "--load", "heavy:2"],
+                         capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60)
+    assert bad.returncode == 2 and "--load takes steady:N or bursts:N" in bad.stderr, bad.stderr
+    p = subprocess.run([sys.executable, str(ROOT / "validation" / "bisect_accuracy.py"), "--series", "0", "--null",
+                        "1", "--commits", "2", "--reps", "3", "--max-reps", "3", "--load", "bursts:1", "--store",
+                        str(tmp_path / "acc.db")], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "calibration" not in p.stdout
+    assert "1 bisections, with 1 process(es) of its own kept busy (bursts)" in p.stdout, p.stdout
+    assert re.search(r"^ +1/1 +null #1: culprit at +-, found +- \((refused|no culprit)\)", p.stdout, re.M), p.stdout
+    assert re.search(r"^null +1 ", p.stdout, re.M), p.stdout
+    left = subprocess.run(["pgrep", "-f", "pattern, seed = sys.argv"], capture_output=True, text=True)
+    assert left.stdout == "", "a --load process outlived the harness"

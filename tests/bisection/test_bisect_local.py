@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from support import KPERFDIFF, assert_one_sentence_error, run_cli
-from support.bisect_repo import git, make_series
+from support.bisect_repo import git, make_series, refused_null
 from schemas.test_schemas import validate
 
 BENCH = "select.file.100"
@@ -86,8 +86,7 @@ def test_finds_verifies_and_resumes_after_a_kill(tmp_path):
 
 def test_a_pair_with_no_difference_is_refused(tmp_path):
     s = make_series(tmp_path / "repo", 4, None, good=[f"param={BENCH}:n=100"], bad=[])
-    store = str(tmp_path / "k.db")
-    r = run_cli(*bisect_args(store, s, "--max-reps", "6"))
+    r = refused_null(lambda i: run_cli(*bisect_args(str(tmp_path / f"k{i}.db"), s, "--max-reps", "6")))
     assert r.returncode == 3, r.stderr
     assert_one_sentence_error(r)
     assert "do not differ significantly" in r.stderr and "no commit is blamed" in r.stderr
@@ -103,12 +102,15 @@ def test_detect_ends_the_reference_once_it_could_see_that_much(tmp_path):
     s = make_series(tmp_path / "repo", 3, None, good=[f"param={BENCH}:n=100"], bad=[])
     for value in ("p10", "median"):
         store = str(tmp_path / f"{value}.db")
-        r = run_cli(*bisect_args(store, s, "--max-reps", "9", "--detect", "5000", "--value", value))
+        r = refused_null(lambda i: run_cli(*bisect_args(f"{store}.{i}", s, "--max-reps", "9", "--detect", "5000",
+                                                        "--value", value)))
         assert r.returncode == 3, r.stderr
+        store = r.args[2]
         assert_one_sentence_error(r)
         assert "3 and 3 repetitions" in r.stderr and "within --detect 5000%" in r.stderr
         assert tagged_runs(store) == 6
-    r = run_cli(*bisect_args(str(tmp_path / "tight.db"), s, "--reps", "3", "--max-reps", "3", "--detect", "0.001"))
+    r = refused_null(lambda i: run_cli(*bisect_args(str(tmp_path / f"tight{i}.db"), s, "--reps", "3", "--max-reps",
+                                                    "3", "--detect", "0.001")))
     assert r.returncode == 3 and "not the 0.001% of --detect: more repetitions (--max-reps)" in r.stderr, r.stderr
 
 

@@ -7,27 +7,28 @@ import json
 import sqlite3
 
 from support import run_cli
-from support.bisect_repo import make_series
+from support.bisect_repo import make_series, refused_null
 
 BENCH = "select.file.100"
 
 
 def test_good_and_bad_are_measured_one_repetition_of_each_in_turn(tmp_path):
     s = make_series(tmp_path / "repo", 2, None, good=[f"param={BENCH}:n=100"], bad=[])
-    store = tmp_path / "k.db"
-    r = run_cli("--store", store, "bisect", "--repo", s.path, "--good", s.commits[0], "--bad", s.commits[-1],
-                "--bench", BENCH, "--build", "./build.sh", "--reps", "3", "--max-reps", "3", "--no-profile",
-                "--no-progress")
+
+    def bisect(store):
+        return run_cli("--store", store, "bisect", "--repo", s.path, "--good", s.commits[0], "--bad", s.commits[-1],
+                       "--bench", BENCH, "--build", "./build.sh", "--reps", "3", "--max-reps", "3", "--no-profile",
+                       "--no-progress")
+    r = refused_null(lambda i: bisect(tmp_path / f"k{i}.db"))
     assert r.returncode == 3, r.stderr
+    store = r.args[2]
     with sqlite3.connect(store) as c:
         tags = [json.loads(o)["bisect"]["commit"] for (o,) in c.execute(
             "SELECT options FROM run WHERE state='complete' AND options LIKE ? ORDER BY id", ('%"bisect"%',))]
     g, b = s.commits[0], s.commits[-1]
     assert tags == [g, b, b, g, g, b]         # every other round reversed: order costs fall on both alike
     # resuming measures nothing again
-    r = run_cli("--store", store, "bisect", "--repo", s.path, "--good", s.commits[0], "--bad", s.commits[-1],
-                "--bench", BENCH, "--build", "./build.sh", "--reps", "3", "--max-reps", "3", "--no-profile",
-                "--no-progress")
+    r = bisect(store)
     assert r.returncode == 3
     with sqlite3.connect(store) as c:
         assert c.execute("SELECT count(*) FROM run WHERE options LIKE ?", ('%"bisect"%',)).fetchone()[0] == 6

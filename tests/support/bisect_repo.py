@@ -79,3 +79,21 @@ def make_series(path: Path, n: int, culprit_at: int | None, good: list[str], bad
         if i == culprit_at:
             culprit = commits[-1]
     return Series(path, commits, culprit)
+
+
+# A null pair (GOOD and BAD alike) is called different with probability REFERENCE_ALPHA (2%): a test
+# that asserts one refusal fails that often by design, and the five of `make test` together in one
+# CI run in ten. Such a test takes the first refusal of two independent attempts, each into its own
+# store: both called different 0.04% of the time at the test's level, while a level gone wrong
+# (say 30%) still fails one run in eleven.
+NULL_ATTEMPTS = 2
+
+
+def refused_null(attempt):
+    """``attempt(i)`` (i = 0, 1: a bisection of a null pair into a store of its own, its
+    CompletedProcess) until one is refused (exit status 3); that one, or the last."""
+    for i in range(NULL_ATTEMPTS):
+        r = attempt(i)
+        if r.returncode == 3:
+            return r
+    return r
