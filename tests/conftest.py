@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import fcntl
 import importlib.util
+import signal
 
 import pytest
 
 from support import machine_lock
+
+# A suite started in the background by a shell without job control (`(make test &)`) inherits SIGINT
+# ignored, and so does every command a test starts: a test that interrupts one (Ctrl-C: knobs put back,
+# a run marked interrupted, exit status 130) would see it run on to the end. A handler of our own is
+# reset to the default in each child at exec, as a terminal's foreground job has it.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items):
