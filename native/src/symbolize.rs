@@ -69,7 +69,8 @@ pub struct Symbols<'o> {
     dso_unknown: u32,
     dso_kernel: u32,
     pub procs: Processes<'o>,
-    /// The ELF symbols shared with the other threads reading the same file (`parallel`).
+    /// The ELF symbols shared with the other threads reading the same file (`parallel`) and with
+    /// the other reads of the same group (`Options::share`).
     pub shared: Option<Arc<SharedSyms>>,
     /// Kernel addresses looked up, and those kallsyms does not hold.
     pub kernel_addrs: u64,
@@ -215,7 +216,7 @@ impl<'o> Symbols<'o> {
             dso_unknown: 0,
             dso_kernel: 0,
             procs: Processes::new(),
-            shared: None,
+            shared: opts.share.clone(),
             kernel_addrs: 0,
             kernel_unresolved: 0,
             warnings: Vec::new(),

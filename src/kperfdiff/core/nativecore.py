@@ -20,8 +20,8 @@ def available():
 
 
 def core():
-    if _problem is None and not all(hasattr(_module, f) for f in NEEDED):
-        raise InputError("kperfdiff's native core is out of date; run `make setup` to rebuild it")
     if _problem:
         raise InputError(f"kperfdiff's native core {_problem}; run `make setup`")
+    if available() is None:
+        raise InputError("kperfdiff's native core is out of date; run `make setup` to rebuild it")
     return _module
