@@ -86,7 +86,7 @@ def test_finds_verifies_and_resumes_after_a_kill(tmp_path):
 
 def test_a_pair_with_no_difference_is_refused(tmp_path):
     s = make_series(tmp_path / "repo", 4, None, good=[f"param={BENCH}:n=100"], bad=[])
-    r = refused_null(lambda i: run_cli(*bisect_args(str(tmp_path / f"k{i}.db"), s, "--max-reps", "6")))
+    r, _ = refused_null(lambda store: run_cli(*bisect_args(store, s, "--max-reps", "6")), tmp_path / "k")
     assert r.returncode == 3, r.stderr
     assert_one_sentence_error(r)
     assert "do not differ significantly" in r.stderr and "no commit is blamed" in r.stderr
@@ -101,16 +101,14 @@ def test_detect_ends_the_reference_once_it_could_see_that_much(tmp_path):
     --value median. A --detect that 9 repetitions cannot reach says that more are needed."""
     s = make_series(tmp_path / "repo", 3, None, good=[f"param={BENCH}:n=100"], bad=[])
     for value in ("p10", "median"):
-        store = str(tmp_path / f"{value}.db")
-        r = refused_null(lambda i: run_cli(*bisect_args(f"{store}.{i}", s, "--max-reps", "9", "--detect", "5000",
-                                                        "--value", value)))
+        r, store = refused_null(lambda store: run_cli(*bisect_args(store, s, "--max-reps", "9", "--detect", "5000",
+                                                                   "--value", value)), tmp_path / value)
         assert r.returncode == 3, r.stderr
-        store = r.args[2]
         assert_one_sentence_error(r)
         assert "3 and 3 repetitions" in r.stderr and "within --detect 5000%" in r.stderr
         assert tagged_runs(store) == 6
-    r = refused_null(lambda i: run_cli(*bisect_args(str(tmp_path / f"tight{i}.db"), s, "--reps", "3", "--max-reps",
-                                                    "3", "--detect", "0.001")))
+    r, _ = refused_null(lambda store: run_cli(*bisect_args(store, s, "--reps", "3", "--max-reps", "3", "--detect",
+                                                           "0.001")), tmp_path / "tight")
     assert r.returncode == 3 and "not the 0.001% of --detect: more repetitions (--max-reps)" in r.stderr, r.stderr
 
 

@@ -19,9 +19,8 @@ def test_good_and_bad_are_measured_one_repetition_of_each_in_turn(tmp_path):
         return run_cli("--store", store, "bisect", "--repo", s.path, "--good", s.commits[0], "--bad", s.commits[-1],
                        "--bench", BENCH, "--build", "./build.sh", "--reps", "3", "--max-reps", "3", "--no-profile",
                        "--no-progress")
-    r = refused_null(lambda i: bisect(tmp_path / f"k{i}.db"))
+    r, store = refused_null(bisect, tmp_path / "k")
     assert r.returncode == 3, r.stderr
-    store = r.args[2]
     with sqlite3.connect(store) as c:
         tags = [json.loads(o)["bisect"]["commit"] for (o,) in c.execute(
             "SELECT options FROM run WHERE state='complete' AND options LIKE ? ORDER BY id", ('%"bisect"%',))]

@@ -89,11 +89,13 @@ def make_series(path: Path, n: int, culprit_at: int | None, good: list[str], bad
 NULL_ATTEMPTS = 2
 
 
-def refused_null(attempt):
-    """``attempt(i)`` (i = 0, 1: a bisection of a null pair into a store of its own, its
-    CompletedProcess) until one is refused (exit status 3); that one, or the last."""
+def refused_null(bisect, base: Path) -> tuple[subprocess.CompletedProcess, Path]:
+    """``bisect(store)`` (a bisection of a null pair, its CompletedProcess) into a store of its own per
+    attempt (``base`` with .0.db, .1.db) until one is refused (exit status 3): that one and its store,
+    or the last."""
     for i in range(NULL_ATTEMPTS):
-        r = attempt(i)
+        store = base.with_name(f"{base.name}.{i}.db")
+        r = bisect(store)
         if r.returncode == 3:
-            return r
-    return r
+            break
+    return r, store
