@@ -271,5 +271,8 @@ def test_runs_of_an_experiment_get_its_interval(tmp_path, home):
     assert by_runs["experiment"]["name"] == "ab"
     text = run_cli("compare", "ab/A", "ab/B", check=0).stdout
     assert "[no interval]" not in text and "(interleaved in experiment ab, id " in text.splitlines()[0]
-    g = run_cli("compare", "ab/A", "ab/B", "--fail-on-regression", "50").stderr
-    assert "of 1 judged cells tripped it" in g.splitlines()[0] and "not judged" not in g
+    # the gate judges the cell with that interval; on a machine busy enough that three pairs could not
+    # have seen even 99% (CI, beside the parallel tests, once at 50%), it says so, never "no interval"
+    g = run_cli("compare", "ab/A", "ab/B", "--fail-on-regression", "99").stderr
+    assert "no interval" not in g and "drift" not in g, g
+    assert "of 1 judged cells tripped it" in g.splitlines()[0] or "could not have seen a 99% slowdown" in g, g

@@ -1,6 +1,7 @@
 """Experiments: file checks, the matrix, resume after a kill, knobs restored, the v1 -> v2 store upgrade."""
 import contextlib
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -342,11 +343,14 @@ def test_precision_adds_interleaved_repetitions(tmp_path, home):
     # running the finished experiment again measures nothing more: its columns said why they stopped
     again = run_cli("run", p, "--no-progress", check=0)
     assert len(_cells(home / "kperfdiff.db", "prec")) == len(cells) and "time limit" not in again.stderr
-    # a precision the planned repetitions reach even on a machine busy with parallel tests (+-1000% was
-    # missed once there: one repetition of three far off)
+    # a precision the planned repetitions reach on a quiet machine; on one busy with parallel tests one
+    # repetition of three far off can need more (+-1000% was missed once there): the rounds stop at the
+    # repetition that reached it
     loose = write(tmp_path, fast(name="loose", reps=3, extra="precision = 9999"), name="l.toml")
     r = run_cli("run", loose, "--no-progress", check=0)
-    assert "precision reached" in r.stderr and len(_cells(home / "kperfdiff.db", "loose")) == 2 * 3
+    reached = re.search(r"precision reached: .* after (\d+) repetitions", r.stderr)
+    assert reached and int(reached[1]) >= 3, r.stderr
+    assert len(_cells(home / "kperfdiff.db", "loose")) == 2 * int(reached[1])
 
 
 def test_detect_adds_repetitions_until_every_change_could_see_p(tmp_path, home):
@@ -354,7 +358,11 @@ def test_detect_adds_repetitions_until_every_change_could_see_p(tmp_path, home):
     the table says which ended it; detect and precision together are refused, naming the field."""
     loose = write(tmp_path, fast(name="det", reps=3, extra="detect = 9999"), name="d.toml")
     r = run_cli("run", loose, "--no-progress", check=0)
-    assert "detectable change reached: detectable " in r.stderr and len(_cells(home / "kperfdiff.db", "det")) == 6
+    # reached at the 3 planned repetitions on a quiet machine; one far-off repetition on a busy one (CI,
+    # beside the parallel tests) once needed a 4th: the rounds stop at the repetition that reached it
+    reached = re.search(r"detectable change reached: detectable ([\d.]+)% <= 9999% after (\d+) repetitions", r.stderr)
+    assert reached and float(reached[1]) <= 9999 and int(reached[2]) >= 3, r.stderr
+    assert len(_cells(home / "kperfdiff.db", "det")) == 2 * int(reached[2])
     tight = write(tmp_path, fast(name="det2", reps=3, extra="detect = 0.0001\nmax_time = 2"), name="t.toml")
     r = run_cli("run", tight, "--no-progress", check=0)
     assert "time limit (2 s): detectable " in r.stderr or "repetition limit: detectable " in r.stderr
