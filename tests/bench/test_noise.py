@@ -303,10 +303,18 @@ def _busy_worker(tmp_path) -> str:
 
 
 def _busy_loops(n: int, cpu: int | None):
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    """n spinning processes (on ``cpu`` when given), returned once each is spinning (on a busy machine
+    an interpreter's start can take longer than the measurement that follows). Each is a session of
+    its own, as the worker is: with autogroup scheduling, a hog left in pytest's session shared that
+    session's weight with the rest of it, and a "crowded" worker beside other load (CI's) waited 26%
+    of its time instead of half."""
+    procs = [subprocess.Popen([sys.executable, "-c", "print('spinning', flush=True)\nwhile True: pass"],
+                              stdout=subprocess.PIPE, text=True, start_new_session=True) for _ in range(n)]
     if cpu is not None:
         for p in procs:
             os.sched_setaffinity(p.pid, {cpu})
+    for p in procs:
+        assert p.stdout.readline() == "spinning\n"
     return procs
 
 
@@ -314,6 +322,7 @@ def _stop(procs):
     for p in procs:
         p.kill()
         p.wait()
+        p.stdout.close()
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
