@@ -22,7 +22,10 @@ every N once in a fresh child process that times the read itself; per N the best
 seconds, the speed-up over one thread, Msamples/s, the CPU time of all the child's threads over
 the read (user + sys, and CPU/wall: how many threads were busy), voluntary context switches, and
 whether the dict (plain and per process) is identical to the one of ``threads=1``. It exits 1 on
-a mismatch. With ``--file`` the curve of that file, else of each shape; ``--symfs DIR`` reads
+a mismatch. In the same rounds, the machine's ceiling: N one-thread reads in N processes started
+together (as many as the CPUs when N is more), and N times the one-thread read over the slowest of
+them, the most any reader of one file on N threads could reach on this machine; the header names
+the CPUs as cores. The curve of a file needs no ``perf``. With ``--file`` the curve of that file, else of each shape; ``--symfs DIR`` reads
 user-space symbols from DIR (a recording made on another machine):
 
     python benchmarks/bench_ingest.py --curve --file PERF.DATA --kallsyms KALLSYMS [--symfs DIR] [--repeat 5]
@@ -106,6 +109,11 @@ def first_difference(a, b, where="dict"):
     return None if a == b else f"{where}: differs"
 
 
+if mode.startswith("together-"):
+    # one of a batch started together (the machine's ceiling): ready once imported, then the word
+    mode = mode[len("together-"):]
+    print("ready", flush=True)
+    sys.stdin.readline()
 t = time.perf_counter()
 if mode == "native":
     d = native.read_perf_data(path, kallsyms=ks, **kw)
@@ -274,38 +282,88 @@ def curve_counts(ncpu: int) -> list[int]:
     return counts
 
 
+def together(data: Path, ks: Path, n: int, symfs: Path | None = None) -> float:
+    """``n`` one-thread reads of ``data`` in ``n`` fresh processes started together (each waits,
+    imported, for the word): the seconds of the slowest read."""
+    procs = [subprocess.Popen(child(data, ks, "together-curve1", symfs=symfs), stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(n)]
+    try:
+        for p in procs:
+            if p.stdout.readline() != "ready\n":
+                raise SystemExit(f"a batch read of {data} did not start: {p.communicate()[1].strip()[-2000:]}")
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        outs = [(p.stdout.read(), p.stderr.read()) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None and p.stdout.closed is False and p.returncode is None:
+                p.kill()
+            p.wait()
+            for f in (p.stdin, p.stdout, p.stderr):
+                f.close()
+    bad = [err for p, (_, err) in zip(procs, outs) if p.returncode != 0]
+    if bad:
+        raise SystemExit(f"a batch read of {data} failed: {bad[0].strip()[-2000:]}")
+    return max(json.loads(out)["seconds"] for out, _ in outs)
+
+
 def thread_curve(data: Path, ks: Path, counts: list[int], repeat: int, symfs: Path | None = None) -> list[dict]:
     """One file read by ``native.read_perf_data(threads=N)`` for each N of ``counts``: ``repeat``
     interleaved rounds (each runs every N once, in a rotated order), each a fresh child timing the
     read itself; per N the best round (its CPU time: user + sys of every thread over the read),
-    the median, and the first difference of the dict from the one of ``threads=1`` (None)."""
+    the median, and the first difference of the dict from the one of ``threads=1`` (None).
+    In the same rounds, the machine's ceiling for N: one-thread reads in N processes at once (as many
+    as the CPUs when N is more: N threads cannot use more), the best round's slowest read
+    (``together``, seconds; ``at_once``, how many)."""
+    ncpu = len(os.sched_getaffinity(0))
     runs: dict[int, list[dict]] = {n: [] for n in counts}
+    batches: dict[int, list[float]] = {n: [] for n in counts}
     for r in range(repeat):
         k = r % len(counts)
         for n in counts[k:] + counts[:k]:
             runs[n].append(kperfdiff_run(data, ks, f"curve{n}", symfs=symfs))
+            m = min(n, ncpu)
+            batches[n].append(together(data, ks, m, symfs) if m > 1 else runs[n][-1]["seconds"])
     rows = []
     for n in counts:
         b = min(runs[n], key=lambda i: i["seconds"])
-        b.update(threads=n, median=statistics.median(i["seconds"] for i in runs[n]),
+        b.update(threads=n, median=statistics.median(i["seconds"] for i in runs[n]), together=min(batches[n]),
+                 at_once=min(n, ncpu),
                  difference=None if n == 1 else kperfdiff_run(data, ks, f"compare{n}", symfs=symfs)["difference"])
         rows.append(b)
     return rows
 
 
+def topology() -> str:
+    """The allowed CPUs as cores: "16 CPUs on 8 cores (2 threads a core)", from sysfs (what the
+    ceiling depends on: two threads of one core share its units and caches)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    cores = set()
+    for c in cpus:
+        try:
+            cores.add(Path(f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list").read_text().strip())
+        except OSError:
+            return f"{len(cpus)} CPUs (cores unknown: no sysfs topology)"
+    per = len(cpus) / len(cores)
+    return f"{len(cpus)} CPUs on {len(cores)} cores ({per:g} thread{'s' if per != 1 else ''} a core)"
+
+
 def print_curve(data: Path, rows: list[dict], repeat: int) -> bool:
     """The curve's table; False when a thread count's dict differs from one thread's."""
-    ncpu = len(os.sched_getaffinity(0))
     base = next((r["seconds"] for r in rows if r["threads"] == 1), None)
     print(f"one file on 1..N threads: {data} ({data.stat().st_size / 1e6:.1f} MB, {rows[0]['samples']} samples); "
           f"native.read_perf_data(threads=N), best of {repeat} interleaved rounds, each a fresh child process "
-          f"timing the read; {ncpu} CPUs; load 1m {load1():.2f}")
+          f"timing the read; {topology()}; load 1m {load1():.2f}")
     print(f"{'threads':>7} {'best s':>8} {'median s':>9} {'speed-up':>9} {'Msamples/s':>11} {'CPU s':>7} "
-          f"{'CPU/wall':>8} {'usr s':>7} {'sys s':>7} {'vcsw':>6}  dict vs threads=1")
+          f"{'CPU/wall':>8} {'usr s':>7} {'sys s':>7} {'vcsw':>6} {'N at once s':>11} {'ceiling':>8} "
+          f"{'of ceil.':>8}  dict vs threads=1")
     same = True
     for r in rows:
         cpu = r["user"] + r["sys"]
         up = f"{base / r['seconds']:8.2f}x" if base else f"{'':>9}"
+        ceiling = r["at_once"] * base / r["together"] if base else None
+        ceil = f"{ceiling:7.2f}x {base / r['seconds'] / ceiling:8.2f}" if base else f"{'':>8} {'':>8}"
         if r["threads"] == 1:
             ident = "(the reference)"
         elif r["difference"] is None:
@@ -313,9 +371,14 @@ def print_curve(data: Path, rows: list[dict], repeat: int) -> bool:
         else:
             ident, same = f"MISMATCH: {r['difference']}", False
         print(f"{r['threads']:7d} {r['seconds']:8.3f} {r['median']:9.3f} {up} {msps(r['samples'], r['seconds']):11.2f} "
-              f"{cpu:7.3f} {cpu / r['seconds']:8.2f} {r['user']:7.3f} {r['sys']:7.3f} {r['vcsw']:6d}  {ident}")
+              f"{cpu:7.3f} {cpu / r['seconds']:8.2f} {r['user']:7.3f} {r['sys']:7.3f} {r['vcsw']:6d} "
+              f"{r['together']:11.3f} {ceil}  {ident}")
     print("  speed-up: best of threads=1 / best of threads=N; CPU: user+sys of the child's threads over the read; "
           "CPU/wall near N: N threads busy; vcsw: voluntary context switches (blocking) over the read")
+    print("  N at once: the slowest of N one-thread reads in N processes started together (best round; as many "
+          "as the CPUs when N is more); ceiling: their count x threads=1 / that, the reads a second this machine "
+          "does on N CPUs against one read alone, the most any reader of one file on N threads could reach here; "
+          "of ceil.: speed-up / ceiling")
     return same
 
 
@@ -404,7 +467,7 @@ def main() -> None:
     ap.add_argument("--before", type=Path, metavar="DIR",
                     help="another kperfdiff checkout (built with make setup) to time beside this one")
     args = ap.parse_args()
-    if shutil.which("perf") is None:
+    if shutil.which("perf") is None and not (args.curve and args.file):    # the curve of a file reads it alone
         raise SystemExit("perf is not installed")
     if args.repeat < 1 or args.threads < 1:
         raise SystemExit("--repeat and --threads must be at least 1")
@@ -429,7 +492,9 @@ def main() -> None:
             todo = [(files[(s, "a")], args.dir / "kallsyms") for s in picked]
         ok = True
         for data, ks in todo:
-            subprocess.run(["cat", str(data)], stdout=subprocess.DEVNULL)   # the page cache
+            with open(data, "rb") as f:                   # into the page cache
+                while f.read(1 << 20):
+                    pass
             ok &= print_curve(data, thread_curve(data, ks, counts, args.repeat, args.symfs), args.repeat)
         if not ok:
             raise SystemExit(1)

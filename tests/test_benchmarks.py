@@ -112,6 +112,27 @@ def test_bench_ingest_threads(shape_dir, tmp_path):
     assert "MISMATCH: threads=2 returned a different dict from threads=1 for fork" in bad
 
 
+def test_bench_ingest_curve(shape_dir):
+    """--curve --file: a row per thread count with the machine's ceiling beside it (N one-thread reads
+    at once), its figures consistent with each other, and the CPUs named as cores; no perf needed."""
+    out = harness(ROOT / "benchmarks" / "bench_ingest.py", "--curve", "--file", shape_dir / "fork-a.perf.data",
+                  "--kallsyms", shape_dir / "kallsyms", "--curve-threads", "1,2", "--repeat", 1,
+                  env={"PATH": os.path.dirname(sys.executable)}).stdout
+    assert re.search(rf"{SAMPLES} samples\);.* \d+ CPUs on \d+ cores \(\d+(\.\d+)? threads? a core\); load", out), out
+    rows = {}
+    for n, ident in ((1, r"\(the reference\)"), (2, "identical")):
+        m = re.search(rf"^ +{n} +({NUM}) +{NUM} +({NUM})x +{NUM} +{NUM} +{NUM} +{NUM} +{NUM} +\d+ +({NUM}) +({NUM})x "
+                      rf"+({NUM})  {ident}$", out, re.M)
+        assert m, (n, out)
+        rows[n] = [float(x) for x in m.groups()]
+    best1, _, at_once1, ceiling1, _ = rows[1]
+    best2, up2, at_once2, ceiling2, of2 = rows[2]
+    assert at_once1 == best1 and ceiling1 == 1.0                        # one read alone is its own ceiling
+    # from the printed figures, each rounded (to 0.0005 s, 0.005): the ceiling is 2 reads' time against one's
+    assert 2 * (best1 - 5e-4) / (at_once2 + 5e-4) - 5e-3 <= ceiling2 <= 2 * (best1 + 5e-4) / (at_once2 - 5e-4) + 5e-3
+    assert (up2 - 5e-3) / (ceiling2 + 5e-3) - 5e-3 <= of2 <= (up2 + 5e-3) / (ceiling2 - 5e-3) + 5e-3, out
+
+
 def test_bench_ingest_file(shape_dir):
     out = harness(ROOT / "benchmarks" / "bench_ingest.py", "--file", shape_dir / "fork-a.perf.data",
                   "--kallsyms", shape_dir / "kallsyms", "--repeat", 1).stdout
