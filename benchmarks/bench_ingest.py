@@ -25,8 +25,9 @@ whether the dict (plain and per process) is identical to the one of ``threads=1`
 a mismatch. In the same rounds, the machine's ceiling: N one-thread reads in N processes started
 together (as many as the CPUs when N is more), and N times the one-thread read over the slowest of
 them, the most any reader of one file on N threads could reach on this machine; the header names
-the CPUs as cores. The curve of a file needs no ``perf``. With ``--file`` the curve of that file, else of each shape; ``--symfs DIR`` reads
-user-space symbols from DIR (a recording made on another machine):
+the CPUs as cores. The curve of a file needs no ``perf``. With ``--file`` the curve of that file,
+else of each shape; ``--symfs DIR`` reads user-space symbols from DIR (a recording made on another
+machine):
 
     python benchmarks/bench_ingest.py --curve --file PERF.DATA --kallsyms KALLSYMS [--symfs DIR] [--repeat 5]
     python benchmarks/bench_ingest.py --curve [--shapes ...] [--curve-threads 1,2,4,8,16]
@@ -295,10 +296,12 @@ def together(data: Path, ks: Path, n: int, symfs: Path | None = None) -> float:
             p.stdin.write("go\n")
             p.stdin.flush()
         outs = [(p.stdout.read(), p.stderr.read()) for p in procs]
+    except BaseException:
+        for p in procs:
+            p.kill()
+        raise
     finally:
         for p in procs:
-            if p.poll() is None and p.stdout.closed is False and p.returncode is None:
-                p.kill()
             p.wait()
             for f in (p.stdin, p.stdout, p.stderr):
                 f.close()

@@ -186,10 +186,10 @@ def main() -> int:
         except HarnessError as e:
             raise SystemExit(f"bisect_accuracy: {e}")
         print(line.describe(), flush=True)
-    for e in a.effects if a.series else ():
-        nb = line.value_for(e)
-        groups.append((f"{e * 100:g}%", e, nb, a.series))
-        print(f"  {e * 100:g}%: n = {N_GOOD} -> {nb} (expected {line.expected(nb) * 100:+.1f}%)")
+        for e in a.effects:
+            nb = line.value_for(e)
+            groups.append((f"{e * 100:g}%", e, nb, a.series))
+            print(f"  {e * 100:g}%: n = {N_GOOD} -> {nb} (expected {line.expected(nb) * 100:+.1f}%)")
     if a.null:
         groups.append(("null", None, None, a.null))
     if not groups:

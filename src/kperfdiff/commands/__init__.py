@@ -130,7 +130,7 @@ def cli() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    common.ENDS_AT_ONCE.clear()
+    common.ENDS_AT_ONCE = False
     parser = build_parser(lazy=True)
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])  # before or after the sub-command
     try:

@@ -119,10 +119,13 @@ def _read(path: Path, kallsyms, symfs, by_process: bool = False, kallsyms_unchec
         check_input_file(ks, "kallsyms")
     if isinstance(symfs, (str, os.PathLike)):
         symfs = [symfs]
+
+    def read(kallsyms_path: Path | None) -> dict:
+        return n.read_perf_data(str(path), kallsyms=str(kallsyms_path) if kallsyms_path is not None else None,
+                                symfs=[str(s) for s in symfs or []], debug_dirs=_debug_dirs(), by_process=by_process,
+                                threads=reader_threads(), share=symbol_share, **filters.sample_kwargs())
     try:
-        raw = n.read_perf_data(str(path), kallsyms=str(ks) if ks is not None else None,
-                               symfs=[str(s) for s in symfs or []], debug_dirs=_debug_dirs(), by_process=by_process,
-                               threads=reader_threads(), share=symbol_share, **filters.sample_kwargs())
+        raw = read(ks)
     except n.PerfDataError as e:
         msg = str(e)
         if str(path) not in msg:
@@ -135,9 +138,7 @@ def _read(path: Path, kallsyms, symfs, by_process: bool = False, kallsyms_unchec
         cached = find_kallsyms(Path("/nonexistent/x"), raw["header"].get("build_ids"))
         if cached is not None and any("no kallsyms" in w for w in raw["warnings"]):
             try:
-                raw = n.read_perf_data(str(path), kallsyms=str(cached), symfs=[str(s) for s in symfs or []],
-                                       debug_dirs=_debug_dirs(), by_process=by_process, threads=reader_threads(),
-                                       share=symbol_share, **filters.sample_kwargs())
+                raw = read(cached)
                 ks, found = cached, "perf's build-id cache"
             except n.PerfDataError:
                 pass
