@@ -27,9 +27,10 @@ together (as many as the CPUs when N is more), and N times the one-thread read o
 them, the most any reader of one file on N threads could reach on this machine; the header names
 the CPUs as cores. The curve of a file needs no ``perf``. With ``--file`` the curve of that file,
 else of each shape; ``--symfs DIR`` reads user-space symbols from DIR (a recording made on another
-machine):
+machine); ``--before DIR`` reads it with that checkout too, at each N in the same rounds:
 
     python benchmarks/bench_ingest.py --curve --file PERF.DATA --kallsyms KALLSYMS [--symfs DIR] [--repeat 5]
+        [--before DIR]
     python benchmarks/bench_ingest.py --curve [--shapes ...] [--curve-threads 1,2,4,8,16]
 
 With ``--file PERF.DATA --kallsyms FILE`` it times one file in detail instead: native ingest and
@@ -311,21 +312,26 @@ def together(data: Path, ks: Path, n: int, symfs: Path | None = None) -> float:
     return max(json.loads(out)["seconds"] for out, _ in outs)
 
 
-def thread_curve(data: Path, ks: Path, counts: list[int], repeat: int, symfs: Path | None = None) -> list[dict]:
+def thread_curve(data: Path, ks: Path, counts: list[int], repeat: int, symfs: Path | None = None,
+                 before: Path | None = None) -> list[dict]:
     """One file read by ``native.read_perf_data(threads=N)`` for each N of ``counts``: ``repeat``
     interleaved rounds (each runs every N once, in a rotated order), each a fresh child timing the
     read itself; per N the best round (its CPU time: user + sys of every thread over the read),
     the median, and the first difference of the dict from the one of ``threads=1`` (None).
     In the same rounds, the machine's ceiling for N: one-thread reads in N processes at once (as many
     as the CPUs when N is more: N threads cannot use more), the best round's slowest read
-    (``together``, seconds; ``at_once``, how many)."""
+    (``together``, seconds; ``at_once``, how many). With ``before`` (another checkout), its read
+    at N threads too, in the same rounds (``before``: the best round's seconds; ``before_vcsw``)."""
     ncpu = len(os.sched_getaffinity(0))
     runs: dict[int, list[dict]] = {n: [] for n in counts}
     batches: dict[int, list[float]] = {n: [] for n in counts}
+    old: dict[int, list[dict]] = {n: [] for n in counts}
     for r in range(repeat):
         k = r % len(counts)
         for n in counts[k:] + counts[:k]:
             runs[n].append(kperfdiff_run(data, ks, f"curve{n}", symfs=symfs))
+            if before:
+                old[n].append(kperfdiff_run(data, ks, f"curve{n}", before, symfs))
             m = min(n, ncpu)
             batches[n].append(together(data, ks, m, symfs) if m > 1 else runs[n][-1]["seconds"])
     rows = []
@@ -334,6 +340,9 @@ def thread_curve(data: Path, ks: Path, counts: list[int], repeat: int, symfs: Pa
         b.update(threads=n, median=statistics.median(i["seconds"] for i in runs[n]), together=min(batches[n]),
                  at_once=min(n, ncpu),
                  difference=None if n == 1 else kperfdiff_run(data, ks, f"compare{n}", symfs=symfs)["difference"])
+        if before:
+            o = min(old[n], key=lambda i: i["seconds"])
+            b.update(before=o["seconds"], before_vcsw=o["vcsw"])
         rows.append(b)
     return rows
 
@@ -360,7 +369,8 @@ def print_curve(data: Path, rows: list[dict], repeat: int) -> bool:
           f"timing the read; {topology()}; load 1m {load1():.2f}")
     print(f"{'threads':>7} {'best s':>8} {'median s':>9} {'speed-up':>9} {'Msamples/s':>11} {'CPU s':>7} "
           f"{'CPU/wall':>8} {'usr s':>7} {'sys s':>7} {'vcsw':>6} {'N at once s':>11} {'ceiling':>8} "
-          f"{'of ceil.':>8}  dict vs threads=1")
+          f"{'of ceil.':>8}" + (f" {'before s':>8} {'vcsw':>6} {'gain':>8}" if "before" in rows[0] else "")
+          + "  dict vs threads=1")
     same = True
     for r in rows:
         cpu = r["user"] + r["sys"]
@@ -373,15 +383,17 @@ def print_curve(data: Path, rows: list[dict], repeat: int) -> bool:
             ident = "identical"
         else:
             ident, same = f"MISMATCH: {r['difference']}", False
+        old = f" {r['before']:8.3f} {r['before_vcsw']:6d} {r['before'] / r['seconds']:7.2f}x" if "before" in r else ""
         print(f"{r['threads']:7d} {r['seconds']:8.3f} {r['median']:9.3f} {up} {msps(r['samples'], r['seconds']):11.2f} "
               f"{cpu:7.3f} {cpu / r['seconds']:8.2f} {r['user']:7.3f} {r['sys']:7.3f} {r['vcsw']:6d} "
-              f"{r['together']:11.3f} {ceil}  {ident}")
+              f"{r['together']:11.3f} {ceil}{old}  {ident}")
     print("  speed-up: best of threads=1 / best of threads=N; CPU: user+sys of the child's threads over the read; "
           "CPU/wall near N: N threads busy; vcsw: voluntary context switches (blocking) over the read")
     print("  N at once: the slowest of N one-thread reads in N processes started together (best round; as many "
           "as the CPUs when N is more); ceiling: their count x threads=1 / that, the reads a second this machine "
           "does on N CPUs against one read alone, the most any reader of one file on N threads could reach here; "
-          "of ceil.: speed-up / ceiling")
+          "of ceil.: speed-up / ceiling" + ("; before: the other checkout's best read at N threads in the same "
+                                            "rounds, its vcsw, and its time / this one's" if "before" in rows[0] else ""))
     return same
 
 
@@ -498,7 +510,7 @@ def main() -> None:
             with open(data, "rb") as f:                   # into the page cache
                 while f.read(1 << 20):
                     pass
-            ok &= print_curve(data, thread_curve(data, ks, counts, args.repeat, args.symfs), args.repeat)
+            ok &= print_curve(data, thread_curve(data, ks, counts, args.repeat, args.symfs, args.before), args.repeat)
         if not ok:
             raise SystemExit(1)
         return

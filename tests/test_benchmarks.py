@@ -169,3 +169,16 @@ def test_bench_diff_shapes(shape_dir, tmp_path):
 def test_bad_arguments(script, args, tmp_path):
     p = harness(ROOT / "benchmarks" / script, *args, "--dir", tmp_path, check=1)
     assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_bench_ingest_curve_before(shape_dir, tmp_path):
+    """--curve --before: the other checkout's read at each N in the same rounds, its switches, and
+    its time over this one's."""
+    out = harness(ROOT / "benchmarks" / "bench_ingest.py", "--curve", "--file", shape_dir / "fork-a.perf.data",
+                  "--kallsyms", shape_dir / "kallsyms", "--curve-threads", "1", "--repeat", 1,
+                  "--before", before_checkout(tmp_path)).stdout
+    assert re.search(r"before s +vcsw +gain  dict vs threads=1$", out, re.M), out
+    m = re.search(rf"^ +1 +({NUM}) .* ({NUM}) +\d+ +({NUM})x  \(the reference\)$", out, re.M)
+    assert m, out
+    best, before, gain = (float(x) for x in m.groups())
+    assert (before - 5e-4) / (best + 5e-4) - 5e-3 <= gain <= (before + 5e-4) / (best - 5e-4) + 5e-3, out

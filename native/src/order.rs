@@ -4,11 +4,16 @@
 //! visited straight from the memory map without copying, and handed to a
 //! `RecordSink` (statically dispatched: one instance per byte order).
 //!
-//! Records are read through a window of the map: the pages ahead are mapped
-//! in one call per chunk (fewer page faults) and the pages behind, once no pending
-//! record needs them, are released, so the file does not all count in the process's
+//! Records are read through a window of the map: the pages fault in as the records
+//! reach them (the kernel maps a few around each fault) and the pages behind, once no
+//! pending record needs them, are released, so the file does not all count in the process's
 //! resident memory (a reader of a part of the file, and the index walk, release only
-//! their own part's). Compressed files (perf record -z) go through `linux-perf-data`'s
+//! their own part's). The pages are not populated ahead (MADV_POPULATE_READ), which
+//! measured no faster on one thread: a populate holds the address space's lock for its
+//! whole chunk, so another thread's map or unmap (a library's symbols, the heap) waits for
+//! it, and the other threads' populates queue behind that one. A fault takes only the
+//! lock of its own mapping.
+//! Compressed files (perf record -z) go through `linux-perf-data`'s
 //! reader, which inflates them.
 //!
 //! For a file read on several threads (`parallel`), `find_round` and `index` walk
@@ -162,19 +167,18 @@ fn plausible_after<T: ByteOrder>(region: &[u8], mut pos: usize) -> bool {
 
 /// Walks the records of `region` from `start` (the region's start or a FINISHED_ROUND) up to
 /// the first FINISHED_ROUND at or after `reach` (to the end when None), noting what a reader
-/// of a later part needs (`Stretch`). The map's pages are populated on the way, so that the
-/// readers after it find them mapped.
+/// of a later part needs (`Stretch`). The map's pages behind it are released on the way (the
+/// whole chunks of its own stretch only).
 pub fn index<T: ByteOrder>(region: &[u8], map: Option<&memmap2::Mmap>, base: usize, events: &Events, start: usize,
                            reach: Option<usize>) -> Stretch {
     let own = (base + start + WINDOW_CHUNK - 1) & !(WINDOW_CHUNK - 1);
-    let mut window = Window { map, base, end: base + region.len(), ahead: (base + start) & !4095, behind: own };
+    let mut window = Window { map, base, behind: own };
     let mut s = Stretch { start, end: region.len(), end_is_round: false, cut: None, compressed: false,
                           rounds: Vec::new(), tail_max: 0, states: Vec::new() };
     let mut max = 0u64;
     let mut pos = start;
     let same_layout = events.time_layout();
     while pos < region.len() {
-        window.populate(pos);
         let (ty, size) = match record_at::<T>(region, pos, base) {
             Ok(h) => h,
             Err(reason) => {
@@ -214,7 +218,7 @@ pub fn index<T: ByteOrder>(region: &[u8], map: Option<&memmap2::Mmap>, base: usi
     s
 }
 
-/// Populate the window ahead, and release it behind, by this much.
+/// Release the window behind by this much.
 const WINDOW_CHUNK: usize = 4 << 20;
 
 /// Offsets in the pending list share a u64 with the event index and, in the
@@ -263,7 +267,7 @@ pub fn read_mapped<T: ByteOrder, S: RecordSink, E: FnMut(usize) -> bool>(
     if region.len() as u64 > PENDING_OFF_MASK || events.len() as u64 > PENDING_AI_MASK {
         return Err(Error::TooLarge { name: name.into() });
     }
-    let mut window = Window { map, base: off, end, ahead: off, behind: off };
+    let mut window = Window { map, base: off, behind: off };
     // Samples add up the same in any order, so among themselves they need none; only
     // the records that change what a sample resolves to (mappings, processes) need
     // their place in time, and the records only counted need none. Read values
@@ -275,7 +279,6 @@ pub fn read_mapped<T: ByteOrder, S: RecordSink, E: FnMut(usize) -> bool>(
         // Where one reader is after the flush at `r.at`: the two rounds before it pushed and
         // flushed, handing nothing over (that was the previous part's) and counting nothing.
         // Its pages are released from its own part's start on.
-        window.ahead = (off + r.from) & !4095;
         window.behind = (off + r.at + WINDOW_CHUNK - 1) & !(WINDOW_CHUNK - 1);
         rounds.prev_max = r.max;
         rounds.cur_max = r.max;
@@ -299,7 +302,6 @@ pub fn read_mapped<T: ByteOrder, S: RecordSink, E: FnMut(usize) -> bool>(
     }
     let mut cut = None;
     while pos < region.len() {
-        window.populate(pos);
         let (ty, size) = match record_at::<T>(region, pos, off) {
             Ok(h) => h,
             Err(reason) => {
@@ -371,31 +373,15 @@ fn time_of<T: ByteOrder>(a: &Attr, ty: u32, body: &[u8]) -> u64 {
     .unwrap_or(0)
 }
 
-/// The window over the map, in file offsets: populated up to `ahead`,
-/// released up to `behind`.
+/// The window over the map, in file offsets: released up to `behind`.
 struct Window<'m> {
     map: Option<&'m memmap2::Mmap>,
     /// The file offset of the region.
     base: usize,
-    end: usize,
-    ahead: usize,
     behind: usize,
 }
 
 impl Window<'_> {
-    /// Populates the next chunk when the record at `pos` is near the end of the populated part.
-    #[inline]
-    fn populate(&mut self, pos: usize) {
-        if let Some(m) = self.map {
-            if self.base + pos + WINDOW_CHUNK / 2 > self.ahead && self.ahead < self.end {
-                let len = WINDOW_CHUNK.min(self.end - self.ahead);
-                // Only a hint: on kernels without MADV_POPULATE_READ the pages fault in as usual.
-                let _ = m.advise_range(memmap2::Advice::PopulateRead, self.ahead, len);
-                self.ahead += len;
-            }
-        }
-    }
-
     /// Releases the whole chunks before `keep` (a region offset).
     fn release(&mut self, keep: usize) {
         if let Some(m) = self.map {

@@ -336,7 +336,7 @@ pub fn read<'o, T: ByteOrder + 'o>(
     let Some(level) = in_order(results, threads)? else {
         return Ok(None);
     };
-    let merged = merge_tree(level);
+    let merged = merge_tree(level, &clock);
     clock.mark(format_args!("parts merged"));
     Ok(merged)
 }
@@ -407,8 +407,9 @@ fn in_order<'o>(
 /// Step 4 of [`read`]: the merge, as a tree: each run absorbs the next, pairs at once, until one is
 /// left (in order: absorbing B then C into A gives what absorbing C into B, then that into A,
 /// gives); None when a pair cannot be merged exactly.
-fn merge_tree<'o>(mut level: Vec<(Decoder<'o>, Option<Cut>)>) -> Option<(Decoder<'o>, Option<Cut>)> {
+fn merge_tree<'o>(mut level: Vec<(Decoder<'o>, Option<Cut>)>, clock: &Clock) -> Option<(Decoder<'o>, Option<Cut>)> {
     while level.len() > 1 {
+        let runs = level.len();
         let mut pairs = Vec::with_capacity(level.len() / 2 + 1);
         let mut it = level.into_iter();
         while let Some(a) = it.next() {
@@ -423,6 +424,7 @@ fn merge_tree<'o>(mut level: Vec<(Decoder<'o>, Option<Cut>)>) -> Option<(Decoder
             out
         });
         level = merged.into_iter().collect::<Option<Vec<_>>>()?;
+        clock.mark(format_args!("merge level: {runs} runs -> {}", level.len()));
     }
     level.pop()
 }

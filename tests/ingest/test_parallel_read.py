@@ -153,3 +153,24 @@ def test_reads_that_share_symbol_tables_read_what_each_reads_alone(many_rounds, 
         t.join()
     assert results[0] == plain and results[1] == alone(threads=2)
     assert alone(symfs=[str(elsewhere)], share=share) == moved
+
+
+def test_a_read_on_threads_releases_pages_and_populates_none(many_rounds, tmp_path):
+    """The reader's pages fault in as its records reach them and are released behind it
+    (MADV_DONTNEED, 4). None is populated ahead (MADV_POPULATE_READ, 22): a populate holds the
+    address space's lock for a whole chunk, and on many CPUs the threads' maps and populates
+    queued behind one another (order.rs)."""
+    data, ks = many_rounds
+    trace = tmp_path / "madvise.data"
+    code = ("import sys; from kperfdiff import native; "
+            "native.read_perf_data(sys.argv[1], kallsyms=sys.argv[2], threads=2)")
+    env = {**os.environ, "KPERFDIFF_PARALLEL_MIN_BYTES": "0"}
+    p = subprocess.run(["perf", "record", "-q", "-e", "syscalls:sys_enter_madvise", "-o", str(trace), "--",
+                        sys.executable, "-c", code, str(data), str(ks)], capture_output=True, text=True, env=env)
+    if p.returncode != 0 and "syscalls:sys_enter_madvise" in p.stderr:
+        pytest.skip(f"perf cannot trace madvise here: {p.stderr.strip()[:200]}")
+    assert p.returncode == 0, p.stderr
+    s = subprocess.run(["perf", "script", "-i", str(trace), "-F", "trace"], capture_output=True, text=True)
+    behaviours = [int(line.rsplit("behavior: ", 1)[1], 16) for line in s.stdout.splitlines() if "behavior: " in line]
+    assert behaviours.count(4) >= 2, s.stdout[-2000:]
+    assert 22 not in behaviours
