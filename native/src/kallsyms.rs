@@ -44,7 +44,6 @@ pub enum ParseError {
     NoSymbols,
     /// Copied without root or with kptr_restrict set.
     AllZero,
-    NamesNotText,
 }
 
 impl fmt::Display for ParseError {
@@ -54,7 +53,6 @@ impl fmt::Display for ParseError {
             ParseError::NoLineParses => "no line has the form ADDRESS TYPE NAME",
             ParseError::NoSymbols => "it lists no symbols",
             ParseError::AllZero => "every address is zero (copied without root or with kptr_restrict set); copy it as root",
-            ParseError::NamesNotText => "its names are not text",
         })
     }
 }
@@ -462,87 +460,90 @@ impl<'a> Lines<'a> {
     }
 }
 
-/// The tables of consecutive ranges of addresses as one: addresses, names, where each name ends,
-/// modules. One table is taken as it is; several are copied into place on a thread each (the
-/// copy is mostly the first writes to the new arrays' pages).
+/// The symbols of a range of addresses that a table keeps: the best-ranked at each address, in
+/// address order, and the bytes their names take (a name that is not UTF-8 read with U+FFFD).
+struct Picked {
+    entries: Vec<Entry>,
+    name_bytes: usize,
+}
+
+/// The name of `e`, as the table holds it.
+fn table_name<'a>(data: &'a [u8], e: &Entry) -> std::borrow::Cow<'a, [u8]> {
+    let name = &data[e.start as usize..(e.start + e.len) as usize];
+    if name.is_ascii() {
+        std::borrow::Cow::Borrowed(name)
+    } else {
+        std::borrow::Cow::Owned(String::from_utf8_lossy(name).into_owned().into_bytes())
+    }
+}
+
+/// From `entries` sorted by address, in file order within an address: the best-ranked of each
+/// address, kept in place.
+fn pick(data: &[u8], mut entries: Vec<Entry>) -> Picked {
+    let name_of = |e: &Entry| &data[e.start as usize..(e.start + e.len) as usize];
+    let (mut kept, mut name_bytes, mut i) = (0, 0, 0);
+    while i < entries.len() {
+        let mut j = i + 1;
+        while j < entries.len() && entries[j].addr == entries[i].addr {
+            j += 1;
+        }
+        let best = if j == i + 1 {
+            i
+        } else {
+            let run = &entries[i..j];
+            i + (0..run.len()).max_by_key(|&k| rank(run[k].ty, name_of(&run[k]), k)).unwrap()
+        };
+        entries[kept] = entries[best];
+        name_bytes += table_name(data, &entries[kept]).len();
+        kept += 1;
+        i = j;
+    }
+    entries.truncate(kept);
+    Picked { entries, name_bytes }
+}
+
+/// The table of consecutive ranges' picks: addresses, names, where each name ends, modules. The
+/// arrays are allocated once, at their full size, and each range writes its part on a thread of its
+/// own (mostly first writes to the arrays' pages, which then fault in on every thread at once).
 #[allow(clippy::type_complexity)]
-fn join(mut parts: Vec<Table>) -> Result<(Vec<u64>, String, Vec<u32>, Vec<u32>), ParseError> {
-    if parts.len() == 1 {
-        let t = parts.pop().unwrap();
-        return Ok((t.addrs, t.names?, t.name_ends, t.module));
-    }
-    let names: Vec<String> = parts.iter_mut().map(|t| std::mem::replace(&mut t.names, Ok(String::new()))).collect::<Result<_, _>>()?;
-    let total: usize = parts.iter().map(|t| t.addrs.len()).sum();
+fn table(data: &[u8], parts: &[Picked]) -> (Vec<u64>, String, Vec<u32>, Vec<u32>) {
+    let total: usize = parts.iter().map(|p| p.entries.len()).sum();
     let (mut addrs, mut name_ends, mut module) = (vec![0u64; total], vec![0u32; total], vec![0u32; total]);
-    let mut names_buf = vec![0u8; names.iter().map(String::len).sum()];
-    std::thread::scope(|scope| {
-        let (mut a, mut e, mut m, mut nb) = (&mut addrs[..], &mut name_ends[..], &mut module[..], &mut names_buf[..]);
-        let mut base = 0u32;
-        for (t, n) in parts.iter().zip(&names) {
-            let k = t.addrs.len();
-            let (a1, a2) = std::mem::take(&mut a).split_at_mut(k);
-            let (e1, e2) = std::mem::take(&mut e).split_at_mut(k);
-            let (m1, m2) = std::mem::take(&mut m).split_at_mut(k);
-            let (n1, n2) = std::mem::take(&mut nb).split_at_mut(n.len());
-            (a, e, m, nb) = (a2, e2, m2, n2);
-            scope.spawn(move || {
-                a1.copy_from_slice(&t.addrs);
-                m1.copy_from_slice(&t.module);
-                e1.iter_mut().zip(&t.name_ends).for_each(|(d, &x)| *d = x + base);
-                n1.copy_from_slice(n.as_bytes());
-            });
-            base += n.len() as u32;
+    let mut names_buf = vec![0u8; parts.iter().map(|p| p.name_bytes).sum()];
+    let write = |p: &Picked, a: &mut [u64], e: &mut [u32], m: &mut [u32], nb: &mut [u8], base: u32| {
+        let mut at = 0;
+        for (k, x) in p.entries.iter().enumerate() {
+            let name = table_name(data, x);
+            nb[at..at + name.len()].copy_from_slice(&name);
+            at += name.len();
+            a[k] = x.addr;
+            e[k] = base + at as u32;
+            m[k] = x.module;
         }
-    });
-    // SAFETY: the bytes are the ranges' names one after another, each a String's (valid UTF-8),
-    // and UTF-8 strings put end to end are UTF-8.
-    let names_buf = unsafe { String::from_utf8_unchecked(names_buf) };
-    Ok((addrs, names_buf, name_ends, module))
-}
-
-/// The table of a range of addresses: one symbol an address, the best-ranked of those there.
-struct Table {
-    addrs: Vec<u64>,
-    /// The names one after another (names that are not UTF-8 read with U+FFFD), and where each ends.
-    names: Result<String, ParseError>,
-    name_ends: Vec<u32>,
-    module: Vec<u32>,
-}
-
-impl Table {
-    /// From `entries` sorted by address, in file order within an address.
-    fn of(data: &[u8], entries: &[Entry]) -> Table {
-        let name_of = |e: &Entry| &data[e.start as usize..(e.start + e.len) as usize];
-        let mut t = Table { addrs: Vec::with_capacity(entries.len()), names: Ok(String::new()),
-                            name_ends: Vec::with_capacity(entries.len()), module: Vec::with_capacity(entries.len()) };
-        let mut names = Vec::new();
-        let mut i = 0;
-        while i < entries.len() {
-            let mut j = i + 1;
-            while j < entries.len() && entries[j].addr == entries[i].addr {
-                j += 1;
+    };
+    if parts.len() == 1 {
+        write(&parts[0], &mut addrs, &mut name_ends, &mut module, &mut names_buf, 0);
+    } else {
+        std::thread::scope(|scope| {
+            let (mut a, mut e, mut m, mut nb) = (&mut addrs[..], &mut name_ends[..], &mut module[..], &mut names_buf[..]);
+            let mut base = 0u32;
+            for p in parts {
+                let k = p.entries.len();
+                let (a1, a2) = std::mem::take(&mut a).split_at_mut(k);
+                let (e1, e2) = std::mem::take(&mut e).split_at_mut(k);
+                let (m1, m2) = std::mem::take(&mut m).split_at_mut(k);
+                let (n1, n2) = std::mem::take(&mut nb).split_at_mut(p.name_bytes);
+                (a, e, m, nb) = (a2, e2, m2, n2);
+                let write = &write;
+                scope.spawn(move || write(p, a1, e1, m1, n1, base));
+                base += p.name_bytes as u32;
             }
-            let best = if j == i + 1 {
-                &entries[i]
-            } else {
-                let run = &entries[i..j];
-                let k = (0..run.len()).max_by_key(|&k| rank(run[k].ty, name_of(&run[k]), k)).unwrap();
-                &run[k]
-            };
-            t.addrs.push(best.addr);
-            let name = name_of(best);
-            if name.is_ascii() {
-                names.extend_from_slice(name);
-            } else {
-                names.extend_from_slice(String::from_utf8_lossy(name).as_bytes());
-            }
-            t.name_ends.push(names.len() as u32);
-            t.module.push(best.module);
-            i = j;
-        }
-        t.names = String::from_utf8(names).map_err(|_| ParseError::NamesNotText);
-        t
+        });
     }
+    // SAFETY: the bytes are the names one after another, each ASCII or read as UTF-8 with
+    // U+FFFD, and UTF-8 strings put end to end are UTF-8.
+    let names_buf = unsafe { String::from_utf8_unchecked(names_buf) };
+    (addrs, names_buf, name_ends, module)
 }
 
 /// The kallsyms files read last, by path, size and modification time: the
@@ -639,8 +640,9 @@ impl Kallsyms {
 
     /// `parse` on up to `threads` threads (one per `PARSE_CHUNK` of the file at most): the
     /// same table. The lines are read in chunks cut after a newline, each chunk's symbols
-    /// sorted by address; the table is then built in ranges of addresses, each from every
-    /// chunk's symbols in that range, in file order within an address.
+    /// sorted by address; the best symbol of each address is then picked in ranges of
+    /// addresses, each from every chunk's symbols in that range, in file order within an
+    /// address, and the ranges write the table into arrays allocated once (`table`).
     pub fn parse_on(data: &[u8], threads: usize) -> Result<Self, ParseError> {
         if data.len() > u32::MAX as usize {
             return Err(ParseError::TooLarge);
@@ -658,7 +660,7 @@ impl Kallsyms {
             cuts.push(data[c..].iter().position(|&b| b == b'\n').map_or(data.len(), |p| c + p + 1));
         }
         cuts.push(data.len());
-        let chunks: Vec<Lines> = on_threads(n, |i| Lines::read(data, cuts[i], cuts[i + 1]));
+        let mut chunks: Vec<Lines> = on_threads(n, |i| Lines::read(data, cuts[i], cuts[i + 1]));
         mark("lines read");
         // the modules in order of first appearance, each chunk's numbers in that order; the
         // landmarks as the last line naming them gives them
@@ -696,27 +698,31 @@ impl Kallsyms {
         let mut bounds: Vec<u64> = (1..n).map(|i| sample[i * sample.len() / n]).collect();
         bounds.dedup();
         let ranges = bounds.len() + 1;
-        let parts: Vec<Table> = on_threads(ranges, |r| {
-            if chunks.len() == 1 {
-                // one chunk: its symbols are sorted, its modules numbered as the table numbers them
-                return Table::of(data, &chunks[0].entries);
-            }
-            let lo = if r == 0 { None } else { Some(bounds[r - 1]) };
-            let hi = bounds.get(r).copied();
-            let mut entries: Vec<Entry> = Vec::new();
-            for (c, map) in chunks.iter().zip(&renumber) {
-                let from = lo.map_or(0, |lo| c.entries.partition_point(|e| e.addr < lo));
-                let to = hi.map_or(c.entries.len(), |hi| c.entries.partition_point(|e| e.addr < hi));
-                entries.extend(c.entries[from..to].iter().map(|e| Entry { module: map[e.module as usize], ..*e }));
-            }
-            // By address, in file order within an address (a stable sort, which merges the chunks'
-            // sorted runs); of the symbols at one address, the best-ranked is kept.
-            entries.sort_by_key(|e| e.addr);
-            Table::of(data, &entries)
-        });
-        mark("tables by address");
-        let (addrs, names_buf, name_ends, module) = join(parts)?;
-        mark("joined");
+        let parts: Vec<Picked> = if chunks.len() == 1 {
+            // one chunk: its symbols are sorted, its modules numbered as the table numbers them
+            vec![pick(data, chunks.pop().unwrap().entries)]
+        } else {
+            on_threads(ranges, |r| {
+                let lo = if r == 0 { None } else { Some(bounds[r - 1]) };
+                let hi = bounds.get(r).copied();
+                let span = |c: &Lines| {
+                    let from = lo.map_or(0, |lo| c.entries.partition_point(|e| e.addr < lo));
+                    let to = hi.map_or(c.entries.len(), |hi| c.entries.partition_point(|e| e.addr < hi));
+                    from..to
+                };
+                let mut entries: Vec<Entry> = Vec::with_capacity(chunks.iter().map(|c| span(c).len()).sum());
+                for (c, map) in chunks.iter().zip(&renumber) {
+                    entries.extend(c.entries[span(c)].iter().map(|e| Entry { module: map[e.module as usize], ..*e }));
+                }
+                // By address, in file order within an address (a stable sort, which merges the chunks'
+                // sorted runs); of the symbols at one address, the best-ranked is kept.
+                entries.sort_by_key(|e| e.addr);
+                pick(data, entries)
+            })
+        };
+        mark("symbols picked by address");
+        let (addrs, names_buf, name_ends, module) = table(data, &parts);
+        mark("table written");
         Ok(Kallsyms { addrs, names_buf, name_ends, module, modules, text, stext, etext, end, build_id: None })
     }
 
