@@ -364,12 +364,13 @@ def topology() -> str:
 def print_curve(data: Path, rows: list[dict], repeat: int) -> bool:
     """The curve's table; False when a thread count's dict differs from one thread's."""
     base = next((r["seconds"] for r in rows if r["threads"] == 1), None)
+    before = "before" in rows[0]
     print(f"one file on 1..N threads: {data} ({data.stat().st_size / 1e6:.1f} MB, {rows[0]['samples']} samples); "
           f"native.read_perf_data(threads=N), best of {repeat} interleaved rounds, each a fresh child process "
           f"timing the read; {topology()}; load 1m {load1():.2f}")
     print(f"{'threads':>7} {'best s':>8} {'median s':>9} {'speed-up':>9} {'Msamples/s':>11} {'CPU s':>7} "
           f"{'CPU/wall':>8} {'usr s':>7} {'sys s':>7} {'vcsw':>6} {'N at once s':>11} {'ceiling':>8} "
-          f"{'of ceil.':>8}" + (f" {'before s':>8} {'vcsw':>6} {'gain':>8}" if "before" in rows[0] else "")
+          f"{'of ceil.':>8}" + (f" {'before s':>8} {'vcsw':>6} {'gain':>8}" if before else "")
           + "  dict vs threads=1")
     same = True
     for r in rows:
@@ -383,7 +384,7 @@ def print_curve(data: Path, rows: list[dict], repeat: int) -> bool:
             ident = "identical"
         else:
             ident, same = f"MISMATCH: {r['difference']}", False
-        old = f" {r['before']:8.3f} {r['before_vcsw']:6d} {r['before'] / r['seconds']:7.2f}x" if "before" in r else ""
+        old = f" {r['before']:8.3f} {r['before_vcsw']:6d} {r['before'] / r['seconds']:7.2f}x" if before else ""
         print(f"{r['threads']:7d} {r['seconds']:8.3f} {r['median']:9.3f} {up} {msps(r['samples'], r['seconds']):11.2f} "
               f"{cpu:7.3f} {cpu / r['seconds']:8.2f} {r['user']:7.3f} {r['sys']:7.3f} {r['vcsw']:6d} "
               f"{r['together']:11.3f} {ceil}{old}  {ident}")
@@ -393,7 +394,7 @@ def print_curve(data: Path, rows: list[dict], repeat: int) -> bool:
           "as the CPUs when N is more); ceiling: their count x threads=1 / that, the reads a second this machine "
           "does on N CPUs against one read alone, the most any reader of one file on N threads could reach here; "
           "of ceil.: speed-up / ceiling" + ("; before: the other checkout's best read at N threads in the same "
-                                            "rounds, its vcsw, and its time / this one's" if "before" in rows[0] else ""))
+                                            "rounds, its vcsw, and its time / this one's" if before else ""))
     return same
 
 

@@ -386,6 +386,13 @@ struct Entry {
     ty: u8,
 }
 
+impl Entry {
+    /// Its name, as the file `data` spells it.
+    fn name<'a>(&self, data: &'a [u8]) -> &'a [u8] {
+        &data[self.start as usize..(self.start + self.len) as usize]
+    }
+}
+
 /// Each thread of `Kallsyms::parse_on` reads at least this much of the file.
 const PARSE_CHUNK: usize = 256 << 10;
 
@@ -469,7 +476,7 @@ struct Picked {
 
 /// The name of `e`, as the table holds it.
 fn table_name<'a>(data: &'a [u8], e: &Entry) -> std::borrow::Cow<'a, [u8]> {
-    let name = &data[e.start as usize..(e.start + e.len) as usize];
+    let name = e.name(data);
     if name.is_ascii() {
         std::borrow::Cow::Borrowed(name)
     } else {
@@ -480,7 +487,6 @@ fn table_name<'a>(data: &'a [u8], e: &Entry) -> std::borrow::Cow<'a, [u8]> {
 /// From `entries` sorted by address, in file order within an address: the best-ranked of each
 /// address, kept in place.
 fn pick(data: &[u8], mut entries: Vec<Entry>) -> Picked {
-    let name_of = |e: &Entry| &data[e.start as usize..(e.start + e.len) as usize];
     let (mut kept, mut name_bytes, mut i) = (0, 0, 0);
     while i < entries.len() {
         let mut j = i + 1;
@@ -491,7 +497,7 @@ fn pick(data: &[u8], mut entries: Vec<Entry>) -> Picked {
             i
         } else {
             let run = &entries[i..j];
-            i + (0..run.len()).max_by_key(|&k| rank(run[k].ty, name_of(&run[k]), k)).unwrap()
+            i + (0..run.len()).max_by_key(|&k| rank(run[k].ty, run[k].name(data), k)).unwrap()
         };
         entries[kept] = entries[best];
         name_bytes += table_name(data, &entries[kept]).len();
@@ -705,14 +711,14 @@ impl Kallsyms {
             on_threads(ranges, |r| {
                 let lo = if r == 0 { None } else { Some(bounds[r - 1]) };
                 let hi = bounds.get(r).copied();
-                let span = |c: &Lines| {
+                let spans: Vec<std::ops::Range<usize>> = chunks.iter().map(|c| {
                     let from = lo.map_or(0, |lo| c.entries.partition_point(|e| e.addr < lo));
                     let to = hi.map_or(c.entries.len(), |hi| c.entries.partition_point(|e| e.addr < hi));
                     from..to
-                };
-                let mut entries: Vec<Entry> = Vec::with_capacity(chunks.iter().map(|c| span(c).len()).sum());
-                for (c, map) in chunks.iter().zip(&renumber) {
-                    entries.extend(c.entries[span(c)].iter().map(|e| Entry { module: map[e.module as usize], ..*e }));
+                }).collect();
+                let mut entries: Vec<Entry> = Vec::with_capacity(spans.iter().map(|s| s.len()).sum());
+                for ((c, map), span) in chunks.iter().zip(&renumber).zip(spans) {
+                    entries.extend(c.entries[span].iter().map(|e| Entry { module: map[e.module as usize], ..*e }));
                 }
                 // By address, in file order within an address (a stable sort, which merges the chunks'
                 // sorted runs); of the symbols at one address, the best-ranked is kept.
