@@ -300,22 +300,15 @@ impl Aggregator {
         // thousands of frames); then each looked up, or added, in order
         let n = other.stacks.len();
         let threads = if n >= 4096 { 4 } else { 1 };
-        let mapped: Vec<(Vec<u32>, Vec<u64>)> = std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..threads)
-                .map(|t| {
-                    scope.spawn(move || {
-                        let (mut frames, mut hashes) = (Vec::new(), Vec::new());
-                        let mut start = frames.len();
-                        for s in t * n / threads..(t + 1) * n / threads {
-                            frames.extend(other.stacks.get(s as u32).iter().map(|&f| syms[f as usize]));
-                            hashes.push(intern::hash(&frames[start..]));
-                            start = frames.len();
-                        }
-                        (frames, hashes)
-                    })
-                })
-                .collect();
-            handles.into_iter().map(joined).collect()
+        let mapped: Vec<(Vec<u32>, Vec<u64>)> = crate::spread::on_threads(threads, |t| {
+            let (mut frames, mut hashes) = (Vec::new(), Vec::new());
+            let mut start = frames.len();
+            for s in t * n / threads..(t + 1) * n / threads {
+                frames.extend(other.stacks.get(s as u32).iter().map(|&f| syms[f as usize]));
+                hashes.push(intern::hash(&frames[start..]));
+                start = frames.len();
+            }
+            (frames, hashes)
         });
         let mut stack_map: Vec<u32> = Vec::with_capacity(n);
         let mut s = 0u32;
@@ -604,58 +597,53 @@ fn event_out_on(a: &Attr, acc: &Acc, stacks: &SliceSet<u32>, nsym: usize, stamp:
         children_c: Vec<u64>,
     }
     type Edges = Vec<((u32, u32), (u64, u64))>;
-    let (sums, edges): (Vec<Sums>, Vec<Edges>) = std::thread::scope(|scope| {
-        let sums: Vec<_> = (0..threads)
-            .map(|i| {
-                scope.spawn(move || {
-                    let mut t = Sums { ids: Vec::new(), weight: Vec::new(), count: Vec::new(), self_w: vec![0; nsym],
-                                       self_c: vec![0; nsym], children_w: vec![0; nsym], children_c: vec![0; nsym] };
-                    let mut stamp = vec![u32::MAX; nsym];
-                    for s in i * n / threads..(i + 1) * n / threads {
-                        let (w, c) = acc.by_stack[s];
-                        if c == 0 {
-                            continue;
-                        }
-                        let st = stacks.get(s as u32);
-                        t.ids.push(s as u32);
-                        t.weight.push(w);
-                        t.count.push(c);
-                        let leaf = *st.last().unwrap() as usize;
-                        t.self_w[leaf] += w;
-                        t.self_c[leaf] += c;
-                        for &f in st.iter() {
-                            if stamp[f as usize] != s as u32 {
-                                stamp[f as usize] = s as u32;
-                                t.children_w[f as usize] += w;
-                                t.children_c[f as usize] += c;
-                            }
-                        }
+    // each thread adds up its chunk of the stacks, then the edges of its range of callers
+    let (sums, edges): (Vec<Sums>, Vec<Edges>) = crate::spread::on_threads(threads, |i| {
+        let sums = {
+            let mut t = Sums { ids: Vec::new(), weight: Vec::new(), count: Vec::new(), self_w: vec![0; nsym],
+                               self_c: vec![0; nsym], children_w: vec![0; nsym], children_c: vec![0; nsym] };
+            let mut stamp = vec![u32::MAX; nsym];
+            for s in i * n / threads..(i + 1) * n / threads {
+                let (w, c) = acc.by_stack[s];
+                if c == 0 {
+                    continue;
+                }
+                let st = stacks.get(s as u32);
+                t.ids.push(s as u32);
+                t.weight.push(w);
+                t.count.push(c);
+                let leaf = *st.last().unwrap() as usize;
+                t.self_w[leaf] += w;
+                t.self_c[leaf] += c;
+                for &f in st.iter() {
+                    if stamp[f as usize] != s as u32 {
+                        stamp[f as usize] = s as u32;
+                        t.children_w[f as usize] += w;
+                        t.children_c[f as usize] += c;
                     }
-                    t
-                })
-            })
-            .collect();
-        let edges: Vec<_> = (0..threads)
-            .map(|i| {
-                scope.spawn(move || {
-                    let (lo, hi) = ((i * nsym / threads) as u32, ((i + 1) * nsym / threads) as u32);
-                    let mut edges: FxHashMap<(u32, u32), (u64, u64)> = FxHashMap::default();
-                    let mut pairs: Vec<(u32, u32)> = Vec::new();
-                    for (s, &(w, c)) in acc.by_stack.iter().enumerate() {
-                        if c == 0 {
-                            continue;
-                        }
-                        let from = stacks.get(s as u32).windows(2).map(|p| (p[0], p[1]));
-                        add_edges(&mut edges, &mut pairs, from.filter(|p| (lo..hi).contains(&p.0)), w, c);
-                    }
-                    let mut ev: Edges = edges.into_iter().collect();
-                    ev.sort_unstable_by_key(|e| e.0);
-                    ev
-                })
-            })
-            .collect();
-        (sums.into_iter().map(joined).collect(), edges.into_iter().map(joined).collect())
-    });
+                }
+            }
+            t
+        };
+        let edges = {
+            let (lo, hi) = ((i * nsym / threads) as u32, ((i + 1) * nsym / threads) as u32);
+            let mut edges: FxHashMap<(u32, u32), (u64, u64)> = FxHashMap::default();
+            let mut pairs: Vec<(u32, u32)> = Vec::new();
+            for (s, &(w, c)) in acc.by_stack.iter().enumerate() {
+                if c == 0 {
+                    continue;
+                }
+                let from = stacks.get(s as u32).windows(2).map(|p| (p[0], p[1]));
+                add_edges(&mut edges, &mut pairs, from.filter(|p| (lo..hi).contains(&p.0)), w, c);
+            }
+            let mut ev: Edges = edges.into_iter().collect();
+            ev.sort_unstable_by_key(|e| e.0);
+            ev
+        };
+        (sums, edges)
+    })
+    .into_iter()
+    .unzip();
     let (mut self_w, mut children_w) = (vec![0u64; nsym], vec![0u64; nsym]);
     for t in sums {
         out.stack_ids.extend_from_slice(&t.ids);
@@ -694,11 +682,6 @@ fn add_edges(edges: &mut FxHashMap<(u32, u32), (u64, u64)>, pairs: &mut Vec<(u32
         e.0 += w;
         e.1 += c;
     }
-}
-
-/// A scoped thread's result (its panic, carried on).
-fn joined<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
-    h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
 }
 
 /// One event's profile. `stamp` (one per symbol) marks the symbols already

@@ -396,18 +396,6 @@ impl Entry {
 /// Each thread of `Kallsyms::parse_on` reads at least this much of the file.
 const PARSE_CHUNK: usize = 256 << 10;
 
-/// `f(0..n)`, on `n` threads when `n` is above 1, in order.
-fn on_threads<R: Send>(n: usize, f: impl Fn(usize) -> R + Sync) -> Vec<R> {
-    if n == 1 {
-        return vec![f(0)];
-    }
-    let f = &f;
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..n).map(|i| s.spawn(move || f(i))).collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
-    })
-}
-
 /// What one chunk of a kallsyms file's lines holds: its kept symbols sorted by address (file
 /// order within one), their modules numbered from 1 in order of first appearance in the chunk
 /// (0: the kernel), the landmarks it names last, whether an address is not zero, and its lines
@@ -530,21 +518,19 @@ fn table(data: &[u8], parts: &[Picked]) -> (Vec<u64>, String, Vec<u32>, Vec<u32>
     if parts.len() == 1 {
         write(&parts[0], &mut addrs, &mut name_ends, &mut module, &mut names_buf, 0);
     } else {
-        std::thread::scope(|scope| {
-            let (mut a, mut e, mut m, mut nb) = (&mut addrs[..], &mut name_ends[..], &mut module[..], &mut names_buf[..]);
-            let mut base = 0u32;
-            for p in parts {
-                let k = p.entries.len();
-                let (a1, a2) = std::mem::take(&mut a).split_at_mut(k);
-                let (e1, e2) = std::mem::take(&mut e).split_at_mut(k);
-                let (m1, m2) = std::mem::take(&mut m).split_at_mut(k);
-                let (n1, n2) = std::mem::take(&mut nb).split_at_mut(p.name_bytes);
-                (a, e, m, nb) = (a2, e2, m2, n2);
-                let write = &write;
-                scope.spawn(move || write(p, a1, e1, m1, n1, base));
-                base += p.name_bytes as u32;
-            }
-        });
+        let (mut a, mut e, mut m, mut nb) = (&mut addrs[..], &mut name_ends[..], &mut module[..], &mut names_buf[..]);
+        let (mut base, mut pieces) = (0u32, Vec::with_capacity(parts.len()));
+        for p in parts {
+            let k = p.entries.len();
+            let (a1, a2) = std::mem::take(&mut a).split_at_mut(k);
+            let (e1, e2) = std::mem::take(&mut e).split_at_mut(k);
+            let (m1, m2) = std::mem::take(&mut m).split_at_mut(k);
+            let (n1, n2) = std::mem::take(&mut nb).split_at_mut(p.name_bytes);
+            (a, e, m, nb) = (a2, e2, m2, n2);
+            pieces.push((p, a1, e1, m1, n1, base));
+            base += p.name_bytes as u32;
+        }
+        crate::spread::each(pieces, |_, (p, a1, e1, m1, n1, base)| write(p, a1, e1, m1, n1, base));
     }
     // SAFETY: the bytes are the names one after another, each ASCII or read as UTF-8 with
     // U+FFFD, and UTF-8 strings put end to end are UTF-8.
@@ -666,7 +652,7 @@ impl Kallsyms {
             cuts.push(data[c..].iter().position(|&b| b == b'\n').map_or(data.len(), |p| c + p + 1));
         }
         cuts.push(data.len());
-        let mut chunks: Vec<Lines> = on_threads(n, |i| Lines::read(data, cuts[i], cuts[i + 1]));
+        let mut chunks: Vec<Lines> = crate::spread::on_threads(n, |i| Lines::read(data, cuts[i], cuts[i + 1]));
         mark("lines read");
         // the modules in order of first appearance, each chunk's numbers in that order; the
         // landmarks as the last line naming them gives them
@@ -708,7 +694,7 @@ impl Kallsyms {
             // one chunk: its symbols are sorted, its modules numbered as the table numbers them
             vec![pick(data, chunks.pop().unwrap().entries)]
         } else {
-            on_threads(ranges, |r| {
+            crate::spread::on_threads(ranges, |r| {
                 let lo = if r == 0 { None } else { Some(bounds[r - 1]) };
                 let hi = bounds.get(r).copied();
                 let spans: Vec<std::ops::Range<usize>> = chunks.iter().map(|c| {

@@ -30,6 +30,7 @@ mod output;
 mod parallel;
 mod procmaps;
 pub mod reader;
+pub mod spread;
 mod symbolize;
 mod timing;
 mod warnings;

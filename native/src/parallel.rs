@@ -258,12 +258,10 @@ pub fn read<'o, T: ByteOrder + 'o>(
     let shares: Vec<Mutex<(usize, usize)>> = (0..threads).map(|t| Mutex::new((t * n / threads, (t + 1) * n / threads))).collect();
     let next_history = std::sync::atomic::AtomicUsize::new(0);
     type Run<'o> = (usize, Decoder<'o>, Option<Cut>);
-    let results: Vec<Result<Vec<Run<'o>>, Error>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
+    let results: Vec<Result<Vec<Run<'o>>, Error>> = crate::spread::on_threads(threads, |t| {
                 let (hists, ready, plan, shares, shared, next_history) =
                     (hists.clone(), &ready, &plan, &shares, shared.clone(), &next_history);
-                scope.spawn(move || -> Result<Vec<Run<'o>>, Error> {
+                (move || -> Result<Vec<Run<'o>>, Error> {
                     // the histories (of every chunk but the last), taken in turn
                     loop {
                         let c = next_history.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -327,10 +325,7 @@ pub fn read<'o, T: ByteOrder + 'o>(
                         runs.push((c, dec, cut));
                     }
                     Ok(runs)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+                })()
     });
     clock.mark(format_args!("every chunk read"));
     let Some(level) = in_order(results, threads)? else {
@@ -354,19 +349,11 @@ fn index_stretches<T: ByteOrder>(
     let clock = *clock;
     let len = region.len();
     let reach: Vec<usize> = (1..threads).map(|i| i * len / threads).collect();
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
-            .map(|i| {
-                let reach = &reach;
-                scope.spawn(move || {
-                    let start = if i == 0 { Some(0) } else { order::find_round::<T>(region, reach[i - 1]) };
-                    let s = start.map(|s| order::index::<T>(region, map, base, events, s, reach.get(i).copied()));
-                    clock.mark(format_args!("stretch {i}: indexed"));
-                    s
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+    crate::spread::on_threads(threads, |i| {
+        let start = if i == 0 { Some(0) } else { order::find_round::<T>(region, reach[i - 1]) };
+        let s = start.map(|s| order::index::<T>(region, map, base, events, s, reach.get(i).copied()));
+        clock.mark(format_args!("stretch {i}: indexed"));
+        s
     })
 }
 
@@ -415,14 +402,7 @@ fn merge_tree<'o>(mut level: Vec<(Decoder<'o>, Option<Cut>)>, clock: &Clock) -> 
         while let Some(a) = it.next() {
             pairs.push((a, it.next()));
         }
-        let merged: Vec<Option<(Decoder<'o>, Option<Cut>)>> = std::thread::scope(|scope| {
-            let mut pairs = pairs.into_iter();
-            let here = pairs.next();
-            let handles: Vec<_> = pairs.map(|(a, b)| scope.spawn(move || merge(a, b))).collect();
-            let mut out = vec![here.and_then(|(a, b)| merge(a, b))];
-            out.extend(handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))));
-            out
-        });
+        let merged = crate::spread::each(pairs, |_, (a, b)| merge(a, b));
         level = merged.into_iter().collect::<Option<Vec<_>>>()?;
         clock.mark(format_args!("merge level: {runs} runs -> {}", level.len()));
     }
