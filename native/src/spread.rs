@@ -13,9 +13,9 @@
 //!   in one read of a 71 MB file, each a clone and, at its end, a release of its stack: work that
 //!   interrupts every CPU the process runs on.
 //!
-//! So the threads are made once a process and kept (`Pool`): one a CPU the process may use, each
-//! waiting on its own CPU (an affinity of that CPU alone, so that its wake-up is there), and free
-//! to move while it works (the process's CPUs again; another program may want that CPU). A burst
+//! So the threads are kept for the process (`Pool`): at most one a CPU the process may use, made
+//! when a burst first wants one there, each waiting on its own CPU (an affinity of that CPU alone,
+//! so that its wake-up is there), and free to move while it works (the process's CPUs again; another program may want that CPU). A burst
 //! ([`each`]) hands its items to the waiting threads of the other CPUs than the caller's, first
 //! one thread of each core, then the cores' second threads; the caller takes items too. When no
 //! such thread is free (a burst inside a burst, more items than CPUs), the pool makes one more,
@@ -128,12 +128,19 @@ fn run(n: usize, task: &(dyn Fn(usize) + Sync)) {
     }
 }
 
-/// The threads kept for bursts, one a CPU the process may use (then more, unplaced, when a
-/// burst asks for more items at once than there are CPUs).
+/// The threads kept for bursts: at most one a CPU the process may use, made the first time a
+/// burst wants one there; then more, unplaced, when a burst finds none free.
 struct Pool {
     pid: u32,
     cpus: Option<Cpus>,
-    workers: Mutex<Vec<Arc<Worker>>>,
+    threads: Mutex<Threads>,
+}
+
+#[derive(Default)]
+struct Threads {
+    /// The thread waiting on each CPU of `Cpus::order` (by position there), once made.
+    placed: Vec<Option<Arc<Worker>>>,
+    unplaced: Vec<Arc<Worker>>,
 }
 
 struct Worker {
@@ -143,8 +150,21 @@ struct Worker {
     wake: Condvar,
 }
 
-/// The most threads a pool keeps.
-const MAX_WORKERS: usize = 512;
+impl Worker {
+    /// Gives it `job` when it has none.
+    fn give(&self, job: &Arc<Job>) -> bool {
+        let mut slot = self.job.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_some() {
+            return false;
+        }
+        *slot = Some(job.clone());
+        self.wake.notify_one();
+        true
+    }
+}
+
+/// The most threads a pool keeps unplaced.
+const MAX_UNPLACED: usize = 512;
 
 fn pool() -> Arc<Pool> {
     static POOL: Mutex<Option<Arc<Pool>>> = Mutex::new(None);
@@ -153,7 +173,7 @@ fn pool() -> Arc<Pool> {
         // a forked child has none of its parent's threads: it makes a pool of its own
         Some(pool) if pool.pid == std::process::id() => pool.clone(),
         _ => {
-            let pool = Arc::new(Pool { pid: std::process::id(), cpus: allowed_cpus(), workers: Mutex::new(Vec::new()) });
+            let pool = Arc::new(Pool { pid: std::process::id(), cpus: allowed_cpus(), threads: Default::default() });
             *p = Some(pool.clone());
             pool
         }
@@ -166,34 +186,36 @@ impl Pool {
     /// inside a burst, more items than CPUs), so that the items always run at once.
     fn hand_out(self: &Arc<Self>, job: &Arc<Job>, want: usize) {
         let here = current_cpu();
-        let mut workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
-        if workers.is_empty() {
-            if let Some(c) = &self.cpus {
-                workers.extend(c.order.iter().filter_map(|&cpu| self.start(Some(cpu))));
+        let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+        let Threads { placed, unplaced } = &mut *threads;
+        let mut given = 0;
+        if let Some(c) = &self.cpus {
+            placed.resize(c.order.len(), None);
+            for (&cpu, w) in c.order.iter().zip(placed.iter_mut()) {
+                if given == want {
+                    return;
+                }
+                if Some(cpu) == here {
+                    continue;
+                }
+                if w.is_none() {
+                    *w = self.start(Some(cpu));
+                }
+                given += w.as_ref().is_some_and(|w| w.give(job)) as usize;
             }
         }
-        let mut given = 0;
-        for w in workers.iter() {
+        for w in unplaced.iter() {
             if given == want {
                 return;
             }
-            if w.cpu.is_some() && w.cpu == here {
-                continue;
-            }
-            let mut slot = w.job.lock().unwrap_or_else(|e| e.into_inner());
-            if slot.is_none() {
-                *slot = Some(job.clone());
-                w.wake.notify_one();
-                given += 1;
-            }
+            given += w.give(job) as usize;
         }
-        while given < want && workers.len() < MAX_WORKERS {
+        while given < want && unplaced.len() < MAX_UNPLACED {
             let Some(w) = self.start(None) else {
                 return; // no thread to be had: the caller does the rest
             };
-            *w.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(job.clone());
-            w.wake.notify_one();
-            workers.push(w);
+            w.give(job);
+            unplaced.push(w);
             given += 1;
         }
     }
