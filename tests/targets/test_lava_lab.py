@@ -65,11 +65,14 @@ def test_a_two_variant_experiment_runs_end_to_end_through_lava(lab, tmp_path, ho
     assert {j["actual_device"] for j in jobs} == {"qemu-01", "qemu-02"}
     assert all(j["failure_comment"] in (None, "") for j in jobs)
     # LAVA's own pages: every benchmark a test case with its median as the measurement
-    first = min(jobs, key=lambda j: j["id"])          # the API lists them newest first, whatever the ordering
-    status, body = lab.api("GET", f"jobs/{first['id']}/tests/?limit=100")
+    # (the variants' order within a repetition is shuffled: the job is found by its name, and
+    # repetitions are numbered from 1 wherever a user sees one)
+    names = {j["description"]: j for j in jobs}
+    assert sorted(names) == [f"kperfdiff lab-thp/{v} rep {r}" for v in ("thp-always", "thp-never") for r in (1, 2)]
+    status, body = lab.api("GET", f"jobs/{names['kperfdiff lab-thp/thp-always rep 1']['id']}/tests/?limit=100")
     cases = {t["name"]: t for t in json.loads(body)["results"] if t["name"].startswith(("fault.", "syscall."))}
-    assert sorted(cases) == ["fault.anon.4k.P1.r0", "fault.anon.huge.P1.r0", "syscall.null.P1.r0"]
-    assert {cases["syscall.null.P1.r0"]["result"], cases["syscall.null.P1.r0"]["unit"]} == {"pass", "ns/op"}
+    assert sorted(cases) == ["fault.anon.4k.P1.r1", "fault.anon.huge.P1.r1", "syscall.null.P1.r1"]
+    assert {cases["syscall.null.P1.r1"]["result"], cases["syscall.null.P1.r1"]["unit"]} == {"pass", "ns/op"}
     # the store: every cell, labelled with its job and device, profiles kept
     shown = json.loads(run_cli("show", "lab-thp/thp-always", "--format", "json", check=0).stdout)
     assert [r["status"] for r in shown["results"]] == ["ok"] * 6
