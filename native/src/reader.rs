@@ -60,7 +60,7 @@ pub fn read(path: &Path, opts: &Options) -> Result<Output, Error> {
         Ok(m) => m,
         Err(source) => return Err(Error::Map { name, source }),
     };
-    read_data(&name, &map, Some(&map), opts)
+    read_data(&name, &map, Some((&map, &file)), opts)
 }
 
 /// Reads a perf.data file already in memory (`name` is used in messages).
@@ -68,13 +68,15 @@ pub fn read_bytes(name: &str, data: &[u8], opts: &Options) -> Result<Output, Err
     read_data(name, data, None, opts)
 }
 
-fn read_data(name: &str, data: &[u8], map: Option<&memmap2::Mmap>, opts: &Options) -> Result<Output, Error> {
+/// `mapped`: the map `data` is, and the file it maps.
+fn read_data(name: &str, data: &[u8], mapped: Option<(&memmap2::Mmap, &std::fs::File)>, opts: &Options)
+             -> Result<Output, Error> {
     if data.len() < 8 {
         return Err(Error::TooShort { name: name.into() });
     }
     match &data[..8] {
-        b"PERFILE2" => read_impl::<LittleEndian>(name, data, map, opts, Endianness::LittleEndian),
-        b"2ELIFREP" => read_impl::<BigEndian>(name, data, map, opts, Endianness::BigEndian),
+        b"PERFILE2" => read_impl::<LittleEndian>(name, data, mapped, opts, Endianness::LittleEndian),
+        b"2ELIFREP" => read_impl::<BigEndian>(name, data, mapped, opts, Endianness::BigEndian),
         b"PERFFILE" => Err(Error::Version1 { name: name.into() }),
         _ => Err(Error::BadMagic { name: name.into() }),
     }
@@ -83,10 +85,11 @@ fn read_data(name: &str, data: &[u8], map: Option<&memmap2::Mmap>, opts: &Option
 fn read_impl<T: ByteOrder>(
     name: &str,
     data: &[u8],
-    map: Option<&memmap2::Mmap>,
+    mapped: Option<(&memmap2::Mmap, &std::fs::File)>,
     opts: &Options,
     endian: Endianness,
 ) -> Result<Output, Error> {
+    let (map, file) = (mapped.map(|m| m.0), mapped.map(|m| m.1));
     let clock = Clock::start();
     let mut layout = layout::check::<T>(name, data)?;
     let Header { events, mut facts, build_ids, compressed, mut perf_file, mut record_iter } =
@@ -108,7 +111,7 @@ fn read_impl<T: ByteOrder>(
         facts.push(("kallsyms".into(), Fact::Str(p.display().to_string())));
     }
     let parallel = if on_threads {
-        parallel::read::<T>(name, data, map, span, &events, opts, &kallsyms, &build_ids, threads, &clock)?
+        parallel::read::<T>(name, data, (map, file), span, &events, opts, &kallsyms, &build_ids, threads, &clock)?
     } else {
         None
     };
