@@ -168,7 +168,7 @@ fn plausible_after<T: ByteOrder>(region: &[u8], mut pos: usize) -> bool {
 /// Walks the records of `region` from `start` (the region's start or a FINISHED_ROUND) up to
 /// the first FINISHED_ROUND at or after `reach` (to the end when None), noting what a reader
 /// of a later part needs (`Stretch`). With the mapped file's `file`, the walk reads the
-/// stretch a megabyte at a time into a buffer of its own (`pread`) and maps none of it: through
+/// stretch 256 KB at a time into a buffer of its own (`pread`) and maps none of it: through
 /// the map it mapped every page of the stretch and released it behind itself, and the runs then
 /// mapped each page again (on 2 threads the walk took 8 ms a half of the 71 MB file, 4.7 of
 /// them mapping; each release also interrupts every other CPU the process runs on, to flush its
@@ -218,7 +218,7 @@ struct Buffered<'f> {
     chunk: usize,
 }
 
-const BUFFERED: usize = 1 << 20;
+const BUFFERED: usize = 256 << 10;
 
 impl Bytes for Buffered<'_> {
     fn len(&self) -> usize {
@@ -231,7 +231,11 @@ impl Bytes for Buffered<'_> {
             if want < n {
                 return None;
             }
-            self.buf.resize(want, 0);
+            if self.buf.len() < want {
+                // zeroed by the system, not written first: the read is the pages' first touch
+                self.buf = vec![0; want];
+            }
+            self.buf.truncate(want);
             self.file.read_exact_at(&mut self.buf, (self.base + pos) as u64).ok()?;
             self.at = pos;
         }
@@ -706,7 +710,7 @@ mod tests {
     /// The walk of a stretch read into a buffer finds what the walk of the map finds: every
     /// fixture, stretches from its start and from the first round end after a third and two
     /// thirds of it, buffers of a record or so (a refill at almost every record) and of a
-    /// megabyte; a file that is not the one mapped (its reads fail) falls back to the map.
+    /// quarter megabyte (the walk's own); a file that is not the one mapped (its reads fail) falls back to the map.
     #[test]
     fn a_stretch_read_into_a_buffer_is_indexed_as_the_map() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/perfdata");

@@ -52,9 +52,10 @@ pub struct Symbols<'o> {
     // kernel
     kallsyms: Option<Arc<Kallsyms>>,
     kallsyms_dso: Vec<u32>,
-    /// Each kallsyms symbol's id + 1 (0: none yet): zeroed, so that its pages are the
-    /// system's zero pages until written (a thread of a read on several threads touches few).
-    kallsyms_sym: Vec<u32>,
+    /// Each kallsyms symbol's id, by its index in the kallsyms table, once met: a map, since a
+    /// reader meets a few thousand of a table's 100,000 or more (an array of them, zeroed, was
+    /// written whole when glibc handed back memory freed before, on each run of a read on threads).
+    kallsyms_sym: FxHashMap<u32, u32>,
     pub kernel_reloc: i64,
     pub kernel_ref: Option<(String, u64)>,
     /// The kernel image's mapping as recorded (start, length, pgoff), and each module's
@@ -93,14 +94,28 @@ const KERNEL_SPACE: u64 = 0;
 const RECENT_BITS: u32 = 14;
 
 /// A direct-mapped cache of (address space, address) -> symbol: one probe,
-/// no chaining, an entry simply replaced by the next that maps to its slot.
+/// no chaining, an entry simply replaced by the next that maps to its slot. A reader that is
+/// done gives its slots back to its thread (`give_back`), and the thread's next reader takes
+/// them: a read on threads makes a reader for every run of chunks, and 384 KB of new slots
+/// each was about 100 page faults a run (a tenth of a 16-thread read's faults).
 struct AddrCache {
+    /// Empty once given back: every lookup then misses.
     slots: Vec<(u64, u64, u32)>,
+}
+
+thread_local! {
+    static SPARE_SLOTS: std::cell::RefCell<Vec<(u64, u64, u32)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl AddrCache {
     fn new() -> Self {
-        AddrCache { slots: vec![(u64::MAX, u64::MAX, NONE); 1 << RECENT_BITS] }
+        let mut slots = SPARE_SLOTS.with(|s| std::mem::take(&mut *s.borrow_mut()));
+        if slots.len() == 1 << RECENT_BITS {
+            slots.fill((u64::MAX, u64::MAX, NONE));
+        } else {
+            slots = vec![(u64::MAX, u64::MAX, NONE); 1 << RECENT_BITS];
+        }
+        AddrCache { slots }
     }
 
     #[inline]
@@ -110,17 +125,27 @@ impl AddrCache {
 
     #[inline]
     fn get(&self, space: u64, addr: u64) -> Option<u32> {
-        let e = &self.slots[Self::slot(space, addr)];
+        let e = self.slots.get(Self::slot(space, addr))?;
         (e.0 == space && e.1 == addr).then_some(e.2)
     }
 
     #[inline]
     fn put(&mut self, space: u64, addr: u64, id: u32) {
-        self.slots[Self::slot(space, addr)] = (space, addr, id);
+        if let Some(e) = self.slots.get_mut(Self::slot(space, addr)) {
+            *e = (space, addr, id);
+        }
     }
 
     fn clear(&mut self) {
-        self.slots.iter_mut().for_each(|e| *e = (u64::MAX, u64::MAX, NONE));
+        self.slots.fill((u64::MAX, u64::MAX, NONE));
+    }
+
+    /// Gives the slots to this thread's next cache.
+    fn give_back(&mut self) {
+        let slots = std::mem::take(&mut self.slots);
+        if slots.len() == 1 << RECENT_BITS {
+            SPARE_SLOTS.with(|s| *s.borrow_mut() = slots);
+        }
     }
 }
 
@@ -204,7 +229,7 @@ impl<'o> Symbols<'o> {
             dso_by_path: FxHashMap::default(),
             header_build_ids,
             kallsyms_dso: Vec::new(),
-            kallsyms_sym: vec![0; kallsyms.as_ref().map(|k| k.addrs.len()).unwrap_or(0)],
+            kallsyms_sym: FxHashMap::default(),
             kallsyms,
             kernel_reloc: 0,
             kernel_ref: None,
@@ -342,12 +367,15 @@ impl<'o> Symbols<'o> {
         let (d, name, origin) = (dso_map[other.sym_dso[i] as usize], &other.sym_names[i], other.sym_origin[i]);
         let at = (origin & ORIGIN_INDEX) as usize;
         match origin & !ORIGIN_INDEX {
-            ORIGIN_KALLSYMS if at < self.kallsyms_sym.len() => {
-                if self.kallsyms_sym[at] == 0 {
-                    let id = self.intern_sym(d, name, origin);
-                    self.kallsyms_sym[at] = id + 1;
+            ORIGIN_KALLSYMS if self.kallsyms.as_ref().is_some_and(|k| at < k.addrs.len()) => {
+                match self.kallsyms_sym.get(&(at as u32)) {
+                    Some(&id) => id,
+                    None => {
+                        let id = self.intern_sym(d, name, origin);
+                        self.kallsyms_sym.insert(at as u32, id);
+                        id
+                    }
                 }
-                self.kallsyms_sym[at] - 1
             }
             ORIGIN_ELF => {
                 let same = match (&self.dsos[d as usize].syms, &other.dsos[other.sym_dso[i] as usize].syms) {
@@ -382,6 +410,11 @@ impl<'o> Symbols<'o> {
             dso_names: self.dsos.iter().map(|d| d.name.clone()).collect(),
             dso_paths: self.dsos.iter().map(|d| d.path.clone()).collect(),
         }
+    }
+
+    /// A run of a read on threads is done: its recent-address cache goes to the thread's next run.
+    pub fn run_done(&mut self) {
+        self.recent.give_back();
     }
 
     /// What a reader that is done holds (its tables, caches and processes), taken out to be
@@ -535,15 +568,16 @@ impl<'o> Symbols<'o> {
         self.kernel_addrs += 1;
         let id = match &self.kallsyms {
             Some(ks) => match ks.lookup((addr as i64).wrapping_sub(self.kernel_reloc) as u64) {
-                Some(i) => {
-                    if self.kallsyms_sym[i] == 0 {
+                Some(i) => match self.kallsyms_sym.get(&(i as u32)) {
+                    Some(&id) => id,
+                    None => {
                         let dso = self.kallsyms_dso[ks.module[i] as usize];
                         let name = ks.name(i).to_string();
                         let id = self.intern_sym(dso, &name, ORIGIN_KALLSYMS | i as u64);
-                        self.kallsyms_sym[i] = id + 1;
+                        self.kallsyms_sym.insert(i as u32, id);
+                        id
                     }
-                    self.kallsyms_sym[i] - 1
-                }
+                },
                 None => {
                     self.kernel_unresolved += 1;
                     self.unknown_of(self.dso_kernel)
