@@ -89,13 +89,28 @@ pub struct Aggregator {
     pub overflowed: u64,
 }
 
+thread_local! {
+    /// The raw-chain memos (chains, heads, tails) of this thread's last run of a read on threads
+    /// (`Aggregator::run_done`), emptied for its next: a read on threads makes an aggregator for
+    /// every run of chunks, and the memos' arenas (2 MiB) were new pages for each.
+    static SPARE_MEMOS: std::cell::RefCell<Option<[ChainMap; 3]>> = const { std::cell::RefCell::new(None) };
+}
+
 impl Aggregator {
     pub fn new(events: usize) -> Self {
+        let [chains, heads, tails] = match SPARE_MEMOS.with(|s| s.borrow_mut().take()) {
+            Some(mut memos) => {
+                memos.iter_mut().for_each(ChainMap::clear);
+                memos
+            }
+            None => [ChainMap::memo(CHAIN_CACHE_WORDS, KEY_WORDS), ChainMap::memo(HEAD_CACHE_WORDS, KEY_WORDS),
+                     ChainMap::memo(TAIL_CACHE_WORDS, KEY_WORDS)],
+        };
         Aggregator {
             key: Vec::new(),
-            chains: ChainMap::memo(CHAIN_CACHE_WORDS, KEY_WORDS),
-            heads: ChainMap::memo(HEAD_CACHE_WORDS, KEY_WORDS),
-            tails: ChainMap::memo(TAIL_CACHE_WORDS, KEY_WORDS),
+            chains,
+            heads,
+            tails,
             tail_key: Vec::new(),
             parts: SliceSet::new(),
             head_alone: Vec::new(),
@@ -110,6 +125,17 @@ impl Aggregator {
     /// How many raw chain parts were symbolized (the rest were cache hits).
     pub fn symbolized_parts(&self) -> u64 {
         self.symbolized
+    }
+
+    /// A run of a read on threads is done: its raw-chain memos go to the thread's next run (it
+    /// symbolizes no more chains; what it made, its stacks and sums, stays for the merge).
+    pub fn run_done(&mut self) {
+        let memos = [
+            std::mem::replace(&mut self.chains, ChainMap::unallocated(CHAIN_CACHE_WORDS, KEY_WORDS)),
+            std::mem::replace(&mut self.heads, ChainMap::unallocated(HEAD_CACHE_WORDS, KEY_WORDS)),
+            std::mem::replace(&mut self.tails, ChainMap::unallocated(TAIL_CACHE_WORDS, KEY_WORDS)),
+        ];
+        SPARE_MEMOS.with(|s| *s.borrow_mut() = Some(memos));
     }
 
     /// Forgets the raw chains symbolized so far (the kernel's symbols moved).

@@ -205,6 +205,12 @@ impl ChainMap {
         ChainMap { arena: Vec::with_capacity(capacity), slots: vec![0; 1024], len: 0, limit, entry_words }
     }
 
+    /// A memo of `limit` words as `memo` makes one, but holding no arena yet (a stand-in for
+    /// a memo given away, which takes memory only if it is used).
+    pub fn unallocated(limit: usize, entry_words: usize) -> Self {
+        ChainMap { arena: Vec::new(), slots: vec![0; 1024], len: 0, limit, entry_words }
+    }
+
     pub fn clear(&mut self) {
         self.arena.clear();
         self.slots.iter_mut().for_each(|s| *s = 0);

@@ -317,6 +317,7 @@ pub fn read<'o, T: ByteOrder + 'o>(
                         let part = order::Part { from: plan.chunks[c].from, ends };
                         let cut = order::read_mapped::<T, _, _>(name, data, map, span, events, part, &mut dec)?;
                         dec.syms.run_done();
+                        dec.agg.run_done();
                         dec.syms.procs.prefix = None;
                         if let Some(c) = &mut dec.comms {
                             c.prefix = None;
