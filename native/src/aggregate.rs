@@ -89,16 +89,20 @@ pub struct Aggregator {
     pub overflowed: u64,
 }
 
-thread_local! {
-    /// The raw-chain memos (chains, heads, tails) of this thread's last run of a read on threads
-    /// (`Aggregator::run_done`), emptied for its next: a read on threads makes an aggregator for
-    /// every run of chunks, and the memos' arenas (2 MiB) were new pages for each.
-    static SPARE_MEMOS: std::cell::RefCell<Option<[ChainMap; 3]>> = const { std::cell::RefCell::new(None) };
+/// The raw-chain memos (chains, heads, tails) of the runs of a read on threads that are done
+/// (`Aggregator::run_done`), emptied for the next runs: a read on threads makes an aggregator
+/// for every run of chunks, and the memos' arenas (2 MiB) were new pages for each. The read
+/// takes what is left when it ends (`spare_memos`), so that nothing stays after it.
+static SPARE_MEMOS: std::sync::Mutex<Vec<[ChainMap; 3]>> = std::sync::Mutex::new(Vec::new());
+
+/// The memos left by a read's runs, to be freed.
+pub fn spare_memos() -> Vec<[ChainMap; 3]> {
+    std::mem::take(&mut *SPARE_MEMOS.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
 impl Aggregator {
     pub fn new(events: usize) -> Self {
-        let [chains, heads, tails] = match SPARE_MEMOS.with(|s| s.borrow_mut().take()) {
+        let [chains, heads, tails] = match SPARE_MEMOS.lock().unwrap_or_else(|e| e.into_inner()).pop() {
             Some(mut memos) => {
                 memos.iter_mut().for_each(ChainMap::clear);
                 memos
@@ -127,15 +131,15 @@ impl Aggregator {
         self.symbolized
     }
 
-    /// A run of a read on threads is done: its raw-chain memos go to the thread's next run (it
-    /// symbolizes no more chains; what it made, its stacks and sums, stays for the merge).
+    /// A run of a read on threads is done: its raw-chain memos go to the next run (it symbolizes
+    /// no more chains; what it made, its stacks and sums, stays for the merge).
     pub fn run_done(&mut self) {
         let memos = [
             std::mem::replace(&mut self.chains, ChainMap::unallocated(CHAIN_CACHE_WORDS, KEY_WORDS)),
             std::mem::replace(&mut self.heads, ChainMap::unallocated(HEAD_CACHE_WORDS, KEY_WORDS)),
             std::mem::replace(&mut self.tails, ChainMap::unallocated(TAIL_CACHE_WORDS, KEY_WORDS)),
         ];
-        SPARE_MEMOS.with(|s| *s.borrow_mut() = Some(memos));
+        SPARE_MEMOS.lock().unwrap_or_else(|e| e.into_inner()).push(memos);
     }
 
     /// Forgets the raw chains symbolized so far (the kernel's symbols moved).

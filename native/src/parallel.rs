@@ -330,6 +330,8 @@ pub fn read<'o, T: ByteOrder + 'o>(
                 })()
     });
     clock.mark(format_args!("every chunk read"));
+    // the caches the runs kept for runs to come: none is to come (freed after the read, `cleanup`)
+    crate::cleanup::later((crate::aggregate::spare_memos(), crate::symbolize::spare_slots()));
     let Some(level) = in_order(results, threads)? else {
         return Ok(None);
     };

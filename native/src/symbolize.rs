@@ -11,7 +11,7 @@ use crate::procmaps::{overlay, Map, Processes};
 use crate::options::Options;
 use rustc_hash::FxHashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// No id yet.
 const NONE: u32 = u32::MAX;
@@ -95,26 +95,32 @@ const RECENT_BITS: u32 = 14;
 
 /// A direct-mapped cache of (address space, address) -> symbol: one probe,
 /// no chaining, an entry simply replaced by the next that maps to its slot. A reader that is
-/// done gives its slots back to its thread (`give_back`), and the thread's next reader takes
-/// them: a read on threads makes a reader for every run of chunks, and 384 KB of new slots
-/// each was about 100 page faults a run (a tenth of a 16-thread read's faults).
+/// done gives its slots back (`give_back`), and the next reader takes them: a read on threads
+/// makes a reader for every run of chunks, and 384 KB of new slots each was about 100 page
+/// faults a run (a tenth of a 16-thread read's faults). The read takes what is left when it
+/// ends (`spare_slots`).
 struct AddrCache {
     /// Empty once given back: every lookup then misses.
     slots: Vec<(u64, u64, u32)>,
 }
 
-thread_local! {
-    static SPARE_SLOTS: std::cell::RefCell<Vec<(u64, u64, u32)>> = const { std::cell::RefCell::new(Vec::new()) };
+type Slots = Vec<(u64, u64, u32)>;
+static SPARE_SLOTS: Mutex<Vec<Slots>> = Mutex::new(Vec::new());
+
+/// The recent-address caches left by a read's runs, to be freed.
+pub fn spare_slots() -> Vec<Slots> {
+    std::mem::take(&mut *SPARE_SLOTS.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
 impl AddrCache {
     fn new() -> Self {
-        let mut slots = SPARE_SLOTS.with(|s| std::mem::take(&mut *s.borrow_mut()));
-        if slots.len() == 1 << RECENT_BITS {
-            slots.fill((u64::MAX, u64::MAX, NONE));
-        } else {
-            slots = vec![(u64::MAX, u64::MAX, NONE); 1 << RECENT_BITS];
-        }
+        let slots = match SPARE_SLOTS.lock().unwrap_or_else(|e| e.into_inner()).pop() {
+            Some(mut slots) => {
+                slots.fill((u64::MAX, u64::MAX, NONE));
+                slots
+            }
+            None => vec![(u64::MAX, u64::MAX, NONE); 1 << RECENT_BITS],
+        };
         AddrCache { slots }
     }
 
@@ -140,11 +146,11 @@ impl AddrCache {
         self.slots.fill((u64::MAX, u64::MAX, NONE));
     }
 
-    /// Gives the slots to this thread's next cache.
+    /// Gives the slots to the next cache made.
     fn give_back(&mut self) {
         let slots = std::mem::take(&mut self.slots);
         if slots.len() == 1 << RECENT_BITS {
-            SPARE_SLOTS.with(|s| *s.borrow_mut() = slots);
+            SPARE_SLOTS.lock().unwrap_or_else(|e| e.into_inner()).push(slots);
         }
     }
 }
@@ -412,7 +418,7 @@ impl<'o> Symbols<'o> {
         }
     }
 
-    /// A run of a read on threads is done: its recent-address cache goes to the thread's next run.
+    /// A run of a read on threads is done: its recent-address cache goes to the next run.
     pub fn run_done(&mut self) {
         self.recent.give_back();
     }
