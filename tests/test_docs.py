@@ -217,7 +217,7 @@ def flag_problems(page: Path) -> list[str]:
 
 # Long options of other programs the pages quote (perf, the linker, valgrind, pip, pytest ...).
 OTHER_PROGRAMS_FLAGS = {"--stdio", "--symbol-ordering-file", "--tool", "--no-children", "--durations", "--release",
-                        "--example", "--manifest-path"}
+                        "--example", "--manifest-path", "--call-graph"}
 
 
 @functools.cache
