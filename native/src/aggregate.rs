@@ -91,18 +91,12 @@ pub struct Aggregator {
 
 /// The raw-chain memos (chains, heads, tails) of the runs of a read on threads that are done
 /// (`Aggregator::run_done`), emptied for the next runs: a read on threads makes an aggregator
-/// for every run of chunks, and the memos' arenas (2 MiB) were new pages for each. The read
-/// takes what is left when it ends (`spare_memos`), so that nothing stays after it.
-static SPARE_MEMOS: std::sync::Mutex<Vec<[ChainMap; 3]>> = std::sync::Mutex::new(Vec::new());
-
-/// The memos left by a read's runs, to be freed.
-pub fn spare_memos() -> Vec<[ChainMap; 3]> {
-    std::mem::take(&mut *SPARE_MEMOS.lock().unwrap_or_else(|e| e.into_inner()))
-}
+/// for every run of chunks, and the memos' arenas (2 MiB) were new pages for each.
+pub static SPARE_MEMOS: crate::cleanup::Spares<[ChainMap; 3]> = crate::cleanup::Spares::new();
 
 impl Aggregator {
     pub fn new(events: usize) -> Self {
-        let [chains, heads, tails] = match SPARE_MEMOS.lock().unwrap_or_else(|e| e.into_inner()).pop() {
+        let [chains, heads, tails] = match SPARE_MEMOS.take() {
             Some(mut memos) => {
                 memos.iter_mut().for_each(ChainMap::clear);
                 memos
@@ -139,7 +133,7 @@ impl Aggregator {
             std::mem::replace(&mut self.heads, ChainMap::unallocated(HEAD_CACHE_WORDS, KEY_WORDS)),
             std::mem::replace(&mut self.tails, ChainMap::unallocated(TAIL_CACHE_WORDS, KEY_WORDS)),
         ];
-        SPARE_MEMOS.lock().unwrap_or_else(|e| e.into_inner()).push(memos);
+        SPARE_MEMOS.give(memos);
     }
 
     /// Forgets the raw chains symbolized so far (the kernel's symbols moved).

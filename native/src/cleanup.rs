@@ -17,6 +17,29 @@ thread_local! {
     static FREEING: Cell<bool> = const { Cell::new(false) };
 }
 
+/// What the runs of a read on threads hand on to the runs after them (caches, emptied by their
+/// taker, so that each run does not fill new pages of its own), shared by the read's threads.
+/// What is left once the runs are done goes to `later` (`drain`).
+pub struct Spares<T>(Mutex<Vec<T>>);
+
+impl<T> Spares<T> {
+    pub const fn new() -> Self {
+        Spares(Mutex::new(Vec::new()))
+    }
+
+    pub fn take(&self) -> Option<T> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    }
+
+    pub fn give(&self, x: T) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(x);
+    }
+
+    pub fn drain(&self) -> Vec<T> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
 /// Keeps `x` to be freed by `finish`.
 pub fn later<T: Send + 'static>(x: T) {
     LATER.lock().unwrap_or_else(|e| e.into_inner()).push(Box::new(x));

@@ -8,11 +8,11 @@
 //! reach them (the kernel maps a few around each fault) and the pages behind, once no
 //! pending record needs them, are released, so the file does not all count in the process's
 //! resident memory (a reader of a part of the file releases only its own part's; the index
-//! walk of a mapped file maps none of it: it reads its stretch into a buffer, `index`). The pages are not populated ahead (MADV_POPULATE_READ), which
-//! measured no faster on one thread: a populate holds the address space's lock for its
-//! whole chunk, so another thread's map or unmap (a library's symbols, the heap) waits for
-//! it, and the other threads' populates queue behind that one. A fault takes only the
-//! lock of its own mapping.
+//! walk of a mapped file maps none of it: it reads its stretch into a buffer, `index`). The
+//! pages are not populated ahead (MADV_POPULATE_READ), which measured no faster on one
+//! thread: a populate holds the address space's lock for its whole chunk, so another
+//! thread's map or unmap (a library's symbols, the heap) waits for it, and the other
+//! threads' populates queue behind that one. A fault takes only the lock of its own mapping.
 //! Compressed files (perf record -z) go through `linux-perf-data`'s
 //! reader, which inflates them.
 //!
@@ -253,24 +253,15 @@ fn walk<T: ByteOrder>(bytes: &mut impl Bytes, base: usize, events: &Events, star
     let mut pos = start;
     let same_layout = events.time_layout();
     while pos < len {
-        if pos + 8 > len {
-            s.end = pos;
-            s.cut = Some(Cut::RecordHeader { at: base + pos });
-            break;
-        }
-        let head = bytes.at(pos, 8)?;
-        let ty = T::read_u32(&head[..4]);
-        let size = T::read_u16(&head[6..8]) as usize;
-        if size < 8 {
-            s.end = pos;
-            s.cut = Some(Cut::ImpossibleSize { at: base + pos, size });
-            break;
-        }
-        if pos + size > len {
-            s.end = pos;
-            s.cut = Some(Cut::Record { at: base + pos });
-            break;
-        }
+        let head = if pos + 8 <= len { Some(bytes.at(pos, 8)?) } else { None };
+        let (ty, size) = match header::<T>(head, pos, len, base) {
+            Ok(h) => h,
+            Err(reason) => {
+                s.end = pos;
+                s.cut = Some(reason);
+                break;
+            }
+        };
         if ty == REC_FINISHED_ROUND {
             if pos > start && reach.is_some_and(|r| pos >= r) {
                 s.end = pos;
@@ -422,15 +413,20 @@ pub fn read_mapped<T: ByteOrder, S: RecordSink, E: FnMut(usize) -> bool>(
 /// (`off`: the region's offset in the file, for the message).
 #[inline]
 fn record_at<T: ByteOrder>(region: &[u8], pos: usize, off: usize) -> Result<(u32, usize), Cut> {
-    if pos + 8 > region.len() {
+    header::<T>(region.get(pos..pos + 8), pos, region.len(), off)
+}
+
+/// `record_at` of a region of `len` bytes whose 8 bytes at `pos` are `head` (None: fewer are left).
+fn header<T: ByteOrder>(head: Option<&[u8]>, pos: usize, len: usize, off: usize) -> Result<(u32, usize), Cut> {
+    let Some(head) = head else {
         return Err(Cut::RecordHeader { at: off + pos });
-    }
-    let ty = T::read_u32(&region[pos..pos + 4]);
-    let size = T::read_u16(&region[pos + 6..pos + 8]) as usize;
+    };
+    let ty = T::read_u32(&head[..4]);
+    let size = T::read_u16(&head[6..8]) as usize;
     if size < 8 {
         return Err(Cut::ImpossibleSize { at: off + pos, size });
     }
-    if pos + size > region.len() {
+    if pos + size > len {
         return Err(Cut::Record { at: off + pos });
     }
     Ok((ty, size))

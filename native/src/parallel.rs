@@ -259,79 +259,75 @@ pub fn read<'o, T: ByteOrder + 'o>(
     let next_history = std::sync::atomic::AtomicUsize::new(0);
     type Run<'o> = (usize, Decoder<'o>, Option<Cut>);
     let results: Vec<Result<Vec<Run<'o>>, Error>> = crate::spread::on_threads(threads, |t| {
-                let (hists, ready, plan, shares, shared, next_history) =
-                    (hists.clone(), &ready, &plan, &shares, shared.clone(), &next_history);
-                (move || -> Result<Vec<Run<'o>>, Error> {
-                    // the histories (of every chunk but the last), taken in turn
-                    loop {
-                        let c = next_history.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        if c + 1 >= n {
-                            break;
-                        }
-                        let mut guard = Building { ready, i: c, built: false };
-                        let ch = &plan.chunks[c];
-                        let h = History::build::<T>(region, &plan.states[ch.states.clone()], &plan.flushes,
-                                                    ch.last_flush, names);
-                        let _ = hists[c].set(h);
-                        guard.built = true;
-                    }
-                    clock.mark(format_args!("thread {t}: histories built"));
-                    let mut runs = Vec::new();
-                    let mut first = take(&shares[t]);
-                    while let Some(c) = first.take().or_else(|| steal(shares, t)) {
-                        let mut syms = Symbols::new(opts, kallsyms.clone(), build_ids.clone());
-                        syms.shared = Some(shared.clone());
-                        let mut dec = Decoder::new(events, syms, opts);
-                        if c > 0 {
-                            if !ready.wait(c) {
-                                return Ok(runs); // a history failed: its thread's panic comes out of the join
-                            }
-                            let prefix = Arc::new(Prefix::<T>::new(hists.clone(), c, region, &mut dec.syms));
-                            for off in prefix.kernel_records() {
-                                let ty = T::read_u32(&region[off..off + 4]);
-                                let misc = T::read_u16(&region[off + 4..off + 6]);
-                                let body = &region[off + 8..off + T::read_u16(&region[off + 6..off + 8]) as usize];
-                                dec.replay::<T>(ty, misc, body, events.attr_index::<T>(ty, body));
-                            }
-                            dec.syms.procs.prefix = Some(prefix.clone() as Arc<dyn crate::procmaps::Earlier + 'o>);
-                            if let Some(c) = &mut dec.comms {
-                                c.attach(prefix);
-                            }
-                        }
-                        clock.mark(format_args!("thread {t}: run from chunk {c} set up"));
-                        // the run goes on into the next chunk of this thread's share while there is one
-                        let mut cur = c;
-                        let ends = |pos: usize| {
-                            if plan.chunks[cur].to != Some(pos) {
-                                return false;
-                            }
-                            let mut share = shares[t].lock().unwrap_or_else(|e| e.into_inner());
-                            if share.0 == cur + 1 && share.0 < share.1 {
-                                share.0 += 1;
-                                cur += 1;
-                                false
-                            } else {
-                                true
-                            }
-                        };
-                        let part = order::Part { from: plan.chunks[c].from, ends };
-                        let cut = order::read_mapped::<T, _, _>(name, data, map, span, events, part, &mut dec)?;
-                        dec.syms.run_done();
-                        dec.agg.run_done();
-                        dec.syms.procs.prefix = None;
-                        if let Some(c) = &mut dec.comms {
-                            c.prefix = None;
-                        }
-                        clock.mark(format_args!("thread {t}: run from chunk {c} read ({} samples, {} chain parts symbolized)",
-                                                dec.counts.samples, dec.agg.symbolized_parts()));
-                        runs.push((c, dec, cut));
-                    }
-                    Ok(runs)
-                })()
+        // the histories (of every chunk but the last), taken in turn
+        loop {
+            let c = next_history.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if c + 1 >= n {
+                break;
+            }
+            let mut guard = Building { ready: &ready, i: c, built: false };
+            let ch = &plan.chunks[c];
+            let h = History::build::<T>(region, &plan.states[ch.states.clone()], &plan.flushes,
+                                        ch.last_flush, names);
+            let _ = hists[c].set(h);
+            guard.built = true;
+        }
+        clock.mark(format_args!("thread {t}: histories built"));
+        let mut runs = Vec::new();
+        let mut first = take(&shares[t]);
+        while let Some(c) = first.take().or_else(|| steal(&shares, t)) {
+            let mut syms = Symbols::new(opts, kallsyms.clone(), build_ids.clone());
+            syms.shared = Some(shared.clone());
+            let mut dec = Decoder::new(events, syms, opts);
+            if c > 0 {
+                if !ready.wait(c) {
+                    return Ok(runs); // a history failed: its thread's panic comes out of the join
+                }
+                let prefix = Arc::new(Prefix::<T>::new(hists.clone(), c, region, &mut dec.syms));
+                for off in prefix.kernel_records() {
+                    let ty = T::read_u32(&region[off..off + 4]);
+                    let misc = T::read_u16(&region[off + 4..off + 6]);
+                    let body = &region[off + 8..off + T::read_u16(&region[off + 6..off + 8]) as usize];
+                    dec.replay::<T>(ty, misc, body, events.attr_index::<T>(ty, body));
+                }
+                dec.syms.procs.prefix = Some(prefix.clone() as Arc<dyn crate::procmaps::Earlier + 'o>);
+                if let Some(c) = &mut dec.comms {
+                    c.attach(prefix);
+                }
+            }
+            clock.mark(format_args!("thread {t}: run from chunk {c} set up"));
+            // the run goes on into the next chunk of this thread's share while there is one
+            let mut cur = c;
+            let ends = |pos: usize| {
+                if plan.chunks[cur].to != Some(pos) {
+                    return false;
+                }
+                let mut share = shares[t].lock().unwrap_or_else(|e| e.into_inner());
+                if share.0 == cur + 1 && share.0 < share.1 {
+                    share.0 += 1;
+                    cur += 1;
+                    false
+                } else {
+                    true
+                }
+            };
+            let part = order::Part { from: plan.chunks[c].from, ends };
+            let cut = order::read_mapped::<T, _, _>(name, data, map, span, events, part, &mut dec)?;
+            dec.syms.run_done();
+            dec.agg.run_done();
+            dec.syms.procs.prefix = None;
+            if let Some(c) = &mut dec.comms {
+                c.prefix = None;
+            }
+            clock.mark(format_args!("thread {t}: run from chunk {c} read ({} samples, {} chain parts symbolized)",
+                                    dec.counts.samples, dec.agg.symbolized_parts()));
+            runs.push((c, dec, cut));
+        }
+        Ok(runs)
     });
     clock.mark(format_args!("every chunk read"));
     // the caches the runs kept for runs to come: none is to come (freed after the read, `cleanup`)
-    crate::cleanup::later((crate::aggregate::spare_memos(), crate::symbolize::spare_slots()));
+    crate::cleanup::later((crate::aggregate::SPARE_MEMOS.drain(), crate::symbolize::SPARE_SLOTS.drain()));
     let Some(level) = in_order(results, threads)? else {
         return Ok(None);
     };

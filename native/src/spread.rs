@@ -14,12 +14,14 @@
 //!   interrupts every CPU the process runs on.
 //!
 //! So the threads are kept for the process (`Pool`): at most one a CPU the process may use, made
-//! when a burst first wants one there, each waiting on its own CPU (an affinity of that CPU alone,
-//! so that its wake-up is there), and free to move while it works (the process's CPUs again; another program may want that CPU). A burst
-//! ([`each`]) hands its items to the waiting threads of the other CPUs than the caller's, first
-//! one thread of each core, then the cores' second threads; the caller takes items too. When no
-//! such thread is free (a burst inside a burst, more items than CPUs), the pool makes one more,
-//! where the kernel puts it, so that a burst's items always run at once. Which thread runs an item does not change what it gives; every result comes back in the items' order.
+//! when a burst first wants one there, each waiting on its own CPU (an affinity of that CPU
+//! alone, so that its wake-up is there), and free to move while it works (the process's CPUs
+//! again; another program may want that CPU). A burst ([`each`]) hands its items to the waiting
+//! threads of the other CPUs than the caller's, first one thread of each core, then the cores'
+//! second threads; the caller takes items too. When no such thread is free (a burst inside a
+//! burst, more items than CPUs), the pool makes one more, where the kernel puts it, so that a
+//! burst's items always run at once. Which thread runs an item does not change what it gives;
+//! every result comes back in the items' order.
 //! `KPERFDIFF_SPREAD=0` in the environment makes fresh threads for each burst instead, where the
 //! kernel puts them (to measure what the pool gives).
 use std::any::Any;

@@ -11,7 +11,7 @@ use crate::procmaps::{overlay, Map, Processes};
 use crate::options::Options;
 use rustc_hash::FxHashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// No id yet.
 const NONE: u32 = u32::MAX;
@@ -97,31 +97,28 @@ const RECENT_BITS: u32 = 14;
 /// no chaining, an entry simply replaced by the next that maps to its slot. A reader that is
 /// done gives its slots back (`give_back`), and the next reader takes them: a read on threads
 /// makes a reader for every run of chunks, and 384 KB of new slots each was about 100 page
-/// faults a run (a tenth of a 16-thread read's faults). The read takes what is left when it
-/// ends (`spare_slots`).
+/// faults a run (a tenth of a 16-thread read's faults).
 struct AddrCache {
     /// Empty once given back: every lookup then misses.
     slots: Vec<(u64, u64, u32)>,
 }
 
-type Slots = Vec<(u64, u64, u32)>;
-static SPARE_SLOTS: Mutex<Vec<Slots>> = Mutex::new(Vec::new());
+/// A slot that holds no address.
+const NO_SLOT: (u64, u64, u32) = (u64::MAX, u64::MAX, NONE);
 
-/// The recent-address caches left by a read's runs, to be freed.
-pub fn spare_slots() -> Vec<Slots> {
-    std::mem::take(&mut *SPARE_SLOTS.lock().unwrap_or_else(|e| e.into_inner()))
-}
+/// The slots of the recent-address caches that readers which are done gave back.
+pub static SPARE_SLOTS: crate::cleanup::Spares<Vec<(u64, u64, u32)>> = crate::cleanup::Spares::new();
 
 impl AddrCache {
     fn new() -> Self {
-        let slots = match SPARE_SLOTS.lock().unwrap_or_else(|e| e.into_inner()).pop() {
-            Some(mut slots) => {
-                slots.fill((u64::MAX, u64::MAX, NONE));
-                slots
+        match SPARE_SLOTS.take() {
+            Some(slots) => {
+                let mut cache = AddrCache { slots };
+                cache.clear();
+                cache
             }
-            None => vec![(u64::MAX, u64::MAX, NONE); 1 << RECENT_BITS],
-        };
-        AddrCache { slots }
+            None => AddrCache { slots: vec![NO_SLOT; 1 << RECENT_BITS] },
+        }
     }
 
     #[inline]
@@ -143,14 +140,14 @@ impl AddrCache {
     }
 
     fn clear(&mut self) {
-        self.slots.fill((u64::MAX, u64::MAX, NONE));
+        self.slots.fill(NO_SLOT);
     }
 
     /// Gives the slots to the next cache made.
     fn give_back(&mut self) {
         let slots = std::mem::take(&mut self.slots);
         if slots.len() == 1 << RECENT_BITS {
-            SPARE_SLOTS.lock().unwrap_or_else(|e| e.into_inner()).push(slots);
+            SPARE_SLOTS.give(slots);
         }
     }
 }
