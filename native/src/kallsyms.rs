@@ -24,6 +24,8 @@ pub struct Kallsyms {
     pub module: Vec<u32>,
     /// Module names as perf shows them: `[kernel.kallsyms]`, `[ext4]`...
     pub modules: Vec<String>,
+    /// The lowest and highest symbol address of each module (as `modules`).
+    spans: Vec<Option<(u64, u64)>>,
     /// Address of `_text` / `_stext` in this file, for relocation.
     pub text: Option<u64>,
     pub stext: Option<u64>,
@@ -384,6 +386,10 @@ struct Entry {
     len: u32,
     module: u32,
     ty: u8,
+    /// Whether the name is ASCII (then the table holds it as the file spells it), found while
+    /// the line is read: the names are read again later in address order, which is not the
+    /// file's, and each first look at one then misses the caches.
+    ascii: bool,
 }
 
 impl Entry {
@@ -448,7 +454,7 @@ impl<'a> Lines<'a> {
                 None => 0,
             };
             let start = (name.as_ptr() as usize - base) as u32;
-            c.entries.push(Entry { addr, start, len: name.len() as u32, module, ty });
+            c.entries.push(Entry { addr, start, len: name.len() as u32, module, ty, ascii: name.is_ascii() });
         });
         c.entries.sort_by_key(|e| e.addr);
         c
@@ -465,7 +471,7 @@ struct Picked {
 /// The name of `e`, as the table holds it.
 fn table_name<'a>(data: &'a [u8], e: &Entry) -> std::borrow::Cow<'a, [u8]> {
     let name = e.name(data);
-    if name.is_ascii() {
+    if e.ascii {
         std::borrow::Cow::Borrowed(name)
     } else {
         std::borrow::Cow::Owned(String::from_utf8_lossy(name).into_owned().into_bytes())
@@ -488,7 +494,8 @@ fn pick(data: &[u8], mut entries: Vec<Entry>) -> Picked {
             i + (0..run.len()).max_by_key(|&k| rank(run[k].ty, run[k].name(data), k)).unwrap()
         };
         entries[kept] = entries[best];
-        name_bytes += table_name(data, &entries[kept]).len();
+        let e = &entries[kept];
+        name_bytes += if e.ascii { e.len as usize } else { table_name(data, e).len() };
         kept += 1;
         i = j;
     }
@@ -500,12 +507,13 @@ fn pick(data: &[u8], mut entries: Vec<Entry>) -> Picked {
 /// arrays are allocated once, at their full size, and each range writes its part on a thread of its
 /// own (mostly first writes to the arrays' pages, which then fault in on every thread at once).
 #[allow(clippy::type_complexity)]
-fn table(data: &[u8], parts: &[Picked]) -> (Vec<u64>, String, Vec<u32>, Vec<u32>) {
+fn table(data: &[u8], parts: &[Picked], modules: usize) -> (Vec<u64>, String, Vec<u32>, Vec<u32>, Vec<Option<(u64, u64)>>) {
     let total: usize = parts.iter().map(|p| p.entries.len()).sum();
     let (mut addrs, mut name_ends, mut module) = (vec![0u64; total], vec![0u32; total], vec![0u32; total]);
     let mut names_buf = vec![0u8; parts.iter().map(|p| p.name_bytes).sum()];
     let write = |p: &Picked, a: &mut [u64], e: &mut [u32], m: &mut [u32], nb: &mut [u8], base: u32| {
         let mut at = 0;
+        let mut spans = vec![None; modules];
         for (k, x) in p.entries.iter().enumerate() {
             let name = table_name(data, x);
             nb[at..at + name.len()].copy_from_slice(&name);
@@ -513,10 +521,14 @@ fn table(data: &[u8], parts: &[Picked]) -> (Vec<u64>, String, Vec<u32>, Vec<u32>
             a[k] = x.addr;
             e[k] = base + at as u32;
             m[k] = x.module;
+            let s: &mut Option<(u64, u64)> = &mut spans[x.module as usize];
+            *s = Some(s.map_or((x.addr, x.addr), |(lo, hi)| (lo, hi.max(x.addr))));
         }
+        spans
     };
-    if parts.len() == 1 {
-        write(&parts[0], &mut addrs, &mut name_ends, &mut module, &mut names_buf, 0);
+    // each range's lowest and highest address of each module (the ranges in address order)
+    let ranges_spans = if parts.len() == 1 {
+        vec![write(&parts[0], &mut addrs, &mut name_ends, &mut module, &mut names_buf, 0)]
     } else {
         let (mut a, mut e, mut m, mut nb) = (&mut addrs[..], &mut name_ends[..], &mut module[..], &mut names_buf[..]);
         let (mut base, mut pieces) = (0u32, Vec::with_capacity(parts.len()));
@@ -530,12 +542,20 @@ fn table(data: &[u8], parts: &[Picked]) -> (Vec<u64>, String, Vec<u32>, Vec<u32>
             pieces.push((p, a1, e1, m1, n1, base));
             base += p.name_bytes as u32;
         }
-        crate::spread::each(pieces, |_, (p, a1, e1, m1, n1, base)| write(p, a1, e1, m1, n1, base));
+        crate::spread::each(pieces, |_, (p, a1, e1, m1, n1, base)| write(p, a1, e1, m1, n1, base))
+    };
+    let mut spans: Vec<Option<(u64, u64)>> = vec![None; modules];
+    for r in ranges_spans {
+        for (s, t) in spans.iter_mut().zip(r) {
+            if let Some((lo, hi)) = t {
+                *s = Some(s.map_or((lo, hi), |(l, _)| (l, hi)));
+            }
+        }
     }
     // SAFETY: the bytes are the names one after another, each ASCII or read as UTF-8 with
     // U+FFFD, and UTF-8 strings put end to end are UTF-8.
     let names_buf = unsafe { String::from_utf8_unchecked(names_buf) };
-    (addrs, names_buf, name_ends, module)
+    (addrs, names_buf, name_ends, module, spans)
 }
 
 /// The kallsyms files read last, by path, size and modification time: the
@@ -713,20 +733,20 @@ impl Kallsyms {
             })
         };
         mark("symbols picked by address");
-        let (addrs, names_buf, name_ends, module) = table(data, &parts);
+        let (addrs, names_buf, name_ends, module, spans) = table(data, &parts, modules.len());
         mark("table written");
-        Ok(Kallsyms { addrs, names_buf, name_ends, module, modules, text, stext, etext, end, build_id: None })
+        if n > 1 {
+            // freed after the read on threads this parse is for (`cleanup`)
+            crate::cleanup::later((chunks.into_iter().map(|c| c.entries).collect::<Vec<_>>(),
+                                   parts.into_iter().map(|p| p.entries).collect::<Vec<_>>()));
+        }
+        Ok(Kallsyms { addrs, names_buf, name_ends, module, modules, spans, text, stext, etext, end, build_id: None })
     }
 
     /// The lowest and highest symbol address of each module (index as `modules`; None for one
     /// with no symbol kept).
-    pub fn module_spans(&self) -> Vec<Option<(u64, u64)>> {
-        let mut spans = vec![None; self.modules.len()];
-        for (&a, &m) in self.addrs.iter().zip(&self.module) {
-            let s: &mut Option<(u64, u64)> = &mut spans[m as usize];
-            *s = Some(s.map_or((a, a), |(lo, hi)| (lo.min(a), hi.max(a))));
-        }
-        spans
+    pub fn module_spans(&self) -> &[Option<(u64, u64)>] {
+        &self.spans
     }
 
     /// Name of symbol `i` (an index from `lookup`).
@@ -793,6 +813,13 @@ mod tests {
             }
         }
         let one = Kallsyms::parse(&text).unwrap();
+        // each module's span, as the table's addresses and modules give it
+        let mut spans = vec![None; one.modules.len()];
+        for (&a, &m) in one.addrs.iter().zip(&one.module) {
+            let s: &mut Option<(u64, u64)> = &mut spans[m as usize];
+            *s = Some(s.map_or((a, a), |(lo, hi)| (lo.min(a), hi.max(a))));
+        }
+        assert_eq!(one.module_spans(), &spans[..]);
         for threads in [2, 3, 7, 16] {
             let many = Kallsyms::parse_on(&text, threads).unwrap();
             assert_eq!(one.addrs, many.addrs, "{threads} threads");
@@ -800,6 +827,7 @@ mod tests {
             assert_eq!(one.name_ends, many.name_ends, "{threads} threads");
             assert_eq!(one.module, many.module, "{threads} threads");
             assert_eq!(one.modules, many.modules, "{threads} threads");
+            assert_eq!(one.module_spans(), many.module_spans(), "{threads} threads");
             assert_eq!((one.text, one.stext, one.etext, one.end), (many.text, many.stext, many.etext, many.end));
         }
         assert!(text.len() > 16 * PARSE_CHUNK / 8 && one.modules.len() == 8);
