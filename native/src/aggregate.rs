@@ -151,6 +151,7 @@ impl Aggregator {
     /// which resolves the same in every process and has a cache of its own, and the
     /// tail (from the first user context on; a user-mode sample is all tail), so a new
     /// process's chains resolve only their user frames.
+    #[inline(always)] // into the decoder's loop, once a sample (a call costs 20 instructions a sample)
     pub fn resolve_stack<T: ByteOrder>(&mut self, syms: &mut Symbols, pid: i32, mode: u8, ip: u64, chain: &[u8]) -> u32 {
         // The chain's words where they are in the file when its byte order is the
         // machine's and they are aligned (perf pads records to 8 bytes); a copy otherwise.
@@ -599,8 +600,9 @@ fn procs_of(acc: &Acc, out: &mut EventOut) {
 const THREADED_OUTPUT_STACKS: usize = 4096;
 
 /// `event_out` on up to `threads` threads, the same profile: the stacks in consecutive
-/// chunks, each adding up its self and children per symbol, and the caller-callee edges by
-/// ranges of callers, each from every stack. The weights add up in integers, which gives the
+/// chunks, each adding up its self and children per symbol and its caller-callee edges; then
+/// the edges by ranges of callers, each from every chunk's (each stack is walked once,
+/// however many the threads). The weights add up in integers, which gives the
 /// f64 that `event_out`'s running sums give while the event's total is below 2^53 (every
 /// partial sum is then exact); above, or with few stacks, it is `event_out` itself.
 fn event_out_on(a: &Attr, acc: &Acc, stacks: &SliceSet<u32>, nsym: usize, stamp: &mut [u32], threads: usize)
@@ -621,69 +623,102 @@ fn event_out_on(a: &Attr, acc: &Acc, stacks: &SliceSet<u32>, nsym: usize, stamp:
         children_c: Vec<u64>,
     }
     type Edges = Vec<((u32, u32), (u64, u64))>;
-    // each thread adds up its chunk of the stacks, then the edges of its range of callers
-    let (sums, edges): (Vec<Sums>, Vec<Edges>) = crate::spread::on_threads(threads, |i| {
-        let sums = {
-            let mut t = Sums { ids: Vec::new(), weight: Vec::new(), count: Vec::new(), self_w: vec![0; nsym],
-                               self_c: vec![0; nsym], children_w: vec![0; nsym], children_c: vec![0; nsym] };
-            let mut stamp = vec![u32::MAX; nsym];
-            for s in i * n / threads..(i + 1) * n / threads {
-                let (w, c) = acc.by_stack[s];
-                if c == 0 {
-                    continue;
-                }
-                let st = stacks.get(s as u32);
-                t.ids.push(s as u32);
-                t.weight.push(w);
-                t.count.push(c);
-                let leaf = *st.last().unwrap() as usize;
-                t.self_w[leaf] += w;
-                t.self_c[leaf] += c;
-                for &f in st.iter() {
-                    if stamp[f as usize] != s as u32 {
-                        stamp[f as usize] = s as u32;
-                        t.children_w[f as usize] += w;
-                        t.children_c[f as usize] += c;
-                    }
+    // each thread adds up its chunk of the stacks: sums per symbol, and edges (sorted)
+    let (sums, chunk_edges): (Vec<Sums>, Vec<Edges>) = crate::spread::on_threads(threads, |i| {
+        let mut t = Sums { ids: Vec::new(), weight: Vec::new(), count: Vec::new(), self_w: vec![0; nsym],
+                           self_c: vec![0; nsym], children_w: vec![0; nsym], children_c: vec![0; nsym] };
+        let mut stamp = vec![u32::MAX; nsym];
+        let mut edges: FxHashMap<(u32, u32), (u64, u64)> = FxHashMap::default();
+        let mut pairs: Vec<(u32, u32)> = Vec::new();
+        for s in i * n / threads..(i + 1) * n / threads {
+            let (w, c) = acc.by_stack[s];
+            if c == 0 {
+                continue;
+            }
+            let st = stacks.get(s as u32);
+            t.ids.push(s as u32);
+            t.weight.push(w);
+            t.count.push(c);
+            let leaf = *st.last().unwrap() as usize;
+            t.self_w[leaf] += w;
+            t.self_c[leaf] += c;
+            for &f in st.iter() {
+                if stamp[f as usize] != s as u32 {
+                    stamp[f as usize] = s as u32;
+                    t.children_w[f as usize] += w;
+                    t.children_c[f as usize] += c;
                 }
             }
-            t
-        };
-        let edges = {
-            let (lo, hi) = ((i * nsym / threads) as u32, ((i + 1) * nsym / threads) as u32);
-            let mut edges: FxHashMap<(u32, u32), (u64, u64)> = FxHashMap::default();
-            let mut pairs: Vec<(u32, u32)> = Vec::new();
-            for (s, &(w, c)) in acc.by_stack.iter().enumerate() {
-                if c == 0 {
-                    continue;
-                }
-                let from = stacks.get(s as u32).windows(2).map(|p| (p[0], p[1]));
-                add_edges(&mut edges, &mut pairs, from.filter(|p| (lo..hi).contains(&p.0)), w, c);
-            }
-            let mut ev: Edges = edges.into_iter().collect();
-            ev.sort_unstable_by_key(|e| e.0);
-            ev
-        };
-        (sums, edges)
+            add_edges(&mut edges, &mut pairs, st.windows(2).map(|p| (p[0], p[1])), w, c);
+        }
+        let mut ev: Edges = edges.into_iter().collect();
+        ev.sort_unstable_by_key(|e| e.0);
+        (t, ev)
     })
     .into_iter()
     .unzip();
-    let (mut self_w, mut children_w) = (vec![0u64; nsym], vec![0u64; nsym]);
-    for t in sums {
-        out.stack_ids.extend_from_slice(&t.ids);
-        out.stack_weight.extend(t.weight.iter().map(|&w| w as f64));
-        out.stack_count.extend_from_slice(&t.count);
-        for f in 0..nsym {
-            self_w[f] += t.self_w[f];
-            children_w[f] += t.children_w[f];
-            out.self_count[f] += t.self_c[f];
-            out.children_count[f] += t.children_c[f];
+    // then each thread adds up, for its range of symbols, every chunk's sums and the edges
+    // from those symbols (as callers)
+    let ranges: Vec<(usize, usize)> = (0..threads).map(|j| (j * nsym / threads, (j + 1) * nsym / threads)).collect();
+    let mut pieces = Vec::with_capacity(threads);
+    let edges: Vec<Edges> = {
+        let (mut sw, mut cw) = (&mut out.self_weight[..], &mut out.children_weight[..]);
+        let (mut sc, mut cc) = (&mut out.self_count[..], &mut out.children_count[..]);
+        for &(lo, hi) in &ranges {
+            let k = hi - lo;
+            let (sw1, sw2) = std::mem::take(&mut sw).split_at_mut(k);
+            let (cw1, cw2) = std::mem::take(&mut cw).split_at_mut(k);
+            let (sc1, sc2) = std::mem::take(&mut sc).split_at_mut(k);
+            let (cc1, cc2) = std::mem::take(&mut cc).split_at_mut(k);
+            (sw, cw, sc, cc) = (sw2, cw2, sc2, cc2);
+            pieces.push(((lo, hi), sw1, cw1, sc1, cc1));
         }
-    }
-    for f in 0..nsym {
-        out.self_weight[f] = self_w[f] as f64;
-        out.children_weight[f] = children_w[f] as f64;
-    }
+        let (sums, edges) = (&sums, &chunk_edges);
+        let summed: Vec<Edges> = crate::spread::each(pieces, |_, ((lo, hi), sw, cw, sc, cc)| {
+            for f in lo..hi {
+                let (mut s_w, mut c_w) = (0u64, 0u64);
+                for t in sums {
+                    s_w += t.self_w[f];
+                    c_w += t.children_w[f];
+                    sc[f - lo] += t.self_c[f];
+                    cc[f - lo] += t.children_c[f];
+                }
+                sw[f - lo] = s_w as f64;
+                cw[f - lo] = c_w as f64;
+            }
+            let (lo, hi) = (lo as u32, hi as u32);
+            let mut mine: Edges = Vec::new();
+            for ev in edges {
+                let from = ev.partition_point(|e| e.0 .0 < lo);
+                let to = ev.partition_point(|e| e.0 .0 < hi);
+                mine.extend_from_slice(&ev[from..to]);
+            }
+            mine.sort_unstable_by_key(|e| e.0);
+            let mut summed: Edges = Vec::with_capacity(mine.len());
+            for (k, (w, c)) in mine {
+                match summed.last_mut() {
+                    Some(last) if last.0 == k => {
+                        last.1 .0 += w;
+                        last.1 .1 += c;
+                    }
+                    _ => summed.push((k, (w, c))),
+                }
+            }
+            summed
+        });
+        for t in sums {
+            out.stack_ids.extend_from_slice(&t.ids);
+            out.stack_weight.extend(t.weight.iter().map(|&w| w as f64));
+            out.stack_count.extend_from_slice(&t.count);
+        }
+        summed
+    };
+    // the chunks' sums and edges are freed after the read (`cleanup`)
+    crate::cleanup::later((sums, chunk_edges));
+    let e: usize = edges.iter().map(|v| v.len()).sum();
+    out.edges.reserve(2 * e);
+    out.edge_weight.reserve(e);
+    out.edge_count.reserve(e);
     for ((a, b), (w, c)) in edges.into_iter().flatten() {
         out.edges.push(a);
         out.edges.push(b);
