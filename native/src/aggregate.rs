@@ -613,50 +613,11 @@ fn event_out_on(a: &Attr, acc: &Acc, stacks: &SliceSet<u32>, nsym: usize, stamp:
     }
     let mut out = event_head(a, acc, nsym);
     procs_of(acc, &mut out);
-    struct Sums {
-        ids: Vec<u32>,
-        weight: Vec<u64>,
-        count: Vec<u64>,
-        self_w: Vec<u64>,
-        self_c: Vec<u64>,
-        children_w: Vec<u64>,
-        children_c: Vec<u64>,
-    }
-    type Edges = Vec<((u32, u32), (u64, u64))>;
     // each thread adds up its chunk of the stacks: sums per symbol, and edges (sorted)
-    let (sums, chunk_edges): (Vec<Sums>, Vec<Edges>) = crate::spread::on_threads(threads, |i| {
-        let mut t = Sums { ids: Vec::new(), weight: Vec::new(), count: Vec::new(), self_w: vec![0; nsym],
-                           self_c: vec![0; nsym], children_w: vec![0; nsym], children_c: vec![0; nsym] };
-        let mut stamp = vec![u32::MAX; nsym];
-        let mut edges: FxHashMap<(u32, u32), (u64, u64)> = FxHashMap::default();
-        let mut pairs: Vec<(u32, u32)> = Vec::new();
-        for s in i * n / threads..(i + 1) * n / threads {
-            let (w, c) = acc.by_stack[s];
-            if c == 0 {
-                continue;
-            }
-            let st = stacks.get(s as u32);
-            t.ids.push(s as u32);
-            t.weight.push(w);
-            t.count.push(c);
-            let leaf = *st.last().unwrap() as usize;
-            t.self_w[leaf] += w;
-            t.self_c[leaf] += c;
-            for &f in st.iter() {
-                if stamp[f as usize] != s as u32 {
-                    stamp[f as usize] = s as u32;
-                    t.children_w[f as usize] += w;
-                    t.children_c[f as usize] += c;
-                }
-            }
-            add_edges(&mut edges, &mut pairs, st.windows(2).map(|p| (p[0], p[1])), w, c);
-        }
-        let mut ev: Edges = edges.into_iter().collect();
-        ev.sort_unstable_by_key(|e| e.0);
-        (t, ev)
-    })
-    .into_iter()
-    .unzip();
+    let (sums, chunk_edges): (Vec<Sums>, Vec<Edges>) =
+        crate::spread::on_threads(threads, |i| chunk_sums(acc, stacks, nsym, i * n / threads..(i + 1) * n / threads))
+            .into_iter()
+            .unzip();
     // then each thread adds up, for its range of symbols, every chunk's sums and the edges
     // from those symbols (as callers)
     let ranges: Vec<(usize, usize)> = (0..threads).map(|j| (j * nsym / threads, (j + 1) * nsym / threads)).collect();
@@ -686,25 +647,7 @@ fn event_out_on(a: &Attr, acc: &Acc, stacks: &SliceSet<u32>, nsym: usize, stamp:
                 sw[f - lo] = s_w as f64;
                 cw[f - lo] = c_w as f64;
             }
-            let (lo, hi) = (lo as u32, hi as u32);
-            let mut mine: Edges = Vec::new();
-            for ev in edges {
-                let from = ev.partition_point(|e| e.0 .0 < lo);
-                let to = ev.partition_point(|e| e.0 .0 < hi);
-                mine.extend_from_slice(&ev[from..to]);
-            }
-            mine.sort_unstable_by_key(|e| e.0);
-            let mut summed: Edges = Vec::with_capacity(mine.len());
-            for (k, (w, c)) in mine {
-                match summed.last_mut() {
-                    Some(last) if last.0 == k => {
-                        last.1 .0 += w;
-                        last.1 .1 += c;
-                    }
-                    _ => summed.push((k, (w, c))),
-                }
-            }
-            summed
+            edges_of_callers(edges, lo as u32, hi as u32)
         });
         for t in sums {
             out.stack_ids.extend_from_slice(&t.ids);
@@ -726,6 +669,76 @@ fn event_out_on(a: &Attr, acc: &Acc, stacks: &SliceSet<u32>, nsym: usize, stamp:
         out.edge_count.push(c);
     }
     out
+}
+
+/// What one chunk of an event's stacks adds up (`event_out_on`): the stacks it holds, with their
+/// weights and counts, and each symbol's self and children sums.
+struct Sums {
+    ids: Vec<u32>,
+    weight: Vec<u64>,
+    count: Vec<u64>,
+    self_w: Vec<u64>,
+    self_c: Vec<u64>,
+    children_w: Vec<u64>,
+    children_c: Vec<u64>,
+}
+
+/// Caller-callee edges with their weights and counts, sorted.
+type Edges = Vec<((u32, u32), (u64, u64))>;
+
+/// The sums and the edges of the stacks `range` of an event.
+fn chunk_sums(acc: &Acc, stacks: &SliceSet<u32>, nsym: usize, range: std::ops::Range<usize>) -> (Sums, Edges) {
+    let mut t = Sums { ids: Vec::new(), weight: Vec::new(), count: Vec::new(), self_w: vec![0; nsym],
+                       self_c: vec![0; nsym], children_w: vec![0; nsym], children_c: vec![0; nsym] };
+    let mut stamp = vec![u32::MAX; nsym];
+    let mut edges: FxHashMap<(u32, u32), (u64, u64)> = FxHashMap::default();
+    let mut pairs: Vec<(u32, u32)> = Vec::new();
+    for s in range {
+        let (w, c) = acc.by_stack[s];
+        if c == 0 {
+            continue;
+        }
+        let st = stacks.get(s as u32);
+        t.ids.push(s as u32);
+        t.weight.push(w);
+        t.count.push(c);
+        let leaf = *st.last().unwrap() as usize;
+        t.self_w[leaf] += w;
+        t.self_c[leaf] += c;
+        for &f in st.iter() {
+            if stamp[f as usize] != s as u32 {
+                stamp[f as usize] = s as u32;
+                t.children_w[f as usize] += w;
+                t.children_c[f as usize] += c;
+            }
+        }
+        add_edges(&mut edges, &mut pairs, st.windows(2).map(|p| (p[0], p[1])), w, c);
+    }
+    let mut ev: Edges = edges.into_iter().collect();
+    ev.sort_unstable_by_key(|e| e.0);
+    (t, ev)
+}
+
+/// The edges from callers `lo..hi`, each chunk's (sorted) added up, sorted.
+fn edges_of_callers(chunks: &[Edges], lo: u32, hi: u32) -> Edges {
+    let mut mine: Edges = Vec::new();
+    for ev in chunks {
+        let from = ev.partition_point(|e| e.0 .0 < lo);
+        let to = ev.partition_point(|e| e.0 .0 < hi);
+        mine.extend_from_slice(&ev[from..to]);
+    }
+    mine.sort_unstable_by_key(|e| e.0);
+    let mut summed: Edges = Vec::with_capacity(mine.len());
+    for (k, (w, c)) in mine {
+        match summed.last_mut() {
+            Some(last) if last.0 == k => {
+                last.1 .0 += w;
+                last.1 .1 += c;
+            }
+            _ => summed.push((k, (w, c))),
+        }
+    }
+    summed
 }
 
 /// A stack's caller -> callee edges, each counted once however often the stack repeats it, added
