@@ -621,41 +621,32 @@ fn event_out_on(a: &Attr, acc: &Acc, stacks: &SliceSet<u32>, nsym: usize, stamp:
     // then each thread adds up, for its range of symbols, every chunk's sums and the edges
     // from those symbols (as callers)
     let ranges: Vec<(usize, usize)> = (0..threads).map(|j| (j * nsym / threads, (j + 1) * nsym / threads)).collect();
-    let mut pieces = Vec::with_capacity(threads);
-    let edges: Vec<Edges> = {
-        let (mut sw, mut cw) = (&mut out.self_weight[..], &mut out.children_weight[..]);
-        let (mut sc, mut cc) = (&mut out.self_count[..], &mut out.children_count[..]);
-        for &(lo, hi) in &ranges {
-            let k = hi - lo;
-            let (sw1, sw2) = std::mem::take(&mut sw).split_at_mut(k);
-            let (cw1, cw2) = std::mem::take(&mut cw).split_at_mut(k);
-            let (sc1, sc2) = std::mem::take(&mut sc).split_at_mut(k);
-            let (cc1, cc2) = std::mem::take(&mut cc).split_at_mut(k);
-            (sw, cw, sc, cc) = (sw2, cw2, sc2, cc2);
-            pieces.push(((lo, hi), sw1, cw1, sc1, cc1));
-        }
-        let (sums, edges) = (&sums, &chunk_edges);
-        let summed: Vec<Edges> = crate::spread::each(pieces, |_, ((lo, hi), sw, cw, sc, cc)| {
-            for f in lo..hi {
-                let (mut s_w, mut c_w) = (0u64, 0u64);
-                for t in sums {
-                    s_w += t.self_w[f];
-                    c_w += t.children_w[f];
-                    sc[f - lo] += t.self_c[f];
-                    cc[f - lo] += t.children_c[f];
-                }
-                sw[f - lo] = s_w as f64;
-                cw[f - lo] = c_w as f64;
+    let lens = || ranges.iter().map(|&(lo, hi)| hi - lo);
+    let pieces: Vec<_> = ranges.iter().copied()
+        .zip(crate::spread::pieces_mut(&mut out.self_weight, lens()))
+        .zip(crate::spread::pieces_mut(&mut out.children_weight, lens()))
+        .zip(crate::spread::pieces_mut(&mut out.self_count, lens()))
+        .zip(crate::spread::pieces_mut(&mut out.children_count, lens()))
+        .collect();
+    let edges: Vec<Edges> = crate::spread::each(pieces, |_, (((((lo, hi), sw), cw), sc), cc)| {
+        for f in lo..hi {
+            let (mut s_w, mut c_w) = (0u64, 0u64);
+            for t in &sums {
+                s_w += t.self_w[f];
+                c_w += t.children_w[f];
+                sc[f - lo] += t.self_c[f];
+                cc[f - lo] += t.children_c[f];
             }
-            edges_of_callers(edges, lo as u32, hi as u32)
-        });
-        for t in sums {
-            out.stack_ids.extend_from_slice(&t.ids);
-            out.stack_weight.extend(t.weight.iter().map(|&w| w as f64));
-            out.stack_count.extend_from_slice(&t.count);
+            sw[f - lo] = s_w as f64;
+            cw[f - lo] = c_w as f64;
         }
-        summed
-    };
+        edges_of_callers(&chunk_edges, lo as u32, hi as u32)
+    });
+    for t in &sums {
+        out.stack_ids.extend_from_slice(&t.ids);
+        out.stack_weight.extend(t.weight.iter().map(|&w| w as f64));
+        out.stack_count.extend_from_slice(&t.count);
+    }
     // the chunks' sums and edges are freed after the read (`cleanup`)
     crate::cleanup::later((sums, chunk_edges));
     let e: usize = edges.iter().map(|v| v.len()).sum();

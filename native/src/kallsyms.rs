@@ -526,24 +526,21 @@ fn table(data: &[u8], parts: &[Picked], modules: usize) -> (Vec<u64>, String, Ve
         }
         spans
     };
-    // each range's lowest and highest address of each module (the ranges in address order)
-    let ranges_spans = if parts.len() == 1 {
-        vec![write(&parts[0], &mut addrs, &mut name_ends, &mut module, &mut names_buf, 0)]
-    } else {
-        let (mut a, mut e, mut m, mut nb) = (&mut addrs[..], &mut name_ends[..], &mut module[..], &mut names_buf[..]);
-        let (mut base, mut pieces) = (0u32, Vec::with_capacity(parts.len()));
-        for p in parts {
-            let k = p.entries.len();
-            let (a1, a2) = std::mem::take(&mut a).split_at_mut(k);
-            let (e1, e2) = std::mem::take(&mut e).split_at_mut(k);
-            let (m1, m2) = std::mem::take(&mut m).split_at_mut(k);
-            let (n1, n2) = std::mem::take(&mut nb).split_at_mut(p.name_bytes);
-            (a, e, m, nb) = (a2, e2, m2, n2);
-            pieces.push((p, a1, e1, m1, n1, base));
-            base += p.name_bytes as u32;
-        }
-        crate::spread::each(pieces, |_, (p, a1, e1, m1, n1, base)| write(p, a1, e1, m1, n1, base))
-    };
+    // each range writes its part of each array; its lowest and highest address of each module
+    // come back (the ranges in address order)
+    let lens = || parts.iter().map(|p| p.entries.len());
+    let bases = parts.iter().scan(0u32, |base, p| {
+        let b = *base;
+        *base += p.name_bytes as u32;
+        Some(b)
+    });
+    let pieces: Vec<_> = parts.iter().zip(bases)
+        .zip(crate::spread::pieces_mut(&mut addrs, lens()))
+        .zip(crate::spread::pieces_mut(&mut name_ends, lens()))
+        .zip(crate::spread::pieces_mut(&mut module, lens()))
+        .zip(crate::spread::pieces_mut(&mut names_buf, parts.iter().map(|p| p.name_bytes)))
+        .collect();
+    let ranges_spans = crate::spread::each(pieces, |_, (((((p, base), a), e), m), nb)| write(p, a, e, m, nb, base));
     let mut spans: Vec<Option<(u64, u64)>> = vec![None; modules];
     for r in ranges_spans {
         for (s, t) in spans.iter_mut().zip(r) {

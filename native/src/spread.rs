@@ -54,6 +54,18 @@ pub fn on_threads<R: Send>(n: usize, f: impl Fn(usize) -> R + Sync) -> Vec<R> {
     each((0..n).collect(), |i, _| f(i))
 }
 
+/// `s` cut into consecutive pieces of the lengths `lens`, in order: the parts of one output that
+/// the items of a burst write, each its own (what the lengths leave over is in no piece).
+pub fn pieces_mut<T>(mut s: &mut [T], lens: impl IntoIterator<Item = usize>) -> Vec<&mut [T]> {
+    lens.into_iter()
+        .map(|k| {
+            let (piece, rest) = std::mem::take(&mut s).split_at_mut(k);
+            s = rest;
+            piece
+        })
+        .collect()
+}
+
 fn pooled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| std::env::var("KPERFDIFF_SPREAD").map_or(true, |v| v != "0"))
@@ -353,6 +365,17 @@ mod tests {
         let nested = on_threads(4, |i| on_threads(3, |j| i * 10 + j).iter().sum::<usize>());
         assert_eq!(nested, vec![3, 33, 63, 93]);
         assert_eq!(on_threads(40, |i| i).len(), 40);
+    }
+
+    #[test]
+    fn pieces_are_consecutive_and_of_their_lengths() {
+        let mut v: Vec<u32> = (0..10).collect();
+        let pieces = pieces_mut(&mut v, [3, 0, 5]);
+        assert_eq!(pieces.iter().map(|p| p.to_vec()).collect::<Vec<_>>(), vec![vec![0, 1, 2], vec![], vec![3, 4, 5, 6, 7]]);
+        for p in pieces {
+            p.iter_mut().for_each(|x| *x += 100);
+        }
+        assert_eq!(v, [100, 101, 102, 103, 104, 105, 106, 107, 8, 9]);
     }
 
     #[test]
