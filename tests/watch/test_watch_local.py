@@ -72,8 +72,12 @@ def test_a_branch_pushed_commit_by_commit_gets_its_two_culprits_and_nothing_else
         assert c["culprit"]["subject"].startswith("make select") and c["culprit"]["author"].startswith("Test Author")
         assert (c["before"]["commit"], c["after"]["commit"]) == (commits[commits.index(c["after"]["commit"]) - 1],
                                                                  c["culprit"]["hash"])
-    assert w["queue"]["measure"]["done"] == 12 and w["queue"]["bisect"] == {"queued": 0, "running": 0, "done": 2,
-                                                                            "failed": 0}
+    # a level that a busy machine shifted for a few commits is a change point too, until its bisection
+    # measures its two commits afresh and finds them alike: it is left unconfirmed, with no culprit
+    others = [c for c in w["changes"] if c["state"] != "current"]
+    assert all(c["state"] == "unconfirmed" and not c["culprit"] for c in others), json.dumps(w["changes"], indent=1)
+    assert w["queue"]["measure"]["done"] == 12 and w["queue"]["bisect"] == {
+        "queued": 0, "running": 0, "done": 2 + len(others), "failed": 0}, json.dumps(w["changes"], indent=1)
     # nothing new: nothing measured, one line
     again = look(store, suite, repo)
     assert again.stdout.count("\n") == 1 and "nothing new to measure on main" in again.stdout, again.stdout
