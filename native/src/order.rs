@@ -167,24 +167,24 @@ fn plausible_after<T: ByteOrder>(region: &[u8], mut pos: usize) -> bool {
 
 /// Walks the records of `region` from `start` (the region's start or a FINISHED_ROUND) up to
 /// the first FINISHED_ROUND at or after `reach` (to the end when None), noting what a reader
-/// of a later part needs (`Stretch`). With the mapped file's `file`, the walk reads the
-/// stretch 256 KB at a time into a buffer of its own (`pread`) and maps none of it: through
+/// of a later part needs (`Stretch`). When the region is a mapped file's (`mapped`: the map
+/// and the file), the walk reads the stretch 256 KB at a time into a buffer of its own (`pread`)
+/// and maps none of it: through
 /// the map it mapped every page of the stretch and released it behind itself, and the runs then
 /// mapped each page again (on 2 threads the walk took 8 ms a half of the 71 MB file, 4.7 of
 /// them mapping; each release also interrupts every other CPU the process runs on, to flush its
-/// TLB). Without `file`, or if a read fails, it walks the map, releasing the pages behind it
-/// (the whole chunks of its own stretch only).
-#[allow(clippy::too_many_arguments)]
-pub fn index<T: ByteOrder>(region: &[u8], map: Option<&memmap2::Mmap>, file: Option<&std::fs::File>, base: usize,
+/// TLB). Otherwise, or if a read fails, it walks the region, releasing the map's pages behind
+/// it (the whole chunks of its own stretch only).
+pub fn index<T: ByteOrder>(region: &[u8], mapped: Option<(&memmap2::Mmap, &std::fs::File)>, base: usize,
                            events: &Events, start: usize, reach: Option<usize>) -> Stretch {
-    if let (Some(_), Some(f)) = (map, file) {
-        let mut bytes = Buffered { file: f, base, len: region.len(), buf: Vec::new(), at: 0, chunk: BUFFERED };
+    if let Some((_, file)) = mapped {
+        let mut bytes = Buffered { file, base, len: region.len(), buf: Vec::new(), at: 0, chunk: BUFFERED };
         if let Some(s) = walk::<T>(&mut bytes, base, events, start, reach, |_| {}) {
             return s;
         }
     }
     let own = (base + start + WINDOW_CHUNK - 1) & !(WINDOW_CHUNK - 1);
-    let mut window = Window { map, base, behind: own };
+    let mut window = Window { map: mapped.map(|m| m.0), base, behind: own };
     walk::<T>(&mut Mapped(region), base, events, start, reach, |pos| window.release(pos)).expect("a map is always read")
 }
 
@@ -733,7 +733,7 @@ mod tests {
                         assert_eq!(fields(&buffered), fields(&mapped), "{name} from {start} to {reach:?}, {chunk} bytes a read");
                     }
                     let other = std::fs::File::open(dir.join("tiny-group.perf.data")).unwrap();
-                    let fell_back = index::<LittleEndian>(region, Some(&map), Some(&other), span.0, &events, start, reach);
+                    let fell_back = index::<LittleEndian>(region, Some((&map, &other)), span.0, &events, start, reach);
                     if region.len() > 20000 {
                         assert_eq!(fields(&fell_back), fields(&mapped), "{name}: a failed read");
                     }
@@ -743,5 +743,4 @@ mod tests {
         }
         assert!(checked >= 20, "{checked} stretches");
     }
-
 }

@@ -223,7 +223,7 @@ impl Drop for Building<'_> {
 pub fn read<'o, T: ByteOrder + 'o>(
     name: &str,
     data: &'o [u8],
-    (map, file): (Option<&memmap2::Mmap>, Option<&std::fs::File>),
+    mapped: Option<(&memmap2::Mmap, &std::fs::File)>,
     span: (usize, usize),
     events: &'o Events,
     opts: &'o Options,
@@ -236,7 +236,7 @@ pub fn read<'o, T: ByteOrder + 'o>(
     let region = &data[span.0..span.1];
     let len = region.len();
     // 1. the index: thread i walks from its guess at the first round end at or after i/n of the region
-    let stretches = index_stretches::<T>(region, map, file, span.0, events, threads, &clock);
+    let stretches = index_stretches::<T>(region, mapped, span.0, events, threads, &clock);
     let plan = Plan::new(&stretches, len, threads * CHUNKS_PER_THREAD);
     drop(stretches); // their state records are the plan's now
     let Some(plan) = plan else {
@@ -312,7 +312,7 @@ pub fn read<'o, T: ByteOrder + 'o>(
                 }
             };
             let part = order::Part { from: plan.chunks[c].from, ends };
-            let cut = order::read_mapped::<T, _, _>(name, data, map, span, events, part, &mut dec)?;
+            let cut = order::read_mapped::<T, _, _>(name, data, mapped.map(|m| m.0), span, events, part, &mut dec)?;
             dec.syms.run_done();
             dec.agg.run_done();
             dec.syms.procs.prefix = None;
@@ -340,8 +340,7 @@ pub fn read<'o, T: ByteOrder + 'o>(
 /// round end at or after its share of the region (the first from the start).
 fn index_stretches<T: ByteOrder>(
     region: &[u8],
-    map: Option<&memmap2::Mmap>,
-    file: Option<&std::fs::File>,
+    mapped: Option<(&memmap2::Mmap, &std::fs::File)>,
     base: usize,
     events: &Events,
     threads: usize,
@@ -352,7 +351,7 @@ fn index_stretches<T: ByteOrder>(
     let reach: Vec<usize> = (1..threads).map(|i| i * len / threads).collect();
     crate::spread::on_threads(threads, |i| {
         let start = if i == 0 { Some(0) } else { order::find_round::<T>(region, reach[i - 1]) };
-        let s = start.map(|s| order::index::<T>(region, map, file, base, events, s, reach.get(i).copied()));
+        let s = start.map(|s| order::index::<T>(region, mapped, base, events, s, reach.get(i).copied()));
         clock.mark(format_args!("stretch {i}: indexed"));
         s
     })

@@ -89,7 +89,6 @@ fn read_impl<T: ByteOrder>(
     opts: &Options,
     endian: Endianness,
 ) -> Result<Output, Error> {
-    let (map, file) = (mapped.map(|m| m.0), mapped.map(|m| m.1));
     let clock = Clock::start();
     let mut layout = layout::check::<T>(name, data)?;
     let Header { events, mut facts, build_ids, compressed, mut perf_file, mut record_iter } =
@@ -111,7 +110,7 @@ fn read_impl<T: ByteOrder>(
         facts.push(("kallsyms".into(), Fact::Str(p.display().to_string())));
     }
     let parallel = if on_threads {
-        parallel::read::<T>(name, data, (map, file), span, &events, opts, &kallsyms, &build_ids, threads, &clock)?
+        parallel::read::<T>(name, data, mapped, span, &events, opts, &kallsyms, &build_ids, threads, &clock)?
     } else {
         None
     };
@@ -122,7 +121,7 @@ fn read_impl<T: ByteOrder>(
             let cut = if compressed {
                 order::read_compressed::<T, _>(&mut perf_file, &mut record_iter, &mut dec)
             } else {
-                order::read_mapped::<T, _, _>(name, data, map, span, &events, order::whole(), &mut dec)?
+                order::read_mapped::<T, _, _>(name, data, mapped.map(|m| m.0), span, &events, order::whole(), &mut dec)?
             };
             clock.mark(format_args!("records read on one thread ({} chain parts symbolized)", dec.agg.symbolized_parts()));
             (dec, cut)
