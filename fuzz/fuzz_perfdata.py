@@ -27,7 +27,7 @@ abort, hang. Exit status 1 when any failure occurred. The CI's bounded runs are
     python fuzz/fuzz_perfdata.py [--executions 16000 | --seconds 600] [--seed 1] [--save DIR]
 
 Execution i of a seed is always the same input (for the same fixtures):
-reproduce one with ``native/target/release/examples/fuzz_perfdata --seed S
+reproduce one with ``native/target/testing/examples/fuzz_perfdata --seed S
 --from I --count 1`` or write it out with ``--dump FILE`` in place of ``--count``.
 """
 from __future__ import annotations
@@ -46,16 +46,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 NATIVE = ROOT / "native"
-BINARY = NATIVE / "target" / "release" / "examples" / "fuzz_perfdata"
 CLASSES = ("ok", "error", "panic", "wrong", "abort", "hang", "harness")
 FAILURES = ("panic", "wrong", "abort", "hang", "harness")
 LOAD_CLASSES = ("ok", "error", "crash", "wrong", "abort", "hang")
 LOAD_FAILURES = ("crash", "wrong", "abort", "hang")
-from fuzzing import fuzz_line  # noqa: E402 - beside this script: the load path and its oracle
+from fuzzing import FUZZ_BINARY as BINARY, fuzz_line  # noqa: E402 - beside this script: the load path and its oracle
 
 
 def build() -> None:
-    subprocess.run(["cargo", "build", "--release", "-q", "--example", "fuzz_perfdata",
+    subprocess.run(["cargo", "build", "--profile", "testing", "-q", "--example", "fuzz_perfdata",
                     "--manifest-path", str(NATIVE / "Cargo.toml")], check=True)
 
 

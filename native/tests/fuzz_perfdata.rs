@@ -54,7 +54,7 @@ fn fuzz_perfdata_reader() {
     );
     assert!(
         failures.is_empty(),
-        "{} failures (reproduce one with `cargo run --release --example fuzz_perfdata -- --seed {seed} --from N --count 1`):\n{}",
+        "{} failures (reproduce one with `cargo run --profile testing --example fuzz_perfdata -- --seed {seed} --from N --count 1`):\n{}",
         failures.len(),
         failures.iter().take(30).cloned().collect::<Vec<_>>().join("\n")
     );
