@@ -224,22 +224,37 @@ impl Bytes for Buffered<'_> {
     fn len(&self) -> usize {
         self.len
     }
+    /// The bytes from the buffer, read first when they are not all in it (the walk asks twice a
+    /// record, for its header and for the whole record: inlined, the bytes in the buffer cost a
+    /// compare and a slice, a third of the walk's instructions before).
+    #[inline(always)]
     fn at(&mut self, pos: usize, n: usize) -> Option<&[u8]> {
-        if pos < self.at || pos + n > self.at + self.buf.len() {
-            use std::os::unix::fs::FileExt;
-            let want = self.chunk.max(n).min(self.len.checked_sub(pos)?);
-            if want < n {
-                return None;
-            }
-            if self.buf.len() < want {
-                // zeroed by the system, not written first: the read is the pages' first touch
-                self.buf = vec![0; want];
-            }
-            self.buf.truncate(want);
-            self.file.read_exact_at(&mut self.buf, (self.base + pos) as u64).ok()?;
-            self.at = pos;
+        let from = pos.wrapping_sub(self.at);
+        if pos >= self.at && n <= self.buf.len() && from <= self.buf.len() - n {
+            return Some(&self.buf[from..from + n]);
         }
-        Some(&self.buf[pos - self.at..pos - self.at + n])
+        self.read_at(pos, n)
+    }
+}
+
+impl Buffered<'_> {
+    /// `at` when the bytes are not all in the buffer: `chunk` bytes from `pos` (at least `n`) read.
+    #[cold]
+    #[inline(never)]
+    fn read_at(&mut self, pos: usize, n: usize) -> Option<&[u8]> {
+        use std::os::unix::fs::FileExt;
+        let want = self.chunk.max(n).min(self.len.checked_sub(pos)?);
+        if want < n {
+            return None;
+        }
+        if self.buf.len() < want {
+            // zeroed by the system, not written first: the read is the pages' first touch
+            self.buf = vec![0; want];
+        }
+        self.buf.truncate(want);
+        self.file.read_exact_at(&mut self.buf, (self.base + pos) as u64).ok()?;
+        self.at = pos;
+        Some(&self.buf[..n])
     }
 }
 
