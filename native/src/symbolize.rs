@@ -38,8 +38,12 @@ pub struct Symbols<'o> {
     sym_names: Vec<String>,
     sym_dso: Vec<u32>,
     sym_kernel: Vec<u8>,
-    /// DSO -> name -> symbol id (looked up without copying the name: a merge looks up every symbol).
-    sym_intern: FxHashMap<u32, FxHashMap<String, u32>>,
+    /// (DSO, hash of the name) -> symbol id, the name checked against `sym_names`: a symbol's name
+    /// is kept once (each run of a read on threads interns a few thousand, and a merge looks up
+    /// every symbol of the run it takes in). A name whose slot holds another name's symbol (the
+    /// hashes collide) is in `sym_collided`.
+    sym_intern: FxHashMap<(u32, u64), u32>,
+    sym_collided: FxHashMap<(u32, String), u32>,
     /// Where each symbol's name came from (`ORIGIN_KALLSYMS | index`, `ORIGIN_ELF | index in its
     /// DSO's table`, else 0): a merge maps most symbols by it instead of by name.
     sym_origin: Vec<u64>,
@@ -186,6 +190,15 @@ fn module_name(path: &str) -> Option<String> {
     (!name.is_empty() && !name.contains('.')).then(|| name.replace('-', "_"))
 }
 
+/// A symbol name's hash, for `Symbols::sym_intern`.
+fn name_hash(name: &str) -> u64 {
+    use std::hash::BuildHasher;
+    let h = rustc_hash::FxBuildHasher.hash_one(name);
+    #[cfg(test)]
+    let h = h & tests::NAME_HASH_MASK.with(|m| m.get());
+    h
+}
+
 fn basename(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)
 }
@@ -226,6 +239,7 @@ impl<'o> Symbols<'o> {
             sym_dso: Vec::new(),
             sym_kernel: Vec::new(),
             sym_intern: FxHashMap::default(),
+            sym_collided: FxHashMap::default(),
             sym_origin: Vec::new(),
             kaddr_later: Vec::new(),
             dsos: Vec::new(),
@@ -426,7 +440,7 @@ impl<'o> Symbols<'o> {
         use std::mem::take;
         (
             (take(&mut self.sym_names), take(&mut self.sym_dso), take(&mut self.sym_kernel), take(&mut self.sym_intern),
-             take(&mut self.sym_origin), take(&mut self.kaddr_later)),
+             take(&mut self.sym_collided), take(&mut self.sym_origin), take(&mut self.kaddr_later)),
             (take(&mut self.dsos), take(&mut self.dso_by_path), take(&mut self.kallsyms_sym), take(&mut self.kaddr_cache)),
             (take(&mut self.uaddr_cache), take(&mut self.recent.slots), std::mem::replace(&mut self.procs, Processes::new()).into_table()),
         )
@@ -445,15 +459,28 @@ impl<'o> Symbols<'o> {
     }
 
     fn intern_sym(&mut self, dso: u32, name: &str, origin: u64) -> u32 {
-        if let Some(&id) = self.sym_intern.get(&dso).and_then(|m| m.get(name)) {
-            return id;
-        }
+        use std::collections::hash_map::Entry;
         let id = self.sym_names.len() as u32;
+        match self.sym_intern.entry((dso, name_hash(name))) {
+            Entry::Occupied(e) => {
+                let theirs = *e.get();
+                if self.sym_names[theirs as usize] == name {
+                    return theirs;
+                }
+                // another name with this hash holds the slot
+                if let Some(&mine) = self.sym_collided.get(&(dso, name.to_string())) {
+                    return mine;
+                }
+                self.sym_collided.insert((dso, name.to_string()), id);
+            }
+            Entry::Vacant(e) => {
+                e.insert(id);
+            }
+        }
         self.sym_names.push(name.to_string());
         self.sym_origin.push(origin);
         self.sym_dso.push(dso);
         self.sym_kernel.push(self.dsos[dso as usize].kernel as u8);
-        self.sym_intern.entry(dso).or_default().insert(name.to_string(), id);
         id
     }
 
@@ -575,8 +602,11 @@ impl<'o> Symbols<'o> {
                     Some(&id) => id,
                     None => {
                         let dso = self.kallsyms_dso[ks.module[i] as usize];
-                        let name = ks.name(i).to_string();
-                        let id = self.intern_sym(dso, &name, ORIGIN_KALLSYMS | i as u64);
+                        // the table is put back below: interning borrows the rest of `self`, and
+                        // the name is then copied once, into the symbol table
+                        let ks = self.kallsyms.take().expect("matched above");
+                        let id = self.intern_sym(dso, ks.name(i), ORIGIN_KALLSYMS | i as u64);
+                        self.kallsyms = Some(ks);
                         self.kallsyms_sym.insert(i as u32, id);
                         id
                     }
@@ -745,5 +775,50 @@ impl<'o> Symbols<'o> {
             }
         }
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    thread_local! {
+        /// The bits of a name's hash `name_hash` keeps (all but in a test of collisions).
+        pub static NAME_HASH_MASK: Cell<u64> = const { Cell::new(u64::MAX) };
+    }
+
+    #[test]
+    fn names_whose_hashes_collide_stay_apart() {
+        let opts = Options { kallsyms: None, symfs: Vec::new(), debug_dirs: Vec::new(), by_process: false, threads: 1,
+                             filter: Default::default(), share: None };
+        for mask in [u64::MAX, 3, 0] {
+            // with a mask of 0 every name has the same hash; with 3, four hashes are shared
+            NAME_HASH_MASK.with(|m| m.set(mask));
+            let mut syms = Symbols::new(&opts, None, BuildIds::default());
+            let (a, b) = (syms.add_dso("a", "/a", false), syms.add_dso("b", "/b", false));
+            let names: Vec<String> = (0..50).map(|i| format!("f{i}")).collect();
+            let mut ids = Vec::new();
+            for dso in [a, b] {
+                for n in &names {
+                    ids.push(syms.intern_sym(dso, n, 0));
+                }
+            }
+            // every (DSO, name) its own symbol, named so, and the same id when met again
+            let mut seen = ids.clone();
+            seen.sort_unstable();
+            seen.dedup();
+            assert_eq!(seen.len(), 100, "mask {mask:#x}");
+            for (k, dso) in [a, b].into_iter().enumerate() {
+                for (i, n) in names.iter().enumerate() {
+                    let id = ids[k * 50 + i];
+                    assert_eq!(syms.sym_names[id as usize], *n);
+                    assert_eq!(syms.sym_dso[id as usize], dso);
+                    assert_eq!(syms.intern_sym(dso, n, 0), id, "mask {mask:#x}: {n} in DSO {dso} again");
+                }
+            }
+            assert_eq!(syms.len(), 100);
+        }
+        NAME_HASH_MASK.with(|m| m.set(u64::MAX));
     }
 }
