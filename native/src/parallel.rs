@@ -22,8 +22,10 @@
 //! 4. Merge: symbols, stacks and names get their ids in order of first appearance; since
 //!    the runs are consecutive stretches of one reader's order, merging each run's
 //!    tables into the earlier runs' in order gives the ids one reader would
-//!    (`Symbols::absorb`, `Aggregator::absorb`, `Comms::absorb`), and so does merging
-//!    neighbours pairwise, on threads, level by level. Sums are sums. What cannot be merged
+//!    (`Symbols::absorb`, `Aggregator::absorb`, `Comms::absorb`), and so does merging any two
+//!    neighbours, in any order. A thread with no chunk left to read merges neighbouring runs
+//!    that are done while the others still read (`Blocks`); what is left when all are read is
+//!    merged pairwise, on threads, level by level. Sums are sums. What cannot be merged
 //!    so (the kernel's symbols moving after samples were read, or a total overflowing) makes
 //!    the caller read the file on one thread.
 //!
@@ -257,8 +259,9 @@ pub fn read<'o, T: ByteOrder + 'o>(
     // each thread's share of the chunks still to read: (next, end)
     let shares: Vec<Mutex<(usize, usize)>> = (0..threads).map(|t| Mutex::new((t * n / threads, (t + 1) * n / threads))).collect();
     let next_history = std::sync::atomic::AtomicUsize::new(0);
-    type Run<'o> = (usize, Decoder<'o>, Option<Cut>);
-    let results: Vec<Result<Vec<Run<'o>>, Error>> = crate::spread::on_threads(threads, |t| {
+    let blocks = Blocks::new();
+    // each thread's result: the samples of the runs it read (or the error of one)
+    let results: Vec<Result<u64, Error>> = crate::spread::on_threads(threads, |t| {
         // the histories (of every chunk but the last), taken in turn
         loop {
             let c = next_history.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -273,7 +276,7 @@ pub fn read<'o, T: ByteOrder + 'o>(
             guard.built = true;
         }
         clock.mark(format_args!("thread {t}: histories built"));
-        let mut runs = Vec::new();
+        let mut samples = 0;
         let mut first = take(&shares[t]);
         while let Some(c) = first.take().or_else(|| steal(&shares, t)) {
             let mut syms = Symbols::new(opts, kallsyms.clone(), build_ids.clone());
@@ -281,7 +284,7 @@ pub fn read<'o, T: ByteOrder + 'o>(
             let mut dec = Decoder::new(events, syms, opts);
             if c > 0 {
                 if !ready.wait(c) {
-                    return Ok(runs); // a history failed: its thread's panic comes out of the join
+                    return Ok(samples); // a history failed: its thread's panic comes out of the join
                 }
                 let prefix = Arc::new(Prefix::<T>::new(hists.clone(), c, region, &mut dec.syms));
                 for off in prefix.kernel_records() {
@@ -321,14 +324,16 @@ pub fn read<'o, T: ByteOrder + 'o>(
             }
             clock.mark(format_args!("thread {t}: run from chunk {c} read ({} samples, {} chain parts symbolized)",
                                     dec.counts.samples, dec.agg.symbolized_parts()));
-            runs.push((c, dec, cut));
+            samples += dec.counts.samples;
+            blocks.put(c, Block { end: cur + 1, dec, cut });
         }
-        Ok(runs)
+        blocks.merge_neighbours(t, &clock); // nothing left to read: merge while the others read
+        Ok(samples)
     });
     clock.mark(format_args!("every chunk read"));
     // the caches the runs kept for runs to come: none is to come (freed after the read, `cleanup`)
     crate::cleanup::later((crate::aggregate::SPARE_MEMOS.drain(), crate::symbolize::SPARE_SLOTS.drain()));
-    let Some(level) = in_order(results, threads)? else {
+    let Some(level) = in_order(results, blocks, n)? else {
         return Ok(None);
     };
     let merged = merge_tree(level, &clock);
@@ -357,44 +362,130 @@ fn index_stretches<T: ByteOrder>(
     })
 }
 
-/// The threads' runs in chunk order, ready to merge: None when a chunk is missing (a history
-/// failed) or a run cannot be merged exactly (relocated after samples, an aggregate overflowed).
-/// With `KPERFDIFF_TRACE_PARTS` set, each thread's samples go to stderr.
-#[allow(clippy::type_complexity)]
-fn in_order<'o>(
-    results: Vec<Result<Vec<(usize, Decoder<'o>, Option<Cut>)>, Error>>,
-    threads: usize,
-) -> Result<Option<Vec<(Decoder<'o>, Option<Cut>)>>, Error> {
+/// Readers of consecutive parts of the file, in order, and where each stopped early (when it did).
+type Level<'o> = Vec<(Decoder<'o>, Option<Cut>)>;
+
+/// The blocks of runs left, in chunk order, ready to merge: None when a chunk is missing (a history
+/// failed), a run cannot be merged exactly (relocated after samples, an aggregate overflowed) or a
+/// merge while reading would have overflowed a total. With `KPERFDIFF_TRACE_PARTS` set, each
+/// thread's samples go to stderr.
+fn in_order<'o>(results: Vec<Result<u64, Error>>, blocks: Blocks<'o>, n: usize) -> Result<Option<Level<'o>>, Error> {
     let trace = std::env::var_os("KPERFDIFF_TRACE_PARTS").is_some();
-    let mut runs = Vec::new();
+    let threads = results.len();
     for (t, r) in results.into_iter().enumerate() {
-        let r = r?;
+        let samples = r?;
         if trace {
             // What each thread read (tests check that every thread did work): stderr only.
-            let samples: u64 = r.iter().map(|run| run.1.counts.samples).sum();
             eprintln!("kperfdiff reader part {} of {threads}: {samples} samples", t + 1);
         }
-        runs.extend(r);
     }
-    runs.sort_by_key(|r| r.0);
-    // every chunk read (none is missing when no history failed)
-    if runs.first().map(|r| r.0) != Some(0) {
+    let state = blocks.0.into_inner().unwrap_or_else(|e| e.into_inner());
+    if state.failed {
         return Ok(None);
     }
-    let mut level = Vec::with_capacity(runs.len());
-    for (_, dec, cut) in runs {
-        if dec.relocated_after_samples || dec.agg.overflowed > 0 {
+    // every chunk read, once (none is missing when no history failed)
+    let mut next = 0;
+    let mut level = Vec::with_capacity(state.done.len());
+    for (first, b) in state.done {
+        if first != next || !b.mergeable() {
             return Ok(None);
         }
-        level.push((dec, cut));
+        next = b.end;
+        level.push((b.dec, b.cut));
     }
-    Ok(Some(level))
+    Ok((next == n).then_some(level))
+}
+
+/// The runs of a read on threads that are done, as blocks of consecutive chunks: a thread with no
+/// chunk left to read merges two neighbours (the earlier absorbing the later, which any order of
+/// merges may do: `merge`), while the others read; what is left is merged after (`merge_tree`).
+struct Blocks<'o>(Mutex<BlockState<'o>>);
+
+struct BlockState<'o> {
+    /// Each block by its first chunk; a block being merged is out of the map.
+    done: std::collections::BTreeMap<usize, Block<'o>>,
+    /// A merge would have overflowed a total (the file is read on one thread).
+    failed: bool,
+}
+
+/// Runs of consecutive chunks, merged into one reader's result.
+struct Block<'o> {
+    /// The chunk after its last.
+    end: usize,
+    dec: Decoder<'o>,
+    cut: Option<Cut>,
+}
+
+impl Block<'_> {
+    /// Whether its reader can be merged exactly (`merge` takes the totals' overflow into account).
+    fn mergeable(&self) -> bool {
+        !self.dec.relocated_after_samples && self.dec.agg.overflowed == 0
+    }
+}
+
+impl<'o> Blocks<'o> {
+    fn new() -> Self {
+        Blocks(Mutex::new(BlockState { done: std::collections::BTreeMap::new(), failed: false }))
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, BlockState<'o>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn put(&self, first: usize, b: Block<'o>) {
+        self.state().done.insert(first, b);
+    }
+
+    /// The result of a merge of the block from chunk `first` (None: it would overflow a total).
+    fn put_merged(&self, first: usize, b: Option<Block<'o>>) {
+        let mut s = self.state();
+        match b {
+            Some(b) => {
+                s.done.insert(first, b);
+            }
+            None => s.failed = true,
+        }
+    }
+
+    /// For thread `t`, which has nothing left to read: merges neighbouring blocks while there are two.
+    fn merge_neighbours(&self, t: usize, clock: &Clock) {
+        while let Some(((a, first), (b, second))) = self.take_pair() {
+            let end = second.end;
+            let merged = merge((first.dec, first.cut), Some((second.dec, second.cut)));
+            self.put_merged(a, merged.map(|(dec, cut)| Block { end, dec, cut }));
+            clock.mark(format_args!("thread {t}: merged the runs from chunks {a} and {b}"));
+        }
+    }
+
+    /// Two neighbouring blocks that can be merged exactly, taken out of the map (none once a merge
+    /// failed).
+    #[allow(clippy::type_complexity)]
+    fn take_pair(&self) -> Option<((usize, Block<'o>), (usize, Block<'o>))> {
+        let mut s = self.state();
+        if s.failed {
+            return None;
+        }
+        let mut it = s.done.iter().peekable();
+        let mut found = None;
+        while let Some((&a, block)) = it.next() {
+            if let Some((&b, next)) = it.peek() {
+                if block.end == b && block.mergeable() && next.mergeable() {
+                    found = Some((a, b));
+                    break;
+                }
+            }
+        }
+        let (a, b) = found?;
+        let first = s.done.remove(&a)?;
+        let second = s.done.remove(&b)?;
+        Some(((a, first), (b, second)))
+    }
 }
 
 /// Step 4 of [`read`]: the merge, as a tree: each run absorbs the next, pairs at once, until one is
 /// left (in order: absorbing B then C into A gives what absorbing C into B, then that into A,
 /// gives); None when a pair cannot be merged exactly.
-fn merge_tree<'o>(mut level: Vec<(Decoder<'o>, Option<Cut>)>, clock: &Clock) -> Option<(Decoder<'o>, Option<Cut>)> {
+fn merge_tree<'o>(mut level: Level<'o>, clock: &Clock) -> Option<(Decoder<'o>, Option<Cut>)> {
     while level.len() > 1 {
         let runs = level.len();
         let mut pairs = Vec::with_capacity(level.len() / 2 + 1);
