@@ -468,10 +468,12 @@ impl<'o> Symbols<'o> {
                     return theirs;
                 }
                 // another name with this hash holds the slot
-                if let Some(&mine) = self.sym_collided.get(&(dso, name.to_string())) {
-                    return mine;
+                match self.sym_collided.entry((dso, name.to_string())) {
+                    Entry::Occupied(mine) => return *mine.get(),
+                    Entry::Vacant(mine) => {
+                        mine.insert(id);
+                    }
                 }
-                self.sym_collided.insert((dso, name.to_string()), id);
             }
             Entry::Vacant(e) => {
                 e.insert(id);
