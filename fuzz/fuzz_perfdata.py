@@ -44,18 +44,15 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-NATIVE = ROOT / "native"
 CLASSES = ("ok", "error", "panic", "wrong", "abort", "hang", "harness")
 FAILURES = ("panic", "wrong", "abort", "hang", "harness")
 LOAD_CLASSES = ("ok", "error", "crash", "wrong", "abort", "hang")
 LOAD_FAILURES = ("crash", "wrong", "abort", "hang")
-from fuzzing import FUZZ_BINARY as BINARY, fuzz_line  # noqa: E402 - beside this script: the load path and its oracle
+from fuzzing import FUZZ_BINARY as BINARY, FUZZ_BUILD, fuzz_line  # noqa: E402 - beside this script: the load path and its oracle
 
 
 def build() -> None:
-    subprocess.run(["cargo", "build", "--profile", "testing", "-q", "--example", "fuzz_perfdata",
-                    "--manifest-path", str(NATIVE / "Cargo.toml")], check=True)
+    subprocess.run(FUZZ_BUILD, check=True)
 
 
 def capped(memory_gib: float):

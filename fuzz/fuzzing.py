@@ -550,6 +550,8 @@ EXPORTS = ("speedscope", "pprof", "firefox", "folded")
 NATIVE = ROOT / "native"
 # the tests' build (native/Cargo.toml's `testing` profile: `make test-native` builds it too)
 FUZZ_BINARY = NATIVE / "target" / "testing" / "examples" / "fuzz_perfdata"
+FUZZ_BUILD = ["cargo", "build", "--profile", "testing", "-q", "--example", "fuzz_perfdata",
+              "--manifest-path", str(NATIVE / "Cargo.toml")]
 CLI = Path(sys.executable).with_name("kperfdiff")
 
 
@@ -558,8 +560,7 @@ def build_fuzz_binary() -> Path:
     older than its source."""
     sources = [NATIVE / "examples" / "fuzz_perfdata.rs", NATIVE / "tests" / "fuzz" / "mod.rs"]
     if not FUZZ_BINARY.exists() or FUZZ_BINARY.stat().st_mtime < max(p.stat().st_mtime for p in sources):
-        built = subprocess.run(["cargo", "build", "--profile", "testing", "-q", "--example", "fuzz_perfdata",
-                                "--manifest-path", str(NATIVE / "Cargo.toml")], capture_output=True, text=True)
+        built = subprocess.run(FUZZ_BUILD, capture_output=True, text=True)
         if built.returncode != 0:
             raise RuntimeError(f"cargo could not build {FUZZ_BINARY} (exit {built.returncode}):\n{built.stderr}")
     return FUZZ_BINARY
@@ -573,7 +574,7 @@ def perfdata_inputs(folder: Path, seed: int, start: int, count: int) -> list[tup
     inputs = [fuzz_line(line) for line in out.splitlines() if not line.startswith("done")]
     if len(inputs) != count or not all((folder / f"{i}.perf.data").is_file() for i, _, _ in inputs):
         raise RuntimeError(f"{FUZZ_BINARY} wrote {len(inputs)} of {count} inputs to {folder}; rebuild it "
-                           f"(cargo build --profile testing --example fuzz_perfdata --manifest-path native/Cargo.toml)")
+                           f"({' '.join(FUZZ_BUILD)})")
     return inputs
 
 
