@@ -192,6 +192,9 @@ pub fn index<T: ByteOrder>(region: &[u8], mapped: Option<(&memmap2::Mmap, &std::
 trait Bytes {
     fn len(&self) -> usize;
     fn at(&mut self, pos: usize, n: usize) -> Option<&[u8]>;
+    /// The bytes from `pos` that are at hand (at least 8 when that many are left, maybe
+    /// fewer than a record), read first when they are not.
+    fn span(&mut self, pos: usize) -> Option<&[u8]>;
 }
 
 struct Mapped<'a>(&'a [u8]);
@@ -202,6 +205,9 @@ impl Bytes for Mapped<'_> {
     }
     fn at(&mut self, pos: usize, n: usize) -> Option<&[u8]> {
         self.0.get(pos..pos + n)
+    }
+    fn span(&mut self, pos: usize) -> Option<&[u8]> {
+        self.0.get(pos..)
     }
 }
 
@@ -235,6 +241,15 @@ impl Bytes for Buffered<'_> {
         }
         self.read_at(pos, n)
     }
+    fn span(&mut self, pos: usize) -> Option<&[u8]> {
+        let from = pos.wrapping_sub(self.at);
+        if pos >= self.at && from.saturating_add(8) <= self.buf.len() {
+            return Some(&self.buf[from..]);
+        }
+        let n = 8.min(self.len.checked_sub(pos)?);
+        self.read_at(pos, n)?;
+        Some(&self.buf[..])
+    }
 }
 
 impl Buffered<'_> {
@@ -259,15 +274,34 @@ impl Buffered<'_> {
 }
 
 /// `index`'s walk over `bytes` (None when a read failed); `passed(pos)` at each FINISHED_ROUND.
+/// The records wholly in the bytes at hand (`Bytes::span`) are walked in a loop of their own,
+/// which looks at each header once; a record that runs past them, or one that cannot be read,
+/// takes the general step (its header, then its whole record, each asked for).
 fn walk<T: ByteOrder>(bytes: &mut impl Bytes, base: usize, events: &Events, start: usize, reach: Option<usize>,
                       mut passed: impl FnMut(usize)) -> Option<Stretch> {
     let len = bytes.len();
     let mut s = Stretch { start, end: len, end_is_round: false, cut: None, compressed: false,
                           rounds: Vec::new(), tail_max: 0, states: Vec::new() };
-    let mut max = 0u64;
+    let mut w = Walker { events, same_layout: events.time_layout(), start, reach, max: 0 };
     let mut pos = start;
-    let same_layout = events.time_layout();
-    while pos < len {
+    'records: while pos < len {
+        let span = bytes.span(pos)?;
+        let mut i = 0;
+        while i + 8 <= span.len() {
+            let ty = T::read_u32(&span[i..i + 4]);
+            let size = T::read_u16(&span[i + 6..i + 8]) as usize;
+            if size < 8 || size > span.len() - i {
+                break;
+            }
+            if w.visit::<T>(&mut s, pos + i, ty, &span[i + 8..i + size], &mut passed) {
+                break 'records;
+            }
+            i += size;
+        }
+        pos += i;
+        if pos >= len {
+            break;
+        }
         let head = if pos + 8 <= len { Some(bytes.at(pos, 8)?) } else { None };
         let (ty, size) = match header::<T>(head, pos, len, base) {
             Ok(h) => h,
@@ -277,35 +311,59 @@ fn walk<T: ByteOrder>(bytes: &mut impl Bytes, base: usize, events: &Events, star
                 break;
             }
         };
+        let body = if ty < 64 { &bytes.at(pos, size)?[8..] } else { &[][..] };
+        if w.visit::<T>(&mut s, pos, ty, body, &mut passed) {
+            break;
+        }
+        pos += size;
+    }
+    s.tail_max = w.max;
+    Some(s)
+}
+
+/// What `walk` keeps from record to record.
+struct Walker<'e> {
+    events: &'e Events,
+    /// The events' one time layout, when they share it.
+    same_layout: Option<&'e Attr>,
+    start: usize,
+    reach: Option<usize>,
+    /// The latest time since the last FINISHED_ROUND.
+    max: u64,
+}
+
+impl Walker<'_> {
+    /// The record at `pos`, of type `ty` (`body`: its bytes after the header; empty for perf's
+    /// own records): true when the stretch ends there (`s.end` set).
+    #[inline(always)]
+    fn visit<T: ByteOrder>(&mut self, s: &mut Stretch, pos: usize, ty: u32, body: &[u8],
+                           passed: &mut impl FnMut(usize)) -> bool {
         if ty == REC_FINISHED_ROUND {
-            if pos > start && reach.is_some_and(|r| pos >= r) {
+            if pos > self.start && self.reach.is_some_and(|r| pos >= r) {
                 s.end = pos;
                 s.end_is_round = true;
-                break;
+                return true;
             }
-            s.rounds.push((pos, max));
-            max = 0;
+            s.rounds.push((pos, self.max));
+            self.max = 0;
             passed(pos);
         } else if ty == REC_COMPRESSED || ty == REC_COMPRESSED2 {
             s.compressed = true;
             s.end = pos;
-            break;
+            return true;
         } else if ty < 64 {
-            let body = &bytes.at(pos, size)?[8..];
-            let a = match same_layout {
+            let a = match self.same_layout {
                 Some(a) => a,
-                None => &events.attrs[events.attr_index::<T>(ty, body)],
+                None => &self.events.attrs[self.events.attr_index::<T>(ty, body)],
             };
             let t = time_of::<T>(a, ty, body);
-            max = max.max(t);
+            self.max = self.max.max(t);
             if changes_state(ty) {
                 s.states.push((pos, t));
             }
         }
-        pos += size;
+        false
     }
-    s.tail_max = max;
-    Some(s)
 }
 
 /// Release the window behind by this much.
@@ -718,8 +776,45 @@ mod tests {
         assert_eq!(seen, vec![(REC_MMAP2, 3), (REC_SAMPLE, 4), (REC_SAMPLE, 5), (REC_MMAP2, 5), (REC_SAMPLE, 5)]);
     }
 
-    /// The walk of a stretch read into a buffer finds what the walk of the map finds: every
-    /// fixture, stretches from its start and from the first round end after a third and two
+    /// `walk`'s result, found one record at a time with nothing but `header` and `time_of`.
+    fn one_by_one(region: &[u8], base: usize, events: &Events, start: usize, reach: Option<usize>) -> Stretch {
+        let mut s = Stretch { start, end: region.len(), end_is_round: false, cut: None, compressed: false,
+                              rounds: Vec::new(), tail_max: 0, states: Vec::new() };
+        let (mut pos, mut max) = (start, 0u64);
+        while pos < region.len() {
+            let (ty, size) = match header::<LittleEndian>(region.get(pos..pos + 8), pos, region.len(), base) {
+                Ok(h) => h,
+                Err(reason) => {
+                    (s.end, s.cut) = (pos, Some(reason));
+                    break;
+                }
+            };
+            if ty == REC_FINISHED_ROUND {
+                if pos > start && reach.is_some_and(|r| pos >= r) {
+                    (s.end, s.end_is_round) = (pos, true);
+                    break;
+                }
+                s.rounds.push((pos, max));
+                max = 0;
+            } else if ty == REC_COMPRESSED || ty == REC_COMPRESSED2 {
+                (s.compressed, s.end) = (true, pos);
+                break;
+            } else if ty < 64 {
+                let body = &region[pos + 8..pos + size];
+                let t = time_of::<LittleEndian>(&events.attrs[events.attr_index::<LittleEndian>(ty, body)], ty, body);
+                max = max.max(t);
+                if changes_state(ty) {
+                    s.states.push((pos, t));
+                }
+            }
+            pos += size;
+        }
+        s.tail_max = max;
+        s
+    }
+
+    /// The walk of a stretch read into a buffer finds what the walk of the map finds, and both
+    /// what a walk of one record at a time finds: every fixture, stretches from its start and from the first round end after a third and two
     /// thirds of it, buffers of a record or so (a refill at almost every record) and of a
     /// quarter megabyte (the walk's own); a file that is not the one mapped (its reads fail) falls back to the map.
     #[test]
@@ -742,6 +837,8 @@ mod tests {
             for start in starts.into_iter().flatten() {
                 for reach in [None, Some(start + region.len() / 3)] {
                     let mapped = walk::<LittleEndian>(&mut Mapped(region), span.0, &events, start, reach, |_| {}).unwrap();
+                    assert_eq!(fields(&mapped), fields(&one_by_one(region, span.0, &events, start, reach)),
+                               "{name} from {start} to {reach:?}: the walk against one record at a time");
                     for chunk in [40, 4096, BUFFERED] {
                         let mut b = Buffered { file: &file, base: span.0, len: region.len(), buf: Vec::new(), at: 0, chunk };
                         let buffered = walk::<LittleEndian>(&mut b, span.0, &events, start, reach, |_| {}).unwrap();
