@@ -167,11 +167,10 @@ type SharedKey = (String, Option<Vec<u8>>, Vec<PathBuf>, Vec<PathBuf>);
 impl SharedSyms {
     pub fn get(&self, path: &str, build_id: Option<&[u8]>, symfs: &[PathBuf], debug_dirs: &[PathBuf],
                load: impl FnOnce() -> Option<ElfSyms>) -> Option<Arc<ElfSyms>> {
-        let cell = {
-            let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
-            let key = (path.to_string(), build_id.map(<[u8]>::to_vec), symfs.to_vec(), debug_dirs.to_vec());
-            files.entry(key).or_default().clone()
-        };
+        // the key (four allocations) is made before the lock is taken: every run of a read on
+        // threads asks once for each file it meets, and the threads met here waiting for it
+        let key = (path.to_string(), build_id.map(<[u8]>::to_vec), symfs.to_vec(), debug_dirs.to_vec());
+        let cell = self.files.lock().unwrap_or_else(|e| e.into_inner()).entry(key).or_default().clone();
         cell.get_or_init(|| load().map(Arc::new)).clone()
     }
 }
