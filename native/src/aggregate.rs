@@ -33,6 +33,18 @@ struct Acc {
 const CHAIN_CACHE_WORDS: usize = 1 << 16;
 const HEAD_CACHE_WORDS: usize = 1 << 17;
 const TAIL_CACHE_WORDS: usize = 1 << 16;
+
+/// What each thread's memos are of one reader's when `threads` read one file: a half from 4
+/// threads, a third from 6, a quarter from 8, so that all the threads' memos together take at
+/// most twice one reader's 2 MiB. Each thread reads a share of the file, and on 16 threads the
+/// memos at full size took 2 MiB a thread of new pages and of the caches the cores share: on the
+/// 71 MB file of docs/figures.md, 16 threads took about 17,400 page faults a read with a quarter
+/// (or a half) against 18,900-19,000 at full size, and the same instructions within the runs'
+/// spread (callgrind: 1,051M and 1,033M against 1,040M); on one thread a quarter read no slower
+/// either (the sizes above were chosen on one thread).
+pub fn memo_divisor(threads: usize) -> usize {
+    (threads / 2).clamp(1, 4)
+}
 /// The most words one key takes: its prefix, and a chain as long as a record
 /// can hold (64 KiB).
 const KEY_WORDS: usize = 8 + (64 << 10) / 8;
@@ -95,14 +107,21 @@ pub struct Aggregator {
 pub static SPARE_MEMOS: crate::cleanup::Spares<[ChainMap; 3]> = crate::cleanup::Spares::new();
 
 impl Aggregator {
-    pub fn new(events: usize) -> Self {
+    /// An aggregator of `events` events whose memos are `1 / memo_divisor` of one reader's
+    /// (`memo_divisor`).
+    pub fn new(events: usize, memo_divisor: usize) -> Self {
+        let limits = [CHAIN_CACHE_WORDS, HEAD_CACHE_WORDS, TAIL_CACHE_WORDS].map(|w| w / memo_divisor.max(1));
         let [chains, heads, tails] = match SPARE_MEMOS.take() {
-            Some(mut memos) => {
+            Some(mut memos) if memos.iter().zip(limits).all(|(m, l)| m.limit() == l) => {
                 memos.iter_mut().for_each(ChainMap::clear);
                 memos
             }
-            None => [ChainMap::memo(CHAIN_CACHE_WORDS, KEY_WORDS), ChainMap::memo(HEAD_CACHE_WORDS, KEY_WORDS),
-                     ChainMap::memo(TAIL_CACHE_WORDS, KEY_WORDS)],
+            spare => {
+                if let Some(memos) = spare {
+                    SPARE_MEMOS.give(memos); // another read's, of other sizes
+                }
+                limits.map(|l| ChainMap::memo(l, KEY_WORDS))
+            }
         };
         Aggregator {
             key: Vec::new(),
@@ -128,11 +147,8 @@ impl Aggregator {
     /// A run of a read on threads is done: its raw-chain memos go to the next run (it symbolizes
     /// no more chains; what it made, its stacks and sums, stays for the merge).
     pub fn run_done(&mut self) {
-        let memos = [
-            std::mem::replace(&mut self.chains, ChainMap::unallocated(CHAIN_CACHE_WORDS, KEY_WORDS)),
-            std::mem::replace(&mut self.heads, ChainMap::unallocated(HEAD_CACHE_WORDS, KEY_WORDS)),
-            std::mem::replace(&mut self.tails, ChainMap::unallocated(TAIL_CACHE_WORDS, KEY_WORDS)),
-        ];
+        let away = |m: &mut ChainMap| std::mem::replace(m, ChainMap::unallocated(m.limit(), KEY_WORDS));
+        let memos = [away(&mut self.chains), away(&mut self.heads), away(&mut self.tails)];
         SPARE_MEMOS.give(memos);
     }
 
@@ -790,6 +806,24 @@ fn event_out(a: &Attr, acc: &Acc, stacks: &SliceSet<u32>, nsym: usize, stamp: &m
 mod tests {
     use super::*;
     use crate::layout::RawAttr;
+
+    /// A run's memos are the share of one reader's its read asked for, whatever memos of
+    /// other sizes another read left spare; a run that is done hands on memos of its own sizes.
+    #[test]
+    fn memos_are_the_share_asked_for() {
+        let limits = |a: &Aggregator| [a.chains.limit(), a.heads.limit(), a.tails.limit()];
+        let full = [CHAIN_CACHE_WORDS, HEAD_CACHE_WORDS, TAIL_CACHE_WORDS];
+        assert_eq!((memo_divisor(1), memo_divisor(2), memo_divisor(4), memo_divisor(16)), (1, 1, 2, 4));
+        let mut big = Aggregator::new(1, 1);
+        assert_eq!(limits(&big), full);
+        big.run_done();
+        for d in [4, 2, 1] {
+            let mut a = Aggregator::new(1, d);
+            assert_eq!(limits(&a), full.map(|w| w / d), "a share of 1/{d}");
+            a.run_done();
+            assert_eq!(limits(&a), full.map(|w| w / d), "1/{d}, handed on");
+        }
+    }
 
     /// The profile built on threads is `event_out`'s, f64 for f64.
     #[test]

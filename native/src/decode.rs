@@ -98,14 +98,14 @@ struct Sample<'b> {
 
 impl<'a> Decoder<'a> {
     /// `opts.by_process`: also aggregate each event's stacks per process name (see `comms`);
-    /// `opts.filter`: keep only the samples it keeps.
-    pub fn new(events: &'a Events, syms: Symbols<'a>, opts: &'a Options) -> Self {
+    /// `opts.filter`: keep only the samples it keeps; `memo_divisor`: see `aggregate::memo_divisor`.
+    pub fn new(events: &'a Events, syms: Symbols<'a>, opts: &'a Options, memo_divisor: usize) -> Self {
         let by_process = opts.by_process;
         let filter = opts.filter.active().then_some(&opts.filter);
         Decoder {
             events,
             syms,
-            agg: Aggregator::new(events.len()),
+            agg: Aggregator::new(events.len(), memo_divisor),
             counts: Counts {
                 records: [0; 128],
                 samples: 0,

@@ -211,6 +211,11 @@ impl ChainMap {
         ChainMap { arena: Vec::new(), slots: vec![0; 1024], len: 0, limit, entry_words }
     }
 
+    /// The most words its entries take before it is emptied.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
     pub fn clear(&mut self) {
         self.arena.clear();
         self.slots.iter_mut().for_each(|s| *s = 0);

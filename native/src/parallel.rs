@@ -281,7 +281,7 @@ pub fn read<'o, T: ByteOrder + 'o>(
         while let Some(c) = first.take().or_else(|| steal(&shares, t)) {
             let mut syms = Symbols::new(opts, kallsyms.clone(), build_ids.clone());
             syms.shared = Some(shared.clone());
-            let mut dec = Decoder::new(events, syms, opts);
+            let mut dec = Decoder::new(events, syms, opts, crate::aggregate::memo_divisor(threads));
             if c > 0 {
                 if !ready.wait(c) {
                     return Ok(samples); // a history failed: its thread's panic comes out of the join
