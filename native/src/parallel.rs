@@ -279,9 +279,10 @@ pub fn read<'o, T: ByteOrder + 'o>(
         let mut samples = 0;
         let mut first = take(&shares[t]);
         while let Some(c) = first.take().or_else(|| steal(&shares, t)) {
-            let mut syms = Symbols::new(opts, kallsyms.clone(), build_ids.clone());
+            let share = crate::aggregate::memo_divisor(threads);
+            let mut syms = Symbols::new(opts, kallsyms.clone(), build_ids.clone(), share);
             syms.shared = Some(shared.clone());
-            let mut dec = Decoder::new(events, syms, opts, crate::aggregate::memo_divisor(threads));
+            let mut dec = Decoder::new(events, syms, opts, share);
             if c > 0 {
                 if !ready.wait(c) {
                     return Ok(samples); // a history failed: its thread's panic comes out of the join

@@ -117,7 +117,7 @@ fn read_impl<T: ByteOrder>(
     let (dec, cut) = match parallel {
         Some(done) => done,
         None => {
-            let mut dec = Decoder::new(&events, Symbols::new(opts, kallsyms, build_ids), opts, 1);
+            let mut dec = Decoder::new(&events, Symbols::new(opts, kallsyms, build_ids, 1), opts, 1);
             let cut = if compressed {
                 order::read_compressed::<T, _>(&mut perf_file, &mut record_iter, &mut dec)
             } else {

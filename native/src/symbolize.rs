@@ -105,6 +105,9 @@ const RECENT_BITS: u32 = 14;
 struct AddrCache {
     /// Empty once given back: every lookup then misses.
     slots: Vec<(u64, u64, u32)>,
+    /// 1 << bits slots (`RECENT_BITS` on one reader; fewer for each thread of many, as its
+    /// memos are: `aggregate::memo_divisor`).
+    bits: u32,
 }
 
 /// A slot that holds no address.
@@ -114,31 +117,39 @@ const NO_SLOT: (u64, u64, u32) = (u64::MAX, u64::MAX, NONE);
 pub static SPARE_SLOTS: crate::cleanup::Spares<Vec<(u64, u64, u32)>> = crate::cleanup::Spares::new();
 
 impl AddrCache {
-    fn new() -> Self {
+    /// A cache of `1 / divisor` of one reader's slots (rounded down to a power of two).
+    fn new(divisor: usize) -> Self {
+        let bits = RECENT_BITS - divisor.max(1).ilog2().min(RECENT_BITS - 1);
         match SPARE_SLOTS.take() {
-            Some(slots) => {
-                let mut cache = AddrCache { slots };
+            Some(slots) if slots.len() == 1 << bits => {
+                let mut cache = AddrCache { slots, bits };
                 cache.clear();
                 cache
             }
-            None => AddrCache { slots: vec![NO_SLOT; 1 << RECENT_BITS] },
+            spare => {
+                if let Some(slots) = spare {
+                    SPARE_SLOTS.give(slots); // another read's, of another size
+                }
+                AddrCache { slots: vec![NO_SLOT; 1 << bits], bits }
+            }
         }
     }
 
     #[inline]
-    fn slot(space: u64, addr: u64) -> usize {
-        ((space ^ addr).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - RECENT_BITS)) as usize
+    fn slot(&self, space: u64, addr: u64) -> usize {
+        ((space ^ addr).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - self.bits)) as usize
     }
 
     #[inline]
     fn get(&self, space: u64, addr: u64) -> Option<u32> {
-        let e = self.slots.get(Self::slot(space, addr))?;
+        let e = self.slots.get(self.slot(space, addr))?;
         (e.0 == space && e.1 == addr).then_some(e.2)
     }
 
     #[inline]
     fn put(&mut self, space: u64, addr: u64, id: u32) {
-        if let Some(e) = self.slots.get_mut(Self::slot(space, addr)) {
+        let i = self.slot(space, addr);
+        if let Some(e) = self.slots.get_mut(i) {
             *e = (space, addr, id);
         }
     }
@@ -150,7 +161,7 @@ impl AddrCache {
     /// Gives the slots to the next cache made.
     fn give_back(&mut self) {
         let slots = std::mem::take(&mut self.slots);
-        if slots.len() == 1 << RECENT_BITS {
+        if slots.len() == 1 << self.bits {
             SPARE_SLOTS.give(slots);
         }
     }
@@ -232,7 +243,8 @@ fn load_elf_syms(path: &str, build_id: Option<&[u8]>, opts: &Options) -> Option<
 }
 
 impl<'o> Symbols<'o> {
-    pub fn new(opts: &'o Options, kallsyms: Option<Arc<Kallsyms>>, header_build_ids: BuildIds) -> Self {
+    /// `memo_divisor`: what its cache of recent addresses is of one reader's (`aggregate::memo_divisor`).
+    pub fn new(opts: &'o Options, kallsyms: Option<Arc<Kallsyms>>, header_build_ids: BuildIds, memo_divisor: usize) -> Self {
         let mut s = Symbols {
             opts,
             sym_names: Vec::new(),
@@ -254,7 +266,7 @@ impl<'o> Symbols<'o> {
             module_maps: Vec::new(),
             kaddr_cache: FxHashMap::default(),
             uaddr_cache: FxHashMap::default(),
-            recent: AddrCache::new(),
+            recent: AddrCache::new(memo_divisor),
             dso_unknown: 0,
             dso_kernel: 0,
             procs: Processes::new(),
@@ -785,6 +797,27 @@ mod tests {
     use super::*;
     use std::cell::Cell;
 
+    /// A cache of recent addresses is the share of one reader's its read asked for (whatever
+    /// slots another read left spare), finds what it was given, and hands on slots of its size.
+    #[test]
+    fn a_recent_cache_is_the_share_asked_for() {
+        let mut full = AddrCache::new(1);
+        assert_eq!(full.slots.len(), 1 << RECENT_BITS);
+        full.give_back();
+        for (d, bits) in [(4, RECENT_BITS - 2), (3, RECENT_BITS - 1), (2, RECENT_BITS - 1), (1, RECENT_BITS)] {
+            let mut c = AddrCache::new(d);
+            assert_eq!(c.slots.len(), 1 << bits, "a share of 1/{d}");
+            for a in 0..64u64 {
+                assert_eq!(c.get(7, a << 12), None);
+                c.put(7, a << 12, a as u32);
+            }
+            let kept = (0..64u64).filter(|&a| c.get(7, a << 12) == Some(a as u32)).count();
+            assert!(kept >= 60, "1/{d}: {kept} of 64 addresses found again");
+            c.give_back();
+            assert!(c.slots.is_empty() && c.get(7, 0).is_none(), "given back, it holds nothing");
+        }
+    }
+
     thread_local! {
         /// The bits of a name's hash `name_hash` keeps (all but in a test of collisions).
         pub static NAME_HASH_MASK: Cell<u64> = const { Cell::new(u64::MAX) };
@@ -797,7 +830,7 @@ mod tests {
         for mask in [u64::MAX, 3, 0] {
             // with a mask of 0 every name has the same hash; with 3, four hashes are shared
             NAME_HASH_MASK.with(|m| m.set(mask));
-            let mut syms = Symbols::new(&opts, None, BuildIds::default());
+            let mut syms = Symbols::new(&opts, None, BuildIds::default(), 1);
             let (a, b) = (syms.add_dso("a", "/a", false), syms.add_dso("b", "/b", false));
             let names: Vec<String> = (0..50).map(|i| format!("f{i}")).collect();
             let mut ids = Vec::new();
