@@ -37,11 +37,11 @@ const TAIL_CACHE_WORDS: usize = 1 << 16;
 /// What each thread's memos are of one reader's when `threads` read one file: a half from 4
 /// threads, a third from 6, a quarter from 8, so that all the threads' memos together take at
 /// most twice one reader's 2 MiB. Each thread reads a share of the file, and on 16 threads the
-/// memos at full size took 2 MiB a thread of new pages and of the caches the cores share: on the
-/// 71 MB file of docs/figures.md, 16 threads took about 17,400 page faults a read with a quarter
-/// (or a half) against 18,900-19,000 at full size, and the same instructions within the runs'
-/// spread (callgrind: 1,051M and 1,033M against 1,040M); on one thread a quarter read no slower
-/// either (the sizes above were chosen on one thread).
+/// memos at full size took 2 MiB a thread of new pages and of the caches the cores share. On the
+/// 71 MB file of docs/figures.md ("Fewer new pages on many threads"), 16 threads took 18,900 page
+/// faults a read at full size; with these memos and recent-address caches a quarter of one
+/// reader's, 16,100 and less CPU time than with a half (17,100), for 228M instructions of
+/// symbolizing against 204M and 219M. The sizes above were chosen on one thread.
 pub fn memo_divisor(threads: usize) -> usize {
     (threads / 2).clamp(1, 4)
 }
@@ -111,17 +111,13 @@ impl Aggregator {
     /// (`memo_divisor`).
     pub fn new(events: usize, memo_divisor: usize) -> Self {
         let limits = [CHAIN_CACHE_WORDS, HEAD_CACHE_WORDS, TAIL_CACHE_WORDS].map(|w| w / memo_divisor.max(1));
-        let [chains, heads, tails] = match SPARE_MEMOS.take() {
-            Some(mut memos) if memos.iter().zip(limits).all(|(m, l)| m.limit() == l) => {
+        let spare = SPARE_MEMOS.take_fitting(|memos| memos.iter().zip(limits).all(|(m, l)| m.limit() == l));
+        let [chains, heads, tails] = match spare {
+            Some(mut memos) => {
                 memos.iter_mut().for_each(ChainMap::clear);
                 memos
             }
-            spare => {
-                if let Some(memos) = spare {
-                    SPARE_MEMOS.give(memos); // another read's, of other sizes
-                }
-                limits.map(|l| ChainMap::memo(l, KEY_WORDS))
-            }
+            None => limits.map(|l| ChainMap::memo(l, KEY_WORDS)),
         };
         Aggregator {
             key: Vec::new(),

@@ -31,6 +31,13 @@ impl<T> Spares<T> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).pop()
     }
 
+    /// One that `fits` (the caches of another read, made to other sizes, are left for it).
+    pub fn take_fitting(&self, fits: impl Fn(&T) -> bool) -> Option<T> {
+        let mut spares = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let i = spares.iter().rposition(fits)?;
+        Some(spares.swap_remove(i))
+    }
+
     pub fn give(&self, x: T) {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).push(x);
     }

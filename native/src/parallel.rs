@@ -260,6 +260,8 @@ pub fn read<'o, T: ByteOrder + 'o>(
     let shares: Vec<Mutex<(usize, usize)>> = (0..threads).map(|t| Mutex::new((t * n / threads, (t + 1) * n / threads))).collect();
     let next_history = std::sync::atomic::AtomicUsize::new(0);
     let blocks = Blocks::new();
+    // each run's caches: a share of one reader's (`aggregate::memo_divisor`)
+    let share = crate::aggregate::memo_divisor(threads);
     // each thread's result: the samples of the runs it read (or the error of one)
     let results: Vec<Result<u64, Error>> = crate::spread::on_threads(threads, |t| {
         // the histories (of every chunk but the last), taken in turn
@@ -279,7 +281,6 @@ pub fn read<'o, T: ByteOrder + 'o>(
         let mut samples = 0;
         let mut first = take(&shares[t]);
         while let Some(c) = first.take().or_else(|| steal(&shares, t)) {
-            let share = crate::aggregate::memo_divisor(threads);
             let mut syms = Symbols::new(opts, kallsyms.clone(), build_ids.clone(), share);
             syms.shared = Some(shared.clone());
             let mut dec = Decoder::new(events, syms, opts, share);
@@ -439,12 +440,9 @@ impl<'o> Blocks<'o> {
 
     /// The result of a merge of the block from chunk `first` (None: it would overflow a total).
     fn put_merged(&self, first: usize, b: Option<Block<'o>>) {
-        let mut s = self.state();
         match b {
-            Some(b) => {
-                s.done.insert(first, b);
-            }
-            None => s.failed = true,
+            Some(b) => self.put(first, b),
+            None => self.state().failed = true,
         }
     }
 

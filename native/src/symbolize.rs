@@ -120,18 +120,13 @@ impl AddrCache {
     /// A cache of `1 / divisor` of one reader's slots (rounded down to a power of two).
     fn new(divisor: usize) -> Self {
         let bits = RECENT_BITS - divisor.max(1).ilog2().min(RECENT_BITS - 1);
-        match SPARE_SLOTS.take() {
-            Some(slots) if slots.len() == 1 << bits => {
+        match SPARE_SLOTS.take_fitting(|slots| slots.len() == 1 << bits) {
+            Some(slots) => {
                 let mut cache = AddrCache { slots, bits };
                 cache.clear();
                 cache
             }
-            spare => {
-                if let Some(slots) = spare {
-                    SPARE_SLOTS.give(slots); // another read's, of another size
-                }
-                AddrCache { slots: vec![NO_SLOT; 1 << bits], bits }
-            }
+            None => AddrCache { slots: vec![NO_SLOT; 1 << bits], bits },
         }
     }
 
