@@ -188,6 +188,25 @@ def _fake_task(proc, pid, tid, comm, state, ppid, session, children=""):
     (d / "children").write_text(children)
 
 
+def test_a_copy_caught_before_its_setsid_is_not_a_second_task_of_a_copy(tmp_path):
+    """kpd-run (100) running, and the copy it just forked (101) not yet in a session of its own:
+    both ours, but kpd-run's session is not a copy's. Counted as one, the one-task copy looked
+    like two, and its wait for a CPU was no longer judged (the contention test failed so)."""
+    proc = tmp_path / "proc"
+    _fake_task(proc, 100, 100, "kpd-run", "R", 1, 100, children="101 ")
+    _fake_task(proc, 101, 101, "kpd worker", "R", 100, 100)
+    (proc / "loadavg").write_text("0.5 0.5 0.5 4/90 4242\n")     # the 2 above, an outsider, the sampler
+    _fake_task(proc, 200, 200, "outsider", "R", 1, 200)
+    for runner, most in ((None, 2), (100, 0)):
+        s = nz.RunnableSampler(lambda: [101, 100], proc=proc, runner=runner)
+        s.sample()
+        assert (s.samples, s.own_samples, s.most_session_tasks) == ([1], [2], most), runner
+    copy = nz.ProcessNoise(tasks=1, run_ns=10**9, run_delay_ns=10**9)
+    n = nz.system_noise(nz.SystemSnapshot(0.0), nz.SystemSnapshot(1.0), s, [copy])
+    assert n.tasks_per_copy == 1
+    assert any("waited for a CPU" in r for r in nz.disturbance(n, copies=1, cpus=2)), nz.disturbance(n, copies=1, cpus=2)
+
+
 def test_sampler_leaves_out_the_benchmarks_own_unlisted_children(tmp_path, monkeypatch):
     """The copy's tree lists the worker only; a child it forked since and an orphan it left
     behind are in its session, running, and must not be blamed as other work: only the

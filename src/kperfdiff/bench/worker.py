@@ -261,7 +261,7 @@ def run_copies_with_noise(argv: list[str], copies: int, timeout: float, *, env: 
         pids: dict[int, int] = {}
         proc = subprocess.Popen(runner, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True, env=env)
-        runnable = nz.RunnableSampler(lambda: list(pids.values()) + [proc.pid])
+        runnable = nz.RunnableSampler(lambda: list(pids.values()) + [proc.pid], runner=proc.pid)
         before = nz.system_snapshot() if sampler else None
         try:
             _follow(proc, copies, timeout, tracker, pids, runnable if sampler else None)
