@@ -15,7 +15,10 @@ from kperfdiff.core.errors import InputError
 
 def check_input_file(path: Path, what: str = "profile") -> int:
     """A file kperfdiff reads must be a regular file: a FIFO would block and a device (/dev/zero)
-    never end. Returns its size."""
+    never end. Returns its size. ``what`` names the kind of file ("perf.data", "experiment"); the
+    refusals say "not a perf.data file", "not an experiment file"."""
+    what = what.removesuffix(" file")
+    kind_of_file = f"{'an' if what[:1].lower() in 'aeiou' else 'a'} {what} file"
     try:
         st = os.stat(path)
     except ValueError:
@@ -25,10 +28,10 @@ def check_input_file(path: Path, what: str = "profile") -> int:
     except OSError as e:
         raise InputError(f"cannot read {path}: {e.strerror}") from None
     if stat.S_ISDIR(st.st_mode):
-        raise InputError(f"{path} is a directory, not a {what}; name the file inside it")
+        raise InputError(f"{path} is a directory, not {kind_of_file}; name the file inside it")
     if not stat.S_ISREG(st.st_mode):
         kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device"
-        raise InputError(f"{path} is {kind}, not a {what} file; kperfdiff reads regular files only "
+        raise InputError(f"{path} is {kind}, not {kind_of_file}; kperfdiff reads regular files only "
                          f"(save the data to a file first)")
     return st.st_size
 
@@ -67,7 +70,7 @@ def _read_text(path: str | Path, what: str, error: type[InputError]) -> tuple[Pa
     path = Path(path)
     if os.path.lexists(path):
         try:
-            check_input_file(path, f"{what} file")
+            check_input_file(path, what)
         except InputError as e:
             raise error(str(e)) from None
     try:
