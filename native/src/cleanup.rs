@@ -27,10 +27,6 @@ impl<T> Spares<T> {
         Spares(Mutex::new(Vec::new()))
     }
 
-    pub fn take(&self) -> Option<T> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).pop()
-    }
-
     /// One that `fits` (the caches of another read, made to other sizes, are left for it).
     pub fn take_fitting(&self, fits: impl Fn(&T) -> bool) -> Option<T> {
         let mut spares = self.0.lock().unwrap_or_else(|e| e.into_inner());
