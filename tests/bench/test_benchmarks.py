@@ -7,7 +7,8 @@ import pytest
 from kperfdiff.targets import machine
 from kperfdiff.bench import build, catalogue, worker
 from kperfdiff.core import stats
-from kperfdiff.measure.session import unmet_requirement
+from kperfdiff.core.errors import UsageError
+from kperfdiff.measure.session import parse_param_overrides, unmet_requirement
 
 FACTS = machine.facts(probe_perf=False)
 BENCHES = catalogue.load_catalogue()
@@ -61,6 +62,25 @@ def test_run_params_precedence():
     assert gups.run_params(tiny=True)["log2_words"] == gups.tiny_params["log2_words"]
     assert gups.run_params(tiny=True, overrides={"log2_words": "12"})["log2_words"] == "12"
     assert gups.params["log2_words"] != "12"  # the catalogue itself is not changed
+
+
+def test_an_option_is_offered_not_set(binaries):
+    """proc.fork's exit= (lmbench's exit() in the child) is taken from an override only: a default
+    would change the parameters every stored proc.fork result is filed under."""
+    fork = catalogue.get("proc.fork")
+    assert fork.options == {"exit": ("_exit", "exit")} and "exit" not in fork.run_params(hello="/h")
+    assert parse_param_overrides(["proc.fork:exit=exit"], [fork]) == {"proc.fork": {"exit": "exit"}}
+    assert parse_param_overrides(["proc.*:exit=exit"], list(BENCHES)) == {"proc.fork": {"exit": "exit"}}
+    with pytest.raises(UsageError, match="proc.fork's exit is one of _exit, exit"):
+        parse_param_overrides(["proc.fork:exit=abort"], [fork])
+    for how, ok in [("exit", True), ("abort", False)]:
+        params = fork.run_params(tiny=True, hello=str(binaries["hello"]), overrides={"exit": how})
+        argv = worker.worker_argv(binaries["proc"], fork.name, params, intervals=3, min_batch_ns=1_000_000, warmup=1)
+        out = worker.run_copies(argv, 1, timeout=fork.timeout)[0]
+        if ok:
+            assert out.status == "ok" and len(out.intervals) == 3 and all(v > 0 for v in out.values), out.stderr
+        else:
+            assert out.status != "ok" and "exit=abort: the child's exit is _exit or exit" in (out.error or ""), out
 
 
 def test_every_unit_says_what_an_operation_is(tmp_path):

@@ -16,6 +16,9 @@ GOOD = {"name": '"x.a"', "exercises": '"e"', "unit": '"ns/op"', "op": '"call"', 
     ({"op": None}, "x.a: no op"),
     ({"requires": '["gpu"]'}, "x.a: unknown requirement"),
     ({"suites": '["nightly"]'}, "x.a: unknown suite"),
+    ({"options": '{ exit = "exit" }'}, "x.a: options must map each name to a list of the values it may take"),
+    ({"options": '{ exit = [] }'}, "x.a: options must map each name to a list of the values it may take"),
+    ({"options": '{ n = ["1"] }', "params": '{ n = 2 }'}, "x.a: an option is also a param (n)"),
 ])
 def test_each_mistake_is_one_sentence(tmp_path, change, words):
     fields = {**GOOD, **change}

@@ -35,6 +35,7 @@ class Benchmark:
     lmbench: str = ""
     differences: str = ""
     op: str = ""                   # what one operation of a per-operation unit is: "4 KB page", "fork"
+    options: dict = field(default_factory=dict)   # parameters an override may set, not set by default: name -> values
 
     @property
     def unit_label(self) -> str:
@@ -44,8 +45,10 @@ class Benchmark:
 
     @property
     def param_names(self) -> set[str]:
-        """The parameters an override may set (proc.* also take ``hello``, the program they start)."""
-        return set(self.params) | set(self.tiny_params) | ({"hello"} if self.family == "proc" else set())
+        """The parameters an override may set: its params, its options (proc.* also take ``hello``, the
+        program they start)."""
+        return (set(self.params) | set(self.tiny_params) | set(self.options)
+                | ({"hello"} if self.family == "proc" else set()))
 
     def run_params(self, *, tiny: bool = False, overrides: dict[str, str] | None = None,
                    hello: str | None = None) -> dict[str, str]:
@@ -102,6 +105,12 @@ def load_families(directory: Path = FAMILIES_DIR) -> tuple[dict[str, Family], tu
             _check(bool(b.get("op")), toml_path, f"{name}: no op (what one operation of its unit is)")
             req = tuple(b.get("requires", ()))
             _check(set(req) <= REQUIREMENTS, toml_path, f"{name}: unknown requirement in {req}")
+            options = b.get("options", {})
+            _check(isinstance(options, dict) and all(isinstance(v, list) and v and all(isinstance(x, str) for x in v)
+                                                     for v in options.values()), toml_path,
+                   f"{name}: options must map each name to a list of the values it may take")
+            both = sorted(set(options) & set(b.get("params", {})))
+            _check(not both, toml_path, f"{name}: an option is also a param ({', '.join(both)})")
             suites = tuple(b.get("suites", ("full",)))
             _check(set(suites) <= {"quick", "full"}, toml_path, f"{name}: unknown suite in {suites}")
             benches.append(Benchmark(
@@ -110,7 +119,8 @@ def load_families(directory: Path = FAMILIES_DIR) -> tuple[dict[str, Family], tu
                 params={k: str(v) for k, v in b.get("params", {}).items()},
                 tiny_params={k: str(v) for k, v in b.get("tiny_params", {}).items()},
                 requires=req, intervals=b.get("intervals"), lmbench=b.get("lmbench", ""),
-                differences=b.get("differences", ""), op=b["op"]))
+                differences=b.get("differences", ""), op=b["op"],
+                options={k: tuple(v) for k, v in options.items()}))
     return families, tuple(benches)
 
 def load_catalogue() -> tuple[Benchmark, ...]:

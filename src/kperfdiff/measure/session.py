@@ -131,6 +131,8 @@ def parse_param_overrides(items: list[str], benches: list[Benchmark]) -> dict[st
                 known = ", ".join(sorted(b.param_names)) or "none"
                 raise UsageError(f"--param {item!r}: {b.name} has no parameter {key!r} (its parameters: {known})")
             if b.name == pat or (fnmatch.fnmatchcase(b.name, pat) and key in b.param_names):
+                if key in b.options and value not in b.options[key]:
+                    raise UsageError(f"--param {item!r}: {b.name}'s {key} is one of {', '.join(b.options[key])}")
                 out.setdefault(b.name, {})[key] = value
                 hit = True
         if not hit:

@@ -32,7 +32,8 @@ def catalogue(benches: tuple[Benchmark, ...] | list[Benchmark], fmt: str = "text
         return to_json({"version": JSON_VERSION, "benchmarks": [
             {"name": b.name, "family": b.family, "exercises": b.exercises, "unit": b.unit, "op": b.op,
              "unit_label": b.unit_label, "better": b.better,
-             "suites": list(b.suites), "params": b.params, "requires": list(b.requires), "lmbench": b.lmbench,
+             "suites": list(b.suites), "params": b.params, "options": {k: list(v) for k, v in b.options.items()},
+             "requires": list(b.requires), "lmbench": b.lmbench,
              "differences": b.differences} for b in benches]})
     t = Table(["benchmark", "unit", "better", "suite", "exercises"], align=["l", "l", "l", "l", "l"])
     for b in benches:

@@ -2,6 +2,8 @@
  * proc family: process creation, after lmbench's lat_proc.
  *
  *   proc.fork   fork(); the child _exit()s at once; the parent waits for it
+ *               (exit=exit: the child calls exit(), the C library's clean-up
+ *               first, as lmbench's does)
  *   proc.exec   fork(); the child execve()s the small static program
  *               kpd-hello (empty environment); the parent waits
  *   proc.shell  fork(); the child execs /bin/sh -c kpd-hello; the parent
@@ -23,6 +25,7 @@ struct proc_ctx {
 	const char *hello;
 	char cmd[PATH_MAX * 4 + 8]; /* the hello path quoted for sh -c */
 	int mode;                   /* 0 fork, 1 exec, 2 shell */
+	int libc_exit;              /* proc.fork's child calls exit(), not _exit() */
 };
 
 static void reap(pid_t pid, const struct proc_ctx *x)
@@ -51,8 +54,11 @@ static void child(const struct proc_ctx *x)
 {
 	char *nav[2];
 	char *empty[1] = { NULL };
-	if (x->mode == 0)
+	if (x->mode == 0) {
+		if (x->libc_exit)
+			exit(0);
 		_exit(0);
+	}
 	close(1);
 	if (x->mode == 1) {
 		nav[0] = (char *)x->hello;
@@ -128,6 +134,11 @@ int main(int argc, char **argv)
 		x.mode = 2;
 	else
 		kpd_fail("unknown benchmark %s in family proc", kpd.bench);
+
+	const char *how = kpd_param_str("exit", "_exit");
+	if (strcmp(how, "exit") != 0 && strcmp(how, "_exit") != 0)
+		kpd_fail("exit=%s: the child's exit is _exit or exit", how);
+	x.libc_exit = x.mode == 0 && strcmp(how, "exit") == 0;
 
 	x.hello = kpd_param_str("hello", NULL);
 	if (!x.hello)
