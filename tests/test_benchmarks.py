@@ -6,12 +6,14 @@ figure and its MISMATCH check. A few seconds in all."""
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -182,3 +184,71 @@ def test_bench_ingest_curve_before(shape_dir, tmp_path):
     assert m, out
     best, before, gain = (float(x) for x in m.groups())
     assert (before - 5e-4) / (best + 5e-4) - 5e-3 <= gain <= (before + 5e-4) / (best - 5e-4) + 5e-3, out
+
+
+KIT = ROOT / "benchmarks" / "many_cores_kit.py"
+
+
+def packed_kit(shape_dir: Path, tmp_path: Path) -> Path:
+    kit = tmp_path / "kit"
+    p = harness(KIT, "pack", "--kit", kit, "--file", shape_dir / "fork-a.perf.data", "--kallsyms",
+                shape_dir / "kallsyms", "--before", before_checkout(tmp_path))
+    assert re.search(rf"^kit {re.escape(str(kit))}: {NUM} MB recording, {SAMPLES} samples, \d+ user-space files, "
+                     rf"5 pieces, {NUM} MiB to carry$", p.stdout, re.M), p.stdout
+    assert "under 70 MB" in p.stdout                      # a small file is packed, and said to be small
+    return kit
+
+
+def test_many_cores_kit_packs_and_runs(shape_dir, tmp_path):
+    """The 16-core kit: packed here from a recording, its kallsyms and another checkout's module, then
+    run as the device machine runs it (a Python with no venv packages, no perf on the PATH): the
+    curve with the before module, the curve with fresh threads, the timing lines, and the summary."""
+    kit = packed_kit(shape_dir, tmp_path)
+    manifest = json.loads((kit / "manifest.json").read_text())
+    assert manifest["recording"] == {"name": "fork-a.perf.data", "bytes": PLAIN.stat().st_size,
+                                     "samples": SAMPLES, "user_files": manifest["recording"]["user_files"],
+                                     "meets_70mb": False}
+    assert sorted(manifest["pieces"]) == ["before.abi3.so", "kallsyms.xz", "native.abi3.so",
+                                          "recording.perf.data.xz", "symfs.tar.xz"]
+    out = tmp_path / "out"
+    p = harness(KIT, "run", "--kit", kit, "--out", out, "--quick",
+                env={"PATH": os.path.dirname(sys.executable)})
+    curve = (out / "curve.txt").read_text()
+    assert re.search(r"^ +2 +.* identical$", curve, re.M) and "before s" in curve, curve
+    assert re.search(r"^ +2 +.* identical$", (out / "curve-fresh-threads.txt").read_text(), re.M)
+    assert "kperfdiff timing:" in (out / "timing-1.txt").read_text()
+    assert "CPU model: " in (out / "facts.txt").read_text()
+    summary = json.loads((out / "summary.json").read_text())
+    assert sorted(summary["best_s"]) == ["1", "2"] and summary["met"] is False
+    assert summary["speedup"]["1"] == 1.0 and json.loads(p.stdout.splitlines()[-1]) == summary
+
+
+def test_many_cores_kit_refuses_a_damaged_kit(shape_dir, tmp_path):
+    """A piece changed after packing, a kit without its manifest, a symfs that would write outside its
+    folder: each one sentence and exit 1, nothing measured."""
+    kit = packed_kit(shape_dir, tmp_path)
+    sabotage = tmp_path / "bad"
+    shutil.copytree(kit, sabotage)
+    with (sabotage / "kallsyms.xz").open("r+b") as f:
+        f.seek(10)
+        f.write(b"\0\1\2")
+    (sabotage / "empty").mkdir()
+    evil = tmp_path / "evil.tar.xz"
+    with tarfile.open(evil, "w:xz") as tar:
+        info = tarfile.TarInfo("../outside")
+        info.size = 0
+        tar.addfile(info)
+    manifest = json.loads((kit / "manifest.json").read_text())
+    manifest["pieces"]["symfs.tar.xz"] = {"bytes": evil.stat().st_size,
+                                          "sha256": hashlib.sha256(evil.read_bytes()).hexdigest()}
+    (tmp_path / "evil").mkdir()
+    for name in manifest["pieces"]:
+        shutil.copy(kit / name, tmp_path / "evil" / name)
+    shutil.copy(evil, tmp_path / "evil" / "symfs.tar.xz")
+    (tmp_path / "evil" / "manifest.json").write_text(json.dumps(manifest))
+    for where, said in ((sabotage, "kallsyms.xz is missing or not the file the manifest names"),
+                        (sabotage / "empty", "not a kit (no readable manifest.json"),
+                        (tmp_path / "evil", "../outside is not a plain file of a symfs")):
+        p = harness(KIT, "run", "--kit", where, "--out", tmp_path / "out", "--quick", check=1)
+        assert said in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert not (tmp_path / "outside").exists() and not (tmp_path / "out" / "curve.txt").exists()
