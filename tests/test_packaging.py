@@ -127,7 +127,7 @@ def test_wheel_holds_native_module_and_data(dist):
     missing = [f for f in shipped_files() if f not in names]
     assert missing == [], f"the wheel lacks {missing}"
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
-    assert "kperfdiff=kperfdiff.commands:main" in entry_points.replace(" ", "")
+    assert "kperfdiff=kperfdiff.commands:cli" in entry_points.replace(" ", "")
     assert len(data_files()) >= 30   # bench families (C and TOML), symbol rules, groups, the guest plugin
 
 

@@ -325,7 +325,7 @@ def hidden_imports(mods) -> list[str]:
 
 
 def startup_modules(args, *, pythonpath: str | None = None, env: dict | None = None) -> tuple[int, set[str]]:
-    """Run the real entry point (kperfdiff.commands:main, as the `kperfdiff` script does) with
+    """Run the real entry point (kperfdiff.commands:main, which the `kperfdiff` script's cli calls) with
     ``args`` in a fresh interpreter; its exit status and every module imported by the time it
     returned. Times nothing."""
     with tempfile.TemporaryDirectory() as tmp:
