@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import lzma
 import os
 import platform
 import shutil
@@ -51,6 +50,11 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
+
+try:
+    import lzma
+except ImportError:         # a Python built without liblzma: the kit's xz files cannot be read or written
+    lzma = None
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_ingest  # noqa: E402  (benchmarks/ is not a package)
@@ -352,6 +356,8 @@ def main() -> None:
     r.add_argument("--limit", type=int, default=240, help="seconds each step may take (default 240)")
     r.add_argument("--quick", action="store_true", help="1 and 2 threads, one round (a test, a small machine)")
     args = ap.parse_args()
+    if lzma is None:
+        raise SystemExit(f"{sys.executable} has no lzma module, which the kit's xz files need; use a Python that has")
     if args.command == "pack":
         pack(args)
     else:
