@@ -224,8 +224,8 @@ def test_many_cores_kit_packs_and_runs(shape_dir, tmp_path):
 
 
 def test_many_cores_kit_refuses_a_damaged_kit(shape_dir, tmp_path):
-    """A piece changed after packing, a kit without its manifest, a symfs that would write outside its
-    folder: each one sentence and exit 1, nothing measured."""
+    """A piece changed after packing, a kit without its manifest or with one of another shape, a symfs
+    that would write outside its folder: each one sentence and exit 1, nothing measured."""
     kit = packed_kit(shape_dir, tmp_path)
     sabotage = tmp_path / "bad"
     shutil.copytree(kit, sabotage)
@@ -246,8 +246,11 @@ def test_many_cores_kit_refuses_a_damaged_kit(shape_dir, tmp_path):
         shutil.copy(kit / name, tmp_path / "evil" / name)
     shutil.copy(evil, tmp_path / "evil" / "symfs.tar.xz")
     (tmp_path / "evil" / "manifest.json").write_text(json.dumps(manifest))
+    (tmp_path / "listed").mkdir()
+    (tmp_path / "listed" / "manifest.json").write_text('{"pieces": ["native.abi3.so"], "recording": {}}')
     for where, said in ((sabotage, "kallsyms.xz is missing or not the file the manifest names"),
                         (sabotage / "empty", "not a kit (no readable manifest.json"),
+                        (tmp_path / "listed", "not a kit (no readable manifest.json"),
                         (tmp_path / "evil", "../outside is not a plain file of a symfs")):
         p = harness(KIT, "run", "--kit", where, "--out", tmp_path / "out", "--quick", check=1)
         assert said in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
