@@ -39,7 +39,6 @@ On the device machine (``run`` with ``carry: [".devkit"]``; one command, well in
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform
@@ -56,11 +55,13 @@ try:
 except ImportError:         # a Python built without liblzma: the kit's xz files cannot be read or written
     lzma = None
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "src")]
 import bench_ingest  # noqa: E402  (benchmarks/ is not a package)
 import shapes  # noqa: E402
+from kperfdiff.targets.lava.artefacts import sha256_of  # noqa: E402  (the tree's sources, no venv needed)
+from kperfdiff.targets.machine import cpu_model  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 PIECES = ("recording.perf.data.xz", "kallsyms.xz", "symfs.tar.xz", "native.abi3.so", "before.abi3.so",
           "thread_start")
 TARGET_MB = 70          # issue 42: one recording of 70 MB or more
@@ -68,13 +69,6 @@ RECORD_MB = 76          # what pack records: perf stops at this size (MiB), 79.7
 TARGET_SPEEDUP = 6.0    # on 16 cores
 CARRY_LIMIT = 60 << 20  # what the device machine's carry takes (64 MiB), less room for the rest
 
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def xz(src: Path, dst: Path) -> None:
@@ -98,8 +92,7 @@ def module_of(checkout: Path) -> Path:
 def samples_and_files(data: Path, ks: Path) -> tuple[int, list[Path]]:
     """The recording's samples, and the user-space files it names that exist here as regular files
     (what its symfs holds)."""
-    sys.path.insert(0, str(ROOT / "src"))
-    from kperfdiff import native
+    from kperfdiff import native     # built here; run, on a machine with no build, never imports it
     read = native.read_perf_data(str(data), kallsyms=str(ks))
     files = {Path(p) for p in read["dso_paths"] if p.startswith("/") and Path(p).is_file()}
     return sum(e["samples"] for e in read["events"]), sorted(files)
@@ -163,7 +156,7 @@ def pack(args) -> None:
         "machine": f"{platform.node()}, {cpu_model()}, {len(os.sched_getaffinity(0))} CPUs, Linux {platform.release()}",
         "recording": {"name": data.name, "bytes": size, "samples": samples, "user_files": len(files),
                       "meets_70mb": size >= TARGET_MB * 1_000_000},
-        "pieces": {p.name: {"bytes": p.stat().st_size, "sha256": sha256(p)}
+        "pieces": {p.name: {"bytes": p.stat().st_size, "sha256": sha256_of(p)}
                    for p in (kit / n for n in PIECES) if p.exists()},
     }
     total = sum(p.stat().st_size for p in kit.rglob("*") if p.is_file()) + len(json.dumps(manifest, indent=2))
@@ -179,15 +172,6 @@ def pack(args) -> None:
                          f"machine's carry takes; record a shorter recording")
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "CPU model unknown"
-
 
 def checked_kit(kit: Path) -> dict:
     """The kit's manifest, once every piece it names is there with its size and SHA-256."""
@@ -201,7 +185,7 @@ def checked_kit(kit: Path) -> dict:
     for name, want in pieces.items():
         p = kit / name
         if (name not in PIECES or not isinstance(want, dict) or not p.is_file()
-                or p.stat().st_size != want.get("bytes") or sha256(p) != want.get("sha256")):
+                or p.stat().st_size != want.get("bytes") or sha256_of(p) != want.get("sha256")):
             raise SystemExit(f"{kit}: {name} is missing or not the file the manifest names; pack the kit again")
     for name in ("recording.perf.data.xz", "kallsyms.xz", "symfs.tar.xz", "native.abi3.so"):
         if name not in pieces:
@@ -286,9 +270,10 @@ def summary(rows: dict[int, float], manifest: dict) -> dict:
     slower = [f"{n} threads {rows[n]:.3f} s, slower than {m} threads {rows[m]:.3f} s"
               for i, n in enumerate(counts) for m in counts[:i] if rows[n] > rows[m]]
     top = counts[-1] if counts else None
-    up = rows[1] / rows[top] if top and 1 in rows else None
+    speedup = {n: rows[1] / rows[n] for n in counts} if 1 in rows else {}
+    up = speedup.get(top)
     return {"recording": manifest["recording"], "commit": manifest.get("commit"), "best_s": rows,
-            "speedup": {n: rows[1] / rows[n] for n in counts} if 1 in rows else {},
+            "speedup": speedup,
             "slower_with_more_threads": slower, "most_threads": top, "speedup_at_most": up,
             "target": f"{TARGET_SPEEDUP:g}x on 16 cores for {TARGET_MB} MB or more",
             "met": bool(up and up >= TARGET_SPEEDUP and top >= 16 and manifest["recording"].get("meets_70mb"))}
